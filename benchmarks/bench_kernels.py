@@ -1,0 +1,98 @@
+"""Kernels x implementations (eager, torch.compile, Liger-Kernel, ours in Triton) x shapes.
+
+Per combination: forward and forward+backward device time (CUDA-graph replay, ms per call),
+forward+backward wall time (synchronized, ms per call) and peak extra memory (MiB). Each case is
+checked against the eager baseline run in higher precision before it is timed.
+"""
+
+from __future__ import annotations
+
+from kernels.shapes import IMPLS, SHAPES
+
+from .common import Grid, unit
+
+
+class _Kernel(Grid):
+    op = ""
+    param_names = ["shape", "impl"]
+    version = 1
+
+    def cases(self):
+        from functools import partial
+
+        from optbench.runner import Case
+        from optbench.workloads import kernel_work
+
+        from .common import device
+
+        dev = device()
+        return [Case({"shape": s, "impl": i}, partial(kernel_work, self.op, s, i, dev))
+                for s in SHAPES[self.op] for i in IMPLS[self.op]]
+
+    @unit("ms")
+    def track_fwd_ms(self, records, shape, impl):
+        return self.metric_ms(records, (shape, impl), "fwd")
+
+    @unit("ms")
+    def track_fwd_wall_ms(self, records, shape, impl):
+        return self.metric_ms(records, (shape, impl), "fwd", "wall")
+
+
+class _KernelWithBackward(_Kernel):
+    @unit("ms")
+    def track_fwdbwd_ms(self, records, shape, impl):
+        return self.metric_ms(records, (shape, impl), "fwdbwd")
+
+    @unit("ms")
+    def track_fwdbwd_wall_ms(self, records, shape, impl):
+        return self.metric_ms(records, (shape, impl), "fwdbwd", "wall")
+
+    @unit("MB")
+    def track_fwdbwd_peak_mb(self, records, shape, impl):
+        return self.peak_mb(records, (shape, impl), "fwdbwd")
+
+
+class RMSNorm(_KernelWithBackward):
+    op = "rmsnorm"
+    params = [list(SHAPES[op]), list(IMPLS[op])]
+
+    def setup_cache(self):
+        return self.measure_grid()
+
+
+class SwiGLU(_KernelWithBackward):
+    op = "swiglu"
+    params = [list(SHAPES[op]), list(IMPLS[op])]
+
+    def setup_cache(self):
+        return self.measure_grid()
+
+
+class QKNorm(_KernelWithBackward):
+    op = "qknorm"
+    params = [list(SHAPES[op]), list(IMPLS[op])]
+
+    def setup_cache(self):
+        return self.measure_grid()
+
+
+class LinearCrossEntropy(_KernelWithBackward):
+    op = "linear_ce"
+    params = [list(SHAPES[op]), list(IMPLS[op])]
+
+    def setup_cache(self):
+        return self.measure_grid()
+
+
+class GradStats(_Kernel):
+    """Gradient norm + parameter norm + clipping over all of a model's parameters (fp32)."""
+
+    op = "grad_stats"
+    params = [list(SHAPES[op]), list(IMPLS[op])]
+
+    def setup_cache(self):
+        return self.measure_grid()
+
+    @unit("MB")
+    def track_fwd_peak_mb(self, records, shape, impl):
+        return self.peak_mb(records, (shape, impl), "fwd")

@@ -1,0 +1,84 @@
+"""The training step per model size: the eager baseline, each optimization on alone, the best combination.
+
+Per variant: wall-clock ms per optimizer step (synchronized; host overhead such as per-step ``.item()``
+or Python loops counts, as it does in training), device ms per step, ms per forward+loss, and peak
+device memory (MiB). Tokens/s and MFU are derived at report time. Each variant is checked against its
+baseline (same init and batch, one step: loss and every gradient) before it is timed.
+"""
+
+from __future__ import annotations
+
+import os
+
+from models.variants import STEP_VARIANTS
+
+from .common import Grid, unit
+
+SUITE = os.environ.get("OPTBENCH_SUITE", "full")
+
+
+class _Step(Grid):
+    size = ""
+    param_names = ["variant"]
+    version = 1
+
+    def cases(self):
+        from functools import partial
+
+        from optbench.runner import Case
+        from optbench.workloads import step_work
+
+        from .common import device
+
+        dev = device()
+        return [Case({"variant": v}, partial(step_work, self.size, v, dev)) for v in self.params[0]]
+
+    @unit("ms")
+    def track_step_ms(self, records, variant):
+        return self.metric_ms(records, (variant,), "step", "wall")
+
+    @unit("ms")
+    def track_step_device_ms(self, records, variant):
+        return self.metric_ms(records, (variant,), "step", "device")
+
+    @unit("ms")
+    def track_forward_ms(self, records, variant):
+        return self.metric_ms(records, (variant,), "forward", "wall")
+
+    @unit("MB")
+    def track_step_peak_mb(self, records, variant):
+        return self.peak_mb(records, (variant,), "step")
+
+
+class StepTiny(_Step):
+    """The tiny config (B=2, S=128) on any device: the switches a CPU can run."""
+
+    size = "tiny"
+    params = [STEP_VARIANTS["tiny"]]
+
+    def setup_cache(self):
+        return self.measure_grid()
+
+
+class Step100M(_Step):
+    size = "100M"
+    params = [STEP_VARIANTS["100M" if SUITE != "quick" else "quick"]]
+
+    def setup_cache(self):
+        return self.measure_grid()
+
+
+class Step500M(_Step):
+    size = "500M"
+    params = [STEP_VARIANTS["500M"]]
+
+    def setup_cache(self):
+        return self.measure_grid()
+
+
+class Step1B(_Step):
+    size = "1B"
+    params = [STEP_VARIANTS["1B"]]
+
+    def setup_cache(self):
+        return self.measure_grid()

@@ -1,0 +1,288 @@
+"""Every kernel op that optbench times, with its implementations, inputs and FLOP/byte counts.
+
+One :class:`Op` per kernel: the shapes it is measured at (those of the 100M/500M/1B configs and
+of the kernels goals), the implementations compared (``eager`` is the baseline; ``compile`` is
+``torch.compile`` of eager; ``liger`` is Liger-Kernel; ``triton`` is ours), a builder of fresh random
+inputs, and the fewest FLOPs and bytes each call needs (kernels/README.md derives them). The asv
+suite and the pytest-benchmark twin both build their work from here, through ``optbench.workloads``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+
+from kernels.shapes import IMPLS, SHAPES
+import torch.nn.functional as F
+
+Tensor = torch.Tensor
+Inputs = tuple[Tensor, ...]
+BF16 = torch.bfloat16
+
+
+@dataclass(frozen=True)
+class Op:
+    """A kernel measured by the suite.
+
+    ``make_inputs(dims, dtype, device, gen)`` returns the inputs (leaves that need gradients have
+    ``requires_grad``); ``impl(name)`` returns ``fn(*inputs) -> Tensor``; ``flops``/``bytes`` give the
+    fewest FLOPs / bytes for ``fwd`` and ``fwdbwd`` at dims and element size.
+    """
+
+    name: str
+    shapes: dict[str, dict[str, int]]
+    impls: tuple[str, ...]
+    make_inputs: Callable[[dict[str, int], torch.dtype, str, torch.Generator], Inputs]
+    impl: Callable[[str], Callable[..., Tensor]]
+    flops: Callable[[dict[str, int]], dict[str, float]]
+    bytes: Callable[[dict[str, int], int], dict[str, float]]
+    dtype: torch.dtype = BF16
+    backward: bool = True
+    loss_like: bool = False  # output is a scalar loss: backward with grad 1
+
+
+def _randn(shape: Sequence[int], dtype: torch.dtype, device: str, gen: torch.Generator,
+           scale: float = 1.0, grad: bool = True) -> Tensor:
+    t = torch.randn(*shape, generator=gen, device=device, dtype=torch.float32) * scale
+    return t.to(dtype).requires_grad_(grad)
+
+
+@cache
+def _compiled(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    return torch.compile(fn)
+
+
+def _pick(table: dict[str, Callable[[], Callable[..., Tensor]]]) -> Callable[[str], Callable[..., Tensor]]:
+    def impl(name: str) -> Callable[..., Tensor]:
+        if name not in table:
+            raise NotImplementedError(f"no {name!r} implementation")
+        return table[name]()
+    return impl
+
+
+# --- RMSNorm: y = x * rsqrt(mean(x^2) + eps) * w over rows of width H -------------------------
+
+def _rmsnorm_impls() -> Callable[[str], Callable[..., Tensor]]:
+    def eager():
+        from kernels.rmsnorm import rms_norm_eager
+        return rms_norm_eager
+
+    def liger():
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+        return lambda x, w: LigerRMSNormFunction.apply(x, w, 1e-6)
+
+    def triton():
+        from kernels.rmsnorm import rms_norm
+        return rms_norm
+
+    return _pick({"eager": eager, "compile": lambda: _compiled(eager()), "liger": liger, "triton": triton})
+
+
+RMSNORM = Op(
+    name="rmsnorm",
+    shapes=SHAPES["rmsnorm"],
+    impls=IMPLS["rmsnorm"],
+    make_inputs=lambda d, dt, dev, g: (_randn((d["rows"], d["hidden"]), dt, dev, g),
+                                       _randn((d["hidden"],), dt, dev, g)),
+    impl=_rmsnorm_impls(),
+    flops=lambda d: {"fwd": 4.0 * d["rows"] * d["hidden"], "fwdbwd": 12.0 * d["rows"] * d["hidden"]},
+    # fwd: read x, write y (+ w, rstd); fwd+bwd adds: read dy, x, write dx (+ dw partials).
+    bytes=lambda d, s: {"fwd": 2.0 * d["rows"] * d["hidden"] * s,
+                        "fwdbwd": 5.0 * d["rows"] * d["hidden"] * s},
+)
+
+
+# --- SwiGLU: silu(a) * b, elementwise over (rows, I) ------------------------------------------
+
+def _swiglu_impls() -> Callable[[str], Callable[..., Tensor]]:
+    def eager():
+        from kernels.swiglu import swiglu_eager
+        return swiglu_eager
+
+    def liger():
+        from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+        return LigerSiLUMulFunction.apply
+
+    def triton():
+        from kernels.swiglu import swiglu
+        return swiglu
+
+    return _pick({"eager": eager, "compile": lambda: _compiled(eager()), "liger": liger, "triton": triton})
+
+
+SWIGLU = Op(
+    name="swiglu",
+    shapes=SHAPES["swiglu"],
+    impls=IMPLS["swiglu"],
+    make_inputs=lambda d, dt, dev, g: (_randn((d["rows"], d["inter"]), dt, dev, g),
+                                       _randn((d["rows"], d["inter"]), dt, dev, g)),
+    impl=_swiglu_impls(),
+    flops=lambda d: {"fwd": 5.0 * d["rows"] * d["inter"], "fwdbwd": 16.0 * d["rows"] * d["inter"]},
+    # fwd: read a, b, write y; bwd: read dy, a, b, write da, db.
+    bytes=lambda d, s: {"fwd": 3.0 * d["rows"] * d["inter"] * s,
+                        "fwdbwd": 8.0 * d["rows"] * d["inter"] * s},
+)
+
+
+# --- QK-norm: RMSNorm over head_dim of every head of q (B,S,Hq,D) and k (B,S,Hkv,D) -------------
+
+def _qknorm_impls() -> Callable[[str], Callable[..., Tensor]]:
+    def eager():
+        from kernels.qknorm import qk_norm_eager
+        return _sum_pair(qk_norm_eager)
+
+    def triton():
+        from kernels.qknorm import qk_norm
+        return _sum_pair(qk_norm)
+
+    return _pick({"eager": eager, "compile": lambda: _compiled(eager()), "triton": triton})
+
+
+@cache
+def _sum_pair(fn: Callable[..., tuple[Tensor, Tensor]]) -> Callable[..., Tensor]:
+    """Adapts a (q, k) -> (q', k') op to one output tensor (q' and k' flattened and joined)."""
+    def joined(q: Tensor, k: Tensor, wq: Tensor, wk: Tensor) -> Tensor:
+        qn, kn = fn(q, k, wq, wk, 1e-6)
+        return torch.cat([qn.reshape(-1), kn.reshape(-1)])
+    return joined
+
+
+def _qk_rows(d: dict[str, int]) -> int:
+    return d["tokens"] * (d["q_heads"] + d["kv_heads"])
+
+
+QKNORM = Op(
+    name="qknorm",
+    shapes=SHAPES["qknorm"],
+    impls=IMPLS["qknorm"],
+    make_inputs=lambda d, dt, dev, g: (
+        _randn((8, d["tokens"] // 8, d["q_heads"], d["head_dim"]), dt, dev, g),
+        _randn((8, d["tokens"] // 8, d["kv_heads"], d["head_dim"]), dt, dev, g),
+        _randn((d["head_dim"],), dt, dev, g), _randn((d["head_dim"],), dt, dev, g)),
+    impl=_qknorm_impls(),
+    flops=lambda d: {"fwd": 4.0 * _qk_rows(d) * d["head_dim"], "fwdbwd": 12.0 * _qk_rows(d) * d["head_dim"]},
+    bytes=lambda d, s: {"fwd": 2.0 * _qk_rows(d) * d["head_dim"] * s,
+                        "fwdbwd": 5.0 * _qk_rows(d) * d["head_dim"] * s},
+)
+
+
+# --- LM head + cross-entropy: loss(h @ W^T, y) over N tokens, vocabulary V ----------------------
+
+def _linear_ce_impls() -> Callable[[str], Callable[..., Tensor]]:
+    def eager():
+        return lambda h, w, y: F.cross_entropy((h @ w.t()).float(), y)
+
+    def chunked():
+        from kernels.cross_entropy import chunked_cross_entropy
+        return lambda h, w, y: chunked_cross_entropy(h, w, y)
+
+    def triton_ce():
+        from kernels.cross_entropy import cross_entropy
+        return lambda h, w, y: cross_entropy(h @ w.t(), y)
+
+    def triton():
+        from kernels.fused_linear_ce import fused_linear_cross_entropy
+        return fused_linear_cross_entropy
+
+    def liger_ce():
+        from liger_kernel.transformers import LigerCrossEntropyLoss
+        loss = LigerCrossEntropyLoss()
+        return lambda h, w, y: loss(h @ w.t(), y)
+
+    def liger():
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+        loss = LigerFusedLinearCrossEntropyLoss()
+        return lambda h, w, y: loss(w, h, y)
+
+    return _pick({"eager": eager, "compile": lambda: _compiled(eager()), "chunked": chunked,
+                  "triton-ce": triton_ce, "triton": triton, "liger-ce": liger_ce, "liger": liger})
+
+
+def _linear_ce_bytes(d: dict[str, int], s: int) -> dict[str, float]:
+    n, h, v = d["tokens"], d["hidden"], d["vocab"]
+    io = (n * h + v * h) * s  # read hidden and weight once
+    return {"fwd": float(io), "fwdbwd": float(2 * io + (n * h + v * h) * s)}  # + write both gradients
+
+
+LINEAR_CE = Op(
+    name="linear_ce",
+    shapes=SHAPES["linear_ce"],
+    impls=IMPLS["linear_ce"],
+    make_inputs=lambda d, dt, dev, g: (
+        _randn((d["tokens"], d["hidden"]), dt, dev, g),
+        _randn((d["vocab"], d["hidden"]), dt, dev, g, scale=0.02),
+        torch.randint(0, d["vocab"], (d["tokens"],), generator=g, device=dev)),
+    impl=_linear_ce_impls(),
+    # One GEMM forward, two more backward: 2*N*H*V FLOPs each (the softmax terms are negligible).
+    flops=lambda d: {"fwd": 2.0 * d["tokens"] * d["hidden"] * d["vocab"],
+                     "fwdbwd": 6.0 * d["tokens"] * d["hidden"] * d["vocab"]},
+    bytes=_linear_ce_bytes,
+    loss_like=True,
+)
+
+
+# --- Gradient statistics + clipping over a model's parameters ------------------------------------
+
+def _grad_stats_impls() -> Callable[[str], Callable[..., Tensor]]:
+    def loop():
+        from kernels.grad_stats import clip_grad_norm_loop, grad_stats_loop
+        return _stats_then_clip(grad_stats_loop, clip_grad_norm_loop)
+
+    def foreach():
+        from kernels.grad_stats import clip_grad_norm_foreach, grad_stats_foreach
+        return _stats_then_clip(grad_stats_foreach, clip_grad_norm_foreach)
+
+    return _pick({"loop": loop, "foreach": foreach})
+
+
+def _stats_then_clip(stats: Callable, clip: Callable) -> Callable[..., Tensor]:
+    """Gradient norm, parameter norm, then clipping at 1.0: what a logging training loop does."""
+    def run(*params: Tensor) -> Tensor:
+        s = stats(params)
+        total = clip(params, 1.0)
+        return torch.stack([s["grad_norm"], s["param_norm"], total])
+    return run
+
+
+def _model_param_shapes(size: str) -> list[tuple[int, ...]]:
+    from models.config import CONFIGS
+    from models.model import Decoder
+
+    with torch.device("meta"):
+        model = Decoder(CONFIGS[size])
+    return [tuple(p.shape) for p in model.parameters()]
+
+
+def _grad_stats_inputs(d: dict[str, int], dt: torch.dtype, dev: str, g: torch.Generator) -> Inputs:
+    size = {100: "100M", 500: "500M", 1000: "1B"}[d["size_m"]]
+    params = []
+    for shape in _model_param_shapes(size):
+        p = torch.randn(*shape, generator=g, device=dev, dtype=torch.float32).to(dt)
+        p.grad = torch.randn(*shape, generator=g, device=dev, dtype=torch.float32).to(dt)
+        params.append(p)
+    return tuple(params)
+
+
+def _n_params(d: dict[str, int]) -> int:
+    from models.config import CONFIGS, param_count
+    return param_count(CONFIGS[{100: "100M", 500: "500M", 1000: "1B"}[d["size_m"]]])
+
+
+GRAD_STATS = Op(
+    name="grad_stats",
+    shapes=SHAPES["grad_stats"],
+    impls=IMPLS["grad_stats"],
+    make_inputs=_grad_stats_inputs,
+    impl=_grad_stats_impls(),
+    # Norms of grads and params (2 FLOPs/element each), clip scale (1 FLOP/element) ...
+    flops=lambda d: {"fwd": 5.0 * _n_params(d)},
+    # ... reading grads twice (norm, clip), params once, writing grads once.
+    bytes=lambda d, s: {"fwd": 4.0 * _n_params(d) * s},
+    dtype=torch.float32,
+    backward=False,
+)
+
+OPS: dict[str, Op] = {op.name: op for op in (RMSNORM, SWIGLU, QKNORM, LINEAR_CE, GRAD_STATS)}

@@ -1,0 +1,99 @@
+"""nox sessions: tests and lint for CI; bench, compare, history, report and profile for runners;
+wheelhouse and bundle to prepare an offline GPU runner.
+
+Sessions that measure run in the current Python (``venv_backend="none"``) so that a runner's own
+CUDA build of torch is what gets measured; ``tests`` builds a fresh virtualenv with the CPU wheel.
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.sessions = ["tests", "lint"]
+nox.options.error_on_missing_interpreters = False
+
+CPU_TORCH = "torch==2.13.0"  # the CPU build this project's CI and developers install from disk
+
+# What an offline GPU runner lacks (asv with its requirements, Liger-Kernel), pinned so every runner
+# installs the same set. importlib-metadata 10 needs `lazy_importer`, absent on the runners: keep 8.x.
+RUNNER_WHEELS = [
+    "asv==0.6.6", "asv-runner==0.3.2", "json5==0.17.3", "pympler==1.1", "virtualenv==21.15.8",
+    "distlib==0.4.4", "platformdirs==4.14.7", "python-discovery==1.9.5", "importlib-metadata==8.7.0",
+    "liger-kernel==0.8.5",
+]
+
+
+def _install_project(session: nox.Session) -> None:
+    try:
+        session.run("python", "-c", "import torch", silent=True)
+    except nox.command.CommandFailed:
+        session.install(CPU_TORCH)
+    session.install("-e", ".[dev]")
+
+
+@nox.session(venv_params=["--system-site-packages"])
+def tests(session: nox.Session) -> None:
+    """Unit, kernel (Triton interpreter on a CPU) and harness tests. Zero tests collected fails."""
+    _install_project(session)
+    session.run("python", "-m", "pytest", "-q", *session.posargs, env={"TRITON_INTERPRET": "1"}
+                if not os.environ.get("CUDA_VISIBLE_DEVICES") else {})
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the project."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+
+
+@nox.session(venv_backend="none")
+def bench(session: nox.Session) -> None:
+    """Benchmark the current commit here (full suite with a GPU, CPU suite without), then publish HTML."""
+    session.run("python", "-m", "optbench.cli", "run", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def compare(session: nox.Session) -> None:
+    """`nox -s compare -- BASE HEAD`: exits non-zero on a significant regression."""
+    session.run("python", "-m", "optbench.cli", "compare", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def history(session: nox.Session) -> None:
+    """`nox -s history -- A..B`: benchmark each commit of a range, one git worktree per commit."""
+    session.run("python", "-m", "optbench.cli", "history", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def report(session: nox.Session) -> None:
+    """asv publish plus optbench's charts and comparison pages under html/."""
+    session.run("python", "-m", "optbench.cli", "report", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def profile(session: nox.Session) -> None:
+    """`nox -s profile -- --size 100M --options ...`: a profiling report like the seeds'."""
+    session.run("python", "-m", "optbench.cli", "profile", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def wheelhouse(session: nox.Session) -> None:
+    """Download the wheels an offline GPU runner needs into .wheelhouse/.
+
+    Defaults target CPython 3.12 on manylinux x86-64 (our H100 runners); pass pip download's
+    platform options after `--` for another runner, e.g. `-- --python-version 3.11`.
+    """
+    opts = session.posargs or ["--python-version", "3.12"]
+    platforms = [f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64",
+                                             "manylinux2014_x86_64", "manylinux1_x86_64", "any")]
+    session.run("python", "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--implementation",
+                "cp", *platforms, *opts, "-d", ".wheelhouse", *RUNNER_WHEELS)
+
+
+@nox.session(venv_backend="none")
+def bundle(session: nox.Session) -> None:
+    """Write the repository's history to .bundle/optbench.bundle for a runner whose copy has none."""
+    os.makedirs(".bundle", exist_ok=True)
+    session.run("git", "bundle", "create", ".bundle/optbench.bundle", "--all", external=True)

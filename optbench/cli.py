@@ -1,0 +1,137 @@
+"""The ``optbench`` command: run the suite, compare commits, publish reports, profile, plan.
+
+``optbench run`` benchmarks the current commit on whatever device is here (the CPU suite without a
+GPU), stores results under ``results/<machine>/`` and writes HTML under ``html/``. The other
+commands are those of their modules (``optbench <command> --help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# asv --bench selections per suite. The grid sizes inside each class follow OPTBENCH_SUITE too.
+SUITES: dict[str, list[str]] = {
+    "cpu": [r"^bench_cpu\.", r"^bench_step\.StepTiny"],
+    "quick": [r"^bench_kernels\.(RMSNorm|SwiGLU|LinearCrossEntropy)", r"^bench_step\.Step100M",
+              r"^bench_precision\."],
+    "full": [r"^bench_kernels\.", r"^bench_step\.Step(100M|500M|1B)", r"^bench_precision\."],
+}
+SUBCOMMANDS = {
+    "compare": "optbench.compare",
+    "report": "optbench.report",
+    "profile": "optbench.profile",
+    "plan": "optbench.plan",
+    "history": "optbench.history",
+    "calibrate": "optbench.calibrate",
+}
+
+
+def git_commit(ref: str = "HEAD") -> str:
+    """Full hash of ``ref``; a clear error where the work tree has no git history."""
+    try:
+        return subprocess.run(["git", "rev-parse", ref], cwd=ROOT, check=True, capture_output=True,
+                              text=True).stdout.strip()
+    except subprocess.CalledProcessError as exc:
+        raise SystemExit(
+            f"optbench: cannot resolve {ref!r} in {ROOT}: {exc.stderr.strip()}\n"
+            "A copied work tree has no history: restore it from a bundle (scripts/gpu-run.sh does).") from exc
+
+
+def bench_env(suite: str, machine: str, emulate: str | None) -> dict[str, str]:
+    """Environment of the asv processes: where results go, the suite size, persistent compile caches."""
+    cache = ROOT / ".cache"
+    env = dict(os.environ)
+    env.update(OPTBENCH_MACHINE=machine, OPTBENCH_SUITE=suite, OPTBENCH_RESULTS=str(ROOT / "results"),
+               TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+    if emulate:
+        env["OPTBENCH_EMULATE"] = emulate
+    return env
+
+
+def asv(args: list[str], env: dict[str, str] | None = None) -> int:
+    """Runs asv (with its JSON writer made atomic) in the repository root; returns its exit code."""
+    return subprocess.run([sys.executable, "-m", "optbench.asv_atomic", *args], cwd=ROOT, env=env).returncode
+
+
+def register_machine(machine: str) -> None:
+    """Writes asv's machine file for ``machine`` with the GPU named beside the CPU."""
+    from optbench.machine import machine_info
+
+    info = machine_info()
+    cpu = str(info.get("cpu") or platform.processor() or "unknown cpu")
+    if info.get("gpu_name"):
+        cpu = f"{cpu} | {info['gpu_count']}x {info['gpu_name']} (driver {info.get('driver')}, CUDA {info.get('cuda')})"
+    asv(["machine", "--yes", "--machine", machine, "--os", str(info.get("os")), "--arch", platform.machine(),
+         "--cpu", cpu, "--num_cpu", str(info.get("num_cpu")), "--ram", str(info.get("ram_gb"))])
+
+
+def run(argv: list[str]) -> int:
+    """``optbench run``: benchmark the current commit here, store results, publish HTML."""
+    p = argparse.ArgumentParser(prog="optbench run", description=run.__doc__)
+    p.add_argument("--suite", choices=["auto", *SUITES], default="auto",
+                   help="auto: 'full' with a GPU, 'cpu' without")
+    p.add_argument("--emulate", help="hardware profile to emulate on a larger GPU (e.g. t4)")
+    p.add_argument("--commit", default="HEAD", help="commit to record the results under")
+    p.add_argument("--bench", action="append", default=[], help="extra asv --bench regex (narrows nothing)")
+    p.add_argument("--no-html", action="store_true", help="skip asv publish and optbench's charts")
+    args = p.parse_args(argv)
+
+    import torch
+
+    from optbench.machine import machine_name
+
+    suite = args.suite
+    if suite == "auto":
+        suite = "full" if torch.cuda.is_available() else "cpu"
+    machine = machine_name(emulate=args.emulate)
+    commit = git_commit(args.commit)
+    env = bench_env(suite, machine, args.emulate)
+    if args.emulate:
+        from optbench.plan import emulate_env
+
+        env.update(emulate_env(args.emulate))
+    register_machine(machine)
+    print(f"optbench: suite {suite!r} on {machine} for {commit[:12]}", flush=True)
+    selection = [arg for regex in SUITES[suite] + args.bench for arg in ("--bench", regex)]
+    code = asv(["run", "--environment", f"existing:{sys.executable}", "--set-commit-hash", commit,
+                "--machine", machine, "--show-stderr", *selection], env=env)
+    if not args.no_html:
+        from optbench.report import publish
+
+        publish()
+    return code
+
+
+def machine(argv: list[str]) -> int:
+    """``optbench machine``: prints this machine's info and results-folder name."""
+    import json
+
+    from optbench.machine import machine_info, machine_name
+
+    print(json.dumps({"name": machine_name(), **machine_info()}, indent=1))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    commands = {"run": run, "machine": machine}
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in {*commands, *SUBCOMMANDS}:
+        print(f"usage: optbench {{{','.join([*commands, *SUBCOMMANDS])}}} [options]\n\n{__doc__}")
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    if argv[0] in commands:
+        return commands[argv[0]](argv[1:])
+    import importlib
+
+    return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Runs a grid of benchmark cases: each is checked against its baseline, then timed and sized.
+
+A case that the machine cannot run is *skipped* with its reason; a wrong result is recorded as
+*wrong* and never timed; an out-of-memory error, a case over its time budget or any other error is
+recorded as such and the grid goes on. Every record is saved to the result store as soon as it
+exists, so a run that dies keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from optbench.store import MACHINE_KEY, ResultStore, record_key
+
+
+class WrongResult(AssertionError):
+    """An optimization disagrees with its baseline beyond tolerance: it must not be timed."""
+
+
+@dataclass
+class Work:
+    """What one case measures once its inputs are built.
+
+    ``timed`` maps a metric name (e.g. ``"fwd"``, ``"fwdbwd"``, ``"step"``) to the callable timed for it;
+    ``memory`` names the metrics whose peak extra memory is measured; ``check`` runs before any timing
+    and raises :class:`WrongResult` when the result is wrong; ``flops``/``bytes`` per metric feed the
+    roofline (floor) at report time; ``info`` is free-form (dtype, tokens per call, ...).
+    """
+
+    timed: dict[str, Callable[[], Any]]
+    check: Callable[[], Mapping[str, Any]] | None = None
+    memory: tuple[str, ...] = ()
+    flops: dict[str, float] = field(default_factory=dict)
+    bytes: dict[str, float] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    graph: bool = True
+    cleanup: Callable[[], None] | None = None
+
+
+@dataclass
+class Case:
+    """One parameter combination; ``build`` raises NotImplementedError(reason) to skip."""
+
+    params: dict[str, str]
+    build: Callable[[], Work]
+
+
+def current_commit() -> str:
+    """The commit being measured: asv's ``ASV_COMMIT``, else ``git rev-parse HEAD``, else 'unknown'."""
+    if os.environ.get("ASV_COMMIT"):
+        return os.environ["ASV_COMMIT"]
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                             cwd=os.path.dirname(os.path.abspath(__file__)))
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def current_machine() -> str:
+    """Results-folder name of this machine: ``$OPTBENCH_MACHINE`` (set by the CLI) or detected."""
+    from optbench.machine import machine_name
+
+    return os.environ.get("OPTBENCH_MACHINE") or machine_name(emulate=os.environ.get("OPTBENCH_EMULATE"))
+
+
+def _is_oom(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def _free_device_memory() -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def measure_case(case: Case, *, device: str, budget_s: float) -> dict[str, Any]:
+    """Build, check, time and size one case; returns its record body (status, metrics, ...)."""
+    from optbench.memory import peak_memory
+    from optbench.timing import measure
+
+    rec: dict[str, Any] = {"params": case.params, "status": "ok", "metrics": {}, "peak_mem_bytes": {}}
+    start = time.perf_counter()
+    work = None
+    try:
+        work = case.build()
+        rec.update(flops=work.flops, bytes=work.bytes, info=work.info)
+        if work.check is not None:
+            rec["check"] = dict(work.check())
+        for name, fn in work.timed.items():
+            if time.perf_counter() - start > budget_s:
+                raise TimeoutError(f"over its budget of {budget_s:.0f} s before timing {name!r}")
+            rec["metrics"][name] = measure(fn, device=device, graph=work.graph).to_dict()
+            if name in work.memory:
+                rec["peak_mem_bytes"][name] = peak_memory(fn, device=device)
+    except NotImplementedError as exc:
+        rec.update(status="skipped", reason=str(exc) or type(exc).__name__)
+    except WrongResult as exc:
+        rec.update(status="wrong", reason=str(exc))
+    except TimeoutError as exc:
+        rec.update(status="timeout", reason=str(exc))
+    except Exception as exc:  # noqa: BLE001 - every failure is recorded and the grid goes on
+        if _is_oom(exc):
+            rec.update(status="oom", reason=str(exc).splitlines()[0][:300])
+        else:
+            rec.update(status="error", reason=f"{type(exc).__name__}: {exc}"[:2000],
+                       traceback=traceback.format_exc()[-4000:])
+    finally:
+        if work is not None and work.cleanup is not None:
+            work.cleanup()
+        del work
+        _free_device_memory()
+    rec["seconds"] = round(time.perf_counter() - start, 3)
+    return rec
+
+
+def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None,
+             budget_s: float = 120.0, store: ResultStore | None = None,
+             log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
+    """Measure every case of ``benchmark`` and save each record as it comes; returns records by key."""
+    import torch
+
+    from optbench.machine import machine_info
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    store = store or ResultStore()
+    commit, machine = current_commit(), current_machine()
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    info = machine_info()
+    info["emulate"] = os.environ.get("OPTBENCH_EMULATE")
+    store.save(machine, commit, [{"key": MACHINE_KEY, "info": info, "date": now, "commit": commit}])
+    records: dict[str, dict[str, Any]] = {}
+    for case in cases:
+        key = record_key(benchmark, case.params)
+        rec = {"key": key, "benchmark": benchmark, "commit": commit, "machine": machine, "date": now,
+               **measure_case(case, device=device, budget_s=budget_s)}
+        store.save(machine, commit, [rec])
+        records[key] = rec
+        log(f"{key}: {rec['status']} {rec.get('reason', '')[:120]}")
+    return records

@@ -1,0 +1,217 @@
+"""Builds the work of each benchmark case: inputs, a correctness check, and the callables timed.
+
+The asv suites (``benchmarks/bench_*.py``) and the pytest-benchmark twin both call these
+builders, so each benchmark's work is defined once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from optbench.runner import Work, WrongResult
+
+# Relative-error tolerance of an optimized kernel against its eager baseline run in higher precision,
+# per input dtype: bf16 keeps 8 bits of mantissa (rounding ~4e-3 per op, a few ops deep), fp16 11 bits.
+KERNEL_RTOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64; inf when out has a NaN or Inf."""
+    out, ref = out.detach().double(), ref.detach().double()
+    if not torch.isfinite(out).all():
+        return float("inf")
+    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def require_cuda(device: str, what: str) -> None:
+    """Skip (NotImplementedError) GPU-only work on a CPU."""
+    if not str(device).startswith("cuda"):
+        raise NotImplementedError(f"{what} needs a CUDA GPU; this machine has none")
+
+
+def _grads_and_output(fn, inputs, out_grad) -> list[torch.Tensor]:
+    leaves = [t for t in inputs if t.requires_grad]
+    for t in leaves:
+        t.grad = None
+    out = fn(*inputs)
+    if out_grad is not None:
+        out.backward(out_grad if out.dim() else None)
+    return [out.detach().clone(), *(t.grad.clone() for t in leaves if out_grad is not None)]
+
+
+def _with_grad(t: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    t.grad = grad
+    return t
+
+
+def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0) -> Work:
+    """One kernel op at one shape and implementation: checked against eager, then fwd and fwd+bwd timed."""
+    from kernels.registry import OPS
+
+    op = OPS[op_name]
+    require_cuda(device, f"{op.name} at {shape}")
+    if impl.startswith("liger"):
+        try:
+            import liger_kernel  # noqa: F401
+        except ImportError as exc:
+            raise NotImplementedError("liger-kernel is not installed") from exc
+    dims = op.shapes[shape]
+    gen = torch.Generator(device=device).manual_seed(seed)
+    inputs = op.make_inputs(dims, op.dtype, device, gen)
+    fn = op.impl(impl)
+    baseline = op.impl(op.impls[0])
+    leaves = [t for t in inputs if t.requires_grad]
+    out_grad = None
+    if op.backward:
+        probe = fn(*inputs)
+        out_grad = torch.ones((), device=device) if op.loss_like else torch.randn(
+            probe.shape, generator=gen, device=device, dtype=torch.float32).to(probe.dtype)
+        del probe
+
+    def check() -> dict[str, Any]:
+        ref_dtype = torch.float64 if op.dtype == torch.float32 else torch.float32
+        ref_inputs = tuple(t.detach().to(ref_dtype).requires_grad_(t.requires_grad)
+                           if t.is_floating_point() else t for t in inputs)
+        if op.name == "grad_stats":  # parameters carry their own gradients
+            for r, t in zip(ref_inputs, inputs):
+                r.grad = t.grad.detach().to(ref_dtype)
+            ref = [baseline(*ref_inputs)]
+            got = [fn(*(_with_grad(t.detach().clone(), t.grad.clone()) for t in inputs))]
+        else:
+            ref = _grads_and_output(baseline, ref_inputs, None if out_grad is None else out_grad.to(ref_dtype))
+            got = _grads_and_output(fn, inputs, out_grad)
+        errs = [rel_err(g, r) for g, r in zip(got, ref)]
+        tol = KERNEL_RTOL[op.dtype]
+        result = {"max_rel_err": max(errs), "rel_errs": errs, "tolerance": tol, "reference": str(ref_dtype)}
+        if not max(errs) <= tol:
+            raise WrongResult(f"{op.name}/{impl} at {shape}: rel. errors {errs} over tolerance {tol}")
+        return result
+
+    def fwd() -> torch.Tensor:
+        return fn(*inputs)
+
+    def fwdbwd() -> None:
+        for t in leaves:
+            t.grad = None
+        fn(*inputs).backward(out_grad)
+
+    timed = {"fwd": fwd, "fwdbwd": fwdbwd} if op.backward else {"fwd": fwd}
+    timed = plant_slowdown(f"{op.name}/{impl}", timed)
+    itemsize = torch.empty((), dtype=op.dtype).element_size()
+    return Work(timed=timed, check=check, memory=tuple(timed)[-1:], flops=op.flops(dims),
+                bytes=op.bytes(dims, itemsize), info={"dtype": str(op.dtype), "dims": dims})
+
+
+PLANT_ENV = "OPTBENCH_PLANT_SLOWDOWN"
+
+
+def plant_slowdown(name: str, timed: dict[str, Callable[[], Any]]) -> dict[str, Callable[[], Any]]:
+    """For the regression gate's own check only: ``OPTBENCH_PLANT_SLOWDOWN="rmsnorm/triton=0.10"``
+    makes that case's timed callables 10% slower on the device (a GPU spin after each call)."""
+    spec = os.environ.get(PLANT_ENV, "")
+    target, _, fraction = spec.partition("=")
+    if target != name or not torch.cuda.is_available():
+        return timed
+    from optbench.timing import measure
+
+    probe = lambda: torch.cuda._sleep(1_000_000)  # noqa: E731
+    cycles_per_ms = 1_000_000 / measure(probe, device="cuda").device.median_ms
+    slowed = {}
+    for metric, fn in timed.items():
+        cycles = int(float(fraction) * measure(fn, device="cuda").device.median_ms * cycles_per_ms)
+        slowed[metric] = lambda fn=fn, cycles=cycles: (fn(), torch.cuda._sleep(cycles))[0]
+    return slowed
+
+
+MATMUL_MODES = {"fp32": (torch.float32, False), "tf32": (torch.float32, True),
+                "bf16": (torch.bfloat16, False), "fp16": (torch.float16, False)}
+
+
+def matmul_work(n: int, mode: str, device: str, seed: int = 0) -> Work:
+    """An n x n x n matmul in one precision mode (TF32 on/off for fp32), checked against float64."""
+    require_cuda(device, "matmul precision modes")
+    from optbench.hardware import detect
+
+    dtype, tf32 = MATMUL_MODES[mode]
+    profile = detect()
+    if (mode == "tf32" and not profile.supports_tf32) or (mode == "bf16" and not profile.supports_bf16):
+        raise NotImplementedError(f"{profile.name} has no {mode} matrix units")
+    gen = torch.Generator(device=device).manual_seed(seed)
+    a = torch.randn(n, n, generator=gen, device=device).to(dtype)
+    b = torch.randn(n, n, generator=gen, device=device).to(dtype)
+
+    def mm() -> torch.Tensor:
+        before = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        try:
+            return a @ b
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = before
+
+    def check() -> dict[str, Any]:
+        rows = slice(0, 256)  # a row block against float64 is enough to catch a wrong mode
+        err = rel_err(mm()[rows], a[rows].double() @ b.double())
+        tol = {"fp32": 1e-5, "tf32": 3e-3, "bf16": 2e-2, "fp16": 5e-3}[mode]
+        if not err <= tol:
+            raise WrongResult(f"matmul {mode}: rel. error {err} over {tol}")
+        return {"max_rel_err": err, "tolerance": tol, "reference": "torch.float64"}
+
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return Work(timed={"mm": mm}, check=check, flops={"mm": 2.0 * n**3}, bytes={"mm": 3.0 * n * n * itemsize},
+                info={"dtype": mode, "dims": {"n": n}})
+
+
+# Reference (loss, gradients) of each baseline step, kept on the host so that a 1B candidate has the GPU.
+_REFERENCES: dict[tuple, Any] = {}
+
+
+def step_options(size: str, variant: str, device: str):
+    """(reference, candidate) StepOptions of ``variant`` at ``size`` on ``device``.
+
+    On a CPU the baseline is fp32 (bf16 autocast there measures nothing users run); 'tiny' runs B=2, S=128.
+    """
+    from models.step import BASELINE, variant_options
+
+    base = BASELINE if str(device).startswith("cuda") else BASELINE.replace(precision="fp32")
+    if size == "tiny":
+        base = base.replace(batch_size=2, seq_len=128)
+    return (base, base) if variant == "eager" else variant_options(variant, base)
+
+
+def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
+    """One training step of ``size`` with ``variant`` on: checked against its baseline, then timed."""
+    from models.config import CONFIGS
+    from models.step import UnsupportedOptions, build_step, check_against, snapshot
+
+    from optbench.hardware import detect
+
+    reference, options = step_options(size, variant, device)
+    config = CONFIGS[size]
+    profile = detect() if str(device).startswith("cuda") else None
+    try:
+        if (size, reference) not in _REFERENCES:
+            _REFERENCES.clear()
+            ref_step = build_step(config, reference, device, seed, profile=profile)
+            _REFERENCES[(size, reference)] = snapshot(ref_step, host=True)
+            del ref_step
+        step = build_step(config, options, device, seed, profile=profile)
+    except UnsupportedOptions as exc:
+        raise NotImplementedError(str(exc)) from exc
+
+    def check() -> dict[str, Any]:
+        result = check_against(_REFERENCES[(size, reference)], step)
+        out = {"loss_rel": result.loss_rel, "grad_rel": result.grad_rel, "worst_param": result.worst_param,
+               "tolerance": list(result.tolerance)}
+        if not result.ok:
+            raise WrongResult(f"step {size}/{variant}: {out}")
+        return out
+
+    return Work(timed={"step": step, "forward": step.forward_loss}, check=check, memory=("step",),
+                flops={"step": float(step.flops_per_step)}, graph=False,
+                info={"tokens": step.tokens_per_step, "primary_clock": "wall", "precision": options.precision,
+                      "batch_size": options.batch_size, "seq_len": options.seq_len,
+                      "params": sum(p.numel() for p in step.params)})

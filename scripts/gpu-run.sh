@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs optbench on an offline GPU runner from a copied work tree.
+#
+#   scripts/gpu-run.sh [optbench arguments]      (default: run --suite full)
+#
+# A copied work tree arrives with an empty .git: the history comes from .bundle/optbench.bundle
+# (made by `nox -s bundle`), so that asv can record results under the real commit hash. Python
+# packages the runner lacks (asv and its requirements, liger-kernel) come from .wheelhouse/ (made by
+# `nox -s wheelhouse`) and are installed into .cache/site without touching the system.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! git rev-parse -q --verify HEAD >/dev/null 2>&1; then
+    [ -f .bundle/optbench.bundle ] || { echo "no git history and no .bundle/optbench.bundle: run 'nox -s bundle' where the history is" >&2; exit 2; }
+    git fetch -q .bundle/optbench.bundle '+refs/heads/*:refs/heads/*'
+    git reset -q          # index := HEAD; the work tree stays as it came
+fi
+if [ -n "$(git status --porcelain --untracked-files=no)" ] && [ -z "${OPTBENCH_ALLOW_DIRTY:-}" ]; then
+    echo "the work tree differs from $(git rev-parse --short HEAD): commit first (or set OPTBENCH_ALLOW_DIRTY=1)" >&2
+    git status --short --untracked-files=no >&2
+    exit 2
+fi
+git config user.email >/dev/null || git config user.email "runner@optbench.invalid"
+git config user.name >/dev/null || git config user.name "optbench runner"
+
+if ! python3 -c "import asv, liger_kernel" 2>/dev/null; then
+    [ -d .wheelhouse ] || { echo "asv or liger-kernel missing and no .wheelhouse/: run 'nox -s wheelhouse'" >&2; exit 2; }
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target .cache/site .wheelhouse/*.whl
+    export PYTHONPATH="$PWD/.cache/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+[ $# -gt 0 ] || set -- run --suite full
+exec python3 -m optbench.cli "$@"
