@@ -7,9 +7,18 @@ checked against the eager baseline run in higher precision before it is timed.
 
 from __future__ import annotations
 
-from kernels.shapes import IMPLS, SHAPES
+import os
+
+from kernels.shapes import IMPLS, QUICK_SHAPES, SHAPES
 
 from .common import Grid, unit
+
+SUITE = os.environ.get("OPTBENCH_SUITE", "full")
+
+
+def _grid(op: str) -> list[list[str]]:
+    """shape x impl of ``op`` in this suite (the quick suite: one shape)."""
+    return [QUICK_SHAPES[op] if SUITE == "quick" else list(SHAPES[op]), list(IMPLS[op])]
 
 
 class _Kernel(Grid):
@@ -27,7 +36,7 @@ class _Kernel(Grid):
 
         dev = device()
         return [Case({"shape": s, "impl": i}, partial(kernel_work, self.op, s, i, dev))
-                for s in SHAPES[self.op] for i in IMPLS[self.op]]
+                for s in self.params[0] for i in self.params[1]]
 
     @unit("ms")
     def track_fwd_ms(self, records, shape, impl):
@@ -54,7 +63,7 @@ class _KernelWithBackward(_Kernel):
 
 class RMSNorm(_KernelWithBackward):
     op = "rmsnorm"
-    params = [list(SHAPES[op]), list(IMPLS[op])]
+    params = _grid(op)
 
     def setup_cache(self):
         return self.measure_grid()
@@ -62,7 +71,7 @@ class RMSNorm(_KernelWithBackward):
 
 class SwiGLU(_KernelWithBackward):
     op = "swiglu"
-    params = [list(SHAPES[op]), list(IMPLS[op])]
+    params = _grid(op)
 
     def setup_cache(self):
         return self.measure_grid()
@@ -70,7 +79,7 @@ class SwiGLU(_KernelWithBackward):
 
 class QKNorm(_KernelWithBackward):
     op = "qknorm"
-    params = [list(SHAPES[op]), list(IMPLS[op])]
+    params = _grid(op)
 
     def setup_cache(self):
         return self.measure_grid()
@@ -78,7 +87,7 @@ class QKNorm(_KernelWithBackward):
 
 class LinearCrossEntropy(_KernelWithBackward):
     op = "linear_ce"
-    params = [list(SHAPES[op]), list(IMPLS[op])]
+    params = _grid(op)
 
     def setup_cache(self):
         return self.measure_grid()
@@ -88,7 +97,7 @@ class GradStats(_Kernel):
     """Gradient norm + parameter norm + clipping over all of a model's parameters (fp32)."""
 
     op = "grad_stats"
-    params = [list(SHAPES[op]), list(IMPLS[op])]
+    params = _grid(op)
 
     def setup_cache(self):
         return self.measure_grid()

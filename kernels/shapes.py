@@ -23,3 +23,9 @@ IMPLS: dict[str, tuple[str, ...]] = {
     "linear_ce": ("eager", "compile", "chunked", "triton-ce", "triton", "liger-ce", "liger"),
     "grad_stats": ("loop", "foreach"),
 }
+
+# The quick suite measures one shape per op: the 1B config's.
+QUICK_SHAPES: dict[str, list[str]] = {
+    "rmsnorm": ["8192x2048"], "swiglu": ["8192x5632"], "qknorm": ["8192x32+4x64"],
+    "linear_ce": ["8192x2048x32000"], "grad_stats": ["1B"],
+}

@@ -1,8 +1,43 @@
-"""Which step variants each benchmark grid measures: plain data, importable without torch.
+"""The training step's variants and which ones each benchmark grid measures: plain data, importable
+without torch (asv reads the grids in processes that never need torch).
 
-A variant is one optimization switched on from the eager baseline (``models.step.VARIANTS``);
+A variant is one optimization switched on from the eager baseline ``models.step.BASELINE``;
 'eager' is the baseline itself and 'best' our best combination.
 """
+
+# Name -> the StepOptions overrides that turn one optimization on. An optional "baseline" entry holds
+# overrides applied to both sides, i.e. the reference the switch is measured against (see variant_options):
+# tf32 against fp32; triton-qknorm against an eager QK-norm model; cuda-graph against a step that already
+# has its prerequisites (capturable fused AdamW, no item sync, is_causal), so only the graph is measured.
+VARIANTS: dict[str, dict] = {
+    "fp32": {"precision": "fp32"},  # a de-optimization: fp32 against the bf16-autocast baseline
+    "tf32": {"precision": "tf32", "baseline": {"precision": "fp32"}},
+    "fp16-scaler": {"precision": "fp16"},
+    "triton-norm": {"norm": "triton"},
+    "triton-swiglu": {"mlp": "triton"},
+    "triton-qknorm": {"qk_norm": "triton", "baseline": {"qk_norm": "eager"}},
+    "liger-norm": {"norm": "liger"},
+    "liger-swiglu": {"mlp": "liger"},
+    "chunked-ce": {"loss": "chunked"},
+    "fused-ce": {"loss": "fused"},
+    "liger-flce": {"loss": "liger"},
+    "checkpoint": {"checkpoint_every": 1},
+    "foreach-stats": {"grad_stats": "foreach"},
+    "foreach-adamw": {"optimizer": "foreach"},
+    "fused-adamw": {"optimizer": "fused"},
+    "no-item-sync": {"item_sync": False},
+    "cached-mask": {"attn_mask": "cached"},
+    "sdpa-causal": {"attn_mask": "is_causal"},
+    "cuda-graph": {"cuda_graph": True,
+                   "baseline": {"optimizer": "fused", "item_sync": False, "attn_mask": "is_causal"}},
+    "compile-default": {"compile": "default"},
+    "compile-reduce-overhead": {"compile": "reduce-overhead"},
+    "compile-max-autotune": {"compile": "max-autotune"},
+    "compile-max-autotune-no-cudagraphs": {"compile": "max-autotune-no-cudagraphs"},
+    "best": {"precision": "bf16", "norm": "triton", "mlp": "triton", "loss": "fused", "grad_stats": "foreach",
+             "optimizer": "fused", "item_sync": False, "attn_mask": "is_causal", "compile": "default"},
+}
+
 
 SWITCHES = [
     "triton-norm", "liger-norm", "triton-swiglu", "liger-swiglu", "triton-qknorm",

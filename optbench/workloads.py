@@ -185,8 +185,7 @@ def step_options(size: str, variant: str, device: str):
 def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
     """One training step of ``size`` with ``variant`` on: checked against its baseline, then timed."""
     from models.config import CONFIGS
-    from models.step import UnsupportedOptions, build_step, check_against, snapshot
-
+    from models.step import UnsupportedOptions, build_step, check_against, reference_of
     from optbench.hardware import detect
 
     reference, options = step_options(size, variant, device)
@@ -196,7 +195,7 @@ def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
         if (size, reference) not in _REFERENCES:
             _REFERENCES.clear()
             ref_step = build_step(config, reference, device, seed, profile=profile)
-            _REFERENCES[(size, reference)] = snapshot(ref_step, host=True)
+            _REFERENCES[(size, reference)] = reference_of(ref_step, host=True)
             del ref_step
         step = build_step(config, options, device, seed, profile=profile)
     except UnsupportedOptions as exc:

@@ -1,0 +1,179 @@
+"""A LLaMA-style decoder: pre-norm RMSNorm, RoPE, grouped-query SDPA attention, SwiGLU MLP.
+
+Shapes and init follow HuggingFace ``LlamaForCausalLM`` (rotate_half RoPE, N(0, 0.02) weights); an
+optional QK-norm (per-head RMSNorm of q and k before RoPE) is the Qwen3 variant. ``forward`` returns the
+final-normed hidden states: the training step applies ``lm_head`` and the loss, so that fused LM-head +
+cross-entropy kernels can take the hidden states and ``lm_head.weight``.
+
+Kernel choices are constructor switches ('eager' is the reference); their modules are imported lazily so
+that a missing implementation only fails the switch that needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from models.config import ModelConfig
+
+ATTN_MASKS = ("is_causal", "cached", "rebuilt")
+
+
+def rms_norm(dim: int, eps: float, impl: str) -> nn.Module:
+    """An RMSNorm layer with a ``weight`` of size dim: 'eager' | 'triton' (kernels.rmsnorm) or 'liger'."""
+    if impl == "liger":
+        from liger_kernel.transformers import LigerRMSNorm
+
+        return LigerRMSNorm(dim, eps=eps)
+    from kernels.rmsnorm import RMSNorm
+
+    return RMSNorm(dim, eps=eps, impl=impl)
+
+
+def swiglu_fn(impl: str) -> Callable[[Tensor, Tensor], Tensor]:
+    """silu(a) * b: 'eager' | 'triton' (kernels.swiglu) or 'liger'."""
+    if impl == "liger":
+        from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
+        return LigerSiLUMulFunction.apply
+    from kernels.swiglu import swiglu, swiglu_eager
+
+    fns = {"eager": swiglu_eager, "triton": swiglu}
+    if impl not in fns:
+        raise ValueError(f"mlp impl must be 'eager', 'triton' or 'liger', got {impl!r}")
+    return fns[impl]
+
+
+def rope_tables(cfg: ModelConfig) -> tuple[Tensor, Tensor]:
+    """cos, sin of shape (max_seq_len, 1, head_dim), HF layout: frequencies repeated over both halves."""
+    inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim)
+    angles = torch.outer(torch.arange(cfg.max_seq_len, dtype=torch.float32), inv_freq)
+    emb = torch.cat([angles, angles], dim=-1)[:, None, :]
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate x (B, S, H, D) by position (HF rotate_half convention); cos, sin are (S, 1, D)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class Attention(nn.Module):
+    """Grouped-query attention through F.scaled_dot_product_attention, with optional QK-norm."""
+
+    def __init__(self, cfg: ModelConfig, qk_norm_impl: str):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
+        self.qk_norm = None
+        if cfg.qk_norm:
+            from kernels.qknorm import QKNorm
+
+            self.qk_norm = QKNorm(cfg.head_dim, eps=cfg.norm_eps, impl=qk_norm_impl)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None) -> Tensor:
+        """mask: None for causal attention through ``is_causal``, else a boolean (S, S) 'may attend' mask."""
+        B, S, _ = x.shape
+        q = self.q_proj(x).view(B, S, self.n_heads, self.head_dim)
+        k = self.k_proj(x).view(B, S, self.n_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(B, S, self.n_kv_heads, self.head_dim)
+        if self.qk_norm is not None:
+            q, k = self.qk_norm(q, k)
+        q, k = apply_rope(q, cos, sin).transpose(1, 2), apply_rope(k, cos, sin).transpose(1, 2)
+        v = v.transpose(1, 2)
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            # As HF does: with a mask, SDPA's GQA path would fall back to the math kernel, so expand kv heads.
+            rep = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.o_proj(y.transpose(1, 2).reshape(B, S, -1))
+
+
+class MLP(nn.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: ModelConfig, impl: str):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.d_model, cfg.ffn_dim, bias=False)
+        self.up_proj = nn.Linear(cfg.d_model, cfg.ffn_dim, bias=False)
+        self.down_proj = nn.Linear(cfg.ffn_dim, cfg.d_model, bias=False)
+        self.act = swiglu_fn(impl)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(self.act(self.gate_proj(x), self.up_proj(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, cfg: ModelConfig, norm_impl: str, mlp_impl: str, qk_norm_impl: str):
+        super().__init__()
+        self.attn_norm = rms_norm(cfg.d_model, cfg.norm_eps, norm_impl)
+        self.attn = Attention(cfg, qk_norm_impl)
+        self.mlp_norm = rms_norm(cfg.d_model, cfg.norm_eps, norm_impl)
+        self.mlp = MLP(cfg, mlp_impl)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None) -> Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin, mask)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Decoder(nn.Module):
+    """Token ids (B, S) -> final-normed hidden states (B, S, d_model); ``lm_head`` is applied by the caller.
+
+    attn_mask: 'is_causal' passes ``is_causal=True`` to SDPA; 'cached' slices a registered boolean causal
+    mask; 'rebuilt' builds ``torch.triu(torch.ones(S, S), 1)`` on every forward (the seeds' slow path).
+    ``checkpoint_every = k > 0`` recomputes every k-th block (blocks k-1, 2k-1, ...) in the backward.
+    """
+
+    checkpoint_every: int = 0
+
+    def __init__(self, cfg: ModelConfig, norm_impl: str = "eager", mlp_impl: str = "eager",
+                 qk_norm_impl: str = "eager", attn_mask: str = "is_causal"):
+        super().__init__()
+        if attn_mask not in ATTN_MASKS:
+            raise ValueError(f"attn_mask must be one of {ATTN_MASKS}, got {attn_mask!r}")
+        self.cfg, self.attn_mask = cfg, attn_mask
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg, norm_impl, mlp_impl, qk_norm_impl)
+                                    for _ in range(cfg.n_layers))
+        self.norm = rms_norm(cfg.d_model, cfg.norm_eps, norm_impl)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+        cos, sin = rope_tables(cfg)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        if attn_mask == "cached":
+            causal = torch.ones(cfg.max_seq_len, cfg.max_seq_len, dtype=torch.bool).tril()
+            self.register_buffer("causal_mask", causal, persistent=False)
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, mean=0.0, std=0.02)
+
+    def _mask(self, S: int, device: torch.device) -> Tensor | None:
+        if self.attn_mask == "cached":
+            return self.causal_mask[:S, :S]
+        if self.attn_mask == "rebuilt":
+            return ~torch.triu(torch.ones(S, S, device=device), diagonal=1).bool()
+        return None
+
+    def forward(self, idx: Tensor) -> Tensor:
+        S = idx.shape[1]
+        x = self.embed(idx)
+        cos, sin, mask = self.cos[:S], self.sin[:S], self._mask(S, idx.device)
+        for i, block in enumerate(self.blocks):
+            if self.checkpoint_every and (i + 1) % self.checkpoint_every == 0:
+                x = checkpoint(block, x, cos, sin, mask, use_reentrant=False)
+            else:
+                x = block(x, cos, sin, mask)
+        return self.norm(x)

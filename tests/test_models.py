@@ -1,0 +1,100 @@
+"""The decoder and its configs: parameter and FLOP counts, shapes, causality, RoPE, checkpointing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from models.config import CONFIGS, ModelConfig, flops_per_token, param_count
+from models.model import ATTN_MASKS, Decoder, apply_rope, rope_tables
+
+TINY = CONFIGS["tiny"]
+# HF LlamaForCausalLM at the anchors' shapes: sum(p.numel() for p in model.parameters()), in millions.
+HF_PARAMS_M = {"100M": 124.7, "500M": 494.7, "1B": 1100.0}
+
+
+def _meta_model(cfg: ModelConfig) -> Decoder:
+    with torch.device("meta"):
+        return Decoder(cfg)
+
+
+@pytest.mark.parametrize("size", list(HF_PARAMS_M))
+def test_param_count_matches_hf(size):
+    assert abs(param_count(CONFIGS[size]) / 1e6 - HF_PARAMS_M[size]) < 0.1
+
+
+@pytest.mark.parametrize("cfg", [*CONFIGS.values(), dataclasses.replace(TINY, qk_norm=True),
+                                 dataclasses.replace(TINY, tie_embeddings=True)])
+def test_param_count_matches_built_model(cfg):
+    model = _meta_model(cfg)
+    n = sum(p.numel() for p in model.parameters())
+    assert param_count(cfg) == n
+    table = 0 if cfg.tie_embeddings else model.embed.weight.numel()
+    assert param_count(cfg, include_embedding=False) == n - table
+
+
+@pytest.mark.parametrize("size", ["100M", "1B"])
+def test_flops_per_token_is_the_anchors_formula(size):
+    cfg, seq = CONFIGS[size], 1024
+    model = _meta_model(cfg)
+    n = sum(p.numel() for p in model.parameters())
+    n_emb = model.embed.weight.numel()
+    assert flops_per_token(cfg, seq) == 6 * (n - n_emb) + 12 * cfg.n_layers * cfg.d_model * seq
+
+
+@pytest.mark.parametrize("attn_mask", ATTN_MASKS)
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_forward_is_causal_with_the_right_shape(attn_mask, qk_norm):
+    torch.manual_seed(0)
+    model = Decoder(dataclasses.replace(TINY, qk_norm=qk_norm), attn_mask=attn_mask)
+    idx = torch.randint(0, TINY.vocab_size, (2, 32))
+    changed = idx.clone()
+    changed[:, 20] = (changed[:, 20] + 1) % TINY.vocab_size
+    with torch.no_grad():
+        out, out_changed = model(idx), model(changed)
+    assert out.shape == (2, 32, TINY.d_model)
+    torch.testing.assert_close(out[:, :20], out_changed[:, :20])
+    assert not torch.allclose(out[:, 20:], out_changed[:, 20:])
+
+
+def test_rope_is_a_relative_rotation():
+    cos, sin = rope_tables(TINY)
+    q, k = (torch.randn(TINY.head_dim).expand(1, 40, 1, -1) for _ in range(2))  # one vector at every position
+    rq, rk = apply_rope(q, cos[:40], sin[:40]), apply_rope(k, cos[:40], sin[:40])
+    torch.testing.assert_close(rq[:, 0], q[:, 0])  # position 0 is not rotated
+    torch.testing.assert_close(rq.norm(dim=-1), q.norm(dim=-1))
+    scores = rq[0, :, 0] @ rk[0, :, 0].T  # <q at m, k at n> depends on m - n only
+    torch.testing.assert_close(scores.diagonal(3)[:-1], scores.diagonal(3)[1:], atol=1e-5, rtol=1e-5)
+
+
+def test_init_follows_hf():
+    torch.manual_seed(0)
+    model = Decoder(CONFIGS["tiny"])
+    assert abs(model.blocks[0].mlp.up_proj.weight.std().item() - 0.02) < 2e-3
+    assert torch.equal(model.norm.weight, torch.ones(TINY.d_model))
+
+
+def _saved_tensors(model: Decoder, idx: torch.Tensor) -> int:
+    count = 0
+
+    def pack(t):
+        nonlocal count
+        count += 1
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(idx).sum()
+    return count
+
+
+def test_checkpoint_every_saves_fewer_activations():
+    torch.manual_seed(0)
+    model = Decoder(dataclasses.replace(TINY, n_layers=4))
+    idx = torch.randint(0, TINY.vocab_size, (2, 32))
+    counts = []
+    for every in (0, 2, 1):
+        model.checkpoint_every = every
+        counts.append(_saved_tensors(model, idx))
+    assert counts[0] > counts[1] > counts[2]

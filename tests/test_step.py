@@ -1,0 +1,157 @@
+"""The training step: each switch matches its eager reference after one step (on a CPU through the Triton
+interpreter; the GPU-only switches too when CUDA is there); what a CPU cannot run, and combinations that
+cannot work, are refused at build time."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from models.config import CONFIGS, flops_per_token
+from models.step import (
+    BASELINE,
+    TOLERANCES,
+    VARIANTS,
+    StepOptions,
+    UnsupportedOptions,
+    build_step,
+    check_against,
+    validate,
+    variant_options,
+)
+
+TINY = CONFIGS["tiny"]
+SMALL = dict(batch_size=2, seq_len=32)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+# Modules a switch needs beyond the baseline's; its test skips when one does not import.
+NEEDS = {"triton-norm": "kernels.rmsnorm", "triton-swiglu": "kernels.swiglu",
+         "triton-qknorm": "kernels.qknorm", "fused-ce": "kernels.fused_linear_ce",
+         "liger-norm": "liger_kernel", "liger-swiglu": "liger_kernel", "liger-flce": "liger_kernel",
+         "best": "kernels.fused_linear_ce"}
+CPU_FP32 = ["chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync", "cached-mask",
+            "sdpa-causal", "triton-norm", "triton-swiglu", "triton-qknorm", "fused-ce", "compile-default",
+            "compile-max-autotune-no-cudagraphs"]
+CPU_BF16 = ["fp16-scaler", "chunked-ce", "fused-ce", "triton-norm", "triton-swiglu", "triton-qknorm"]
+GPU_ONLY = ["tf32", "liger-norm", "liger-swiglu", "liger-flce", "fused-adamw", "cuda-graph",
+            "compile-reduce-overhead", "compile-max-autotune", "best"]
+H100 = SimpleNamespace(key="h100", supports_bf16=True, supports_tf32=True)
+
+
+def _check(name: str, base: StepOptions, device: str = DEVICE):
+    if name in NEEDS:
+        pytest.importorskip(NEEDS[name], reason=f"{NEEDS[name]} does not import")
+    reference, candidate = variant_options(name, base)
+    return check_against(build_step(TINY, reference, device), build_step(TINY, candidate, device))
+
+
+@pytest.mark.parametrize("name", CPU_FP32)
+def test_switch_matches_fp32_baseline(name):
+    result = _check(name, BASELINE.replace(precision="fp32", **SMALL))
+    assert result.ok, result
+
+
+@pytest.mark.parametrize("name", CPU_BF16)
+def test_switch_matches_bf16_baseline(name):
+    result = _check(name, BASELINE.replace(**SMALL))
+    assert result.ok, result
+
+
+@pytest.mark.parametrize("name", GPU_ONLY)
+def test_gpu_only_switch_is_refused_on_cpu(name):
+    with pytest.raises(UnsupportedOptions):
+        build_step(TINY, variant_options(name, BASELINE.replace(**SMALL))[1], "cpu")
+
+
+@requires_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", GPU_ONLY)
+def test_gpu_switch_matches_bf16_baseline(name):
+    result = _check(name, BASELINE.replace(**SMALL), "cuda")
+    assert result.ok, result
+
+
+def test_every_variant_is_one_known_switch():
+    assert sorted(CPU_FP32 + GPU_ONLY + ["fp16-scaler", "fp32"]) == sorted(VARIANTS)
+    fields = {f.name for f in dataclasses.fields(StepOptions)}
+    for name, overrides in VARIANTS.items():
+        assert set(overrides) - {"baseline"} <= fields and set(overrides.get("baseline", {})) <= fields
+        reference, candidate = variant_options(name)
+        assert reference != candidate, name
+    reference, candidate = variant_options("cuda-graph")
+    assert (reference.optimizer, reference.item_sync, reference.attn_mask) == ("fused", False, "is_causal")
+    assert dataclasses.replace(candidate, cuda_graph=False) == reference
+    validate(candidate, "cuda", H100)  # the bundled prerequisites make it valid
+    assert set(TOLERANCES) == {"fp32", "tf32", "bf16", "fp16"}
+
+
+@pytest.mark.parametrize("changes, reason", [
+    (dict(cuda_graph=True, item_sync=False, precision="fp16"), "GradScaler"),
+    (dict(cuda_graph=True), "item_sync"),
+    (dict(cuda_graph=True, item_sync=False, compile="default"), "compile"),
+    (dict(norm="layernorm"), "norm='layernorm'"),
+    (dict(checkpoint_every=-1), "checkpoint_every"),
+])
+def test_validate_rejects_bad_combinations(changes, reason):
+    with pytest.raises(UnsupportedOptions, match=reason):
+        validate(BASELINE.replace(**changes), "cuda", H100)
+
+
+def test_validate_follows_the_hardware_profile():
+    old_gpu = SimpleNamespace(key="t4", supports_bf16=False, supports_tf32=False)
+    with pytest.raises(UnsupportedOptions, match="bf16.*t4"):
+        validate(BASELINE, "cuda", old_gpu)
+    with pytest.raises(UnsupportedOptions, match="tf32.*t4"):
+        validate(BASELINE.replace(precision="tf32"), "cuda", old_gpu)
+    validate(BASELINE.replace(precision="fp16"), "cuda", old_gpu)
+
+
+def test_triton_on_cpu_needs_the_interpreter(monkeypatch):
+    validate(BASELINE.replace(norm="triton"), "cuda", H100)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(UnsupportedOptions, match="TRITON_INTERPRET"):
+        validate(BASELINE.replace(norm="triton"), "cpu")
+
+
+def test_seq_len_over_the_model_is_refused():
+    with pytest.raises(UnsupportedOptions, match="max_seq_len"):
+        build_step(TINY, BASELINE.replace(seq_len=TINY.max_seq_len + 1), DEVICE)
+
+
+def test_step_bookkeeping():
+    step = build_step(TINY, BASELINE.replace(precision="fp32", **SMALL), DEVICE)
+    assert step.tokens_per_step == 64
+    assert step.flops_per_step == flops_per_token(TINY, 32) * 64
+    assert step.idx.shape == step.targets.shape == (2, 32) and step.idx.any()
+    assert torch.equal(step.idx, build_step(TINY, step.options, DEVICE).idx)
+    assert not torch.equal(step.idx, build_step(TINY, step.options, DEVICE, seed=1).idx)
+    first = step.forward_loss()
+    losses = [step() for _ in range(5)]
+    assert losses[0] == first  # a step returns the loss of the weights before its update
+    assert step.loss_history == [loss.item() for loss in losses]
+    assert step.loss_history[-1] < step.loss_history[0]
+    assert set(step.grads()) == {name for name, _ in step.model.named_parameters()}
+    assert step.stats["grad_norm"] > 0 and step.stats["param_norm"] > 0
+
+
+def test_no_item_sync_keeps_losses_on_device():
+    options = BASELINE.replace(precision="fp32", item_sync=False, grad_stats="none", **SMALL)
+    step = build_step(TINY, options, DEVICE)
+    losses = [step() for _ in range(3)]
+    assert all(isinstance(loss, torch.Tensor) for loss in losses) and step.stats is None
+    assert step.loss_history == [loss.item() for loss in losses]
+
+
+def test_check_against_catches_a_wrong_step():
+    base = BASELINE.replace(precision="fp32", **SMALL)
+    assert not check_against(build_step(TINY, base), build_step(TINY, base, seed=1)).ok
+    lr_wrong = build_step(TINY, base)
+    lr_wrong.optimizer.param_groups[0]["lr"] *= 10
+    result = check_against(build_step(TINY, base), lr_wrong)
+    assert result.grad_rel == 0 and not result.ok  # caught by the loss after the update
+    with pytest.raises(ValueError, match="fresh"):
+        check_against(lr_wrong, build_step(TINY, base))
+
