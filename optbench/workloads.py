@@ -33,14 +33,19 @@ def require_cuda(device: str, what: str) -> None:
         raise NotImplementedError(f"{what} needs a CUDA GPU; this machine has none")
 
 
+def _as_tuple(out: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    return out if isinstance(out, tuple) else (out,)
+
+
 def _grads_and_output(fn, inputs, out_grad) -> list[torch.Tensor]:
+    """Outputs of ``fn(*inputs)`` and, when ``out_grad`` is given, the gradients of its float inputs."""
     leaves = [t for t in inputs if t.requires_grad]
     for t in leaves:
         t.grad = None
-    out = fn(*inputs)
+    outs = _as_tuple(fn(*inputs))
     if out_grad is not None:
-        out.backward(out_grad if out.dim() else None)
-    return [out.detach().clone(), *(t.grad.clone() for t in leaves if out_grad is not None)]
+        torch.autograd.backward(outs, out_grad)
+    return [*(o.detach().clone() for o in outs), *(t.grad.clone() for t in leaves if out_grad is not None)]
 
 
 def _with_grad(t: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
@@ -67,10 +72,8 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
     leaves = [t for t in inputs if t.requires_grad]
     out_grad = None
     if op.backward:
-        probe = fn(*inputs)
-        out_grad = torch.ones((), device=device) if op.loss_like else torch.randn(
-            probe.shape, generator=gen, device=device, dtype=torch.float32).to(probe.dtype)
-        del probe
+        out_grad = tuple(torch.ones((), device=device) if op.loss_like else torch.randn(
+            o.shape, generator=gen, device=device, dtype=torch.float32).to(o.dtype) for o in _as_tuple(fn(*inputs)))
 
     def check() -> dict[str, Any]:
         ref_dtype = torch.float64 if op.dtype == torch.float32 else torch.float32
@@ -82,7 +85,8 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
             ref = [baseline(*ref_inputs)]
             got = [fn(*(_with_grad(t.detach().clone(), t.grad.clone()) for t in inputs))]
         else:
-            ref = _grads_and_output(baseline, ref_inputs, None if out_grad is None else out_grad.to(ref_dtype))
+            ref_grad = None if out_grad is None else tuple(g.to(ref_dtype) for g in out_grad)
+            ref = _grads_and_output(baseline, ref_inputs, ref_grad)
             got = _grads_and_output(fn, inputs, out_grad)
         errs = [rel_err(g, r) for g, r in zip(got, ref)]
         tol = KERNEL_RTOL[op.dtype]
@@ -97,7 +101,7 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
     def fwdbwd() -> None:
         for t in leaves:
             t.grad = None
-        fn(*inputs).backward(out_grad)
+        torch.autograd.backward(_as_tuple(fn(*inputs)), out_grad)
 
     timed = {"fwd": fwd, "fwdbwd": fwdbwd} if op.backward else {"fwd": fwd}
     timed = plant_slowdown(f"{op.name}/{impl}", timed)

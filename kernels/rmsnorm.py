@@ -1,0 +1,223 @@
+"""RMSNorm (HF Llama semantics) with forward and backward in Triton, beside its eager reference.
+
+y = weight * cast_to_x_dtype(x * rsqrt(mean(x^2, -1) + eps)), statistics in fp32.
+The row-block building blocks here (`rms_fwd_rows`, `rms_bwd_stripe`, `sum_partials`) are reused
+by `kernels.qknorm`.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import nn
+
+from kernels._common import persistent_programs, row_grid, row_tile, rows_2d
+
+# Tiles (elements of x per program, or per backward loop step) and elements per thread, tuned on an
+# H100 at 16384 x {768, 2048, 4096} bf16 and QK-norm head_dim 64/96/128: the backward runs best with
+# big register tiles (about 64 bytes of x and of dy per thread, next step's loads issued before the
+# current step's math) even at one resident program per SM.
+FWD_TILE, FWD_PER_THREAD = 4096, 16
+BWD_TILE, BWD_THREAD_BYTES = 8192, 64
+
+
+def fwd_tile(n_rows: int, n_cols: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps) of the forward."""
+    return row_tile(n_rows, n_cols, FWD_TILE, FWD_PER_THREAD)
+
+
+def bwd_tile(n_rows: int, n_cols: int, x: torch.Tensor) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps) of the backward for inputs of x's dtype."""
+    return row_tile(n_rows, n_cols, BWD_TILE, BWD_THREAD_BYTES // x.element_size())
+
+
+def rms_norm_eager(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Eager reference (HF Llama): statistics in at least fp32, x_hat cast back to x.dtype, times weight."""
+    xf = x.to(torch.promote_types(x.dtype, torch.float32))
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+@triton.jit
+def _row_start(rows, n1, n2, s0, s1, s2):
+    """int64 element offset of each row of a (n0, n1, n2, H) tensor with strides (s0, s1, s2, 1)."""
+    i0 = (rows // (n1 * n2)).to(tl.int64)
+    i1 = (rows // n2 % n1).to(tl.int64)
+    i2 = (rows % n2).to(tl.int64)
+    return i0 * s0 + i1 * s1 + i2 * s2
+
+
+@triton.jit
+def rms_fwd_rows(X, n1, n2, s0, s1, s2, W, Y, RSTD, blk, n_rows, n_cols, eps,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Normalize rows [blk*BLOCK_M, blk*BLOCK_M + BLOCK_M) of X (row grid n1, n2, s0, s1, s2) into the
+    contiguous (n_rows, n_cols) Y and store their fp32 rstd in RSTD."""
+    rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    row_mask = rows < n_rows
+    col_mask = cols < n_cols
+    mask = row_mask[:, None] & col_mask[None, :]
+    x_ptrs = X + _row_start(rows, n1, n2, s0, s1, s2)[:, None] + cols[None, :]
+    x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)
+    tl.store(RSTD + rows, rstd, mask=row_mask)
+    x_hat = (x * rstd[:, None]).to(X.dtype.element_ty).to(tl.float32)
+    y_ptrs = Y + rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+    tl.store(y_ptrs, (x_hat * w[None, :]).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _load_bwd_block(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, RSTD, blk, n_rows, cols, col_mask,
+                    BLOCK_M: tl.constexpr):
+    """x, dy (input dtypes) and rstd of row block blk; rows past n_rows read as zeros."""
+    rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < n_rows
+    mask = row_mask[:, None] & col_mask[None, :]
+    x_ptrs = X + _row_start(rows, n1, n2, x_s0, x_s1, x_s2)[:, None] + cols[None, :]
+    dy_ptrs = DY + _row_start(rows, n1, n2, dy_s0, dy_s1, dy_s2)[:, None] + cols[None, :]
+    x = tl.load(x_ptrs, mask=mask, other=0.0)
+    dy = tl.load(dy_ptrs, mask=mask, other=0.0)
+    return x, dy, tl.load(RSTD + rows, mask=row_mask, other=0.0)
+
+
+@triton.jit
+def rms_bwd_stripe(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, W, RSTD, DX, DW_PART,
+                   first, step, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """dX for row blocks first, first + step, ... of X (dY and X share the row grid n1, n2; dX is
+    contiguous (n_rows, n_cols)), and the fp32 sum over those rows of dY * x_hat into DW_PART[:n_cols].
+    The next block's loads are issued before the current block's math."""
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < n_cols
+    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+    dw = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # summed over rows once, after the loop
+    n_blocks = tl.cdiv(n_rows, BLOCK_M)
+    blk = first
+    x, dy, rstd = _load_bwd_block(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, RSTD, blk, n_rows,
+                                  cols, col_mask, BLOCK_M)
+    while blk < n_blocks:  # a while loop: the interpreter (numpy >= 2.4) rejects runtime range() bounds
+        x_next, dy_next, rstd_next = _load_bwd_block(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2,
+                                                     RSTD, blk + step, n_rows, cols, col_mask, BLOCK_M)
+        x_hat = x.to(tl.float32) * rstd[:, None]
+        dyf = dy.to(tl.float32)
+        g = dyf * w[None, :]
+        c = tl.sum(g * x_hat, axis=1) / n_cols
+        dx = (g - x_hat * c[:, None]) * rstd[:, None]
+        rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
+        dx_ptrs = DX + rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+        tl.store(dx_ptrs, dx.to(DX.dtype.element_ty), mask=(rows < n_rows)[:, None] & col_mask[None, :])
+        dw += dyf * x_hat
+        blk += step
+        x, dy, rstd = x_next, dy_next, rstd_next
+    tl.store(DW_PART + cols, tl.sum(dw, axis=0), mask=col_mask)
+
+
+@triton.jit
+def _sum_partials_kernel(PART, OUT, n_part, n_cols, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """OUT[g, c] = sum_p PART[g, p, c] for a BLOCK_C stripe of columns of group g = program_id(1)."""
+    g = tl.program_id(1).to(tl.int64)
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    col_mask = cols < n_cols
+    acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
+    p0 = 0
+    while p0 < n_part:
+        p = p0 + tl.arange(0, BLOCK_P)
+        mask = (p < n_part)[:, None] & col_mask[None, :]
+        acc += tl.load(PART + (g * n_part + p)[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
+        p0 += BLOCK_P
+    tl.store(OUT + g * n_cols + cols, tl.sum(acc, axis=0).to(OUT.dtype.element_ty), mask=col_mask)
+
+
+def sum_partials(part: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Sum a contiguous fp32 (G, P, C) buffer of partial sums over P; returns (G, C) in `dtype`."""
+    g, p, c = part.shape
+    out = torch.empty((g, c), dtype=dtype, device=part.device)
+    block_c = min(64, triton.next_power_of_2(c))
+    grid = (triton.cdiv(c, block_c), g)
+    _sum_partials_kernel[grid](part, out, p, c, BLOCK_P=32, BLOCK_C=block_c, num_warps=4)
+    return out
+
+
+@triton.jit
+def _rms_norm_fwd_kernel(X, n1, n2, s0, s1, s2, W, Y, RSTD, n_rows, n_cols, eps,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rms_fwd_rows(X, n1, n2, s0, s1, s2, W, Y, RSTD, tl.program_id(0), n_rows, n_cols, eps, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def _rms_norm_bwd_kernel(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, W, RSTD, DX, DW_PART,
+                         n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    dw_part = DW_PART + pid.to(tl.int64) * n_cols
+    rms_bwd_stripe(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, W, RSTD, DX, dw_part,
+                   pid, tl.num_programs(0), n_rows, n_cols, BLOCK_M, BLOCK_N)
+
+
+class RMSNormFunction(torch.autograd.Function):
+    """x (..., H) in fp32/bf16/fp16, weight (H,) -> y (..., H) in promote_types(x.dtype, weight.dtype).
+
+    Saves x and rstd (fp32, one per row). Backward: dx in x.dtype, dweight in weight.dtype.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        x2, weight = rows_2d(x), weight.contiguous()
+        n, h = x2.shape
+        y = torch.empty((n, h), dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
+        rstd = torch.empty(n, dtype=torch.float32, device=x.device)
+        block_m, block_n, warps = fwd_tile(n, h)
+        _rms_norm_fwd_kernel[(triton.cdiv(n, block_m),)](
+            x2, *row_grid(x2[:, None, None]), weight, y, rstd, n, h, eps,
+            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
+        )
+        ctx.save_for_backward(x2, weight, rstd)
+        ctx.x_shape = x.shape
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, None]:
+        x2, weight, rstd = ctx.saved_tensors
+        n, h = x2.shape
+        dy2 = rows_2d(dy)
+        dx = torch.empty((n, h), dtype=x2.dtype, device=x2.device)
+        block_m, block_n, warps = bwd_tile(n, h, x2)
+        meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)
+        n1, n2, *x_strides = row_grid(x2[:, None, None])
+        dy_strides = row_grid(dy2[:, None, None])[2:]
+
+        def args(part: torch.Tensor) -> tuple:
+            return (dy2, *dy_strides, x2, *x_strides, n1, n2, weight, rstd, dx, part, n, h)
+
+        # rstd stands in for the fp32 partials buffer while the grid is sized
+        n_blocks = triton.cdiv(n, block_m)
+        programs = persistent_programs(_rms_norm_bwd_kernel, n_blocks, args(rstd), meta, x2.device)
+        part = torch.empty((1, programs, h), dtype=torch.float32, device=x2.device)
+        _rms_norm_bwd_kernel[(programs,)](*args(part), **meta)
+        dw = sum_partials(part, weight.dtype)[0] if ctx.needs_input_grad[1] else None
+        return dx.view(ctx.x_shape), dw, None
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Triton RMSNorm over the last dim of x (any leading dims, any H up to 65536)."""
+    return RMSNormFunction.apply(x, weight, eps)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm layer with a learnable (H,) weight; impl 'eager' (reference) or 'triton'."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6, impl: str = "triton",
+                 device: torch.device | None = None, dtype: torch.dtype | None = None):
+        super().__init__()
+        if impl not in ("eager", "triton"):
+            raise ValueError(f"impl must be 'eager' or 'triton', got {impl!r}")
+        self.weight = nn.Parameter(torch.ones(hidden_size, device=device, dtype=dtype))
+        self.eps = eps
+        self.impl = impl
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fn = rms_norm if self.impl == "triton" else rms_norm_eager
+        return fn(x, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}, impl={self.impl}"

@@ -1,0 +1,94 @@
+"""RMSNorm Triton kernels vs the float64 eager reference: output, dx and dweight."""
+
+import types
+
+import pytest
+import torch
+import triton
+from autograd_numerics import assert_all_close, run_and_reference, seed_and_poison
+from kernel_numerics import DEVICE, rel_err, requires_cuda
+
+import kernels.rmsnorm as rmsnorm_mod
+from kernels.rmsnorm import RMSNorm, rms_norm, rms_norm_eager
+
+# Relative-error bound (vs float64) for the output and every gradient, per input dtype. Triton's CPU
+# interpreter rounds fp32 -> bf16 toward zero, so bf16 errors there are about twice the GPU's.
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
+DTYPES = list(TOL)
+NAMES = ["y", "dx", "dweight"]
+
+
+@pytest.fixture(autouse=True)
+def _seeded_and_poisoned(request, monkeypatch):
+    seed_and_poison(request, monkeypatch, rmsnorm_mod)
+
+
+def _inputs(shape, dtype, w_dtype=None):
+    x = torch.randn(shape, device=DEVICE).to(dtype)
+    w = torch.randn(shape[-1], device=DEVICE).to(w_dtype or dtype)
+    return x, w
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(3, 100), (37, 257), (2, 5, 300), (13, 768), (130, 1000)], ids=str)
+def test_matches_fp64(shape, dtype):
+    results, refs = run_and_reference(rms_norm, rms_norm_eager, _inputs(shape, dtype))
+    assert results[0].dtype == dtype
+    assert_all_close(results, refs, NAMES, TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_strided_input_and_grad(dtype):
+    """A row-strided slice of a wider buffer and a transposed (non-unit last stride) grad."""
+    x = torch.randn(40, 160, device=DEVICE).to(dtype)[3:, :130]
+    w = torch.randn(130, device=DEVICE).to(dtype)
+    dy = torch.randn(130, 37, device=DEVICE).to(dtype).t()
+    results, refs = run_and_reference(rms_norm, rms_norm_eager, [x, w], [dy])
+    assert_all_close(results, refs, NAMES, TOL[dtype])
+
+
+def test_fp32_weight_promotes_output():
+    x, w = _inputs((21, 96), torch.bfloat16, torch.float32)
+    results, refs = run_and_reference(rms_norm, rms_norm_eager, [x, w])
+    assert results[0].dtype == torch.float32 and results[2].dtype == torch.float32
+    assert_all_close(results, refs, NAMES, TOL[torch.bfloat16])
+
+
+def test_module_impls_agree():
+    eager, triton_ = RMSNorm(200, impl="eager", device=DEVICE), RMSNorm(200, impl="triton", device=DEVICE)
+    with torch.no_grad():
+        eager.weight.normal_()
+        triton_.weight.copy_(eager.weight)
+    x = torch.randn(6, 7, 200, device=DEVICE)
+    assert rel_err(triton_(x), eager(x)) <= TOL[torch.float32]
+    with pytest.raises(ValueError):
+        RMSNorm(8, impl="cuda")
+
+
+@pytest.mark.parametrize("mutate", ["flip_sign_dx", "scale_dweight", "nan_in_y", "eps", "short_grid"])
+def test_wrong_kernel_is_caught(mutate, monkeypatch):
+    dtype, tol = torch.float32, TOL[torch.float32]
+    fn = rms_norm
+    if mutate == "eps":
+        fn = lambda x, w: rms_norm(x, w, eps=1e-2)
+    if mutate == "short_grid":  # floor instead of ceil for the forward grid: trailing rows never written
+        floor_cdiv = types.SimpleNamespace(cdiv=lambda a, b: a // b, next_power_of_2=triton.next_power_of_2)
+        monkeypatch.setattr(rmsnorm_mod, "triton", floor_cdiv)
+    results, refs = run_and_reference(fn, rms_norm_eager, _inputs((37, 257), dtype))
+    if mutate == "flip_sign_dx":
+        results[1] = -results[1]
+    if mutate == "scale_dweight":
+        results[2] = results[2] * (1 + 3 * tol)
+    if mutate == "nan_in_y":
+        results[0][5, 7] = float("nan")
+    if mutate == "short_grid":
+        assert results[0][32:].isnan().all()  # the poisoned buffer shows the unwritten rows
+    with pytest.raises(AssertionError):
+        assert_all_close(results, refs, NAMES, tol)
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_real_shape_gpu():
+    results, refs = run_and_reference(rms_norm, rms_norm_eager, _inputs((16384, 4096), torch.bfloat16))
+    assert_all_close(results, refs, NAMES, TOL[torch.bfloat16])
