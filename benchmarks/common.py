@@ -43,12 +43,21 @@ class Grid:
         raise NotImplementedError
 
     def measure_grid(self) -> dict[str, dict[str, Any]]:
-        """Run every case (see optbench.runner) and keep what the track methods read."""
-        from optbench.runner import run_grid
+        """Run every case selected by ``$OPTBENCH_SELECT`` (a regex on record keys; all when unset; see
+        optbench.runner) and keep what the track methods read; unselected cases are skipped, not stored."""
+        import re
 
-        records = run_grid(self.benchmark_name(), self.cases(), budget_s=CASE_BUDGET_S)
-        return {k: {f: r.get(f) for f in ("status", "reason", "metrics", "peak_mem_bytes")}
+        from optbench.runner import run_grid
+        from optbench.store import record_key
+
+        name, select = self.benchmark_name(), os.environ.get("OPTBENCH_SELECT")
+        cases = self.cases()
+        chosen = [c for c in cases if not select or re.search(select, record_key(name, c.params))]
+        records = run_grid(name, chosen, budget_s=CASE_BUDGET_S)
+        kept = {k: {f: r.get(f) for f in ("status", "reason", "metrics", "peak_mem_bytes")}
                 for k, r in records.items()}
+        unselected = {"status": "skipped", "reason": f"not selected in this run (OPTBENCH_SELECT={select})"}
+        return {record_key(name, c.params): kept.get(record_key(name, c.params), unselected) for c in cases}
 
     def record(self, records: dict[str, dict[str, Any]], params: tuple[str, ...]) -> dict[str, Any]:
         from optbench.store import record_key

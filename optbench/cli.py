@@ -80,7 +80,7 @@ def run(argv: list[str]) -> int:
                    help="auto: 'full' with a GPU, 'cpu' without")
     p.add_argument("--emulate", help="hardware profile to emulate on a larger GPU (e.g. t4)")
     p.add_argument("--commit", default="HEAD", help="commit to record the results under")
-    p.add_argument("--bench", action="append", default=[], help="extra asv --bench regex (narrows nothing)")
+    p.add_argument("--select", help="regex on record keys ('bench_step.Step1B|variant=best'): measure only those")
     p.add_argument("--no-html", action="store_true", help="skip asv publish and optbench's charts")
     args = p.parse_args(argv)
 
@@ -100,7 +100,9 @@ def run(argv: list[str]) -> int:
         env.update(emulate_env(args.emulate))
     register_machine(machine)
     print(f"optbench: suite {suite!r} on {machine} for {commit[:12]}", flush=True)
-    selection = [arg for regex in SUITES[suite] + args.bench for arg in ("--bench", regex)]
+    if args.select:
+        env["OPTBENCH_SELECT"] = args.select
+    selection = [arg for regex in SUITES[suite] for arg in ("--bench", regex)]
     code = asv(["run", "--environment", f"existing:{sys.executable}", "--set-commit-hash", commit,
                 "--machine", machine, "--show-stderr", *selection], env=env)
     if not args.no_html:
