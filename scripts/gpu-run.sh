@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 if ! git rev-parse -q --verify HEAD >/dev/null 2>&1; then
     [ -f .bundle/optbench.bundle ] || { echo "no git history and no .bundle/optbench.bundle: run 'nox -s bundle' where the history is" >&2; exit 2; }
-    git fetch -q .bundle/optbench.bundle '+refs/heads/*:refs/heads/*'
+    git fetch -q --update-head-ok .bundle/optbench.bundle '+refs/heads/*:refs/heads/*'
     git reset -q          # index := HEAD; the work tree stays as it came
     git config core.fileMode false   # a copy may not keep executable bits
 fi
