@@ -1,0 +1,132 @@
+"""Roofline: how close a timed kernel gets to the compute and bandwidth ceilings of a device."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from optbench.hardware import DTYPES, HardwareProfile, detect
+from optbench.timing import measure
+
+_COPY_BYTES = 1 << 30  # bytes copied (and as many written) by the bandwidth probe
+_MATMUL_N = 8192  # the compute probe multiplies two N x N matrices
+_TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """Peak TFLOPS per dtype (None = unknown/unsupported) and peak bandwidth in GB/s (1e9 B/s)."""
+
+    tflops: dict[str, float | None]
+    bandwidth_gbps: float | None
+    source: str  # 'profile:<key>' or 'measured'
+
+    @classmethod
+    def from_profile(cls, profile: HardwareProfile) -> Ceilings:
+        """The vendor peaks of a hardware profile."""
+        return cls(dict(profile.peak_tflops), profile.mem_bw_gbps, f"profile:{profile.key}")
+
+    def peak(self, dtype: str) -> float | None:
+        """Ceiling in TFLOPS for dtype ('fp32', 'tf32', 'bf16', 'fp16'); None if unknown."""
+        if dtype not in DTYPES:
+            raise KeyError(f"unknown dtype {dtype!r}; expected one of {DTYPES}")
+        return self.tflops.get(dtype)
+
+
+def measure_ceilings(device: str | torch.device = "cuda") -> Ceilings:
+    """Achievable ceilings measured on a CUDA device (median device time, timing.measure).
+
+    Bandwidth: a 1 GiB device-to-device copy, counting bytes read plus written. Compute: an
+    8192^3 matmul of random matrices in bf16, fp16, fp32 with TF32 and fp32 without TF32 (the TF32
+    flag is restored afterwards); dtypes the device does not support natively are left None.
+    """
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        raise NotImplementedError(f"ceilings can only be measured on CUDA, not {dev.type!r}")
+    profile = detect(dev)
+    supported = {"fp32": True, "tf32": profile.supports_tf32, "bf16": profile.supports_bf16, "fp16": True}
+    tflops = {dtype: _matmul_tflops(dtype, dev) if ok else None for dtype, ok in supported.items()}
+    return Ceilings(tflops, _copy_gbps(dev), "measured")
+
+
+def _device_ms(fn: Callable[[], object], dev: torch.device) -> float:
+    timing = measure(fn, device=dev).device
+    assert timing is not None  # always set on CUDA
+    return timing.median_ms
+
+
+def _copy_gbps(dev: torch.device) -> float:
+    src = torch.rand(_COPY_BYTES // 4, device=dev)
+    dst = torch.empty_like(src)
+    return 2 * _COPY_BYTES / _device_ms(lambda: dst.copy_(src), dev) / 1e6
+
+
+def _matmul_tflops(dtype: str, dev: torch.device) -> float:
+    a, b = (torch.randn(_MATMUL_N, _MATMUL_N, device=dev, dtype=_TORCH_DTYPES[dtype]) for _ in range(2))
+    out = torch.empty_like(a)
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+    try:
+        ms = _device_ms(lambda: torch.mm(a, b, out=out), dev)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+    return 2 * _MATMUL_N**3 / ms / 1e9
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Where one timed kernel sits under the ceilings; fields needing an unknown ceiling are None."""
+
+    achieved_tflops: float
+    achieved_gbps: float
+    compute_frac: float | None  # achieved / peak TFLOPS
+    bandwidth_frac: float | None  # achieved / peak GB/s
+    floor_ms: float | None  # max(flops / peak, bytes / bandwidth): the fastest the ceilings allow
+    floor_ratio: float | None  # time / floor, >= 1 unless the ceilings are beaten
+    bound: str | None  # 'compute' | 'memory': which term sets the floor
+
+
+def _floor_terms(
+    flops: float, bytes_moved: float, ceilings: Ceilings, dtype: str
+) -> tuple[float | None, float | None]:
+    """(compute ms, memory ms) lower bounds; a term is 0 without work, None if its ceiling is unknown."""
+    if flops < 0 or bytes_moved < 0:
+        raise ValueError(f"flops and bytes must be >= 0, got {flops}, {bytes_moved}")
+    peak, bandwidth = ceilings.peak(dtype), ceilings.bandwidth_gbps
+    compute_ms = 0.0 if flops == 0 else (flops / peak / 1e9 if peak else None)
+    memory_ms = 0.0 if bytes_moved == 0 else (bytes_moved / bandwidth / 1e6 if bandwidth else None)
+    return compute_ms, memory_ms
+
+
+def _floor(compute_ms: float | None, memory_ms: float | None) -> float | None:
+    return None if compute_ms is None or memory_ms is None else max(compute_ms, memory_ms)
+
+
+def floor_ms(flops: float, bytes_moved: float, ceilings: Ceilings, dtype: str) -> float | None:
+    """Roofline lower bound on time, ms: max(flops / peak, bytes / bandwidth).
+
+    None if a ceiling that a nonzero term needs is unknown.
+    """
+    return _floor(*_floor_terms(flops, bytes_moved, ceilings, dtype))
+
+
+def roofline(flops: float, bytes_moved: float, time_ms: float, ceilings: Ceilings, dtype: str) -> Roofline:
+    """Achieved TFLOPS and GB/s of a kernel doing flops and moving bytes_moved in time_ms, vs ceilings."""
+    if time_ms <= 0:
+        raise ValueError(f"time_ms must be > 0, got {time_ms}")
+    compute_ms, memory_ms = _floor_terms(flops, bytes_moved, ceilings, dtype)
+    achieved_tflops = flops / time_ms / 1e9
+    achieved_gbps = bytes_moved / time_ms / 1e6
+    peak, bandwidth = ceilings.peak(dtype), ceilings.bandwidth_gbps
+    floor = _floor(compute_ms, memory_ms)
+    return Roofline(
+        achieved_tflops=achieved_tflops,
+        achieved_gbps=achieved_gbps,
+        compute_frac=achieved_tflops / peak if peak else None,
+        bandwidth_frac=achieved_gbps / bandwidth if bandwidth else None,
+        floor_ms=floor,
+        floor_ratio=time_ms / floor if floor else None,
+        bound=("compute" if compute_ms >= memory_ms else "memory") if floor else None,
+    )
