@@ -51,6 +51,7 @@ def bench_env(suite: str, machine: str, emulate: str | None) -> dict[str, str]:
     env.update(OPTBENCH_MACHINE=machine, OPTBENCH_SUITE=suite, OPTBENCH_RESULTS=str(ROOT / "results"),
                TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+    env["ASV_PYTHONPATH"] = env["PYTHONPATH"]  # asv drops PYTHONPATH for its benchmark processes, not this
     if emulate:
         env["OPTBENCH_EMULATE"] = emulate
     return env
