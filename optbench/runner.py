@@ -29,7 +29,9 @@ class Work:
     """What one case measures once its inputs are built.
 
     ``timed`` maps a metric name (e.g. ``"fwd"``, ``"fwdbwd"``, ``"step"``) to the callable timed for it;
-    ``memory`` names the metrics whose peak extra memory is measured; ``check`` runs before any timing
+    ``memory`` names the metrics whose peak extra memory is measured (after ``before_memory``, e.g. dropping
+    gradients so that their allocation counts, and with the bytes already allocated recorded beside it as
+    ``mem_base_bytes``); ``check`` runs before any timing
     and raises :class:`WrongResult` when the result is wrong; ``flops``/``bytes`` per metric feed the
     roofline (floor) at report time; ``info`` is free-form (dtype, tokens per call, ...).
     """
@@ -41,6 +43,7 @@ class Work:
     bytes: dict[str, float] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     graph: bool = True
+    before_memory: Callable[[], None] | None = None
     cleanup: Callable[[], None] | None = None
 
 
@@ -77,6 +80,13 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
+def _allocated(device: str) -> int | None:
+    """Bytes allocated on ``device`` now (CUDA), else None."""
+    import torch
+
+    return torch.cuda.memory_allocated() if str(device).startswith("cuda") else None
+
+
 def _free_device_memory() -> None:
     import gc
 
@@ -93,7 +103,8 @@ def measure_case(case: Case, *, device: str, budget_s: float) -> dict[str, Any]:
     from optbench.memory import peak_memory
     from optbench.timing import measure
 
-    rec: dict[str, Any] = {"params": case.params, "status": "ok", "metrics": {}, "peak_mem_bytes": {}}
+    rec: dict[str, Any] = {"params": case.params, "status": "ok", "metrics": {}, "peak_mem_bytes": {},
+                           "mem_base_bytes": {}}
     start = time.perf_counter()
     work = None
     try:
@@ -106,6 +117,9 @@ def measure_case(case: Case, *, device: str, budget_s: float) -> dict[str, Any]:
                 raise TimeoutError(f"over its budget of {budget_s:.0f} s before timing {name!r}")
             rec["metrics"][name] = measure(fn, device=device, graph=work.graph).to_dict()
             if name in work.memory:
+                if work.before_memory is not None:
+                    work.before_memory()
+                rec["mem_base_bytes"][name] = _allocated(device)
                 rec["peak_mem_bytes"][name] = peak_memory(fn, device=device)
     except NotImplementedError as exc:
         rec.update(status="skipped", reason=str(exc) or type(exc).__name__)

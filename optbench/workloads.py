@@ -106,7 +106,11 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
     timed = {"fwd": fwd, "fwdbwd": fwdbwd} if op.backward else {"fwd": fwd}
     timed = plant_slowdown(f"{op.name}/{impl}", timed)
     itemsize = torch.empty((), dtype=op.dtype).element_size()
-    return Work(timed=timed, check=check, memory=tuple(timed)[-1:], flops=op.flops(dims),
+    def drop_grads() -> None:
+        for t in leaves:
+            t.grad = None
+
+    return Work(timed=timed, check=check, memory=tuple(timed)[-1:], before_memory=drop_grads, flops=op.flops(dims),
                 bytes=op.bytes(dims, itemsize), info={"dtype": str(op.dtype), "dims": dims})
 
 
