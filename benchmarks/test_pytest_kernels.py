@@ -1,0 +1,50 @@
+"""The kernel benchmarks under pytest-benchmark: the same work as bench_kernels (optbench.workloads).
+
+    pytest benchmarks/test_pytest_kernels.py --benchmark-only \
+        --benchmark-storage=results/<machine>/pytest-benchmark --benchmark-autosave
+    pytest ... --benchmark-compare --benchmark-compare-fail=median:5%
+
+pytest-benchmark's own figures are synchronized wall time per fwd+bwd call (optbench's
+``sync_clock`` as its timer, so it never measures only the launch); ``extra_info`` holds optbench's
+device time (CUDA-graph replay), achieved GB/s and TFLOP/s and the ratio to the roofline floor.
+``OPTBENCH_SUITE=quick`` measures one shape per op. Each case is checked before it is timed.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kernels.shapes import IMPLS, QUICK_SHAPES, SHAPES
+from optbench.timing import sync_clock
+
+SUITE = os.environ.get("OPTBENCH_SUITE", "full")
+CASES = [(op, shape, impl) for op in SHAPES for shape in (QUICK_SHAPES[op] if SUITE == "quick" else SHAPES[op])
+         for impl in IMPLS[op]]
+
+
+@pytest.mark.parametrize(("op", "shape", "impl"), CASES, ids=["/".join(c) for c in CASES])
+@pytest.mark.benchmark(timer=sync_clock, group="kernels")
+def test_kernel(benchmark, op: str, shape: str, impl: str) -> None:
+    import torch
+
+    from optbench.hardware import detect
+    from optbench.roofline import Ceilings, roofline
+    from optbench.timing import measure
+    from optbench.workloads import kernel_work
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        work = kernel_work(op, shape, impl, device)
+    except NotImplementedError as exc:
+        pytest.skip(str(exc))
+    metric = list(work.timed)[-1]  # fwd+bwd where the op has a backward
+    fn = work.timed[metric]
+    benchmark.extra_info["check"] = work.check()
+    device_ms = measure(fn, device=device).device.median_ms
+    r = roofline(work.flops[metric], work.bytes[metric], device_ms, Ceilings.from_profile(detect()),
+                 "fp32" if op == "grad_stats" else "bf16")
+    benchmark.extra_info.update(metric=metric, device_ms=device_ms, gbps=r.achieved_gbps,
+                                tflops=r.achieved_tflops, floor_ms=r.floor_ms, floor_ratio=r.floor_ratio)
+    benchmark.pedantic(fn, warmup_rounds=3, rounds=20, iterations=5)
