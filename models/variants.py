@@ -34,8 +34,14 @@ VARIANTS: dict[str, dict] = {
     "compile-reduce-overhead": {"compile": "reduce-overhead"},
     "compile-max-autotune": {"compile": "max-autotune"},
     "compile-max-autotune-no-cudagraphs": {"compile": "max-autotune-no-cudagraphs"},
+    # Our best combinations, three ways: Triton kernels + our fused linear CE under torch.compile; inductor's
+    # own fusions of the eager model; Triton kernels in one captured CUDA graph (no compile time).
     "best": {"precision": "bf16", "norm": "triton", "mlp": "triton", "loss": "fused", "grad_stats": "foreach",
              "optimizer": "fused", "item_sync": False, "attn_mask": "is_causal", "compile": "default"},
+    "best-inductor": {"grad_stats": "foreach", "optimizer": "fused", "item_sync": False, "attn_mask": "is_causal",
+                      "compile": "default"},
+    "best-graph": {"norm": "triton", "mlp": "triton", "loss": "fused", "grad_stats": "foreach", "optimizer": "fused",
+                   "item_sync": False, "attn_mask": "is_causal", "cuda_graph": True},
 }
 
 
@@ -44,6 +50,7 @@ SWITCHES = [
     "chunked-ce", "fused-ce", "liger-flce", "checkpoint", "foreach-stats", "foreach-adamw", "fused-adamw",
     "no-item-sync", "cached-mask", "sdpa-causal", "cuda-graph",
 ]
+BEST = ["best", "best-inductor", "best-graph"]
 COMPILE_MODES = ["compile-default", "compile-reduce-overhead", "compile-max-autotune",
                  "compile-max-autotune-no-cudagraphs"]
 
@@ -52,10 +59,10 @@ STEP_VARIANTS: dict[str, list[str]] = {
     "tiny": ["eager", "chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync",
              "cached-mask", "sdpa-causal"],
     "quick": ["eager", "triton-norm", "triton-swiglu", "fused-ce", "liger-flce", "foreach-stats",
-              "fused-adamw", "no-item-sync", "sdpa-causal", "cuda-graph", "compile-default", "best"],
-    "100M": ["eager", *SWITCHES, *COMPILE_MODES, "best"],
-    "500M": ["eager", *SWITCHES, "compile-default", "best"],
-    "1B": ["eager", *SWITCHES, "compile-default", "best"],
+              "fused-adamw", "no-item-sync", "sdpa-causal", "cuda-graph", "compile-default", *BEST],
+    "100M": ["eager", *SWITCHES, *COMPILE_MODES, *BEST],
+    "500M": ["eager", *SWITCHES, "compile-default", *BEST],
+    "1B": ["eager", *SWITCHES, "compile-default", *BEST],
     # bench_precision: fp32 with TF32 off/on, bf16 autocast (the baseline), fp16 autocast + GradScaler.
     "precision": ["fp32", "tf32", "eager", "fp16-scaler"],
 }

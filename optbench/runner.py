@@ -111,7 +111,9 @@ def measure_case(case: Case, *, device: str, budget_s: float) -> dict[str, Any]:
         work = case.build()
         rec.update(flops=work.flops, bytes=work.bytes, info=work.info)
         if work.check is not None:
+            t0 = time.perf_counter()
             rec["check"] = dict(work.check())
+            rec["check_seconds"] = round(time.perf_counter() - t0, 3)  # includes compilation and autotuning
         for name, fn in work.timed.items():
             if time.perf_counter() - start > budget_s:
                 raise TimeoutError(f"over its budget of {budget_s:.0f} s before timing {name!r}")

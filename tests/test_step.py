@@ -37,7 +37,7 @@ CPU_FP32 = ["chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-it
             "compile-max-autotune-no-cudagraphs"]
 CPU_BF16 = ["fp16-scaler", "chunked-ce", "fused-ce", "triton-norm", "triton-swiglu", "triton-qknorm"]
 GPU_ONLY = ["tf32", "liger-norm", "liger-swiglu", "liger-flce", "fused-adamw", "cuda-graph",
-            "compile-reduce-overhead", "compile-max-autotune", "best"]
+            "compile-reduce-overhead", "compile-max-autotune", "best", "best-inductor", "best-graph"]
 H100 = SimpleNamespace(key="h100", supports_bf16=True, supports_tf32=True)
 
 
