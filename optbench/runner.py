@@ -162,8 +162,13 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
     records: dict[str, dict[str, Any]] = {}
     for case in cases:
         key = record_key(benchmark, case.params)
-        rec = {"key": key, "benchmark": benchmark, "commit": commit, "machine": machine, "date": now,
-               **measure_case(case, device=device, budget_s=budget_s)}
+        head = {"key": key, "benchmark": benchmark, "commit": commit, "machine": machine, "date": now}
+        # Stays in the store only if the process dies inside this case (a CUDA illegal memory access cannot
+        # be caught and leaves the context unusable): the next reader sees which case and why the grid stopped.
+        store.save(machine, commit, [{**head, "params": case.params, "status": "crashed",
+                                      "reason": "the process died while measuring this case; later cases "
+                                                "of its grid were not measured in that run"}])
+        rec = {**head, **measure_case(case, device=device, budget_s=budget_s)}
         store.save(machine, commit, [rec])
         records[key] = rec
         log(f"{key}: {rec['status']} {rec.get('reason', '')[:120]}")
