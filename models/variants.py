@@ -50,7 +50,7 @@ SWITCHES = [
     "chunked-ce", "fused-ce", "liger-flce", "checkpoint", "foreach-stats", "foreach-adamw", "fused-adamw",
     "no-item-sync", "cached-mask", "sdpa-causal", "cuda-graph",
 ]
-BEST = ["best", "best-inductor", "best-graph"]
+BEST = ["best-inductor", "best-graph", "best"]
 COMPILE_MODES = ["compile-default", "compile-reduce-overhead", "compile-max-autotune",
                  "compile-max-autotune-no-cudagraphs"]
 
