@@ -30,6 +30,7 @@ SUBCOMMANDS = {
     "plan": "optbench.plan",
     "history": "optbench.history",
     "calibrate": "optbench.calibrate",
+    "noisecheck": "optbench.noisecheck",
 }
 
 
