@@ -16,9 +16,9 @@ if ! git rev-parse -q --verify HEAD >/dev/null 2>&1; then
     git reset -q          # index := HEAD; the work tree stays as it came
     git config core.fileMode false   # a copy may not keep executable bits
 fi
-if [ -n "$(git status --porcelain --untracked-files=no)" ] && [ -z "${OPTBENCH_ALLOW_DIRTY:-}" ]; then
+if [ -n "$(git status --porcelain --untracked-files=no -- . ':!results')" ] && [ -z "${OPTBENCH_ALLOW_DIRTY:-}" ]; then
     echo "the work tree differs from $(git rev-parse --short HEAD): commit first (or set OPTBENCH_ALLOW_DIRTY=1)" >&2
-    git status --short --untracked-files=no >&2
+    git status --short --untracked-files=no -- . ':!results' >&2
     exit 2
 fi
 git config user.email >/dev/null || git config user.email "runner@optbench.invalid"
