@@ -10,7 +10,8 @@ The rule, per benchmark record and metric:
 - Peak memory (one deterministic value): significant when head/base differs from 1 by more than ``threshold``.
 - Status: ``ok`` to anything else (oom, wrong, timeout, error, skipped) is a regression, anything to ``ok`` an
   improvement; other non-ok records are reported as they are, and records skipped on both sides stay silent.
-  A record on one side only is reported with status ``missing`` and never fails the gate.
+  A record on one side only is reported with status ``missing`` and never fails the gate, but a comparison
+  in which no record has results on both sides exits 2: a gate with nothing to compare must not pass.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from optbench.store import MACHINE_KEY, ResultStore
+from optbench.store import ResultStore
 
 OK = "ok"
 MISSING = "missing"
@@ -116,13 +117,13 @@ def compare_records(base: dict | None, head: dict | None, threshold: float = 0.0
     assert rec is not None
     common = dict(where, key=rec["key"], benchmark=rec["benchmark"], params=rec.get("params", {}))
     sb, sh = (r["status"] if r else MISSING for r in (base, head))
-    if OK != sb or OK != sh:
+    if sb != OK or sh != OK:
         if sb == sh == "skipped":
             return []
-        failing = MISSING not in (sb, sh)
+        significant = sb != sh and MISSING not in (sb, sh)
         return [Change(**common, metric="", quantity="status", clock=None, base=None, head=None, ratio=None,
-                       significant=sb != sh, regression=failing and sb == OK, improvement=failing and sh == OK,
-                       base_status=sb, head_status=sh)]
+                       significant=significant, regression=significant and sb == OK,
+                       improvement=significant and sh == OK, base_status=sb, head_status=sh)]
     assert base is not None and head is not None
 
     def change(metric: str, quantity: str, clock: str | None, b: Summary, h: Summary, significant: bool):
@@ -153,7 +154,7 @@ def compare(store: ResultStore, base: str, head: str, machines: Iterable[str] | 
             threshold: float = 0.05, p_threshold: float = 0.002) -> list[Change]:
     """Every change from ``base`` to ``head`` (commit-ish or stored prefix) on each machine with records of both.
 
-    Non-significant changes are included (``significant`` False); an empty list means nothing was comparable.
+    Non-significant changes are included (``significant`` False), and records on one side only (status missing).
     """
     changes: list[Change] = []
     for machine in machines or store.machines():
@@ -162,7 +163,7 @@ def compare(store: ResultStore, base: str, head: str, machines: Iterable[str] | 
             continue
         old, new = store.load(machine, b), store.load(machine, h)
         for key in dict.fromkeys([*old, *new]):
-            if key != MACHINE_KEY:
+            if not key.startswith("__"):  # special records: __machine__, __calibration__
                 changes += compare_records(old.get(key), new.get(key), threshold, p_threshold,
                                            machine=machine, base_commit=b, head_commit=h)
     return changes
@@ -187,10 +188,15 @@ def _format(c: Change, s: Summary | None, status: str) -> str:
 
 def rows(changes: Iterable[Change]) -> list[tuple[str, ...]]:
     """Table cells (see COLUMNS) of changes: medians with their quartiles, MiB for memory."""
-    return [(c.benchmark, " ".join(f"{k}={v}" for k, v in c.params.items()),
+    return [(c.benchmark, " ".join(c.key.split("|")[1:]),
              c.metric if c.quantity == "time" else f"{c.metric} {c.quantity}".strip(),
              c.clock or "", _format(c, c.base, c.base_status), _format(c, c.head, c.head_status),
              "" if c.ratio is None else f"{c.ratio:.3f}×", verdict(c)) for c in changes]
+
+
+def compared(c: Change) -> bool:
+    """Whether the record has results at both commits."""
+    return MISSING not in (c.base_status, c.head_status)
 
 
 def shown(c: Change) -> bool:
@@ -216,22 +222,22 @@ def main(argv: list[str] | None = None) -> int:
     store = ResultStore(args.results)
     changes = compare(store, args.base, args.head, args.machine, args.threshold)
     console = Console(width=None if sys.stdout.isatty() else 160)
-    if not changes:
-        console.print(f"optbench compare: nothing to compare: no machine in {store.root} has results of both "
-                      f"{args.base} and {args.head}", style="bold red")
+    if not any(map(compared, changes)):
+        console.print(f"optbench compare: nothing to compare: no machine in {store.root} has results of one "
+                      f"benchmark at both {args.base} and {args.head}", style="bold red")
         return 2
     style = {"REGRESSION": "bold red", "improvement": "green", "changed": "yellow"}
     for machine in dict.fromkeys(c.machine for c in changes):
         mine = [c for c in changes if c.machine == machine]
         listed = [c for c in mine if args.all or shown(c)]
         title = f"{machine}: {mine[0].base_commit[:12]} → {mine[0].head_commit[:12]}"
-        if not listed:
+        if listed:
+            table = Table(*COLUMNS, title=title)
+            for c, row in zip(listed, rows(listed)):
+                table.add_row(*row, style=style.get(verdict(c)))
+            console.print(table)
+        else:
             console.print(f"{title}: no significant change in {len(mine)} metrics")
-            continue
-        table = Table(*COLUMNS, title=title)
-        for c, row in zip(listed, rows(listed)):
-            table.add_row(*row, style=style.get(verdict(c)))
-        console.print(table)
         lost = sum(c.base_status == OK and c.head_status == MISSING for c in mine)
         if lost:
             console.print(f"note: {lost} results of the base commit are missing at head on {machine}")
