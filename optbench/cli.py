@@ -27,7 +27,6 @@ SUBCOMMANDS = {
     "compare": "optbench.compare",
     "report": "optbench.report",
     "profile": "optbench.profile",
-    "plan": "optbench.plan",
     "history": "optbench.history",
     "calibrate": "optbench.calibrate",
     "noisecheck": "optbench.noisecheck",
@@ -45,7 +44,7 @@ def git_commit(ref: str = "HEAD") -> str:
             "A copied work tree has no history: restore it from a bundle (scripts/gpu-run.sh does).") from exc
 
 
-def bench_env(suite: str, machine: str, emulate: str | None) -> dict[str, str]:
+def bench_env(suite: str, machine: str) -> dict[str, str]:
     """Environment of the asv processes: where results go, the suite size, persistent compile caches."""
     cache = ROOT / ".cache"
     env = dict(os.environ)
@@ -53,8 +52,6 @@ def bench_env(suite: str, machine: str, emulate: str | None) -> dict[str, str]:
                TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
     env["ASV_PYTHONPATH"] = env["PYTHONPATH"]  # asv drops PYTHONPATH for its benchmark processes, not this
-    if emulate:
-        env["OPTBENCH_EMULATE"] = emulate
     return env
 
 
@@ -80,7 +77,6 @@ def run(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="optbench run", description=run.__doc__)
     p.add_argument("--suite", choices=["auto", *SUITES], default="auto",
                    help="auto: 'full' with a GPU, 'cpu' without")
-    p.add_argument("--emulate", help="hardware profile to emulate on a larger GPU (e.g. t4)")
     p.add_argument("--commit", default="HEAD", help="commit to record the results under")
     p.add_argument("--select", help="regex on record keys ('bench_step.Step1B|variant=best'): measure only those")
     p.add_argument("--no-html", action="store_true", help="skip asv publish and optbench's charts")
@@ -93,13 +89,9 @@ def run(argv: list[str]) -> int:
     suite = args.suite
     if suite == "auto":
         suite = "full" if torch.cuda.is_available() else "cpu"
-    machine = machine_name(emulate=args.emulate)
+    machine = machine_name()
     commit = git_commit(args.commit)
-    env = bench_env(suite, machine, args.emulate)
-    if args.emulate:
-        from optbench.plan import emulate_env
-
-        env.update(emulate_env(args.emulate))
+    env = bench_env(suite, machine)
     register_machine(machine)
     print(f"optbench: suite {suite!r} on {machine} for {commit[:12]}", flush=True)
     if args.select:
