@@ -1,4 +1,4 @@
-"""nox sessions: tests and lint for CI; bench, compare, history, report and profile for runners;
+"""nox sessions: tests and lint for CI; bench, compare, history and report for runners;
 wheelhouse and bundle to prepare an offline GPU runner.
 
 Sessions that measure run in the current Python (``venv_backend="none"``) so that a runner's own
@@ -70,12 +70,6 @@ def history(session: nox.Session) -> None:
 def report(session: nox.Session) -> None:
     """asv publish plus optbench's charts and comparison pages under html/."""
     session.run("python", "-m", "optbench.cli", "report", *session.posargs)
-
-
-@nox.session(venv_backend="none")
-def profile(session: nox.Session) -> None:
-    """`nox -s profile -- --size 100M --options ...`: a profiling report like the seeds'."""
-    session.run("python", "-m", "optbench.cli", "profile", *session.posargs)
 
 
 @nox.session(venv_backend="none")

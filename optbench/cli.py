@@ -1,4 +1,4 @@
-"""The ``optbench`` command: run the suite, compare commits, publish reports, profile, plan.
+"""The ``optbench`` command: run the suite, compare commits, publish reports, check the timer and the gate.
 
 ``optbench run`` benchmarks the current commit on whatever device is here (the CPU suite without a
 GPU), stores results under ``results/<machine>/`` and writes HTML under ``html/``. The other
@@ -26,7 +26,6 @@ SUITES: dict[str, list[str]] = {
 SUBCOMMANDS = {
     "compare": "optbench.compare",
     "report": "optbench.report",
-    "profile": "optbench.profile",
     "history": "optbench.history",
     "calibrate": "optbench.calibrate",
     "noisecheck": "optbench.noisecheck",
