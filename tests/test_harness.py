@@ -1,0 +1,137 @@
+"""The harness around the timer: profiles, roofline, machine info, the grid runner and store, the gate, reports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from optbench import hardware, machine, report
+from optbench.compare import compare
+from optbench.roofline import Ceilings, floor_ms, roofline
+from optbench.runner import Case, Work, WrongResult, run_grid
+from optbench.store import MACHINE_KEY, ResultStore, record_key
+from optbench.timing import Timing
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_profiles_cover_the_users_gpus_and_lookup_is_strict():
+    for key in ("rtx5090", "t4", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "cpu"):
+        assert hardware.lookup(key).key == key
+    t4 = hardware.lookup("t4")
+    assert not t4.supports_bf16 and not t4.supports_tf32 and t4.peak_tflops["bf16"] is None
+    assert hardware.lookup("h100-sxm").peak_tflops["bf16"] == pytest.approx(989.4)
+    assert hardware.key_for("NVIDIA H100 80GB HBM3") == "h100-sxm"
+    with pytest.raises(KeyError):
+        hardware.lookup("not-a-gpu")
+
+
+def test_roofline_arithmetic():
+    c = Ceilings.from_profile(hardware.lookup("h100-sxm"))  # 989.4 TFLOP/s bf16, 3350 GB/s
+    # 3.35 GB moved in 1 ms on a 3350 GB/s card is exactly the bandwidth floor.
+    r = roofline(flops=1e9, bytes_moved=3.35e9, time_ms=2.0, ceilings=c, dtype="bf16")
+    assert r.floor_ms == pytest.approx(1.0) and r.floor_ratio == pytest.approx(2.0) and r.bound == "memory"
+    assert r.achieved_gbps == pytest.approx(1675.0) and r.bandwidth_frac == pytest.approx(0.5)
+    assert floor_ms(989.4e12 * 1e-3, 0.0, c, "bf16") == pytest.approx(1.0)  # a compute-bound ms
+    unknown = roofline(1e9, 1e9, 1.0, Ceilings.from_profile(hardware.lookup("cpu")), "bf16")
+    assert unknown.floor_ms is None and unknown.compute_frac is None
+
+
+def test_machine_info_without_a_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    info = machine.machine_info()
+    assert info["gpu_name"] is None and info["gpu_count"] == 0 and info["profile"] == "cpu"
+    assert info["torch"] == torch.__version__ and info["num_cpu"] >= 1
+    assert machine.machine_name(info).startswith("cpu-")
+    assert machine.machine_name(info, emulate="t4").endswith("-emulating-t4")
+
+
+def _work(fn, check=None) -> Work:
+    return Work(timed={"call": fn}, check=check, memory=("call",))
+
+
+def _fail():
+    raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def _wrong():
+    raise WrongResult("rel. error 0.5 over 0.01")
+
+
+def _skip():
+    raise NotImplementedError("needs a CUDA GPU")
+
+
+def test_grid_records_every_outcome_and_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
+    monkeypatch.setenv("ASV_COMMIT", "c" * 40)
+    x = torch.randn(256, 256)
+    cases = [Case({"case": "ok"}, lambda: _work(lambda: x @ x, check=lambda: {"max_rel_err": 0.0})),
+             Case({"case": "skip"}, _skip),
+             Case({"case": "wrong"}, lambda: _work(lambda: x @ x, check=_wrong)),
+             Case({"case": "oom"}, lambda: _work(_fail)),
+             Case({"case": "error"}, lambda: _work(lambda: 1 / 0))]
+    store = ResultStore(tmp_path)
+    records = run_grid("bench_test.Grid", cases, device="cpu", store=store, log=lambda _: None)
+    status = {r["params"]["case"]: r["status"] for r in records.values()}
+    assert status == {"ok": "ok", "skip": "skipped", "wrong": "wrong", "oom": "oom", "error": "error"}
+    ok = records[record_key("bench_test.Grid", {"case": "ok"})]
+    assert ok["metrics"]["call"]["device"] is None and ok["metrics"]["call"]["wall"]["median_ms"] > 0
+    assert "metrics" not in records[record_key("bench_test.Grid", {"case": "wrong"})] or \
+        not records[record_key("bench_test.Grid", {"case": "wrong"})]["metrics"]  # wrong is never timed
+    stored = store.load("test-machine", "c" * 40)
+    assert set(stored) == {MACHINE_KEY, *records} and stored[MACHINE_KEY]["info"]["torch"] == torch.__version__
+    assert store.commits("test-machine") == ["c" * 40]
+    assert not list(tmp_path.rglob(".*.jsonl.*"))  # no temporary files left behind
+
+
+def _record(key: str, samples: list[float], peak: int = 1000) -> dict:
+    timing = Timing(tuple(samples), "cuda-graph").to_dict()
+    bench, *params = key.split("|")
+    return {"key": key, "benchmark": bench, "params": dict(p.split("=") for p in params), "status": "ok",
+            "commit": "x", "date": "2026-11-22", "metrics": {"fwdbwd": {"device": timing, "wall": timing}},
+            "peak_mem_bytes": {"fwdbwd": peak}, "flops": {"fwdbwd": 1e9}, "bytes": {"fwdbwd": 1e9}, "info": {}}
+
+
+def test_gate_is_quiet_on_noise_and_flags_a_planted_slowdown(tmp_path):
+    gen = torch.Generator().manual_seed(0)
+    noise = lambda: (1.0 + 0.01 * torch.randn(60, generator=gen)).tolist()  # noqa: E731
+    keys = [f"bench_kernels.RMSNorm|shape=s|impl={i}" for i in ("eager", "triton")]
+    store = ResultStore(tmp_path)
+    for label, slow in (("a" * 40, 1.0), ("b" * 40, 1.0), ("d" * 40, 1.10)):
+        store.save("gpu", label, [_record(keys[0], noise()), _record(keys[1], [slow * v for v in noise()])])
+    assert not [c for c in compare(store, "a" * 8, "b" * 8) if c.regression]
+    flagged = [c for c in compare(store, "a" * 8, "d" * 8) if c.regression]
+    assert [c.key for c in flagged] == [keys[1]]
+
+
+def test_headline_table_and_readme_markers(tmp_path):
+    store = ResultStore(tmp_path / "results")
+    step = {"key": "bench_step.Step1B|variant=eager", "benchmark": "bench_step.Step1B", "params": {"variant": "eager"},
+            "status": "ok", "commit": "e" * 40, "date": "2026-11-22", "info": {"tokens": 8192},
+            "flops": {"step": 8192 * 7.1e9}, "peak_mem_bytes": {"step": 2**30}, "mem_base_bytes": {"step": 2**30},
+            "metrics": {"step": {"wall": {"median_ms": 250.0}, "device": {"median_ms": 249.0}}}}
+    best = json.loads(json.dumps(step).replace("eager", "best"))
+    best["metrics"]["step"]["wall"]["median_ms"] = 125.0
+    store.save("h100-sxm", "e" * 40, [{"key": MACHINE_KEY, "info": {"profile": "h100-sxm"}}, step, best])
+    table = report.headline_table(store)
+    assert "| 1B | best | 125.0 | 2.00x | 65,536 |" in table and "| 1B | eager | 250.0 | 1.00x |" in table
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- headline:start -->\nold\n<!-- headline:end -->\nrest\n")
+    report.update_readme(store, readme)
+    text = readme.read_text()
+    assert text.startswith("intro\n") and text.endswith("rest\n") and "old" not in text and "2.00x" in text
+    index = report.publish(tmp_path / "results", tmp_path / "html", run_asv=False)
+    pngs = list(index.parent.glob("*.png"))
+    assert pngs and all(p.read_bytes().startswith(b"\x89PNG") and p.stat().st_size > 1000 for p in pngs)
+
+
+def test_asv_discovers_the_suite():
+    out = subprocess.run([sys.executable, "-m", "optbench.asv_atomic", "check", "-E", f"existing:{sys.executable}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
