@@ -164,7 +164,8 @@ def measure(
     with torch.cuda.device(dev):
         sync = torch.cuda.synchronize
         estimate_ms = _warm_up(fn, sync, clock, warmup_ms)
-        wall = _wall_timing(fn, sync, clock, estimate_ms, budget)
+        # Device samples come right after the warm-up, as in triton's do_bench, and before the wall
+        # samples, so that power-limited kernels are timed from a comparable thermal state.
         flush = _l2_flusher() if flush_l2 else None
         timing = _graph_timing(fn, budget, flush) if graph else None
         if timing is None and graph:
@@ -175,6 +176,8 @@ def measure(
             events = Timing(tuple(_event_samples(fn, budget.reps(estimate_ms), flush, 1)), "cuda-events")
             if timing is None or events.median_ms < timing.median_ms:
                 timing = events
+        del flush
+        wall = _wall_timing(fn, sync, clock, estimate_ms, budget)
         return Measurement(device=_nonzero(timing), wall=wall)
 
 
@@ -257,6 +260,8 @@ def _event_samples(
 
 def _capture(fn: Callable[[], object], calls: int, stream: torch.cuda.Stream) -> torch.cuda.CUDAGraph | None:
     """A graph of `calls` back-to-back calls of fn, or None (and CUDA left usable) if capture fails."""
+    generator = torch.cuda.default_generators[torch.cuda.current_device()]
+    rng = generator.clone_state()
     graph: torch.cuda.CUDAGraph | None = torch.cuda.CUDAGraph()
     try:
         # The outer stream context restores the current stream even when capture_end raises.
@@ -267,6 +272,9 @@ def _capture(fn: Callable[[], object], calls: int, stream: torch.cuda.Stream) ->
     except Exception:  # host sync, CPU-side work, unsupported op: the caller falls back
         graph = None
     if graph is None:
+        # A capture that fails in capture_end leaves the default generator in capture mode, and every
+        # later eager RNG call raises: point the generator at a copy of its pre-capture state.
+        generator.graphsafe_set_state(rng)
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
     return graph

@@ -1,0 +1,97 @@
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from optbench import machine
+from optbench.machine import machine_info, machine_name
+
+KEYS = {
+    "gpu_name", "gpu_count", "driver", "cuda", "torch", "triton", "python", "cpu", "num_cpu", "ram_gb",
+    "os", "hostname", "profile", "sm_clock_mhz", "mem_clock_mhz", "date",
+}
+
+
+def test_machine_info_without_gpu_or_nvidia_smi(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(machine.shutil, "which", lambda name: None)
+    info = machine_info()
+    assert set(info) == KEYS
+    assert info["gpu_name"] is None and info["gpu_count"] == 0 and info["driver"] is None
+    assert info["sm_clock_mhz"] is None and info["mem_clock_mhz"] is None
+    assert info["profile"] == "cpu"
+    assert info["torch"] == torch.__version__ and info["num_cpu"] >= 1
+    assert info["date"].endswith("+00:00")
+
+
+def _fake_gpu(monkeypatch, smi_stdout: str | None):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(uuid="bbb"))
+    monkeypatch.setattr(machine, "_torch_driver", lambda: "cuda-driver 13.0")
+    monkeypatch.setattr(machine.shutil, "which", lambda name: None if smi_stdout is None else "/bin/nvidia-smi")
+
+    def run(cmd, **kwargs):
+        assert cmd[0] == "/bin/nvidia-smi"
+        return subprocess.CompletedProcess(cmd, 0, stdout=smi_stdout, stderr="")
+
+    monkeypatch.setattr(machine.subprocess, "run", run)
+
+
+def test_machine_info_reads_nvidia_smi_for_cuda_device_0(monkeypatch):
+    _fake_gpu(monkeypatch, "GPU-aaa, 580.1, 345, 2619\nGPU-bbb, 580.1, 1980, [N/A]\n")
+    info = machine_info()
+    assert info["gpu_name"] == "NVIDIA H100 80GB HBM3" and info["gpu_count"] == 8
+    assert info["profile"] == "h100-sxm"
+    assert info["driver"] == "580.1"
+    assert info["sm_clock_mhz"] == 1980 and info["mem_clock_mhz"] is None
+
+
+def test_machine_info_with_gpu_but_no_nvidia_smi(monkeypatch):
+    _fake_gpu(monkeypatch, None)
+    info = machine_info()
+    assert info["driver"] == "cuda-driver 13.0"
+    assert info["sm_clock_mhz"] is None and info["mem_clock_mhz"] is None
+
+
+def test_machine_info_survives_failing_nvidia_smi(monkeypatch):
+    _fake_gpu(monkeypatch, "")
+
+    def fail(cmd, **kwargs):
+        raise subprocess.CalledProcessError(9, cmd)
+
+    monkeypatch.setattr(machine.subprocess, "run", fail)
+    assert machine_info()["sm_clock_mhz"] is None
+
+
+@pytest.mark.parametrize(
+    "gpu, cpu, name",
+    [
+        ("NVIDIA H100 80GB HBM3", "x", "h100-sxm"),
+        ("Tesla T4", "x", "t4"),
+        ("NVIDIA L4", "x", "nvidia-l4"),
+        (None, "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz", "cpu-intel-xeon-platinum-8375c"),
+        (None, "AMD EPYC 7763 64-Core Processor", "cpu-amd-epyc-7763"),
+        (None, "", "cpu-unknown"),
+    ],
+)
+def test_machine_name(gpu, cpu, name):
+    assert machine_name({"gpu_name": gpu, "cpu": cpu}) == name
+
+
+def test_machine_name_is_short_for_long_cpu_models():
+    name = machine_name({"gpu_name": None, "cpu": "Some Vendor Extremely Long Model Name With Many Words 9000"})
+    assert name.startswith("cpu-some-vendor") and len(name) <= 36 and not name.endswith("-")
+
+
+def test_machine_name_when_emulating():
+    info = {"gpu_name": "NVIDIA H100 80GB HBM3", "cpu": "x"}
+    assert machine_name(info, emulate="t4") == "h100-sxm-emulating-t4"
+    with pytest.raises(KeyError):
+        machine_name(info, emulate="v100")
+
+
+def test_machine_name_of_this_machine():
+    assert machine_name() == machine_name(machine_info())
