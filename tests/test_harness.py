@@ -1,8 +1,7 @@
-"""The harness around the timer: profiles, roofline, machine info, the grid runner and store, the gate, reports."""
+"""The harness around the timer: profiles, roofline, machine info, the grid runner and store, the gate."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from optbench import hardware, machine, report
+from optbench import hardware, machine
 from optbench.compare import compare
 from optbench.roofline import Ceilings, floor_ms, roofline
 from optbench.runner import Case, Work, WrongResult, run_grid
@@ -108,27 +107,6 @@ def test_gate_is_quiet_on_noise_and_flags_a_planted_slowdown(tmp_path):
     assert not [c for c in compare(store, "a" * 8, "b" * 8) if c.regression]
     flagged = [c for c in compare(store, "a" * 8, "d" * 8) if c.regression]
     assert [c.key for c in flagged] == [keys[1]]
-
-
-def test_headline_table_and_readme_markers(tmp_path):
-    store = ResultStore(tmp_path / "results")
-    step = {"key": "bench_step.Step1B|variant=eager", "benchmark": "bench_step.Step1B", "params": {"variant": "eager"},
-            "status": "ok", "commit": "e" * 40, "date": "2026-11-22", "info": {"tokens": 8192},
-            "flops": {"step": 8192 * 7.1e9}, "peak_mem_bytes": {"step": 2**30}, "mem_base_bytes": {"step": 2**30},
-            "metrics": {"step": {"wall": {"median_ms": 250.0}, "device": {"median_ms": 249.0}}}}
-    best = json.loads(json.dumps(step).replace("eager", "best"))
-    best["metrics"]["step"]["wall"]["median_ms"] = 125.0
-    store.save("h100-sxm", "e" * 40, [{"key": MACHINE_KEY, "info": {"profile": "h100-sxm"}}, step, best])
-    table = report.headline_table(store)
-    assert "| 1B | best | 125.0 | 2.00x | 65,536 |" in table and "| 1B | eager | 250.0 | 1.00x |" in table
-    readme = tmp_path / "README.md"
-    readme.write_text("intro\n<!-- headline:start -->\nold\n<!-- headline:end -->\nrest\n")
-    report.update_readme(store, readme)
-    text = readme.read_text()
-    assert text.startswith("intro\n") and text.endswith("rest\n") and "old" not in text and "2.00x" in text
-    index = report.publish(tmp_path / "results", tmp_path / "html", run_asv=False)
-    pngs = list(index.parent.glob("*.png"))
-    assert pngs and all(p.read_bytes().startswith(b"\x89PNG") and p.stat().st_size > 1000 for p in pngs)
 
 
 def test_asv_discovers_the_suite():
