@@ -6,7 +6,7 @@ The rule, per benchmark record and metric:
   ``wall`` where a side has no device time) go to asv's own test, ``asv._stats.is_different`` with
   ``p_threshold`` (0.002): a two-sided Mann-Whitney U rank test where the sample counts allow p below that
   threshold, else non-overlap of the two medians' 99% confidence intervals. A significant change is a
-  regression when head/base of the medians exceeds ``1 + threshold`` and an improvement below ``1 - threshold``.
+  regression when head/base of the medians exceeds ``1 + threshold``, an improvement below ``1 - threshold``.
 - Peak memory (one deterministic value): significant when head/base differs from 1 by more than ``threshold``.
 - Status: ``ok`` to anything else (oom, wrong, timeout, error, skipped) is a regression, anything to ``ok`` an
   improvement; other non-ok records are reported as they are, and records skipped on both sides stay silent.
@@ -87,7 +87,7 @@ def git_commit(ref: str) -> str | None:
 
 
 def resolve(store: ResultStore, machine: str, ref: str) -> str | None:
-    """Stored commit of ``machine`` for a commit-ish (by git) or a stored hash prefix; None if none or ambiguous."""
+    """Stored commit of ``machine`` for a commit-ish (via git) or a stored hash prefix; None if not one."""
     for candidate in dict.fromkeys(filter(None, (git_commit(ref), ref))):
         try:
             return store.resolve(machine, candidate)
@@ -152,9 +152,9 @@ def compare_records(base: dict | None, head: dict | None, threshold: float = 0.0
 
 def compare(store: ResultStore, base: str, head: str, machines: Iterable[str] | None = None,
             threshold: float = 0.05, p_threshold: float = 0.002) -> list[Change]:
-    """Every change from ``base`` to ``head`` (commit-ish or stored prefix) on each machine with records of both.
+    """Every change from ``base`` to ``head`` (commit-ish or stored prefix) on each machine with both.
 
-    Non-significant changes are included (``significant`` False), and records on one side only (status missing).
+    Non-significant changes are included (``significant`` False), and records on one side only (missing).
     """
     changes: list[Change] = []
     for machine in machines or store.machines():

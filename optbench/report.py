@@ -1,281 +1,591 @@
-"""``optbench report``: asv's HTML plus optbench's own pages and charts, and the README's headline table.
+"""optbench's report: HTML pages of matplotlib charts beside asv's site, and the README headline table.
 
-Pages under ``html/optbench/``: per machine, the speedup of each training-step variant over the eager
-step (wall clock, ms per optimizer step), peak memory per variant, tokens/s and MFU per size, each
-kernel's device time over its roofline floor, the history of the headline numbers over commits, and a
-side-by-side comparison of two commits. Every chart says which clock and unit it shows. Emulated machines
-(``<gpu>-emulating-<target>``) get their own pages, never mixed with real ones.
+Pages under ``html/optbench/``, one chart per machine each (an emulated machine is labelled "(emulated)"
+and never shares a panel with a real one):
 
-A machine's figures are the newest record of each benchmark case across its commits (suites are often run
-in parts); every table names the commits its figures come from.
+- ``speedup.html``: training-step speedup of each optimization vs eager, per model size (wall clock);
+- ``memory.html``: peak device memory of one training step per optimization and size (GiB);
+- ``throughput.html``: tokens/s and MFU per size (wall clock); MFU = step FLOPs / step seconds / the
+  hardware profile's peak TFLOPS for the step's precision (bf16 unless the record says otherwise);
+- ``roofline.html``: each kernel's device time over its roofline floor, max(flops/peak, bytes/bandwidth);
+- ``history.html``: the headline speedups over the commits of each machine;
+- ``compare.html``: two commits side by side (optbench.compare): table and chart of head/base changes.
+
+A commit's run may hold part of the suite only, so each model size (steps) and each kernel panel comes
+from the newest run, by the date of its records, that measured it; legends and columns name that commit.
 """
 
 from __future__ import annotations
 
 import argparse
-import html
-import subprocess
+import math
+import re
+import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from html import escape
 from pathlib import Path
-from typing import Any
+from string import Template
+from typing import TYPE_CHECKING
 
-from optbench.store import MACHINE_KEY, ResultStore
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from kernels.shapes import IMPLS
+from optbench.compare import COLUMNS, OK, compare, compared, resolve, rows, shown, timing, verdict
+from optbench.store import MACHINE_KEY, ResultStore, results_dir, write_text_atomic
+
+if TYPE_CHECKING:
+    from optbench.hardware import HardwareProfile
 
 ROOT = Path(__file__).resolve().parent.parent
-SIZES = ("tiny", "100M", "500M", "1B")
-HEADLINE_KERNELS = {"rmsnorm": "RMSNorm", "swiglu": "SwiGLU", "qknorm": "QKNorm", "linear_ce": "LinearCrossEntropy"}
+GiB = 2**30
+STEP, KERNEL = "bench_step.", "bench_kernels."
+BASELINE_IMPLS = {impls[0] for impls in IMPLS.values()}
+DTYPE_KEYS = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
+README_START, README_END = "<!-- headline:start -->", "<!-- headline:end -->"
+
+PAGES: dict[str, tuple[str, str]] = {
+    "speedup": ("Training-step speedup vs eager",
+                "Wall clock, ms per optimizer step: eager median / optimization median; higher is better."),
+    "memory": ("Peak memory per training step",
+               "Peak device memory above the starting point during one optimizer step, GiB (a peak: no "
+               "clock)."),
+    "throughput": ("Tokens/s and MFU per size",
+                   "Wall clock: tokens per step / median step seconds; MFU = FLOPs per step / median step "
+                   "seconds / the hardware profile's peak TFLOPS for the step's precision (bf16 by "
+                   "default)."),
+    "roofline": ("Kernel time over its roofline floor",
+                 "Device time (median ms per call) / max(FLOPs / peak, bytes / bandwidth) of the hardware "
+                 "profile; 1× is the floor, lower is better."),
+    "history": ("Headline numbers over commits",
+                "Speedup vs eager per commit, ordered by the date of the records: training steps by wall "
+                "clock, kernels by device time (geometric mean over shapes)."),
+    "compare": ("Two commits side by side",
+                "optbench.compare: time medians by each record's primary clock with asv's rank test, peak "
+                "memory beyond the threshold; head/base changes of the significant ones."),
+}
+
+PAGE = Template("""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>$title</title>
+<style>
+body { font-family: sans-serif; max-width: 1500px; margin: 1em auto; padding: 0 1em; }
+img { max-width: 100%; } .note { color: #555; }
+table { border-collapse: collapse; font-size: small; } td, th { border: 1px solid #ccc; padding: 2px 6px; }
+.REGRESSION { color: #b00; font-weight: bold; } .improvement { color: #070; } .changed { color: #a60; }
+</style>
+<script>
+// On load: body data-images-ok="1" when every image decoded, data-errors = count of script/resource errors.
+let errors = 0;
+addEventListener("error", () => { errors += 1; }, true);
+addEventListener("load", () => {
+  const images = Array.from(document.images);
+  document.body.dataset.images = images.length;
+  document.body.dataset.imagesOk = images.every((i) => i.complete && i.naturalWidth > 0) ? "1" : "0";
+  document.body.dataset.errors = errors;
+});
+</script></head>
+<body><p><a href="index.html">optbench report</a> · <a href="../index.html">asv benchmarks</a></p>
+<h1>$title</h1>
+$body
+</body></html>
+""")
 
 
-def latest_records(store: ResultStore, machine: str) -> dict[str, dict]:
-    """The newest ok-or-not record of every benchmark case on ``machine`` (by record date, then file order)."""
-    newest: dict[str, dict] = {}
-    for commit in store.commits(machine):
-        for key, rec in store.load(machine, commit).items():
-            if key.startswith("__") or rec.get("reason", "").startswith("not selected"):
-                continue
-            if key not in newest or rec.get("date", "") >= newest[key].get("date", ""):
-                newest[key] = rec
-    return newest
+@dataclass(frozen=True)
+class Run:
+    """The records of one machine at one commit."""
+
+    machine: str
+    commit: str
+    records: dict[str, dict]
+
+    @property
+    def info(self) -> dict:
+        return self.records.get(MACHINE_KEY, {}).get("info", {})
+
+    @property
+    def date(self) -> str:
+        return self.records.get(MACHINE_KEY, {}).get("date", "")
+
+    @property
+    def emulated(self) -> bool:
+        return bool(self.info.get("emulate"))
+
+    @property
+    def label(self) -> str:
+        """Machine, GPU and '(emulated)' where the run emulated another profile."""
+        gpu = self.info.get("gpu_name") or "CPU"
+        return f"{self.machine} — {self.info['emulate']} on {gpu} (emulated)" if self.emulated else \
+            f"{self.machine} — {gpu}"
+
+    def profile(self) -> HardwareProfile | None:
+        """Hardware profile of the run (the emulated one where emulating); None if unknown."""
+        from optbench import hardware
+
+        try:
+            return hardware.lookup(self.info.get("emulate") or self.info.get("profile") or "cpu")
+        except KeyError:
+            return None
 
 
-def median(rec: dict, metric: str, clock: str) -> float | None:
-    t = (rec.get("metrics", {}).get(metric) or {}).get(clock)
-    return t["median_ms"] if rec.get("status") == "ok" and t else None
+def runs(store: ResultStore) -> dict[str, list[Run]]:
+    """Runs of each machine, oldest first by record date (ISO, UTC); real GPUs, then emulated, then CPUs."""
+    found = {m: sorted((Run(m, c, store.load(m, c)) for c in store.commits(m)), key=lambda r: r.date)
+             for m in store.machines()}
+    return dict(sorted(((m, h) for m, h in found.items() if h),
+                       key=lambda mh: (not mh[1][-1].info.get("gpu_name"), mh[1][-1].emulated, mh[0])))
 
 
-def peak_total_gib(rec: dict, metric: str) -> float | None:
-    """Peak device memory during ``metric``: resident bytes before it plus the peak above them, GiB."""
-    extra, base = rec.get("peak_mem_bytes", {}).get(metric), rec.get("mem_base_bytes", {}).get(metric)
-    return None if extra is None else (extra + (base or 0)) / 2**30
+def _size_order(size: str) -> float:
+    m = re.fullmatch(r"([\d.]+)([MB])", size)
+    return float(m[1]) * (1e6 if m[2] == "M" else 1e9) if m else 0.0
 
 
-def bf16_peak_tflops(store: ResultStore, machine: str) -> float | None:
-    """The hardware profile's dense bf16 peak of the machine (or of the emulated target)."""
-    from optbench.hardware import lookup
-
-    info = {}
-    for commit in store.commits(machine):
-        info = store.load(machine, commit).get(MACHINE_KEY, {}).get("info", info)
-    key = info.get("emulate") or info.get("profile")
-    try:
-        return lookup(key).peak_tflops.get("bf16") if key else None
-    except KeyError:
-        return None
+def steps(run: Run) -> dict[str, dict[str, dict]]:
+    """ok training-step records with a wall time by size ('Tiny', '100M', ...; smallest first), variant."""
+    found: dict[str, dict[str, dict]] = defaultdict(dict)
+    for rec in run.records.values():
+        if rec.get("benchmark", "").startswith(STEP) and rec["status"] == OK and timing(rec, "step", "wall"):
+            found[rec["benchmark"].removeprefix(STEP + "Step")][rec["params"]["variant"]] = rec
+    return {size: found[size] for size in sorted(found, key=_size_order)}
 
 
-def step_rows(store: ResultStore, machine: str) -> list[dict[str, Any]]:
-    """One row per (size, variant) of bench_step: ms/step (wall), speedup vs eager, tokens/s, MFU, peak GiB."""
-    recs = latest_records(store, machine)
-    peak = bf16_peak_tflops(store, machine)
-    rows = []
-    for rec in recs.values():
-        if not rec["benchmark"].startswith("bench_step.Step"):
-            continue
-        size = rec["benchmark"].removeprefix("bench_step.Step")
-        ms = median(rec, "step", "wall")
-        eager = recs.get(f"bench_step.Step{size}|variant=eager")
-        base = median(eager, "step", "wall") if eager else None
-        tokens, flops = rec.get("info", {}).get("tokens"), rec.get("flops", {}).get("step")
-        rows.append({
-            "size": size, "variant": rec["params"]["variant"], "status": rec["status"], "ms": ms,
-            "speedup": base / ms if ms and base else None,
-            "tok_s": tokens / ms * 1e3 if ms and tokens else None,
-            "mfu": flops / (ms / 1e3) / (peak * 1e12) if ms and flops and peak else None,
-            "peak_gib": peak_total_gib(rec, "step"), "commit": rec["commit"][:8],
-            "check_s": rec.get("check_seconds"), "reason": rec.get("reason", ""),
-        })
-    return sorted(rows, key=lambda r: (SIZES.index(r["size"]) if r["size"] in SIZES else 9, r["variant"]))
+def step_ms(rec: dict) -> float:
+    """Median wall-clock ms per optimizer step."""
+    return timing(rec, "step", "wall")[1]["median_ms"]
 
 
-def kernel_rows(store: ResultStore, machine: str) -> list[dict[str, Any]]:
-    """One row per kernel case: device ms fwd and fwd+bwd, speedup vs eager, floor and floor ratio."""
-    from optbench.hardware import lookup
+def step_speedups(run: Run) -> dict[str, dict[str, float]]:
+    """Speedup vs eager (eager ms / variant ms, wall clock) by size, then variant."""
+    return {size: {v: step_ms(by_v["eager"]) / step_ms(rec) for v, rec in by_v.items() if v != "eager"}
+            for size, by_v in steps(run).items() if "eager" in by_v and len(by_v) > 1}
+
+
+def step_peaks(run: Run) -> dict[str, dict[str, float]]:
+    """Peak device memory of one training step, GiB, by size, then variant."""
+    found = {size: {v: rec["peak_mem_bytes"]["step"] / GiB for v, rec in variants.items()
+                    if (rec.get("peak_mem_bytes") or {}).get("step") is not None}
+             for size, variants in steps(run).items()}
+    return {size: peaks for size, peaks in found.items() if peaks}
+
+
+def _dtype(rec: dict) -> str:
+    """Peak key of a record: info['precision'] ('bf16', ...), info['dtype'] ('torch.bfloat16'), else bf16."""
+    info = rec.get("info", {})
+    return info["precision"] if info.get("precision") in DTYPE_KEYS.values() else \
+        DTYPE_KEYS.get(info.get("dtype", ""), "bf16")
+
+
+def tokens_per_s(rec: dict) -> float | None:
+    """Tokens per second of a training step (wall clock); None without info['tokens']."""
+    tokens = rec.get("info", {}).get("tokens")
+    return tokens / (step_ms(rec) / 1e3) if tokens else None
+
+
+def mfu(rec: dict, profile: HardwareProfile | None) -> float | None:
+    """Model FLOPs utilization of a step: flops['step'] / wall seconds / the profile's peak at its dtype."""
+    peak = profile.peak_tflops.get(_dtype(rec)) if profile else None
+    flops = rec.get("flops", {}).get("step")
+    return flops / (step_ms(rec) / 1e3) / (peak * 1e12) if peak and flops else None
+
+
+def kernel_metric(rec: dict) -> str:
+    """'fwdbwd' where the kernel has a backward, else 'fwd'."""
+    return "fwdbwd" if "fwdbwd" in rec.get("metrics", {}) else "fwd"
+
+
+def kernels(run: Run) -> dict[tuple[str, str], dict[str, dict]]:
+    """ok kernel records with a device time, by (op, shape) and implementation."""
+    found: dict[tuple[str, str], dict[str, dict]] = defaultdict(dict)
+    for rec in run.records.values():
+        if rec.get("benchmark", "").startswith(KERNEL) and rec["status"] == OK and \
+                timing(rec, kernel_metric(rec), "device"):
+            op = rec["benchmark"].removeprefix(KERNEL)
+            found[op, rec["params"]["shape"]][rec["params"]["impl"]] = rec
+    return dict(found)
+
+
+def _device_ms(rec: dict, metric: str) -> float:
+    return timing(rec, metric, "device")[1]["median_ms"]
+
+
+def kernel_speedups(run: Run) -> dict[str, dict[str, list[float]]]:
+    """Per op and implementation, speedups vs the op's baseline (eager, or loop) over shapes (device time)."""
+    found: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for (op, _), impls in kernels(run).items():
+        base = next((rec for impl, rec in impls.items() if impl in BASELINE_IMPLS), None)
+        for impl, rec in impls.items():
+            if base is not None and rec is not base:
+                metric = kernel_metric(rec)
+                found[op][impl].append(_device_ms(base, metric) / _device_ms(rec, metric))
+    return {op: dict(impls) for op, impls in found.items()}
+
+
+def floor_ratios(run: Run) -> dict[str, dict[str, dict[str, float]]]:
+    """Device time / roofline floor by 'op metric', shape and implementation ({} without known ceilings)."""
     from optbench.roofline import Ceilings, floor_ms
 
-    recs = latest_records(store, machine)
-    prof_key = next((store.load(machine, c).get(MACHINE_KEY, {}).get("info", {}).get("profile")
-                     for c in reversed(store.commits(machine))), None)
-    try:
-        ceilings = Ceilings.from_profile(lookup(prof_key)) if prof_key else None
-    except KeyError:
-        ceilings = None
-    rows = []
-    for rec in recs.values():
-        if not rec["benchmark"].startswith("bench_kernels."):
-            continue
-        metric = "fwdbwd" if "fwdbwd" in rec.get("metrics", {}) else "fwd"
-        ms = median(rec, metric, "device")
-        eager_key = rec["key"].rsplit("|impl=", 1)[0] + "|impl=" + ("loop" if "GradStats" in rec["key"] else "eager")
-        base = median(recs[eager_key], metric, "device") if eager_key in recs else None
-        dtype = "fp32" if "GradStats" in rec["key"] else "bf16"
-        floor = (floor_ms(rec["flops"][metric], rec["bytes"][metric], ceilings, dtype)
-                 if ceilings and rec.get("flops") else None)
-        rows.append({"op": rec["benchmark"].removeprefix("bench_kernels."), "shape": rec["params"]["shape"],
-                     "impl": rec["params"]["impl"], "status": rec["status"], "metric": metric,
-                     "fwd_ms": median(rec, "fwd", "device"), "ms": ms, "speedup": base / ms if ms and base else None,
-                     "floor_ms": floor, "floor_ratio": ms / floor if ms and floor else None,
-                     "peak_mib": (rec.get("peak_mem_bytes", {}).get(metric) or 0) / 2**20,
-                     "commit": rec["commit"][:8]})
-    return sorted(rows, key=lambda r: (r["op"], r["shape"], r["impl"]))
+    profile = run.profile()
+    if profile is None:
+        return {}
+    ceilings = Ceilings.from_profile(profile)
+    found: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    for (op, shape), impls in kernels(run).items():
+        for impl, rec in impls.items():
+            for metric in rec["metrics"]:
+                flops, moved = rec.get("flops", {}).get(metric), rec.get("bytes", {}).get(metric)
+                if flops is None or moved is None or not timing(rec, metric, "device"):
+                    continue
+                floor = floor_ms(flops, moved, ceilings, _dtype(rec))
+                if floor:
+                    found[f"{op} {metric}"][shape][impl] = _device_ms(rec, metric) / floor
+    return {panel: dict(shapes) for panel, shapes in found.items()}
 
 
-def _fmt(v: Any, spec: str = ".3g") -> str:
-    return "" if v is None else format(v, spec) if isinstance(v, float) else str(v)
+def latest(history: list[Run], extract: Callable[[Run], dict]) -> dict[str, tuple[Run, object]]:
+    """Each key that extract gives for some run, with the newest run (by date) giving it and its value."""
+    return {key: (run, value) for run in history for key, value in extract(run).items()}
+
+
+def _at(key: str, run: Run) -> str:
+    return f"{key} @ {run.commit[:8]}"
+
+
+def _by_size(found: dict[str, tuple[Run, object]]) -> list[tuple[str, Run, object]]:
+    return [(size, *found[size]) for size in sorted(found, key=_size_order)]
+
+
+def _width(data: dict) -> float:
+    """Inches for a bar panel with a group per key of data."""
+    return max(7.5, 2.0 + 0.5 * len(data))
+
+
+def _transpose(data: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for outer, inner in data.items():
+        for key, value in inner.items():
+            out[key][outer] = value
+    return dict(out)
+
+
+def _figure(title: str, n: int, ncols: int = 2, width: float = 7.5) -> tuple[Figure, list[Axes]]:
+    """A figure of n panels, ``width`` inches each, ncols to a row."""
+    ncols = min(ncols, n)
+    nrows = math.ceil(n / ncols)
+    fig = Figure(figsize=(width * ncols, 4.2 * nrows + 0.6), layout="constrained")
+    fig.suptitle(title)
+    axes = list(fig.subplots(nrows, ncols, squeeze=False).ravel())
+    for ax in axes[n:]:
+        fig.delaxes(ax)
+    return fig, axes[:n]
+
+
+def _bars(ax: Axes, data: dict[str, dict[str, float]], title: str, ylabel: str, ref: float | None = None,
+          log: bool = False) -> None:
+    """Grouped bars: a group per outer key of data, a bar (and legend entry) per inner key."""
+    groups = list(data)
+    series = list(dict.fromkeys(s for inner in data.values() for s in inner))
+    width = 0.8 / len(series)
+    for i, name in enumerate(series):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        ax.bar(xs, [data[g].get(name, math.nan) for g in groups], width, label=name)
+    ax.set_xticks(range(len(groups)), groups, rotation=25 if len(groups) > 3 else 0, ha="right")
+    ax.set(title=title, ylabel=ylabel, yscale="log" if log else "linear")
+    if ref is not None:
+        ax.axhline(ref, color="black", linewidth=0.8, linestyle="--")
+    ax.legend(fontsize="small")
+
+
+def _lines(ax: Axes, commits: list[str], series: dict[str, list[float]], title: str, ylabel: str) -> None:
+    """One line per series over commits (x: short hashes, oldest first)."""
+    for name, ys in series.items():
+        ax.plot(range(len(commits)), ys, marker="o", label=name)
+    ax.set_xticks(range(len(commits)), [c[:8] for c in commits], rotation=25, ha="right")
+    ax.set(title=title, ylabel=ylabel)
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.legend(fontsize="small")
+
+
+def note(text: str) -> str:
+    """An HTML paragraph saying why a chart is missing."""
+    return f'<p class="note">{escape(text)}</p>'
+
+
+Part = Figure | str  # a chart, or HTML
+
+
+def _step_chart(history: list[Run], extract: Callable[[Run], dict], what: str, ylabel: str,
+                ref: float | None = None) -> list[Part]:
+    """A group of bars per optimization, a bar per size (from the newest run measuring that size)."""
+    found = _by_size(latest(history, extract))
+    if not found:
+        return [note("No training-step results for this chart.")]
+    data = _transpose({_at(size, run): value for size, run, value in found})
+    fig, (ax,) = _figure(f"{history[-1].label}\n{what}; legend: size @ commit", 1, width=_width(data))
+    _bars(ax, data, "", ylabel, ref=ref)
+    return [fig]
+
+
+def speedup_parts(history: list[Run]) -> list[Part]:
+    return _step_chart(history, step_speedups, "training-step speedup vs eager — wall clock, ms per step "
+                       "(eager / optimized)", "speedup vs eager (×)", ref=1.0)
+
+
+def memory_parts(history: list[Run]) -> list[Part]:
+    return _step_chart(history, step_peaks, "peak device memory per training step — GiB (a peak, no clock)",
+                       "peak memory (GiB)")
+
+
+def throughput_parts(history: list[Run]) -> list[Part]:
+    tokens: dict[str, dict[str, float]] = defaultdict(dict)
+    util: dict[str, dict[str, float]] = defaultdict(dict)
+    for size, run, variants in _by_size(latest(history, steps)):
+        for variant, rec in variants.items():
+            if (t := tokens_per_s(rec)) is not None:
+                tokens[variant][_at(size, run)] = t
+            if (u := mfu(rec, run.profile())) is not None:
+                util[variant][_at(size, run)] = 100 * u
+    if not tokens:
+        return [note("No training-step results with tokens per step.")]
+    profile = history[-1].profile()
+    peak = f"the {profile.key} profile's peak TFLOPS" if profile else "no known peak"
+    fig, axes = _figure(f"{history[-1].label}\ntokens/s and MFU per optimization and size — wall clock; MFU "
+                        f"vs {peak}; legend: size @ commit",
+                        2 if util else 1, ncols=1, width=_width(tokens))
+    _bars(axes[0], tokens, "tokens/s (wall clock)", "tokens/s", log=True)
+    if util:
+        _bars(axes[1], util, "MFU (wall clock)", "MFU (% of peak)")
+    return [fig] if util else [fig, note("MFU: the hardware profile has no peak for this step's precision.")]
+
+
+def roofline_parts(history: list[Run]) -> list[Part]:
+    found = sorted(latest(history, floor_ratios).items())
+    if not found:
+        return [note("No kernel results with a device time and known ceilings.")]
+    fig, axes = _figure(f"{history[-1].label}\nkernel device time / roofline floor — ×, device clock "
+                        "(median ms per call / floor ms); panels: op metric @ commit", len(found), ncols=3)
+    for ax, (panel, (run, shapes)) in zip(axes, found):
+        _bars(ax, shapes, _at(panel, run), "time / floor (×)", ref=1.0, log=True)
+    return [fig]
+
+
+def history_parts(history: list[Run]) -> list[Part]:
+    commits = [run.commit for run in history]
+    nan = [math.nan] * len(history)
+    panels: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(nan.copy))
+    for i, run in enumerate(history):
+        for size, variants in step_speedups(run).items():
+            for variant, value in variants.items():
+                panels[f"step {size} (wall clock)"][variant][i] = value
+        for op, impls in kernel_speedups(run).items():
+            for impl, values in impls.items():
+                panels[f"{op} (device time, geomean over shapes)"][impl][i] = \
+                    statistics.geometric_mean(values)
+    if not panels:
+        return [note("No headline numbers in any commit.")]
+    fig, axes = _figure(f"{history[-1].label}\nspeedup vs eager over commits (×) — steps: wall clock; "
+                        "kernels: device time", len(panels), ncols=3)
+    for ax, (title, series) in zip(axes, sorted(panels.items(), key=lambda kv: not kv[0].startswith("step"))):
+        _lines(ax, commits, series, title, "speedup vs eager (×)")
+    return [fig]
+
+
+def html_table(header: Sequence[str], body: list[Sequence[str]], classes: Sequence[str] = ()) -> str:
+    """An HTML table (a row's class from classes, where given)."""
+    cells = "".join(f"<th>{escape(h)}</th>" for h in header)
+    trs = [f'<tr class="{cls}">' + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
+           for row, cls in zip(body, [*classes, *[""] * (len(body) - len(classes))])]
+    return f"<table><tr>{cells}</tr>{''.join(trs)}</table>"
+
+
+def compare_parts(store: ResultStore, pair: tuple[str, str] | None, history: list[Run],
+                  limit: int = 50) -> list[Part]:
+    """Table and chart of base → head (default: the two newest commits by date) on one machine."""
+    machine = history[-1].machine
+    if pair is None:
+        if len(history) < 2:
+            return [note("Only one commit: nothing to compare.")]
+        base, head = history[-2].commit, history[-1].commit
+    else:
+        base, head = (resolve(store, machine, ref) for ref in pair)
+        if base is None or head is None:
+            return [note(f"No results of both {pair[0]} and {pair[1]} on this machine.")]
+    changes = compare(store, base, head, [machine])
+    listed = [c for c in changes if shown(c)]
+    parts: list[Part] = [f"<p>{escape(base[:12])} → {escape(head[:12])}: {len(listed)} of "
+                         f"{sum(map(compared, changes))} metrics with results at both commits changed "
+                         "significantly or fail at head.</p>"]
+    if listed:
+        parts.append(html_table(COLUMNS, rows(listed), [verdict(c) for c in listed]))
+    ratios = sorted((c for c in listed if c.ratio is not None and math.isfinite(c.ratio) and c.ratio > 0),
+                    key=lambda c: -abs(math.log(c.ratio)))[:limit]
+    if ratios:
+        fig = Figure(figsize=(12, 1.5 + 0.28 * len(ratios)), layout="constrained")
+        ax = fig.subplots()
+        colors = {"REGRESSION": "tab:red", "improvement": "tab:green"}
+        ax.barh([f"{' '.join(r[:3])} ({r[3] or 'memory'})" for r in rows(ratios)],
+                [100 * (c.ratio - 1) for c in ratios],
+                color=[colors.get(verdict(c), "tab:gray") for c in ratios])
+        ax.axvline(0.0, color="black", linewidth=0.8)
+        ax.invert_yaxis()
+        ax.set_xlabel("head / base − 1 (%)")
+        ax.tick_params(axis="y", labelsize="small")
+        fig.suptitle(f"{history[-1].label}, {base[:8]} → {head[:8]}: significant changes, head/base − 1 "
+                     "in %\n"
+                     "times: median ms by the clock in brackets; memory: peak bytes")
+        parts.append(fig)
+    return parts
+
+
+def _section(run: Run, parts: list[Part], out: Path, stem: str) -> str:
+    html = [f"<h2>{escape(run.label)}</h2>"]
+    for i, part in enumerate(parts):
+        if isinstance(part, Figure):
+            name = f"{stem}-{i}.png"
+            part.savefig(out / name, dpi=80)
+            html.append(f'<p><img src="{name}" alt="{escape(run.label)}"></p>')
+        else:
+            html.append(part)
+    return "\n".join(html)
+
+
+def write_page(out: Path, name: str, found: dict[str, list[Run]],
+               chart: Callable[[list[Run]], list[Part]]) -> None:
+    """One page: its description, then per machine the parts chart() gives for its runs."""
+    from optbench.hardware import slugify
+
+    title, description = PAGES[name]
+    body = [f"<p>{escape(description)}</p>"]
+    body += [_section(h[-1], chart(h), out, f"{name}-{slugify(m)}") for m, h in found.items()]
+    if not found:
+        body.append(note("No optbench results."))
+    page = PAGE.substitute(title=escape(title), body="\n".join(body))
+    (out / f"{name}.html").write_text(page, encoding="utf-8")
+
+
+def write_index(out: Path, found: dict[str, list[Run]]) -> None:
+    links = "".join(f'<li><a href="{name}.html">{escape(title)}</a>: {escape(what)}</li>'
+                    for name, (title, what) in PAGES.items())
+    table = html_table(["machine", "commits", "newest commit", "date"],
+                       [[h[-1].label, str(len(h)), h[-1].commit[:12], h[-1].date] for h in found.values()])
+    body = f'<ul>{links}<li><a href="../index.html">asv benchmarks</a></li></ul><h2>Machines</h2>{table}'
+    (out / "index.html").write_text(PAGE.substitute(title="optbench report", body=body), encoding="utf-8")
+
+
+def asv_publish(results: Path, html: Path) -> None:
+    """asv's site into html (asv empties it first); a printed note instead where asv has nothing to do."""
+    from optbench.cli import asv
+
+    if results.resolve() != (ROOT / "results").resolve():
+        print(f"optbench report: asv publish skipped: asv reads asv.conf.json's results_dir, not {results}")
+    elif not any(p.name != "machine.json" for p in results.glob("*/*.json")):
+        print(f"optbench report: asv publish skipped: no asv results in {results}")
+    elif asv(["publish", "--no-pull", "--html-dir", str(html.resolve())]) != 0:
+        print("optbench report: asv publish failed (see above); writing optbench's pages anyway")
+
+
+def publish(results: Path | str | None = None, html: Path | str | None = None,
+            pair: tuple[str, str] | None = None) -> Path:
+    """asv publish, then optbench's pages under ``<html>/optbench/``; returns their index.html.
+
+    ``pair`` (BASE, HEAD) picks the commits of the compare page (default: each machine's two newest).
+    """
+    results = Path(results) if results is not None else results_dir()
+    html = Path(html) if html is not None else ROOT / "html"
+    asv_publish(results, html)
+    out = html / "optbench"
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.png"):
+        old.unlink()
+    store = ResultStore(results)
+    found = runs(store)
+    charts = {"speedup": speedup_parts, "memory": memory_parts, "throughput": throughput_parts,
+              "roofline": roofline_parts, "history": history_parts,
+              "compare": partial(compare_parts, store, pair)}
+    for name in PAGES:
+        write_page(out, name, found, charts[name])
+    write_index(out, found)
+    return out / "index.html"
+
+
+def md_table(header: Sequence[str], body: list[Sequence[str]]) -> str:
+    """A GitHub Markdown table."""
+    return "\n".join("| " + " | ".join(row) + " |" for row in [header, ["---"] * len(header), *body])
+
+
+def _headline(history: list[Run]) -> str:
+    """Step and kernel tables of one machine, each size and kernel from the newest run measuring it."""
+    parts, used = [f"**{history[-1].label}**"], {}
+    found = _by_size(latest(history, step_speedups))
+    if found:
+        variants = list(dict.fromkeys(v for _, _, speedups in found for v in speedups))
+        eager = ["eager (ms per step)",
+                 *(f"{step_ms(steps(run)[size]['eager']):.1f} ms" for size, run, _ in found)]
+        body = [eager, *([v, *(f"{x[v]:.2f}×" if v in x else "–" for _, _, x in found)] for v in variants)]
+        parts += ["Training-step speedup vs eager (wall clock, ms per optimizer step; higher is better):",
+                  md_table(["optimization", *(f"{size} @ `{run.commit[:8]}`" for size, run, _ in found)],
+                           body)]
+        used.update((run.commit, run.date) for _, run, _ in found)
+    ops = latest(history, kernel_speedups)
+    if ops:
+        body = [[op, impl, f"{statistics.geometric_mean(v):.2f}×", f"{min(v):.2f}–{max(v):.2f}×",
+                 str(len(v)), f"`{run.commit[:8]}`"]
+                for op, (run, impls) in ops.items() for impl, v in impls.items()]
+        parts += ["Kernel speedup vs eager (device time, forward+backward where the kernel has one; "
+                  "geometric mean over shapes):",
+                  md_table(["kernel", "implementation", "speedup", "range over shapes", "shapes", "commit"],
+                           body)]
+        used.update((run.commit, run.date) for run, _ in ops.values())
+    dated = sorted(used.items(), key=lambda commit_date: commit_date[1])
+    parts.append("Measured at " + ", ".join(f"`{c[:12]}` ({d})" for c, d in dated) + ".")
+    return "\n\n".join(parts)
 
 
 def headline_table(store: ResultStore, machine: str | None = None) -> str:
-    """Markdown: step speedup vs eager per variant and size (wall), kernel speedups vs eager (device)."""
-    machines = [machine] if machine else [m for m in store.machines() if not m.startswith("cpu")
-                                          and "-emulating-" not in m]
-    out = []
-    for m in machines:
-        steps = [r for r in step_rows(store, m) if r["ms"]]
-        commits = sorted({r["commit"] for r in steps} | {r["commit"] for r in kernel_rows(store, m) if r["ms"]})
-        out.append(f"**{m}** (commits {', '.join(commits)}; `optbench report --readme`)\n")
-        out.append("| size | variant | ms/step (wall) | speedup vs eager | tokens/s | MFU (bf16 peak) | peak GiB |")
-        out.append("|---|---|---|---|---|---|---|")
-        for r in steps:
-            out.append(f"| {r['size']} | {r['variant']} | {r['ms']:.1f} | {_fmt(r['speedup'], '.2f')}x | "
-                       f"{_fmt(r['tok_s'], ',.0f')} | {_fmt(r['mfu'], '.1%')} | {_fmt(r['peak_gib'], '.1f')} |")
-        out.append("\n| kernel | shape | impl | fwd ms (device) | fwd+bwd ms (device) | vs eager | x floor |")
-        out.append("|---|---|---|---|---|---|---|")
-        for r in kernel_rows(store, m):
-            if r["ms"]:
-                out.append(f"| {r['op']} | {r['shape']} | {r['impl']} | {_fmt(r['fwd_ms'], '.4f')} | "
-                           f"{r['ms']:.4f} | {_fmt(r['speedup'], '.2f')}x | {_fmt(r['floor_ratio'], '.2f')} |")
-    return "\n".join(out)
+    """Markdown headline of each real GPU machine (or of ``machine``), from its newest runs: step speedup vs
+    eager per optimization and size (wall clock), kernel speedups vs eager (device time)."""
+    chosen = [h for m, h in runs(store).items()
+              if (m == machine if machine else h[-1].info.get("gpu_name") and not h[-1].emulated)]
+    if not chosen:
+        return "_No GPU results yet._"
+    return "\n\n".join(_headline(h) for h in chosen)
 
 
-def update_readme(store: ResultStore, path: Path = ROOT / "README.md") -> None:
-    """Replaces the README text between the headline markers with :func:`headline_table`."""
-    from optbench.store import write_text_atomic
-
-    start, end = "<!-- headline:start -->", "<!-- headline:end -->"
+def update_readme(path: Path | str, store: ResultStore | None = None) -> None:
+    """Replace the text between the headline markers of ``path`` with :func:`headline_table`."""
+    path = Path(path)
     text = path.read_text(encoding="utf-8")
-    head, rest = text.split(start, 1)
-    _, tail = rest.split(end, 1)
-    write_text_atomic(path, f"{head}{start}\n{headline_table(store)}\n{end}{tail}")
+    head, start, rest = text.partition(README_START)
+    _, end, tail = rest.partition(README_END)
+    if not start or not end:
+        raise ValueError(f"{path} has no {README_START} ... {README_END} region")
+    table = headline_table(store or ResultStore())
+    write_text_atomic(path, f"{head}{README_START}\n{table}\n{README_END}{tail}")
 
 
-def _bar_chart(path: Path, labels: list[str], values: list[float], title: str, xlabel: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 0.28 * len(labels) + 1.2))
-    ax.barh(labels, values, color="#4c72b0")
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel(xlabel)
-    ax.invert_yaxis()
-    ax.tick_params(labelsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-
-
-def _table(rows: list[dict], cols: list[str]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>" for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
-PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title>
-<style>body{{font-family:sans-serif;margin:1em}} td,th{{border:1px solid #ccc;padding:2px 6px;font-size:12px}}
-table{{border-collapse:collapse}}</style></head>
-<body onload="document.body.dataset.imagesOk=[...document.images].every(i=>i.naturalWidth>0)?'1':'0'">
-<h1>{title}</h1>{body}</body></html>"""
-
-
-def machine_pages(store: ResultStore, machine: str, out: Path) -> list[str]:
-    """Writes the chart pages of one machine; returns their file names."""
-    pages = []
-    steps = [r for r in step_rows(store, machine) if r["ms"]]
-    for size in SIZES:
-        rows = [r for r in steps if r["size"] == size]
-        if not rows:
-            continue
-        stem = f"{machine}-step-{size}"
-        _bar_chart(out / f"{stem}-speedup.png", [r["variant"] for r in rows], [r["speedup"] or 0 for r in rows],
-                   f"{machine} {size}: speedup of each variant over the eager step (wall clock per step)", "x eager")
-        _bar_chart(out / f"{stem}-memory.png", [r["variant"] for r in rows], [r["peak_gib"] or 0 for r in rows],
-                   f"{machine} {size}: peak device memory per step", "GiB")
-        body = (f'<img src="{stem}-speedup.png"><img src="{stem}-memory.png">'
-                + _table(rows, ["variant", "ms", "speedup", "tok_s", "mfu", "peak_gib", "check_s", "commit"]))
-        (out / f"{stem}.html").write_text(PAGE.format(title=f"{machine}: training step at {size}", body=body))
-        pages.append(f"{stem}.html")
-    kernels = [r for r in kernel_rows(store, machine) if r["ms"]]
-    if kernels:
-        stem = f"{machine}-kernels"
-        labels = [f"{r['op']} {r['shape']} {r['impl']}" for r in kernels]
-        _bar_chart(out / f"{stem}-floor.png", labels, [r["floor_ratio"] or 0 for r in kernels],
-                   f"{machine}: kernel fwd+bwd device time over its roofline floor (datasheet peaks)", "x floor")
-        _bar_chart(out / f"{stem}-speedup.png", labels, [r["speedup"] or 0 for r in kernels],
-                   f"{machine}: kernel speedup over eager (device time, fwd+bwd)", "x eager")
-        body = (f'<img src="{stem}-speedup.png"><img src="{stem}-floor.png">'
-                + _table(kernels, ["op", "shape", "impl", "fwd_ms", "ms", "speedup", "floor_ms", "floor_ratio",
-                                   "peak_mib", "commit"]))
-        (out / f"{stem}.html").write_text(PAGE.format(title=f"{machine}: kernels (device time, ms)", body=body))
-        pages.append(f"{stem}.html")
-    return pages
-
-
-def compare_page(store: ResultStore, machine: str, base: str, head: str, out: Path) -> str:
-    """A side-by-side page of two commits on one machine (optbench compare's table)."""
-    from optbench.compare import compare
-
-    changes = compare(store, base, head, machines=[machine])
-    rows = [{"key": c.key, "metric": c.metric, "quantity": c.quantity, "clock": c.clock,
-             "base": c.base.median if c.base else None, "head": c.head.median if c.head else None,
-             "ratio": c.ratio, "significant": c.significant, "regression": c.regression} for c in changes]
-    name = f"{machine}-compare-{base[:8]}-{head[:8]}.html"
-    body = _table(rows, ["key", "metric", "quantity", "clock", "base", "head", "ratio", "significant", "regression"])
-    (out / name).write_text(PAGE.format(title=f"{machine}: {base[:8]} vs {head[:8]}", body=body))
-    return name
-
-
-def publish(results: Path | None = None, html_dir: Path | None = None, compare_pair: tuple[str, str] | None = None,
-            run_asv: bool = True) -> Path:
-    """asv publish (when asv results exist), then optbench's pages; returns html/optbench/index.html."""
-    store = ResultStore(results)
-    html_dir = Path(html_dir or ROOT / "html")
-    if run_asv and any(store.root.glob("*/*-*.json")):
-        subprocess.run([sys.executable, "-m", "optbench.asv_atomic", "publish"], cwd=ROOT, check=False)
-    out = html_dir / "optbench"
-    out.mkdir(parents=True, exist_ok=True)
-    links: dict[str, list[str]] = defaultdict(list)
-    for machine in store.machines():
-        links[machine] = machine_pages(store, machine, out)
-        commits = store.commits(machine)
-        pair = compare_pair or (tuple(commits[-2:]) if len(commits) >= 2 else None)
-        if pair:
-            try:
-                links[machine].append(compare_page(store, machine, *pair, out))
-            except (KeyError, SystemExit):
-                pass
-    items = "".join(f"<h2>{html.escape(m)}</h2><ul>" + "".join(f'<li><a href="{p}">{p}</a></li>' for p in ps)
-                    + "</ul>" for m, ps in links.items())
-    index = out / "index.html"
-    index.write_text(PAGE.format(title="optbench results", body='<p><a href="../index.html">asv</a></p>' + items))
-    print(f"report: {index}")
-    return index
-
-
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="optbench report", description=__doc__.splitlines()[0])
-    p.add_argument("--results", type=Path)
-    p.add_argument("--html", type=Path)
-    p.add_argument("--compare", nargs=2, metavar=("BASE", "HEAD"))
-    p.add_argument("--readme", action="store_true", help="rewrite the README's headline table")
-    p.add_argument("--print", action="store_true", help="print the headline table")
+def main(argv: list[str] | None = None) -> int:
+    """``optbench report``: asv's site and optbench's pages; --readme refreshes README.md's headline."""
+    p = argparse.ArgumentParser(prog="optbench report", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--results", type=Path, help="results root (default $OPTBENCH_RESULTS or results/)")
+    p.add_argument("--html", type=Path, help="HTML root (default html/); optbench's pages go to optbench/")
+    p.add_argument("--compare", nargs=2, metavar=("BASE", "HEAD"), help="commits of the compare page")
+    p.add_argument("--readme", action="store_true", help="rewrite the headline region of README.md")
     args = p.parse_args(argv)
-    if args.readme or args.print:
-        store = ResultStore(args.results)
-        if args.readme:
-            update_readme(store)
-        if args.print:
-            print(headline_table(store))
-        return 0
-    publish(args.results, args.html, tuple(args.compare) if args.compare else None)
+    print(f"optbench report: {publish(args.results, args.html, args.compare)}")
+    if args.readme:
+        try:
+            update_readme(ROOT / "README.md", ResultStore(args.results))
+        except ValueError as exc:
+            print(f"optbench report: {exc}")
+            return 1
+        print(f"optbench report: headline updated in {ROOT / 'README.md'}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""optbench.compare on synthetic stores in tmp_path (test data, not measurements)."""
+
+from __future__ import annotations
+
+import pytest
+from synthetic_results import commit, record, samples, save
+
+from optbench import compare as cmp
+from optbench.store import ResultStore
+
+BASE, HEAD = commit(1), commit(2)
+SHAPES = ["8192x768", "16384x768", "16384x4096"]
+IMPLS = ["eager", "triton"]
+MiB = 2**20
+
+
+def kernels(seed: int, slower: tuple[str, str] | None = None, peak_scale: float = 1.0) -> list[dict]:
+    """RMSNorm records; the (shape, impl) ``slower`` takes 10% longer by both clocks."""
+    out = []
+    for i, shape in enumerate(SHAPES):
+        for j, impl in enumerate(IMPLS):
+            ms = (1.0 + i) / (1 + j)
+            scale = 1.1 if (shape, impl) == slower else 1.0
+            times = {m: (samples(ms * scale * f, seed + 7 * i + j),
+                         samples(ms * scale * f + 0.02, seed - i - j))
+                     for m, f in (("fwd", 1.0), ("fwdbwd", 3.0))}
+            peak = int(100 * MiB * (1 + i) * (peak_scale if impl == "triton" else 1.0))
+            out.append(record("bench_kernels.RMSNorm", {"shape": shape, "impl": impl}, times=times,
+                              peak={"fwdbwd": peak}))
+    return out
+
+
+def step(seed: int, status: str = "ok") -> dict:
+    """A CPU step record: wall clock is primary and there is no device time."""
+    return record("bench_step.StepTiny", {"variant": "eager"}, status=status,
+                  times={"step": (None, samples(50.0, seed))}, peak={"step": 0},
+                  info={"primary_clock": "wall", "tokens": 512})
+
+
+@pytest.fixture
+def store(tmp_path) -> ResultStore:
+    return ResultStore(tmp_path / "results")
+
+
+def write(store: ResultStore, base: list[dict], head: list[dict], machine: str = "h100-sxm") -> None:
+    save(store, machine, BASE, "2025-01-01T00:00:00+00:00", base)
+    save(store, machine, HEAD, "2025-01-02T00:00:00+00:00", head)
+
+
+def run_main(store: ResultStore, *args: str) -> int:
+    return cmp.main([BASE[:10], HEAD[:10], "--results", str(store.root), *args])
+
+
+def test_aa_flags_nothing(store, capsys):
+    write(store, kernels(0), kernels(1000))
+    changes = cmp.compare(store, BASE, HEAD)
+    assert len(changes) == len(SHAPES) * len(IMPLS) * 3  # fwd, fwdbwd, peak memory
+    assert not [c for c in changes if c.significant]
+    assert {c.clock for c in changes if c.quantity == "time"} == {"device"}
+    assert run_main(store) == 0
+    assert "no significant change" in capsys.readouterr().out
+
+
+def test_ten_percent_slower_is_a_regression_in_that_key_only(store, capsys):
+    slow = ("16384x768", "triton")
+    write(store, kernels(0), kernels(1000, slower=slow))
+    changes = cmp.compare(store, BASE, HEAD)
+    flagged = [c for c in changes if c.significant]
+    assert {c.key for c in flagged} == {"bench_kernels.RMSNorm|shape=16384x768|impl=triton"}
+    assert {c.metric for c in flagged} == {"fwd", "fwdbwd"}
+    assert all(c.regression and not c.improvement and 1.08 < c.ratio < 1.12 for c in flagged)
+    assert all(c.base.q25 <= c.base.median <= c.base.q75 for c in flagged)
+    assert run_main(store) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION" in out and "16384x768" in out and "2 significant regressions" in out
+
+
+def test_faster_is_an_improvement_and_passes(store):
+    write(store, kernels(0, slower=("8192x768", "eager")), kernels(1000))
+    flagged = [c for c in cmp.compare(store, BASE, HEAD) if c.significant]
+    assert flagged and all(c.improvement and not c.regression for c in flagged)
+    assert run_main(store) == 0
+
+
+def test_peak_memory_growth_is_flagged(store):
+    write(store, kernels(0), kernels(1000, peak_scale=1.10))
+    flagged = [c for c in cmp.compare(store, BASE, HEAD) if c.significant]
+    assert flagged and {c.quantity for c in flagged} == {"peak memory"}
+    assert all(c.params["impl"] == "triton" and c.regression and c.ratio == pytest.approx(1.1, rel=1e-3)
+               for c in flagged)
+    assert not [c for c in cmp.compare(store, BASE, HEAD, threshold=0.2) if c.significant]
+    assert run_main(store) == 1
+
+
+def test_ok_to_oom_is_a_regression_and_skipped_twice_is_silent(store, capsys):
+    skipped = record("bench_kernels.SwiGLU", {"shape": "8192x2048", "impl": "liger"}, status="skipped")
+    write(store, [step(0), skipped], [step(1, status="oom"), skipped], machine="cpu-host")
+    changes = cmp.compare(store, BASE, HEAD)
+    assert [(c.quantity, c.base_status, c.head_status, c.regression) for c in changes] == [
+        ("status", "ok", "oom", True)]
+    assert run_main(store) == 1
+    assert "oom" in capsys.readouterr().out
+
+
+def test_wall_clock_when_device_time_is_null(store):
+    write(store, [step(0)], [step(1)], machine="cpu-host")
+    (time, memory) = cmp.compare(store, BASE, HEAD)
+    assert (time.quantity, time.clock, time.metric) == ("time", "wall", "step")
+    assert memory.quantity == "peak memory" and memory.ratio == 1.0 and not memory.significant
+
+
+def test_missing_result_is_reported_but_does_not_fail(store, capsys):
+    write(store, kernels(0), kernels(1000)[1:])
+    missing = [c for c in cmp.compare(store, BASE, HEAD) if c.head_status == cmp.MISSING]
+    assert len(missing) == 1 and not missing[0].significant
+    assert run_main(store) == 0
+    assert "1 results of the base commit are missing" in capsys.readouterr().out
+
+
+def test_machine_filter_and_all(store, capsys):
+    write(store, kernels(0), kernels(1000, slower=("8192x768", "eager")))
+    write(store, [step(0)], [step(1)], machine="cpu-host")
+    assert run_main(store, "--machine", "cpu-host", "--all") == 0
+    out = capsys.readouterr().out
+    assert "cpu-host" in out and "StepTiny" in out and "h100-sxm" not in out
+
+
+def test_nothing_to_compare_exits_2(store, capsys):
+    save(store, "h100-sxm", BASE, "2025-01-01T00:00:00+00:00", kernels(0))
+    assert cmp.compare(store, BASE, HEAD) == []
+    assert run_main(store) == 2
+    assert "nothing to compare" in capsys.readouterr().out

@@ -1,0 +1,128 @@
+"""optbench.report on a synthetic store in tmp_path (test data, not measurements)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from synthetic_results import commit, report_store
+
+from optbench import report
+from optbench.hardware import lookup
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return report_store(tmp_path_factory.mktemp("store") / "results")
+
+
+@pytest.fixture
+def asv_calls(monkeypatch) -> list[tuple[Path, Path]]:
+    calls: list[tuple[Path, Path]] = []
+    monkeypatch.setattr(report, "asv_publish", lambda results, html: calls.append((results, html)))
+    return calls
+
+
+@pytest.fixture(scope="module")
+def published(store, tmp_path_factory) -> tuple[Path, list]:
+    """optbench/ of the store published once (asv's publish replaced by a recorder), and the asv calls."""
+    calls: list[tuple[Path, Path]] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(report, "asv_publish", lambda results, html: calls.append((results, html)))
+        return report.publish(store.root, tmp_path_factory.mktemp("html")).parent, calls
+
+
+def images(page: Path) -> list[Path]:
+    return [page.parent / src for src in re.findall(r'<img src="([^"]+)"', page.read_text())]
+
+
+def test_publish_writes_index_and_chart_pages(store, published):
+    out, calls = published
+    assert calls == [(store.root, out.parent)]
+    text = (out / "index.html").read_text()
+    assert 'href="../index.html"' in text
+    for name in report.PAGES:
+        page = out / f"{name}.html"
+        assert f'href="{name}.html"' in text and page.exists()
+        pngs = images(page)
+        assert pngs, name
+        for png in pngs:
+            data = png.read_bytes()
+            assert data.startswith(PNG) and len(data) > 1024, png
+
+
+def test_each_machine_has_its_own_charts_and_emulated_is_labelled(published):
+    out, _ = published
+    speedup = (out / "speedup.html").read_text()
+    assert "h100-sxm-emulating-t4 — t4 on NVIDIA H100 80GB HBM3 (emulated)</h2>" in speedup
+    assert {p.name for p in images(out / "speedup.html")} == {
+        "speedup-h100-sxm-0.png", "speedup-h100-sxm-emulating-t4-0.png", "speedup-cpu-host-0.png"}
+    # the CPU machine has no device time, so no roofline; its steps are charted by wall clock
+    roofline = (out / "roofline.html").read_text()
+    assert roofline.index("cpu-host") < roofline.index("No kernel results")
+    assert "roofline-cpu-host" not in roofline
+    assert "Only one commit" in (out / "compare.html").read_text()  # the emulated machine
+
+
+def test_runs_are_ordered_by_record_date(store):
+    history = report.runs(store)
+    assert list(history) == ["h100-sxm", "h100-sxm-emulating-t4", "cpu-host"]
+    assert [r.commit for r in history["h100-sxm"]] == [commit(1), commit(2), commit(3)]
+
+
+def test_mfu_uses_the_profile_peak(store):
+    rec = report.steps(report.runs(store)["h100-sxm"][-1])["1B"]["best"]
+    seconds = rec["metrics"]["step"]["wall"]["median_ms"] / 1e3
+    assert report.mfu(rec, lookup("h100-sxm")) == pytest.approx(rec["flops"]["step"] / seconds / 989.4e12)
+    assert report.tokens_per_s(rec) == pytest.approx(rec["info"]["tokens"] / seconds)
+    assert report.mfu(rec, lookup("cpu")) is None
+
+
+def test_compare_page_shows_the_regression(store, published, asv_calls, tmp_path):
+    page = (published[0] / "compare.html").read_text()
+    row = r'<tr class="REGRESSION"><td>bench_kernels.RMSNorm</td><td>shape=16384x4096 impl=triton</td>'
+    assert re.search(row, page)
+    out = report.publish(store.root, tmp_path / "html", (commit(1)[:8], commit(2)[:8])).parent
+    page = (out / "compare.html").read_text()
+    assert 'class="REGRESSION"' not in page and f"{commit(1)[:12]} → {commit(2)[:12]}" in page
+
+
+def test_headline_table(store):
+    table = report.headline_table(store)
+    assert "h100-sxm — NVIDIA H100" in table and "emulated" not in table and "cpu-host" not in table
+    newest = report.runs(store)["h100-sxm"][-1]
+    step = report.steps(newest)["100M"]
+    best = report.step_ms(step["eager"]) / report.step_ms(step["best"])
+    assert "| optimization | 100M @ `fffffff3` | 1B @ `fffffff3` |" in table
+    assert re.search(rf"\| best \| {best:.2f}× \| [\d.]+× \|", table)
+    for row in ("| eager (ms per step) |", "| triton-norm |", "| RMSNorm | triton |",
+                "| GradStats | foreach |"):
+        assert row in table
+    assert f"`{commit(3)[:12]}` (2025-01-03T12:00:00+00:00)" in table
+    assert "StepTiny" not in table and "| Tiny @" in report.headline_table(store, "cpu-host")
+
+
+def test_update_readme_replaces_only_the_marked_region(store, tmp_path):
+    readme = tmp_path / "README.md"
+    start, end = report.README_START, report.README_END
+    readme.write_text(f"# Title\nintro\n{start}\nold figures\n{end}\n## Rest\nkept\n")
+    report.update_readme(readme, store)
+    text = readme.read_text()
+    assert text.startswith(f"# Title\nintro\n{report.README_START}\n**h100-sxm")
+    assert text.endswith(f"\n{report.README_END}\n## Rest\nkept\n") and "old figures" not in text
+    readme.write_text("no markers\n")
+    with pytest.raises(ValueError):
+        report.update_readme(readme, store)
+
+
+def test_asv_publish_skips_a_foreign_results_dir(tmp_path, capsys):
+    report.asv_publish(tmp_path / "results", tmp_path / "html")
+    assert "asv publish skipped" in capsys.readouterr().out
+
+
+def test_main_with_an_empty_store_still_writes_the_index(asv_calls, tmp_path):
+    assert report.main(["--results", str(tmp_path / "none"), "--html", str(tmp_path / "html")]) == 0
+    assert "No optbench results" in (tmp_path / "html" / "optbench" / "speedup.html").read_text()

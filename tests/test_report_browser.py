@@ -1,0 +1,81 @@
+"""Headless Chromium opens every generated page (from a synthetic store): no script or resource errors, no
+console messages, every image decoded. Chromium is Debian's package; it is installed when missing and root."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from synthetic_results import report_store
+
+from optbench import report
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--enable-logging=stderr", "--v=0",
+         "--virtual-time-budget=5000", "--dump-dom"]
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """Path of chromium; installs Debian's package where missing (root only), else skips."""
+    found = shutil.which("chromium")
+    if found:
+        return found
+    if os.geteuid() != 0:
+        pytest.skip("chromium is not installed and installing it needs root")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    try:
+        for cmd, limit in ((["apt-get", "update"], 120), (["apt-get", "install", "-y", "chromium"], 240)):
+            subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=limit)
+    except (OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"could not install chromium: {exc}")
+    return shutil.which("chromium") or pytest.skip("apt-get install chromium gave no chromium on PATH")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Iterator[str]:
+    """URL of optbench/ in a published synthetic store, served on a free loopback port."""
+    root = tmp_path_factory.mktemp("site")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(report, "asv_publish", lambda results, html: None)
+        report.publish(report_store(root / "results").root, root / "html")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                               "--directory", str(root / "html")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/optbench/"
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(url + "index.html", timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+@pytest.mark.parametrize("page", ["index", *report.PAGES])
+def test_page_loads_cleanly(chromium: str, site: str, page: str, tmp_path: Path):
+    done = subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path}", f"{site}{page}.html"],
+                          capture_output=True, text=True, timeout=60)
+    body = re.search(r"<body([^>]*)>", done.stdout)
+    assert body, f"no DOM from chromium (exit {done.returncode}): {done.stderr[-2000:]}"
+    attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', body[1]))
+    assert attrs.get("errors") == "0", attrs
+    assert attrs.get("images-ok") == "1", attrs
+    assert page == "index" or int(attrs["images"]) > 0, attrs
+    assert re.findall(r":CONSOLE[^\]]*\] (.*)", done.stderr) == []
