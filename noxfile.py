@@ -33,6 +33,10 @@ def _install_project(session: nox.Session) -> None:
     session.install("-e", ".[dev]")
 
 
+def _optbench(session: nox.Session, command: str) -> None:
+    session.run("python", "-m", "optbench.cli", command, *session.posargs)
+
+
 @nox.session(venv_params=["--system-site-packages"])
 def tests(session: nox.Session) -> None:
     """Unit, kernel (Triton interpreter on a CPU) and harness tests. Zero tests collected fails."""
@@ -51,25 +55,25 @@ def lint(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
     """Benchmark the current commit here (full suite with a GPU, CPU suite without), then publish HTML."""
-    session.run("python", "-m", "optbench.cli", "run", *session.posargs)
+    _optbench(session, "run")
 
 
 @nox.session(venv_backend="none")
 def compare(session: nox.Session) -> None:
     """`nox -s compare -- BASE HEAD`: exits non-zero on a significant regression."""
-    session.run("python", "-m", "optbench.cli", "compare", *session.posargs)
+    _optbench(session, "compare")
 
 
 @nox.session(venv_backend="none")
 def history(session: nox.Session) -> None:
     """`nox -s history -- A..B`: benchmark each commit of a range, one git worktree per commit."""
-    session.run("python", "-m", "optbench.cli", "history", *session.posargs)
+    _optbench(session, "history")
 
 
 @nox.session(venv_backend="none")
 def report(session: nox.Session) -> None:
     """asv publish plus optbench's charts and comparison pages under html/."""
-    session.run("python", "-m", "optbench.cli", "report", *session.posargs)
+    _optbench(session, "report")
 
 
 @nox.session(venv_backend="none")
