@@ -1,8 +1,9 @@
 """nox sessions: tests and lint for CI; bench, compare, history and report for runners;
 wheelhouse and bundle to prepare an offline GPU runner.
 
-Sessions that measure run in the current Python (``venv_backend="none"``) so that a runner's own
-CUDA build of torch is what gets measured; ``tests`` builds a fresh virtualenv with the CPU wheel.
+``tests`` and ``bench`` build a virtualenv that sees the system's packages (a runner's own CUDA build
+of torch is what gets measured) and install the CPU wheel of torch only where none is importable; the
+other sessions run in the current Python.
 """
 
 from __future__ import annotations
