@@ -1,4 +1,4 @@
-"""nox sessions: tests and lint for CI; bench, compare, history and report for runners;
+"""nox sessions: tests and lint for CI; bench, compare, history, report and profile for runners;
 wheelhouse and bundle to prepare an offline GPU runner.
 
 ``tests`` and ``bench`` build a virtualenv that sees the system's packages (a runner's own CUDA build
@@ -79,6 +79,12 @@ def history(session: nox.Session) -> None:
 def report(session: nox.Session) -> None:
     """asv publish plus optbench's charts and comparison pages under html/."""
     _optbench(session, "report")
+
+
+@nox.session(venv_backend="none")
+def profile(session: nox.Session) -> None:
+    """`nox -s profile -- --size 100M --variant best`: a profiling report like the seeds'."""
+    _optbench(session, "profile")
 
 
 @nox.session(venv_backend="none")

@@ -1,4 +1,5 @@
-"""The ``optbench`` command: run the suite, compare commits, publish reports, check the timer and the gate.
+"""The ``optbench`` command: run the suite, compare commits, publish reports, profile a training step,
+check the timer and the gate.
 
 ``optbench run`` benchmarks the current commit on whatever device is here (the CPU suite without a
 GPU), stores results under ``results/<machine>/`` and writes HTML under ``html/``. The other
@@ -28,6 +29,7 @@ SUBCOMMANDS = {
     "report": "optbench.report",
     "history": "optbench.history",
     "calibrate": "optbench.calibrate",
+    "profile": "optbench.profile",
     "noisecheck": "optbench.noisecheck",
 }
 
