@@ -1,5 +1,5 @@
 """The ``optbench`` command: run the suite, compare commits, publish reports, profile a training step,
-check the timer and the gate.
+plan what a GPU can run, check the timer and the gate.
 
 ``optbench run`` benchmarks the current commit on whatever device is here (the CPU suite without a
 GPU), stores results under ``results/<machine>/`` and writes HTML under ``html/``. The other
@@ -30,6 +30,7 @@ SUBCOMMANDS = {
     "history": "optbench.history",
     "calibrate": "optbench.calibrate",
     "profile": "optbench.profile",
+    "plan": "optbench.plan",
     "noisecheck": "optbench.noisecheck",
 }
 
@@ -79,6 +80,7 @@ def run(argv: list[str]) -> int:
     p.add_argument("--suite", choices=["auto", *SUITES], default="auto",
                    help="auto: 'full' with a GPU, 'cpu' without")
     p.add_argument("--commit", default="HEAD", help="commit to record the results under")
+    p.add_argument("--emulate", help="hardware profile to emulate on a larger GPU (t4, a100-40gb, rtx5090, ...)")
     p.add_argument("--select", help="regex on record keys ('bench_step.Step1B|variant=best'): measure only those")
     p.add_argument("--no-html", action="store_true", help="skip asv publish and optbench's charts")
     args = p.parse_args(argv)
@@ -90,9 +92,13 @@ def run(argv: list[str]) -> int:
     suite = args.suite
     if suite == "auto":
         suite = "full" if torch.cuda.is_available() else "cpu"
-    machine = machine_name()
+    machine = machine_name(emulate=args.emulate)
     commit = git_commit(args.commit)
     env = bench_env(suite, machine)
+    if args.emulate:
+        from optbench.emulate import emulate_env
+
+        env.update(emulate_env(args.emulate))
     register_machine(machine)
     print(f"optbench: suite {suite!r} on {machine} for {commit[:12]}", flush=True)
     if args.select:

@@ -150,9 +150,12 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
     """Measure every case of ``benchmark`` and save each record as it comes; returns records by key."""
     import torch
 
+    from optbench.emulate import apply_emulation
     from optbench.machine import machine_info
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if str(device).startswith("cuda"):
+        apply_emulation()  # caps memory and features to an emulated target's (no-op without OPTBENCH_EMULATE)
     store = store or ResultStore()
     commit, machine = current_commit(), current_machine()
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

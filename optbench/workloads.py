@@ -27,6 +27,20 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
+def machine_profile(device: str):
+    """The hardware profile the work must fit: the emulated target's, this GPU's, or the CPU's."""
+    from optbench.emulate import active_profile
+    from optbench.hardware import lookup
+
+    return active_profile() if str(device).startswith("cuda") else lookup("cpu")
+
+
+def skip_if(reason: str | None) -> None:
+    """Raise the benchmark skip (NotImplementedError) with ``reason`` when there is one."""
+    if reason:
+        raise NotImplementedError(reason)
+
+
 def require_cuda(device: str, what: str) -> None:
     """Skip (NotImplementedError) GPU-only work on a CPU."""
     if not str(device).startswith("cuda"):
@@ -56,9 +70,11 @@ def _with_grad(t: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
 def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0) -> Work:
     """One kernel op at one shape and implementation: checked against eager, then fwd and fwd+bwd timed."""
     from kernels.registry import OPS
+    from optbench.plan import kernel_skip_reason
 
     op = OPS[op_name]
     require_cuda(device, f"{op.name} at {shape}")
+    skip_if(kernel_skip_reason(machine_profile(device), op_name, shape, impl))
     if impl.startswith("liger"):
         try:
             import liger_kernel  # noqa: F401
@@ -142,12 +158,10 @@ MATMUL_MODES = {"fp32": (torch.float32, False), "tf32": (torch.float32, True),
 def matmul_work(n: int, mode: str, device: str, seed: int = 0) -> Work:
     """An n x n x n matmul in one precision mode (TF32 on/off for fp32), checked against float64."""
     require_cuda(device, "matmul precision modes")
-    from optbench.hardware import detect
+    from optbench.plan import matmul_skip_reason
 
     dtype, tf32 = MATMUL_MODES[mode]
-    profile = detect()
-    if (mode == "tf32" and not profile.supports_tf32) or (mode == "bf16" and not profile.supports_bf16):
-        raise NotImplementedError(f"{profile.name} has no {mode} matrix units")
+    skip_if(matmul_skip_reason(machine_profile(device), mode))
     gen = torch.Generator(device=device).manual_seed(seed)
     a = torch.randn(n, n, generator=gen, device=device).to(dtype)
     b = torch.randn(n, n, generator=gen, device=device).to(dtype)
@@ -178,27 +192,24 @@ _REFERENCES: dict[tuple, Any] = {}
 
 
 def step_options(size: str, variant: str, device: str):
-    """(reference, candidate) StepOptions of ``variant`` at ``size`` on ``device``.
+    """(reference, candidate) StepOptions of ``variant`` at ``size`` on this machine: its baseline is
+    ``optbench.plan.base_options`` (bf16 autocast, fp16 + GradScaler without bf16, fp32 on a CPU; tiny at
+    B=2, S=128; the batch halved until the memory estimate fits)."""
+    from optbench.plan import step_pair
 
-    On a CPU the baseline is fp32 (bf16 autocast there measures nothing users run); 'tiny' runs B=2, S=128.
-    """
-    from models.step import BASELINE, variant_options
-
-    base = BASELINE if str(device).startswith("cuda") else BASELINE.replace(precision="fp32")
-    if size == "tiny":
-        base = base.replace(batch_size=2, seq_len=128)
-    return (base, base) if variant == "eager" else variant_options(variant, base)
+    return step_pair(machine_profile(device), size, variant)
 
 
 def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
     """One training step of ``size`` with ``variant`` on: checked against its baseline, then timed."""
     from models.config import CONFIGS
     from models.step import UnsupportedOptions, build_step, check_against, reference_of
-    from optbench.hardware import detect
+    from optbench.plan import baseline_notes, step_skip_reason
 
+    profile = machine_profile(device)
+    skip_if(step_skip_reason(profile, size, variant))
     reference, options = step_options(size, variant, device)
     config = CONFIGS[size]
-    profile = detect() if str(device).startswith("cuda") else None
     try:
         if (size, reference) not in _REFERENCES:
             _REFERENCES.clear()
@@ -221,4 +232,5 @@ def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
                 flops={"step": float(step.flops_per_step)}, graph=False,
                 info={"tokens": step.tokens_per_step, "primary_clock": "wall", "precision": options.precision,
                       "batch_size": options.batch_size, "seq_len": options.seq_len,
-                      "params": sum(p.numel() for p in step.params)})
+                      "params": sum(p.numel() for p in step.params),
+                      "baseline_notes": baseline_notes(profile, size)})

@@ -1,0 +1,444 @@
+"""What a machine can run: one decision for ``optbench plan`` and for the workloads at run time.
+
+``optbench plan --gpu t4`` lists every case of the asv suite (benchmark x params) with 'run' or 'skip',
+the reason, and its *datasheet floor*: the roofline lower bound from the profile's datasheet peaks
+(``optbench.roofline.floor_ms``), never a measurement. The workloads call the same ``*_skip_reason``
+functions with the profile they run under (``optbench.emulate.active_profile``), so a plan and a run agree.
+
+Skip reasons read '<category>: <detail>'; categories: no CUDA, no bf16, no TF32, no Triton, same as eager,
+unsupported (``models.step.validate``), memory.
+
+Memory of a training step (``step_memory_bytes``), an estimate for ``models.step.TrainStep``::
+
+    bytes = P * (16 + 2 [autocast]) + B * S * (L * block + loss)
+
+- 16 B/param: fp32 weights, grads, AdamW exp_avg and exp_avg_sq (10 B/param with an 8-bit optimizer's
+  1-byte states). Counted in full although the step frees its grads before the forward (``zero_grad(
+  set_to_none=True)``), so the estimate errs high by 4 B/param.
+- 2 B/param under bf16/fp16 autocast: the half-precision weight copies autocast caches in the forward and
+  the backward keeps.
+- block, bytes per token and layer that the eager block saves for backward, with a = 2 (autocast) or
+  4 (fp32, tf32) bytes per activation, d = d_model, f = ffn_dim, the residual stream in fp32:
+  16d (each of the two eager RMSNorms keeps its fp32 input and normalized x) + 5ad under autocast (q, k, v,
+  gate and up each keep their own half-precision copy of their input; 8d in fp32: one input per norm)
+  + 4ad (SDPA's q, k, v and output, k and v expanded to every head by an explicit mask; 2ad + 2a*kv_dim
+  with is_causal) + ad (o_proj's input) + 4af (gate, up, silu(gate), their product).
+  bf16 autocast with a mask: 36d + 8f; fp32: 44d + 16f. Checkpointing every k-th block keeps only the fp32
+  input (4d) of its L // k blocks, plus one block's activations live again while it is recomputed.
+- loss, bytes per token: 12 per logit (V) for the eager loss, which holds the fp32 log-softmax output for
+  backward and, at the start of the backward, its incoming and outgoing fp32 gradients; the chunked, fused and
+  Liger losses hold one chunk of logits about the size of the hidden states (``default_chunk_size``): 12d.
+
+Triton/Liger norms and SwiGLU, QK-norm and torch.compile change these terms by a few d (compile saves far
+more); they are ignored, so for them the estimate is an upper bound. The CUDA context, library workspaces
+and allocator fragmentation are left to ``MEMORY_MARGIN``. tests/test_plan.py holds the estimate against the
+step peaks stored for the H100 in results/: never below them, and within 25% where neither a CUDA graph nor
+torch.compile is on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+
+from kernels.registry import OPS
+from kernels.shapes import IMPLS, QUICK_SHAPES, SHAPES
+from models.config import CONFIGS, ModelConfig, flops_per_token, param_count
+from models.step import BASELINE, StepOptions, UnsupportedOptions, validate, variant_options
+from models.variants import STEP_VARIANTS
+from optbench.cli import SUITES
+from optbench.hardware import DTYPES, PROFILES, HardwareProfile, lookup
+from optbench.roofline import Ceilings, floor_ms
+
+MEMORY_MARGIN = 0.10  # share of a card's memory held back: CUDA context, cuBLAS workspaces, fragmentation
+STATE_BYTES = 16  # fp32 weights + grads + AdamW exp_avg + exp_avg_sq, per parameter
+STATE_BYTES_8BIT = 10  # fp32 weights + grads + 1-byte exp_avg and exp_avg_sq
+LOGIT_BYTES = 12  # fp32 log-softmax output + its incoming and outgoing gradients, per logit
+
+KERNEL_BENCHMARKS: dict[str, str] = {  # asv benchmark -> kernels.registry op
+    "bench_kernels.RMSNorm": "rmsnorm", "bench_kernels.SwiGLU": "swiglu", "bench_kernels.QKNorm": "qknorm",
+    "bench_kernels.LinearCrossEntropy": "linear_ce", "bench_kernels.GradStats": "grad_stats",
+}
+STEP_BENCHMARKS: dict[str, tuple[str, str]] = {  # asv benchmark -> (model size, models.variants grid)
+    "bench_step.StepTiny": ("tiny", "tiny"), "bench_step.Step100M": ("100M", "100M"),
+    "bench_step.Step500M": ("500M", "500M"), "bench_step.Step1B": ("1B", "1B"),
+    "bench_precision.Step100M": ("100M", "precision"),
+}
+QUICK_STEP_BENCHMARK = "bench_step.Step100M"  # measures the 'quick' grid in the quick suite
+MATMUL_BENCHMARK, MATMUL_N = "bench_precision.Matmul", 8192  # one N^3 product per precision mode (DTYPES)
+GPU_ALIASES = {"h100": "h100-sxm"}
+# linear_ce implementations that hold the full (N, V) logits: eager and compile (fp32 log-softmax), and the
+# CE-only kernels that take h @ w.T; the others compute the logits chunk by chunk.
+_FULL_LOGITS = ("eager", "compile", "triton-ce", "liger-ce")
+_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One case of the suite on one machine; floor_ms is the datasheet floor (None if skipped or unknown)."""
+
+    benchmark: str
+    params: dict[str, str]
+    action: str  # 'run' | 'skip'
+    reason: str  # why it skips, or a note on how it runs ('' if none)
+    floor_ms: float | None
+
+
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.1f} GB"
+
+
+def _sm(profile: HardwareProfile) -> str:
+    return "sm" + "".join(map(str, profile.compute_capability)) if profile.compute_capability else "no CUDA"
+
+
+def _device(profile: HardwareProfile) -> str:
+    return f"{profile.name} ({_sm(profile)})"
+
+
+def usable_bytes(profile: HardwareProfile) -> float | None:
+    """Device bytes a case may plan to use: the card's memory less MEMORY_MARGIN; None if unknown (CPU)."""
+    return None if profile.mem_gb is None else profile.mem_gb * 1e9 * (1 - MEMORY_MARGIN)
+
+
+def _over(need: float, usable: float, profile: HardwareProfile) -> str:
+    return f"~{_gb(need)} (estimate) > {_gb(usable)} usable of {profile.mem_gb:g} GB"
+
+
+def _cuda_reason(profile: HardwareProfile, what: str) -> str | None:
+    return None if profile.compute_capability else f"no CUDA: {what} needs a CUDA GPU, not a {profile.name}"
+
+
+def _precision_reason(profile: HardwareProfile, precision: str, what: str) -> str | None:
+    if precision == "bf16" and not profile.supports_bf16:
+        return f"no bf16: {what} is bf16; {_device(profile)} has no bf16 hardware"
+    if precision == "tf32" and not profile.supports_tf32:
+        return f"no TF32: {what} uses TF32; {_device(profile)} has no TF32 tensor cores (sm80+)"
+    return None
+
+
+def _triton_reason(profile: HardwareProfile, users: list[str]) -> str | None:
+    """Triton (ours, Liger-Kernel's, inductor's) on a GPU architecture it does not support."""
+    if not users or not profile.compute_capability or profile.triton:
+        return None
+    return f"no Triton: {', '.join(users)} runs Triton kernels, which {_device(profile)} cannot run"
+
+
+def _first(*reasons: str | None) -> str | None:
+    return next((r for r in reasons if r), None)
+
+
+# --- kernels ------------------------------------------------------------------------------------------------
+
+def _nbytes(t: torch.Tensor | None) -> int:
+    return 0 if t is None else t.numel() * t.element_size()
+
+
+@cache
+def kernel_bytes(op_name: str, shape: str, impl: str) -> int:
+    """Device bytes one kernel case holds, estimated from its inputs built on the meta device: inputs and
+    the gradients they carry; with a backward, their gradients plus the output and its gradient (each at
+    most the largest input); the full fp32 logits (LOGIT_BYTES each) where linear_ce materializes them."""
+    op = OPS[op_name]
+    dims = op.shapes[shape]
+    inputs = op.make_inputs(dims, op.dtype, "meta", None)
+    held = sum(_nbytes(t) + _nbytes(t.grad) for t in inputs)
+    if op.backward:
+        held += sum(_nbytes(t) for t in inputs if t.requires_grad)
+        held += 0 if op.loss_like else 2 * max(map(_nbytes, inputs))
+    if op.loss_like and impl in _FULL_LOGITS:
+        held += LOGIT_BYTES * dims["tokens"] * dims["vocab"]
+    return held
+
+
+def _kernel_memory_reason(profile: HardwareProfile, op: str, shape: str, impl: str) -> str | None:
+    usable = usable_bytes(profile)
+    if usable is None or (need := kernel_bytes(op, shape, impl)) <= usable:
+        return None
+    return f"memory: {op}/{impl} at {shape} holds {_over(need, usable, profile)}"
+
+
+def kernel_skip_reason(profile: HardwareProfile, op: str, shape: str, impl: str) -> str | None:
+    """Why ``op`` at ``shape`` with ``impl`` cannot run on ``profile``; None if it can."""
+    what = f"{op}/{impl}"
+    needs_triton = impl == "compile" or impl.startswith(("triton", "liger"))  # inductor, ours, Liger-Kernel
+    return _first(_cuda_reason(profile, what), _precision_reason(profile, _DTYPE_NAMES[OPS[op].dtype], what),
+                  _triton_reason(profile, [what] if needs_triton else []),
+                  _kernel_memory_reason(profile, op, shape, impl))
+
+
+def matmul_skip_reason(profile: HardwareProfile, mode: str) -> str | None:
+    """Why the matmul in precision ``mode`` ('fp32', 'tf32', 'bf16', 'fp16') cannot run on ``profile``."""
+    what = f"the {mode} matmul"
+    return _first(_cuda_reason(profile, what), _precision_reason(profile, mode, what))
+
+
+# --- training steps -----------------------------------------------------------------------------------------
+
+def _block_bytes_per_token(cfg: ModelConfig, options: StepOptions) -> float:
+    """Activation bytes one eager block saves for backward, per token (see the module docstring)."""
+    autocast = options.precision in ("bf16", "fp16")
+    a, d, f = (2 if autocast else 4), cfg.d_model, cfg.ffn_dim
+    kv = cfg.n_kv_heads * cfg.head_dim
+    norms = 2 * 2 * 4 * d  # two RMSNorms: fp32 input and normalized x
+    projection_inputs = 5 * a * d if autocast else 2 * 4 * d
+    sdpa = a * (2 * d + 2 * kv if options.attn_mask == "is_causal" else 4 * d)
+    return norms + projection_inputs + sdpa + a * d + 4 * a * f
+
+
+def _layers_bytes_per_token(cfg: ModelConfig, options: StepOptions) -> float:
+    block = _block_bytes_per_token(cfg, options)
+    checkpointed = cfg.n_layers // options.checkpoint_every if options.checkpoint_every else 0
+    recompute = block if checkpointed else 0
+    return (cfg.n_layers - checkpointed) * block + checkpointed * 4 * cfg.d_model + recompute
+
+
+def step_memory_bytes(cfg: ModelConfig, options: StepOptions, state_bytes: int = STATE_BYTES) -> float:
+    """Peak device bytes of one training step, estimated (formula in the module docstring)."""
+    autocast_copies = 2 if options.precision in ("bf16", "fp16") else 0
+    loss = LOGIT_BYTES * (cfg.vocab_size if options.loss == "eager" else cfg.d_model)
+    activations = options.batch_size * options.seq_len * (_layers_bytes_per_token(cfg, options) + loss)
+    return param_count(cfg) * (state_bytes + autocast_copies) + activations
+
+
+def _memory_remedy(cfg: ModelConfig, options: StepOptions, usable: float) -> str:
+    """The first of checkpointing, an 8-bit optimizer, or both, that the estimate says would fit."""
+    checkpointed = options.replace(checkpoint_every=1)
+    remedies = [("activation checkpointing", checkpointed, STATE_BYTES),
+                ("an 8-bit optimizer", options, STATE_BYTES_8BIT),
+                ("checkpointing and an 8-bit optimizer", checkpointed, STATE_BYTES_8BIT)]
+    for name, opts, state in remedies:
+        need = step_memory_bytes(cfg, opts, state)
+        if need <= usable:
+            return f"would fit with {name} (~{_gb(need)})"
+    return "would not fit even with checkpointing and an 8-bit optimizer"
+
+
+def _step_memory_reason(profile: HardwareProfile, size: str, options: StepOptions) -> str | None:
+    cfg, usable = CONFIGS[size], usable_bytes(profile)
+    need = step_memory_bytes(cfg, options)
+    if usable is None or need <= usable:
+        return None
+    states = _gb(STATE_BYTES * param_count(cfg))
+    return (f"memory: {size} at B={options.batch_size}, S={options.seq_len} ({options.precision}), with "
+            f"{states} of fp32 weights, grads and AdamW states, needs {_over(need, usable, profile)}; "
+            f"{_memory_remedy(cfg, options, usable)}")
+
+
+def base_options(profile: HardwareProfile, size: str) -> StepOptions:
+    """The step baseline on ``profile``: bf16 autocast where supported, else fp16 autocast + GradScaler
+    (fp32 on a CPU, where autocast measures nothing users run); 'tiny' at B=2, S=128; the batch halved
+    from 8 while the memory estimate does not fit (down to 1; see ``baseline_notes``)."""
+    if not profile.compute_capability:
+        base = BASELINE.replace(precision="fp32")
+    else:
+        base = BASELINE if profile.supports_bf16 else BASELINE.replace(precision="fp16")
+    if size == "tiny":
+        base = base.replace(batch_size=2, seq_len=128)
+    usable = usable_bytes(profile)
+    while usable is not None and base.batch_size > 1 and step_memory_bytes(CONFIGS[size], base) > usable:
+        base = base.replace(batch_size=base.batch_size // 2)
+    return base
+
+
+def baseline_notes(profile: HardwareProfile, size: str) -> list[str]:
+    """Why ``base_options`` departs from models.step.BASELINE on ``profile`` (precision, batch size), or
+    that even batch 1 does not fit (every case of the size then skips)."""
+    base, usable, notes = base_options(profile, size), usable_bytes(profile), []
+    if profile.compute_capability and base.precision == "fp16":
+        notes.append(f"fp16 autocast + GradScaler baseline: {profile.name} has no bf16")
+    if usable is None or size == "tiny":
+        return notes
+    need = step_memory_bytes(CONFIGS[size], base)
+    if need > usable:
+        notes.append(f"does not fit even at batch 1: {_over(need, usable, profile)}")
+    elif base.batch_size < BASELINE.batch_size:
+        larger = base.batch_size * 2
+        need = step_memory_bytes(CONFIGS[size], base.replace(batch_size=larger))
+        notes.append(f"batch {base.batch_size}: batch {larger} needs {_over(need, usable, profile)}")
+    return notes
+
+
+def step_pair(profile: HardwareProfile, size: str, variant: str) -> tuple[StepOptions, StepOptions]:
+    """(reference, candidate) options of ``variant`` on top of this machine's baseline."""
+    base = base_options(profile, size)
+    return (base, base) if variant == "eager" else variant_options(variant, base)
+
+
+def _triton_users(options: StepOptions) -> list[str]:
+    """The switches of ``options`` that run Triton kernels (ours, Liger-Kernel's, inductor's)."""
+    switches = {"norm": options.norm, "mlp": options.mlp, "qk_norm": options.qk_norm, "loss": options.loss}
+    users = [f"{k}={v}" for k, v in switches.items() if v in ("triton", "liger", "fused")]
+    return users + ([f"compile={options.compile}"] if options.compile else [])
+
+
+def _validate_reason(profile: HardwareProfile, *options: StepOptions) -> str | None:
+    device = "cuda" if profile.compute_capability else "cpu"
+    try:
+        for opts in options:
+            validate(opts, device, profile)
+    except UnsupportedOptions as exc:
+        return f"unsupported: {exc}"
+    return None
+
+
+def step_skip_reason(profile: HardwareProfile, size: str, variant: str) -> str | None:
+    """Why the training step of ``size`` with ``variant`` cannot run on ``profile``; None if it can."""
+    reference, candidate = step_pair(profile, size, variant)
+    what = f"{size}/{variant}"
+    same = variant != "eager" and candidate == reference
+    return _first(_precision_reason(profile, reference.precision, f"{what}'s reference"),
+                  _precision_reason(profile, candidate.precision, what),
+                  _triton_reason(profile, _triton_users(candidate)),
+                  f"same as eager: {variant} changes nothing on this machine's baseline" if same else None,
+                  _validate_reason(profile, reference, candidate),
+                  _step_memory_reason(profile, size, reference),
+                  _step_memory_reason(profile, size, candidate))
+
+
+def _step_note(profile: HardwareProfile, size: str, variant: str) -> str:
+    causal = step_pair(profile, size, variant)[1].attn_mask == "is_causal"
+    if causal and profile.compute_capability and not profile.flash_attention:
+        return f"SDPA: memory-efficient attention (no FlashAttention on {_sm(profile)})"
+    return ""
+
+
+# --- floors and the plan ------------------------------------------------------------------------------------
+
+def expected_floor_ms(profile: HardwareProfile, benchmark: str, params: dict[str, str]) -> float | None:
+    """Datasheet floor in ms (roofline from the profile's datasheet peaks; not a measurement) of the case's
+    lead metric: fwd+bwd for kernels with a backward, else fwd; the matmul; one optimizer step (its model
+    FLOPs, models.config.flops_per_token, at the step's precision). None where a peak is unknown."""
+    ceilings = Ceilings.from_profile(profile)
+    if benchmark in KERNEL_BENCHMARKS:
+        op = OPS[KERNEL_BENCHMARKS[benchmark]]
+        dims, metric = op.shapes[params["shape"]], "fwdbwd" if op.backward else "fwd"
+        flops, nbytes = op.flops(dims)[metric], op.bytes(dims, op.dtype.itemsize)[metric]
+        return floor_ms(flops, nbytes, ceilings, _DTYPE_NAMES[op.dtype])
+    if benchmark == MATMUL_BENCHMARK:
+        n, itemsize = int(params["n"]), 2 if params["mode"] in ("bf16", "fp16") else 4
+        return floor_ms(2.0 * n**3, 3.0 * n * n * itemsize, ceilings, params["mode"])
+    size = STEP_BENCHMARKS[benchmark][0]
+    options = step_pair(profile, size, params["variant"])[1]
+    flops = flops_per_token(CONFIGS[size], options.seq_len) * options.batch_size * options.seq_len
+    return floor_ms(flops, 0.0, ceilings, options.precision)
+
+
+def skip_reason(profile: HardwareProfile, benchmark: str, params: dict[str, str]) -> str | None:
+    """Why one case of the suite cannot run on ``profile``, by its benchmark's kind; None if it can."""
+    if benchmark in KERNEL_BENCHMARKS:
+        return kernel_skip_reason(profile, KERNEL_BENCHMARKS[benchmark], params["shape"], params["impl"])
+    if benchmark == MATMUL_BENCHMARK:
+        return matmul_skip_reason(profile, params["mode"])
+    return step_skip_reason(profile, STEP_BENCHMARKS[benchmark][0], params["variant"])
+
+
+def suite_cases(suite: str) -> list[tuple[str, dict[str, str]]]:
+    """(benchmark, params) of every case that ``optbench run --suite suite`` selects (optbench.cli.SUITES)."""
+    quick = suite == "quick"
+    cases = [(name, {"shape": s, "impl": i}) for name, op in KERNEL_BENCHMARKS.items()
+             for s in (QUICK_SHAPES[op] if quick else SHAPES[op]) for i in IMPLS[op]]
+    cases += [(name, {"variant": v}) for name, (_, grid) in STEP_BENCHMARKS.items()
+              for v in STEP_VARIANTS["quick" if quick and name == QUICK_STEP_BENCHMARK else grid]]
+    cases += [(MATMUL_BENCHMARK, {"n": str(MATMUL_N), "mode": mode}) for mode in DTYPES]
+    return [(name, params) for name, params in cases if any(re.search(rx, name) for rx in SUITES[suite])]
+
+
+def plan(profile: HardwareProfile, suite: str = "full") -> list[PlanRow]:
+    """Every case of ``suite`` on ``profile``: run or skip, why, and its datasheet floor."""
+    rows = []
+    for benchmark, params in suite_cases(suite):
+        reason = skip_reason(profile, benchmark, params)
+        if reason:
+            rows.append(PlanRow(benchmark, params, "skip", reason, None))
+            continue
+        step = STEP_BENCHMARKS.get(benchmark)
+        note = _step_note(profile, step[0], params["variant"]) if step else ""
+        rows.append(PlanRow(benchmark, params, "run", note, expected_floor_ms(profile, benchmark, params)))
+    return rows
+
+
+def skip_counts(rows: list[PlanRow]) -> Counter[str]:
+    """Skipped cases per reason category (the text before the first ':')."""
+    return Counter(row.reason.split(":", 1)[0] for row in rows if row.action == "skip")
+
+
+# --- command line -------------------------------------------------------------------------------------------
+
+def _describe(profile: HardwareProfile) -> str:
+    memory = f", {profile.mem_gb:g} GB" if profile.mem_gb else ""
+    return f"{profile.name} ({profile.key}{memory}, {_sm(profile)})"
+
+
+def _baseline_lines(profile: HardwareProfile, rows: list[PlanRow]) -> list[str]:
+    """One line per model size in the plan: its step baseline and why it departs from the default."""
+    sizes = dict.fromkeys(STEP_BENCHMARKS[r.benchmark][0] for r in rows if r.benchmark in STEP_BENCHMARKS)
+    lines = []
+    for size in sizes:
+        base = base_options(profile, size)
+        peak = _gb(step_memory_bytes(CONFIGS[size], base))
+        notes = "".join(f"; {note}" for note in baseline_notes(profile, size))
+        shape = f"B={base.batch_size}, S={base.seq_len}"
+        lines.append(f"{size}: {base.precision}, {shape}, peak ~{peak} (estimate){notes}")
+    return lines
+
+
+def _summary(profile: HardwareProfile, suite: str, rows: list[PlanRow]) -> list[str]:
+    skips = skip_counts(rows)
+    head = (f"{_describe(profile)}, {suite} suite: {len(rows)} cases, {len(rows) - skips.total()} run, "
+            f"{skips.total()} skip")
+    return [head, *(f"skip ({category}): {n}" for category, n in skips.most_common()),
+            *(f"step baseline {line}" for line in _baseline_lines(profile, rows))]
+
+
+def _markdown(profile: HardwareProfile, suite: str, rows: list[PlanRow]) -> str:
+    head, *rest = _summary(profile, suite, rows)
+    skipped = [f"| {r.benchmark} | {', '.join(r.params.values())} | {r.reason} |"
+               for r in rows if r.action == "skip"]
+    table = ["", f"<details><summary>{len(skipped)} skipped cases</summary>", "",
+             "| benchmark | params | skip reason |", "|---|---|---|", *skipped, "", "</details>"]
+    return "\n".join([f"**{head}**", "", *(f"- {line}" for line in rest), *(table if skipped else [])])
+
+
+def _print_table(profile: HardwareProfile, suite: str, rows: list[PlanRow]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"optbench plan: {_describe(profile)}, {suite} suite")
+    for column in ("benchmark", "params", "plan", "reason / note", "datasheet floor ms"):
+        table.add_column(column, justify="right" if column.endswith("ms") else "left")
+    for r in rows:
+        floor = "-" if r.floor_ms is None else f"{r.floor_ms:.3g}"
+        table.add_row(r.benchmark, ", ".join(r.params.values()), r.action, r.reason, floor)
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(table)
+    console.print("\n".join(_summary(profile, suite, rows)))
+    console.print("Floors are datasheet floors: roofline bounds from vendor peaks, not measurements.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``optbench plan``: what each case of the suite does on a GPU (default: this machine's)."""
+    p = argparse.ArgumentParser(prog="optbench plan", description=main.__doc__)
+    p.add_argument("--gpu", choices=sorted({*GPU_ALIASES, *PROFILES}),
+                   help="hardware profile ('h100' = 'h100-sxm'); default: this machine, or what it emulates")
+    p.add_argument("--suite", choices=["quick", "full"], default="full")
+    p.add_argument("--markdown", action="store_true", help="summary and skipped cases as Markdown")
+    args = p.parse_args(argv)
+    if args.gpu:
+        profile = lookup(GPU_ALIASES.get(args.gpu, args.gpu))
+    else:
+        from optbench.emulate import active_profile
+
+        profile = active_profile()
+    rows = plan(profile, args.suite)
+    if args.markdown:
+        print(_markdown(profile, args.suite, rows))
+    else:
+        _print_table(profile, args.suite, rows)
+    return 0

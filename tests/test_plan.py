@@ -1,0 +1,224 @@
+"""optbench.plan: what each machine runs and skips, the step baseline per machine, the memory estimate
+(checked against the H100 peaks stored in results/), datasheet floors, and rows that are exactly the asv
+suite's cases."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import itertools
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernels.registry import OPS
+from kernels.shapes import IMPLS, QUICK_SHAPES, SHAPES
+from models.config import CONFIGS, flops_per_token, param_count
+from models.variants import STEP_VARIANTS
+from optbench import plan as P
+from optbench.cli import SUITES
+from optbench.hardware import PROFILES
+from optbench.store import ResultStore
+
+ROOT = Path(__file__).resolve().parent.parent
+T4, H100, A100_40 = PROFILES["t4"], PROFILES["h100-sxm"], PROFILES["a100-40gb"]
+CATEGORIES = {"no CUDA", "no bf16", "no TF32", "no Triton", "same as eager", "unsupported", "memory"}
+GPUS = [key for key, p in PROFILES.items() if p.compute_capability]
+
+
+def _rows(profile, suite="full") -> dict[tuple[str, tuple], P.PlanRow]:
+    return {(r.benchmark, tuple(r.params.items())): r for r in P.plan(profile, suite)}
+
+
+@pytest.mark.parametrize("suite", ["quick", "full"])
+@pytest.mark.parametrize("key", list(PROFILES))
+def test_every_profile_plans(key, suite):
+    rows = P.plan(PROFILES[key], suite)
+    assert rows
+    for row in rows:
+        assert row.action in ("run", "skip")
+        if row.action == "skip":
+            assert row.reason.split(":", 1)[0] in CATEGORIES, row
+            assert row.floor_ms is None
+        elif PROFILES[key].compute_capability:
+            assert row.floor_ms is not None and row.floor_ms > 0, row
+
+
+def _asv_cases(suite: str, monkeypatch) -> set[tuple[str, tuple]]:
+    """(benchmark, params) of every case the asv classes define under OPTBENCH_SUITE=suite, selected as
+    ``optbench run --suite suite`` selects them."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    monkeypatch.setenv("OPTBENCH_SUITE", suite)
+    cases = set()
+    for name in ("bench_kernels", "bench_step", "bench_precision"):  # fresh imports, undone after the test
+        monkeypatch.setitem(sys.modules, f"benchmarks.{name}", None)
+        del sys.modules[f"benchmarks.{name}"]
+        module = importlib.import_module(f"benchmarks.{name}")
+        for cls in vars(module).values():
+            if not (isinstance(cls, type) and cls.__module__ == module.__name__ and cls.params):
+                continue
+            bench = cls.benchmark_name()
+            if any(re.search(rx, bench) for rx in SUITES[suite]):
+                combos = itertools.product(*cls.params)
+                cases |= {(bench, tuple(zip(cls.param_names, combo))) for combo in combos}
+    return cases
+
+
+@pytest.mark.parametrize("suite", ["quick", "full"])
+def test_rows_are_the_suites_cases(suite, monkeypatch):
+    rows = P.plan(H100, suite)
+    keys = [(r.benchmark, tuple(r.params.items())) for r in rows]
+    assert len(keys) == len(set(keys))
+    assert set(keys) == _asv_cases(suite, monkeypatch)
+
+
+def test_rows_follow_the_data_modules():
+    rows = P.plan(H100, "full")
+    for bench, op in P.KERNEL_BENCHMARKS.items():
+        got = {(r.params["shape"], r.params["impl"]) for r in rows if r.benchmark == bench}
+        assert got == set(itertools.product(SHAPES[op], IMPLS[op]))
+    for bench, (_, grid) in P.STEP_BENCHMARKS.items():
+        if bench != "bench_step.StepTiny":
+            assert [r.params["variant"] for r in rows if r.benchmark == bench] == STEP_VARIANTS[grid]
+    quick = P.plan(H100, "quick")
+    rmsnorm_shapes = {r.params["shape"] for r in quick if r.benchmark == "bench_kernels.RMSNorm"}
+    assert rmsnorm_shapes == set(QUICK_SHAPES["rmsnorm"])
+    step_variants = [r.params["variant"] for r in quick if r.benchmark == P.QUICK_STEP_BENCHMARK]
+    assert step_variants == STEP_VARIANTS["quick"]
+
+
+def test_t4_skips_bf16_and_tf32():
+    for shape, impl in itertools.product(SHAPES["rmsnorm"], IMPLS["rmsnorm"]):
+        assert P.kernel_skip_reason(T4, "rmsnorm", shape, impl).startswith("no bf16:")
+    assert P.kernel_skip_reason(T4, "grad_stats", "100M", "foreach") is None  # fp32
+    assert P.matmul_skip_reason(T4, "bf16").startswith("no bf16:")
+    assert P.matmul_skip_reason(T4, "tf32").startswith("no TF32:")
+    assert P.matmul_skip_reason(T4, "fp16") is None and P.matmul_skip_reason(T4, "fp32") is None
+    assert P.step_skip_reason(T4, "100M", "tf32").startswith("no TF32:")
+    assert P.step_skip_reason(T4, "100M", "best").startswith("no bf16:")  # 'best' asks for bf16 explicitly
+    assert P.step_skip_reason(T4, "100M", "fp16-scaler").startswith("same as eager:")
+    assert P.step_skip_reason(T4, "100M", "cuda-graph").startswith("unsupported:")  # GradScaler in a graph
+    for variant in ("eager", "fp32", "triton-norm", "liger-flce", "compile-default", "best-inductor"):
+        assert P.step_skip_reason(T4, "100M", variant) is None, variant
+
+
+def test_t4_step_baseline_is_fp16_with_grad_scaler():
+    for size in ("tiny", "100M", "500M", "1B"):
+        assert P.base_options(T4, size).precision == "fp16"  # models.step: fp16 autocast + GradScaler
+        assert any("GradScaler" in note for note in P.baseline_notes(T4, size))
+    assert P.base_options(H100, "100M") == P.BASELINE
+    assert P.base_options(PROFILES["cpu"], "tiny").precision == "fp32"
+    reference, candidate = P.step_pair(T4, "100M", "fp32")
+    assert (reference.precision, candidate.precision) == ("fp16", "fp32")
+
+
+def test_1b_does_not_fit_16_gb():
+    for variant in STEP_VARIANTS["1B"]:
+        reason = P.step_skip_reason(T4, "1B", variant)
+        assert reason and reason.split(":")[0] in ("memory", "no bf16", "unsupported"), (variant, reason)
+    reason = P.step_skip_reason(T4, "1B", "eager")
+    assert reason.startswith("memory:") and "would fit with checkpointing and an 8-bit optimizer" in reason
+    # ... as the estimate says: the fp32 states alone exceed the card, checkpointing alone is not enough.
+    cfg, base, usable = CONFIGS["1B"], P.base_options(T4, "1B"), P.usable_bytes(T4)
+    assert base.batch_size == 1 and P.STATE_BYTES * param_count(cfg) > usable
+    checkpointed = base.replace(checkpoint_every=1)
+    assert P.step_memory_bytes(cfg, checkpointed) > usable
+    assert P.step_memory_bytes(cfg, checkpointed, P.STATE_BYTES_8BIT) <= usable
+
+
+def test_batch_halves_until_the_estimate_fits():
+    for key, size in itertools.product(GPUS, ("100M", "500M", "1B")):
+        profile, base = PROFILES[key], P.base_options(PROFILES[key], size)
+        fits = P.step_memory_bytes(CONFIGS[size], base) <= P.usable_bytes(profile)
+        notes = P.baseline_notes(profile, size)
+        if not fits:
+            assert base.batch_size == 1 and any(n.startswith("does not fit even at batch 1") for n in notes)
+        elif base.batch_size < 8:
+            larger = base.replace(batch_size=base.batch_size * 2)
+            assert P.step_memory_bytes(CONFIGS[size], larger) > P.usable_bytes(profile)
+            assert any(note.startswith(f"batch {base.batch_size}:") for note in notes)
+    assert P.base_options(A100_40, "1B").batch_size < 8 <= P.base_options(A100_40, "500M").batch_size
+
+
+def test_h100_runs_the_full_suite():
+    skipped = [r for r in P.plan(H100, "full") if r.action == "skip"]
+    assert not skipped, skipped
+
+
+def test_old_architecture_skips_triton():
+    old = dataclasses.replace(T4, key="old", triton=False)
+    assert P.kernel_skip_reason(old, "grad_stats", "100M", "loop") is None
+    assert P.step_skip_reason(old, "100M", "eager") is None
+    for variant in ("triton-norm", "liger-swiglu", "fused-ce", "compile-default"):
+        assert P.step_skip_reason(old, "100M", variant).startswith("no Triton:"), variant
+
+
+def test_no_flash_attention_is_a_note_not_a_skip():
+    row = _rows(T4)[("bench_step.Step100M", (("variant", "sdpa-causal"),))]
+    assert row.action == "run" and "memory-efficient" in row.reason
+    assert _rows(H100)[("bench_step.Step100M", (("variant", "sdpa-causal"),))].reason == ""
+
+
+def test_kernel_bytes():
+    n_params = param_count(CONFIGS["1B"])
+    assert P.kernel_bytes("grad_stats", "1B", "loop") == 8 * n_params  # fp32 params and their grads
+    shape, logits = "8192x2048x32000", P.LOGIT_BYTES * 8192 * 32000
+    held = {impl: P.kernel_bytes("linear_ce", shape, impl) for impl in ("eager", "liger-ce", "triton")}
+    assert held["eager"] == held["liger-ce"] == held["triton"] + logits
+
+
+def _stored_h100_steps():
+    """(size, variant, measured peak bytes) of the stored H100 step records without a CUDA graph or
+    torch.compile (whose savings the estimate ignores): bytes resident before the step plus its peak above."""
+    store = ResultStore(ROOT / "results")
+    if "h100-sxm" not in store.machines():
+        return []
+    out = []
+    for commit in store.commits("h100-sxm"):
+        for key, rec in store.load("h100-sxm", commit).items():
+            if not key.startswith("bench_step.Step") or rec.get("status") != "ok":
+                continue
+            size, variant = key.split("|")[0].removeprefix("bench_step.Step"), rec["params"]["variant"]
+            options = P.step_pair(H100, size, variant)[1]
+            if not options.cuda_graph and not options.compile:
+                out.append((size, variant, rec["mem_base_bytes"]["step"] + rec["peak_mem_bytes"]["step"]))
+    return out
+
+
+def test_memory_estimate_bounds_stored_h100_peaks():
+    measured = _stored_h100_steps()
+    if not measured:
+        pytest.skip("no stored H100 step results")
+    for size, variant, peak in measured:
+        estimate = P.step_memory_bytes(CONFIGS[size], P.step_pair(H100, size, variant)[1])
+        assert peak <= estimate <= 1.25 * peak, (size, variant, estimate / peak)
+
+
+def test_datasheet_floors():
+    mm = P.expected_floor_ms(H100, P.MATMUL_BENCHMARK, {"n": "8192", "mode": "bf16"})
+    assert mm == pytest.approx(2 * 8192**3 / (H100.peak("bf16") * 1e12) * 1e3)
+    step = P.expected_floor_ms(H100, "bench_step.Step1B", {"variant": "eager"})
+    assert step == pytest.approx(flops_per_token(CONFIGS["1B"], 1024) * 8 * 1024 / (H100.peak("bf16") * 1e9))
+    op = OPS["rmsnorm"]
+    dims = op.shapes["16384x4096"]
+    rms = P.expected_floor_ms(H100, "bench_kernels.RMSNorm", {"shape": "16384x4096", "impl": "triton"})
+    assert rms == pytest.approx(op.bytes(dims, 2)["fwdbwd"] / (H100.mem_bw_gbps * 1e6))  # memory-bound
+    assert P.expected_floor_ms(T4, P.MATMUL_BENCHMARK, {"n": "8192", "mode": "bf16"}) is None
+
+
+def test_main_prints_a_plan(capsys):
+    assert P.main(["--gpu", "h100", "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "NVIDIA H100 SXM (h100-sxm" in out and "0 skip" in out
+    assert P.main(["--gpu", "t4", "--suite", "quick"]) == 0
+    out = capsys.readouterr().out
+    assert "datasheet floor" in out and "skip (no bf16)" in out
+
+
+def test_runners_doc_shows_the_current_plans(capsys):
+    doc = (ROOT / "docs" / "runners.md").read_text()
+    for gpu in ("h100", "h200", "a100-80gb", "a100-40gb", "rtx5090", "t4"):
+        P.main(["--gpu", gpu, "--markdown"])
+        assert capsys.readouterr().out in doc, f"docs/runners.md is out of date for {gpu}: regenerate it"
