@@ -44,7 +44,6 @@ class Work:
     info: dict[str, Any] = field(default_factory=dict)
     graph: bool = True
     before_memory: Callable[[], None] | None = None
-    cleanup: Callable[[], None] | None = None
 
 
 @dataclass
@@ -136,8 +135,6 @@ def measure_case(case: Case, *, device: str, budget_s: float) -> dict[str, Any]:
             rec.update(status="error", reason=f"{type(exc).__name__}: {exc}"[:2000],
                        traceback=traceback.format_exc()[-4000:])
     finally:
-        if work is not None and work.cleanup is not None:
-            work.cleanup()
         del work
         _free_device_memory()
     rec["seconds"] = round(time.perf_counter() - start, 3)
