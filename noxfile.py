@@ -17,12 +17,13 @@ nox.options.error_on_missing_interpreters = False
 
 CPU_TORCH = "torch==2.13.0"  # the CPU build this project's CI and developers install from disk
 
-# What an offline GPU runner lacks (asv with its requirements, Liger-Kernel), pinned so every runner
-# installs the same set. importlib-metadata 10 needs `lazy_importer`, absent on the runners: keep 8.x.
+# What an offline GPU runner lacks (asv with its requirements, Liger-Kernel, bitsandbytes for the 8-bit AdamW
+# switch), pinned so every runner installs the same set. importlib-metadata 10 needs `lazy_importer`, absent
+# on the runners: keep 8.x. bitsandbytes is 41 MB of the 49 MB; the suite skips its switch without it.
 RUNNER_WHEELS = [
     "asv==0.6.6", "asv-runner==0.3.2", "json5==0.17.3", "pympler==1.1", "virtualenv==21.15.8",
     "distlib==0.4.4", "platformdirs==4.14.7", "python-discovery==1.9.5", "importlib-metadata==8.7.0",
-    "liger-kernel==0.8.5",
+    "liger-kernel==0.8.5", "bitsandbytes==0.50.2",
 ]
 
 
@@ -95,7 +96,7 @@ def wheelhouse(session: nox.Session) -> None:
     platform options after `--` for another runner, e.g. `-- --python-version 3.11`.
     """
     opts = session.posargs or ["--python-version", "3.12"]
-    platforms = [f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64",
+    platforms = [f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
                                              "manylinux2014_x86_64", "manylinux1_x86_64", "any")]
     session.run("python", "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--implementation",
                 "cp", *platforms, *opts, "-d", ".wheelhouse", *RUNNER_WHEELS)

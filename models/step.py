@@ -10,6 +10,7 @@ switch on; :func:`build_step` builds a :class:`TrainStep` (model, AdamW, fixed r
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import types
 from collections.abc import Callable, Iterator
@@ -48,11 +49,12 @@ class StepOptions:
     loss: Literal["eager", "chunked", "fused", "liger"] = "eager"  # LM head + cross-entropy
     checkpoint_every: int = 0  # activation checkpointing of every k-th block; 0: off
     grad_stats: Literal["none", "loop", "foreach"] = "loop"  # grad/param norms and clipping at MAX_GRAD_NORM
-    optimizer: Literal["loop", "foreach", "fused"] = "loop"  # AdamW foreach=False / foreach=True / fused=True
+    # AdamW foreach=False / foreach=True / fused=True / bitsandbytes' AdamW8bit (1-byte moment states)
+    optimizer: Literal["loop", "foreach", "fused", "adamw8bit"] = "loop"
     item_sync: bool = True  # loss.item() every step; False keeps the losses on the device
     attn_mask: Literal["rebuilt", "cached", "is_causal"] = "rebuilt"
     cuda_graph: bool = False  # capture forward, backward and optimizer step into one CUDA graph
-    compile: CompileMode | None = None  # torch.compile mode of forward + loss
+    compile: CompileMode | None = None  # torch.compile mode of forward + loss (with cuda_graph: captured too)
     batch_size: int = 8
     seq_len: int = 1024
 
@@ -122,6 +124,8 @@ def validate(options: StepOptions, device: str | torch.device, profile: Any = No
             problems.append("cuda_graph needs a CUDA device")
         if options.optimizer == "fused":
             problems.append("optimizer='fused' (the fused CUDA AdamW) needs a CUDA device")
+        if options.optimizer == "adamw8bit":
+            problems.append("optimizer='adamw8bit' (bitsandbytes' 8-bit kernels) needs a CUDA device")
         if options.compile in GRAPHED_COMPILE_MODES:
             problems.append(f"compile={options.compile!r} uses CUDA graphs; use 'default' or "
                             "'max-autotune-no-cudagraphs' on a CPU")
@@ -140,9 +144,11 @@ def validate(options: StepOptions, device: str | torch.device, profile: Any = No
             problems.append("cuda_graph cannot capture fp16's GradScaler (its inf check syncs with the host)")
         if options.item_sync:
             problems.append("cuda_graph cannot capture loss.item(): set item_sync=False")
-        if options.compile:
-            problems.append("cuda_graph and compile both transform the step: pick one "
-                            "(compile='reduce-overhead' graphs the compiled part)")
+        if options.compile in GRAPHED_COMPILE_MODES:
+            problems.append(f"cuda_graph captures the whole step itself: compile={options.compile!r} would "
+                            "capture CUDA graphs inside it; use 'default' or 'max-autotune-no-cudagraphs'")
+        if options.optimizer == "adamw8bit":
+            problems.append("cuda_graph: bitsandbytes' AdamW8bit is not capturable")
     if problems:
         raise UnsupportedOptions("; ".join(problems))
 
@@ -179,7 +185,11 @@ def _grad_stats_fns(kind: str) -> tuple[Callable, Callable] | None:
     return getattr(grad_stats, f"grad_stats_{kind}"), getattr(grad_stats, f"clip_grad_norm_{kind}")
 
 
-def _adamw(params: list[Tensor], kind: str, capturable: bool) -> torch.optim.AdamW:
+def _adamw(params: list[Tensor], kind: str, capturable: bool) -> torch.optim.Optimizer:
+    if kind == "adamw8bit":
+        import bitsandbytes
+
+        return bitsandbytes.optim.AdamW8bit(params, lr=LR, weight_decay=WEIGHT_DECAY)
     impl = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[kind]
     return torch.optim.AdamW(params, lr=LR, weight_decay=WEIGHT_DECAY, capturable=capturable, **impl)
 
@@ -306,6 +316,8 @@ def build_step(config: ModelConfig, options: StepOptions, device: str | torch.de
                profile: Any = None) -> TrainStep:
     """Validate ``options`` for ``device`` (and ``profile``) and build the step; seed fixes init, batch."""
     validate(options, device, profile)
+    if options.optimizer == "adamw8bit" and importlib.util.find_spec("bitsandbytes") is None:
+        raise UnsupportedOptions("optimizer='adamw8bit' needs bitsandbytes, which is not installed here")
     if options.seq_len > config.max_seq_len:
         raise UnsupportedOptions(f"seq_len {options.seq_len} exceeds max_seq_len {config.max_seq_len}")
     return TrainStep(config, options, device, seed)

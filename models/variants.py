@@ -25,6 +25,7 @@ VARIANTS: dict[str, dict] = {
     "foreach-stats": {"grad_stats": "foreach"},
     "foreach-adamw": {"optimizer": "foreach"},
     "fused-adamw": {"optimizer": "fused"},
+    "adamw-8bit": {"optimizer": "adamw8bit"},
     "no-item-sync": {"item_sync": False},
     "cached-mask": {"attn_mask": "cached"},
     "sdpa-causal": {"attn_mask": "is_causal"},
@@ -42,15 +43,18 @@ VARIANTS: dict[str, dict] = {
                       "compile": "default"},
     "best-graph": {"norm": "triton", "mlp": "triton", "loss": "fused", "grad_stats": "foreach", "optimizer": "fused",
                    "item_sync": False, "attn_mask": "is_causal", "cuda_graph": True},
+    # inductor's fusions and no host in the loop: the compiled forward/backward and the optimizer in one graph.
+    "best-compile-graph": {"grad_stats": "foreach", "optimizer": "fused", "item_sync": False, "attn_mask": "is_causal",
+                           "compile": "default", "cuda_graph": True},
 }
 
 
 SWITCHES = [
     "triton-norm", "liger-norm", "triton-swiglu", "liger-swiglu", "triton-qknorm",
     "chunked-ce", "fused-ce", "liger-flce", "checkpoint", "foreach-stats", "foreach-adamw", "fused-adamw",
-    "no-item-sync", "cached-mask", "sdpa-causal", "cuda-graph",
+    "adamw-8bit", "no-item-sync", "cached-mask", "sdpa-causal", "cuda-graph",
 ]
-BEST = ["best-inductor", "best-graph", "best"]
+BEST = ["best-inductor", "best-graph", "best-compile-graph", "best"]
 COMPILE_MODES = ["compile-default", "compile-reduce-overhead", "compile-max-autotune",
                  "compile-max-autotune-no-cudagraphs"]
 
@@ -59,7 +63,7 @@ STEP_VARIANTS: dict[str, list[str]] = {
     "tiny": ["eager", "chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync",
              "cached-mask", "sdpa-causal"],
     "quick": ["eager", "triton-norm", "triton-swiglu", "fused-ce", "liger-flce", "foreach-stats",
-              "fused-adamw", "no-item-sync", "sdpa-causal", "cuda-graph", "compile-default", *BEST],
+              "fused-adamw", "adamw-8bit", "no-item-sync", "sdpa-causal", "cuda-graph", "compile-default", *BEST],
     "100M": ["eager", *SWITCHES, *COMPILE_MODES, *BEST],
     "500M": ["eager", *SWITCHES, "compile-default", *BEST],
     "1B": ["eager", *SWITCHES, "compile-default", *BEST],

@@ -13,6 +13,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,8 +105,11 @@ def run(argv: list[str]) -> int:
     if args.select:
         env["OPTBENCH_SELECT"] = args.select
     selection = [arg for regex in SUITES[suite] for arg in ("--bench", regex)]
+    started = time.perf_counter()
     code = asv(["run", "--environment", f"existing:{sys.executable}", "--set-commit-hash", commit,
                 "--machine", machine, "--show-stderr", *selection], env=env)
+    print(f"optbench: suite {suite!r} on {machine} took {time.perf_counter() - started:.0f} s (asv exit {code})",
+          flush=True)
     if not args.no_html:
         from optbench.report import publish
 

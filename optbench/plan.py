@@ -199,8 +199,9 @@ def _layers_bytes_per_token(cfg: ModelConfig, options: StepOptions) -> float:
     return (cfg.n_layers - checkpointed) * block + checkpointed * 4 * cfg.d_model + recompute
 
 
-def step_memory_bytes(cfg: ModelConfig, options: StepOptions, state_bytes: int = STATE_BYTES) -> float:
+def step_memory_bytes(cfg: ModelConfig, options: StepOptions) -> float:
     """Peak device bytes of one training step, estimated (formula in the module docstring)."""
+    state_bytes = STATE_BYTES_8BIT if options.optimizer == "adamw8bit" else STATE_BYTES
     autocast_copies = 2 if options.precision in ("bf16", "fp16") else 0
     loss = LOGIT_BYTES * (cfg.vocab_size if options.loss == "eager" else cfg.d_model)
     activations = options.batch_size * options.seq_len * (_layers_bytes_per_token(cfg, options) + loss)
@@ -210,11 +211,11 @@ def step_memory_bytes(cfg: ModelConfig, options: StepOptions, state_bytes: int =
 def _memory_remedy(cfg: ModelConfig, options: StepOptions, usable: float) -> str:
     """The first of checkpointing, an 8-bit optimizer, or both, that the estimate says would fit."""
     checkpointed = options.replace(checkpoint_every=1)
-    remedies = [("activation checkpointing", checkpointed, STATE_BYTES),
-                ("an 8-bit optimizer", options, STATE_BYTES_8BIT),
-                ("checkpointing and an 8-bit optimizer", checkpointed, STATE_BYTES_8BIT)]
-    for name, opts, state in remedies:
-        need = step_memory_bytes(cfg, opts, state)
+    remedies = [("activation checkpointing", checkpointed),
+                ("an 8-bit optimizer", options.replace(optimizer="adamw8bit")),
+                ("checkpointing and an 8-bit optimizer", checkpointed.replace(optimizer="adamw8bit"))]
+    for name, opts in remedies:
+        need = step_memory_bytes(cfg, opts)
         if need <= usable:
             return f"would fit with {name} (~{_gb(need)})"
     return "would not fit even with checkpointing and an 8-bit optimizer"

@@ -189,6 +189,7 @@ def matmul_work(n: int, mode: str, device: str, seed: int = 0) -> Work:
 
 # Reference (loss, gradients) of each baseline step, kept on the host so that a 1B candidate has the GPU.
 _REFERENCES: dict[tuple, Any] = {}
+_KEEP_REFERENCES = 3  # a grid's variants use the baseline and two others (triton-qknorm's, cuda-graph's)
 
 
 def step_options(size: str, variant: str, device: str):
@@ -212,7 +213,8 @@ def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
     config = CONFIGS[size]
     try:
         if (size, reference) not in _REFERENCES:
-            _REFERENCES.clear()
+            while len(_REFERENCES) >= _KEEP_REFERENCES:  # oldest first: a 1B reference is 4.4 GB of host memory
+                del _REFERENCES[next(iter(_REFERENCES))]
             ref_step = build_step(config, reference, device, seed, profile=profile)
             _REFERENCES[(size, reference)] = reference_of(ref_step, host=True)
             del ref_step

@@ -31,13 +31,14 @@ requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs 
 NEEDS = {"triton-norm": "kernels.rmsnorm", "triton-swiglu": "kernels.swiglu",
          "triton-qknorm": "kernels.qknorm", "fused-ce": "kernels.fused_linear_ce",
          "liger-norm": "liger_kernel", "liger-swiglu": "liger_kernel", "liger-flce": "liger_kernel",
-         "best": "kernels.fused_linear_ce"}
+         "best": "kernels.fused_linear_ce", "adamw-8bit": "bitsandbytes"}
 CPU_FP32 = ["chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync", "cached-mask",
             "sdpa-causal", "triton-norm", "triton-swiglu", "triton-qknorm", "fused-ce", "compile-default",
             "compile-max-autotune-no-cudagraphs"]
 CPU_BF16 = ["fp16-scaler", "chunked-ce", "fused-ce", "triton-norm", "triton-swiglu", "triton-qknorm"]
 GPU_ONLY = ["tf32", "liger-norm", "liger-swiglu", "liger-flce", "fused-adamw", "cuda-graph",
-            "compile-reduce-overhead", "compile-max-autotune", "best", "best-inductor", "best-graph"]
+            "compile-reduce-overhead", "compile-max-autotune", "best", "best-inductor", "best-graph",
+            "best-compile-graph", "adamw-8bit"]
 H100 = SimpleNamespace(key="h100", supports_bf16=True, supports_tf32=True)
 
 
@@ -91,13 +92,28 @@ def test_every_variant_is_one_known_switch():
 @pytest.mark.parametrize("changes, reason", [
     (dict(cuda_graph=True, item_sync=False, precision="fp16"), "GradScaler"),
     (dict(cuda_graph=True), "item_sync"),
-    (dict(cuda_graph=True, item_sync=False, compile="default"), "compile"),
+    (dict(cuda_graph=True, item_sync=False, compile="reduce-overhead"), "compile='reduce-overhead'"),
+    (dict(cuda_graph=True, item_sync=False, optimizer="adamw8bit"), "AdamW8bit is not capturable"),
     (dict(norm="layernorm"), "norm='layernorm'"),
     (dict(checkpoint_every=-1), "checkpoint_every"),
 ])
 def test_validate_rejects_bad_combinations(changes, reason):
     with pytest.raises(UnsupportedOptions, match=reason):
         validate(BASELINE.replace(**changes), "cuda", H100)
+
+
+def test_graph_captures_a_compiled_step():
+    validate(BASELINE.replace(cuda_graph=True, item_sync=False, compile="default"), "cuda", H100)
+
+
+def test_8bit_adamw_is_skipped_with_its_reason_without_bitsandbytes(monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes"
+                        else find_spec(name, *a))
+    with pytest.raises(UnsupportedOptions, match="bitsandbytes, which is not installed"):
+        build_step(TINY, BASELINE.replace(optimizer="adamw8bit", **SMALL), "cuda", profile=H100)
 
 
 def test_validate_follows_the_hardware_profile():
