@@ -26,6 +26,7 @@ fi
 git config user.email >/dev/null || git config user.email "runner@optbench.invalid"
 git config user.name >/dev/null || git config user.name "optbench runner"
 
+[ -d .cache/site ] && export PYTHONPATH="$PWD/.cache/site${PYTHONPATH:+:$PYTHONPATH}"  # installed by an earlier call
 if ! python3 -c "import asv, liger_kernel" 2>/dev/null; then
     [ -d .wheelhouse ] || { echo "asv or liger-kernel missing and no .wheelhouse/: run 'nox -s wheelhouse'" >&2; exit 2; }
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target .cache/site .wheelhouse/*.whl
