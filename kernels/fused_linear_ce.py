@@ -5,8 +5,9 @@ chunk of C tokens: ``logits = hidden_c @ weight.T`` (torch matmul into one reuse
 the Triton CE kernel of ``kernels.cross_entropy`` writes the fp32 loss rows and the logits-gradient in place,
 then ``grad_weight += grad_logits.T @ hidden_c`` (accumulated in weight's dtype, the first chunk writing it
 directly) and ``grad_hidden_c = grad_logits @ weight``. All gradient work happens in the forward; backward
-only multiplies by grad_output (skipped when it is 1). Extra memory: grad_hidden (N, H) + grad_weight (V, H)
-+ one (C, V) logits chunk + N fp32 loss rows.
+only multiplies by grad_output (skipped when it is 1; for fp16 'mean', by grad_output / n_valid, so that
+GradScaler's loss scale reaches the gradients before they would underflow). Extra memory: grad_hidden (N, H)
++ grad_weight (V, H) + one (C, V) logits chunk + N fp32 loss rows.
 
 With ``inplace_grad_hidden`` each chunk's grad_hidden overwrites that chunk of ``hidden`` once the chunk is
 done (the hidden values are gone after the forward). The N * H elements this frees go to a larger default
@@ -79,6 +80,10 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
         chunk = min(chunk, max(n_tokens, 1))
         target = target.contiguous()
         n_valid = num_valid(target, ignore_index) if reduction == "mean" else None
+        # fp16: (softmax - onehot) / n_valid underflows fp16 before a GradScaler's loss scale reaches it (that
+        # scale arrives as grad_output, in backward): keep the gradients unscaled, apply 1 / n_valid in backward.
+        defer_mean = n_valid is not None and hidden.dtype == torch.float16
+        ctx.n_valid = n_valid if defer_mean else None
         loss_rows = torch.empty(n_tokens, dtype=torch.float32, device=hidden.device)
         new = dict(dtype=hidden.dtype, device=hidden.device)
         grad_h = hidden if inplace else torch.empty(n_tokens, hidden_size, **new) if need_grad_h else None
@@ -91,8 +96,8 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
             torch.mm(hidden_c, weight.t(), out=logits)
             grad_logits = logits if need_grad_h or need_grad_w else None
             ce_loss_and_grad_(
-                logits, target[start:stop], loss_rows[start:stop], grad_logits, n_valid, ignore_index,
-                label_smoothing
+                logits, target[start:stop], loss_rows[start:stop], grad_logits, None if defer_mean else n_valid,
+                ignore_index, label_smoothing
             )
             if need_grad_w:
                 if start == 0:
@@ -109,6 +114,8 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
         grad_h, grad_w = ctx.saved_tensors
+        if ctx.n_valid is not None:
+            grad_output = grad_output / ctx.n_valid
         for grad in (grad_h, grad_w):
             if grad is not None:
                 scale_by_(grad, grad_output)

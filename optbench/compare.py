@@ -6,7 +6,12 @@ The rule, per benchmark record and metric:
   ``wall`` where a side has no device time) go to asv's own test, ``asv._stats.is_different`` with
   ``p_threshold`` (0.002): a two-sided Mann-Whitney U rank test where the sample counts allow p below that
   threshold, else non-overlap of the two medians' 99% confidence intervals. A significant change is a
-  regression when head/base of the medians exceeds ``1 + threshold``, an improvement below ``1 - threshold``.
+  regression when head/base of the medians exceeds ``1 + max(threshold, noise)``, an improvement below
+  ``1 - max(threshold, noise)``. ``noise`` is the metric's run-to-run spread on that machine: (max - min) / min
+  of its medians in the stored runs of the other commits, where there are at least three (else 0). The rank
+  test only sees one run's samples; a host-bound step varies more between processes than within one (the
+  100M eager step: 54 to 88 ms on the same H100 across runs, 1-10 ms within each). History that holds a real
+  change also widens the spread, so the gate errs towards silence for a benchmark that moved before.
 - Peak memory (one deterministic value): significant when head/base differs from 1 by more than ``threshold``.
 - Status: ``ok`` to anything else (oom, wrong, timeout, error, skipped) is a regression, anything to ``ok`` an
   improvement; other non-ok records are reported as they are, and records skipped on both sides stay silent.
@@ -61,6 +66,7 @@ class Change:
     improvement: bool
     base_status: str = OK
     head_status: str = OK
+    noise: float = 0.0  # run-to-run spread of this metric's medians on this machine (see the module docstring)
 
 
 def timing(record: dict, metric: str, clock: str | None = None) -> tuple[str, dict] | None:
@@ -110,9 +116,26 @@ def _summary(t: dict) -> Summary:
     return Summary(t["median_ms"], t["q25_ms"], t["q75_ms"])
 
 
+def run_to_run_noise(runs: Iterable[dict[str, dict]], min_runs: int = 3) -> dict[tuple[str, str, str], float]:
+    """(key, metric, clock) -> (max - min) / min of the median times over ``runs`` (records by key), for the
+    metrics timed in at least ``min_runs`` of them."""
+    medians: dict[tuple[str, str, str], list[float]] = {}
+    for records in runs:
+        for key, rec in records.items():
+            if key.startswith("__") or rec.get("status") != OK:
+                continue
+            for metric in rec.get("metrics", {}):
+                found = timing(rec, metric)
+                if found and found[1]["median_ms"] > 0:
+                    medians.setdefault((key, metric, found[0]), []).append(found[1]["median_ms"])
+    return {k: (max(v) - min(v)) / min(v) for k, v in medians.items() if len(v) >= min_runs}
+
+
 def compare_records(base: dict | None, head: dict | None, threshold: float = 0.05,
-                    p_threshold: float = 0.002, **where: str) -> list[Change]:
-    """Changes of one record (``where``: machine, base_commit, head_commit) by the rule of this module."""
+                    p_threshold: float = 0.002, noise: dict[tuple[str, str, str], float] | None = None,
+                    **where: str) -> list[Change]:
+    """Changes of one record (``where``: machine, base_commit, head_commit) by the rule of this module;
+    ``noise`` as :func:`run_to_run_noise` gives it (none: 0)."""
     rec = head or base
     assert rec is not None
     common = dict(where, key=rec["key"], benchmark=rec["benchmark"], params=rec.get("params", {}))
@@ -128,9 +151,11 @@ def compare_records(base: dict | None, head: dict | None, threshold: float = 0.0
 
     def change(metric: str, quantity: str, clock: str | None, b: Summary, h: Summary, significant: bool):
         ratio = h.median / b.median if b.median else (1.0 if h.median == b.median else math.inf)
+        spread = (noise or {}).get((rec["key"], metric, clock), 0.0) if quantity == "time" else 0.0
+        bound = max(threshold, spread)
         return Change(**common, metric=metric, quantity=quantity, clock=clock, base=b, head=h, ratio=ratio,
-                      significant=significant, regression=significant and ratio > 1 + threshold,
-                      improvement=significant and ratio < 1 - threshold)
+                      significant=significant, regression=significant and ratio > 1 + bound,
+                      improvement=significant and ratio < 1 - bound, noise=spread)
 
     changes = []
     for metric in head.get("metrics", {}):
@@ -162,9 +187,10 @@ def compare(store: ResultStore, base: str, head: str, machines: Iterable[str] | 
         if b is None or h is None:
             continue
         old, new = store.load(machine, b), store.load(machine, h)
+        noise = run_to_run_noise(store.load(machine, c) for c in store.commits(machine) if c != h)
         for key in dict.fromkeys([*old, *new]):
             if not key.startswith("__"):  # special records: __machine__, __calibration__
-                changes += compare_records(old.get(key), new.get(key), threshold, p_threshold,
+                changes += compare_records(old.get(key), new.get(key), threshold, p_threshold, noise,
                                            machine=machine, base_commit=b, head_commit=h)
     return changes
 
@@ -175,6 +201,8 @@ def verdict(c: Change) -> str:
         return "REGRESSION"
     if c.improvement:
         return "improvement"
+    if c.significant and c.noise > 0.05 and abs(c.ratio - 1) > 0.05:
+        return f"within run-to-run noise (±{c.noise:.0%})"
     return "changed" if c.significant else ""
 
 

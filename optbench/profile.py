@@ -71,6 +71,9 @@ SYNC_CALL = re.compile(r"^(cuda(Stream|Device|Event|Thread)Synchronize|cu(Stream
                        r"|cudaMemcpy(_ptds)?$)")
 DATA_CALL = re.compile(rf"^cu(da)?Memcpy|{SYNC_CALL.pattern}")
 DEVICE_COPIES = ("Memcpy", "Memset")  # kineto's names of device copies and fills; the rest are kernels
+# CUPTI records the time a launch waited for a full command buffer as a device-side span: it is host
+# back-pressure, not device work (counted, a 1B step showed 113 ms of "device time" in it).
+NOT_DEVICE_WORK = ("Command Buffer Full",)
 SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero")  # ops that sync when their input is on a GPU
 COPY_OPS = ("aten::copy_", "aten::to", "aten::_to_copy")
 NORM_OPS = ("aten::linalg_vector_norm", "aten::norm", "aten::pow", "aten::sum", "aten::_foreach_norm")
@@ -278,7 +281,8 @@ class Parsed:
         host = [e for e in events if e.device_type == DeviceType.CPU]
         line = Timeline.of(host)
         return cls([e for e in host if line.phase_at(e.time_range.start)],
-                   [e for e in events if e.device_type != DeviceType.CPU and not e.is_user_annotation],
+                   [e for e in events if e.device_type != DeviceType.CPU and not e.is_user_annotation
+                    and e.name not in NOT_DEVICE_WORK],
                    line, MemoryCurve.of(cap.prof, device, cap.end_bytes))
 
 
@@ -311,7 +315,7 @@ def device_split(p: Parsed) -> dict[str, float]:
     ms = dict.fromkeys((*PHASES, "unattributed"), 0.0)
     for e in p.host:
         phase = None if e.is_user_annotation else p.line.phase_at(e.time_range.start)
-        for k in e.kernels if phase else ():
+        for k in (k for k in e.kernels if k.name not in NOT_DEVICE_WORK) if phase else ():
             ms["data_movement" if k.name.startswith("Memcpy") else phase] += k.duration / 1e3
     total = sum(e.time_range.elapsed_us() for e in p.device) / 1e3
     ms["unattributed"] = max(total - sum(ms.values()), 0.0)
@@ -343,9 +347,10 @@ def op_tables(prof: profile, n: int) -> dict[str, list[dict[str, Any]]]:
     ops = [{"name": a.key, "calls": a.count / n, "host_ms": a.self_cpu_time_total / 1e3 / n,
             "device_ms": 0.0 if a.is_user_annotation else a.self_device_time_total / 1e3 / n}
            for a in averages
-           if a.device_type == DeviceType.CPU and not a.key.startswith(("ProfilerStep", "[memory]"))]
+           if a.device_type == DeviceType.CPU and not a.key.startswith(("ProfilerStep", "[memory]", *NOT_DEVICE_WORK))]
     kernels = [{"name": a.key, "calls": a.count / n, "device_ms": a.device_time_total / 1e3 / n}
-               for a in averages if a.device_type != DeviceType.CPU and not a.is_user_annotation]
+               for a in averages if a.device_type != DeviceType.CPU and not a.is_user_annotation
+               and a.key not in NOT_DEVICE_WORK]
     return {"all": ops, "kernels": kernels}
 
 

@@ -307,7 +307,10 @@ def _lines(ax: Axes, commits: list[str], series: dict[str, list[float]], title: 
     ax.set_xticks(range(len(commits)), [c[:8] for c in commits], rotation=25, ha="right")
     ax.set(title=title, ylabel=ylabel)
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    ax.legend(fontsize="small")
+    # Many series (a step grid): a legend in columns below the plot, so it never hides the lines or title.
+    many = len(series) > 6
+    ax.legend(fontsize="x-small" if many else "small", ncol=3 if many else 1,
+              **({"loc": "upper center", "bbox_to_anchor": (0.5, -0.25)} if many else {}))
 
 
 def note(text: str) -> str:

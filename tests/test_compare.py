@@ -130,3 +130,32 @@ def test_nothing_to_compare_exits_2(store, capsys):
     assert cmp.compare(store, BASE, HEAD) == []
     assert run_main(store) == 2
     assert "nothing to compare" in capsys.readouterr().out
+
+
+def host_bound_step(median_ms: float, seed: int) -> dict:
+    """A GPU step record timed by the wall clock, as the 100M eager step is."""
+    return record("bench_step.Step100M", {"variant": "eager"}, times={"step": (None, samples(median_ms, seed))},
+                  info={"primary_clock": "wall"})
+
+
+def test_a_change_within_the_run_to_run_spread_is_not_a_regression(store, capsys):
+    """Earlier runs of the step spread 30% between runs: a significant 20% slowdown stays within that noise,
+    while the same run's 10% slower kernel (no spread across runs) still fails the gate."""
+    for n, ms in ((3, 60.0), (4, 78.0), (5, 70.0)):  # earlier commits: 60-78 ms, spread 30%
+        save(store, "h100-sxm", commit(n), f"2024-12-0{n}T00:00:00+00:00", [host_bound_step(ms, n), *kernels(n)])
+    write(store, [host_bound_step(65.0, 1), *kernels(0)],
+          [host_bound_step(78.0, 2), *kernels(1000, slower=("16384x768", "triton"))])
+    changes = cmp.compare(store, BASE, HEAD)
+    step = next(c for c in changes if c.key == "bench_step.Step100M|variant=eager")
+    assert step.significant and step.ratio > 1.19 and step.noise == pytest.approx(0.3, rel=0.05)
+    assert not step.regression and cmp.verdict(step).startswith("within run-to-run noise")
+    slower = "bench_kernels.RMSNorm|shape=16384x768|impl=triton"
+    assert [c.key for c in changes if c.regression] == [slower] * 2  # fwd and fwd+bwd
+    assert run_main(store) == 1
+
+
+def test_run_to_run_noise_needs_three_runs():
+    runs = [{"k": host_bound_step(ms, i) | {"key": "k"}} for i, ms in enumerate((50.0, 60.0))]
+    assert cmp.run_to_run_noise(runs) == {}
+    assert cmp.run_to_run_noise([*runs, {"k": host_bound_step(55.0, 9) | {"key": "k"}}])[("k", "step", "wall")] \
+        == pytest.approx(0.2, rel=0.05)

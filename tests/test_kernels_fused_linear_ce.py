@@ -126,3 +126,18 @@ def test_fused_linear_cross_entropy_gpu(inplace):
     budget = 2 * (n * h + v * h + 512 * v) + 4 * n + 16 * 2**20
     assert peak <= budget, f"peak extra memory {peak / 2**20:.1f} MiB > {budget / 2**20:.1f} MiB"
     loss.backward()
+
+
+def test_fp16_mean_gradients_survive_loss_scaling():
+    """fp16 'mean' under a GradScaler's loss scale (65536): near-uniform softmax over V=8192 divided by N=1024
+    is ~1e-7, at fp16's subnormal floor, so the 1/N must reach the gradients with the scale, in backward."""
+    n, h, v, scale = 1024, 64, 8192, 65536.0
+    hidden = torch.randn(n, h, device=DEVICE).to(torch.float16)
+    weight = (torch.randn(v, h, device=DEVICE) * 0.01).to(torch.float16)  # logits near 0, as at init
+    target = torch.randint(0, v, (n,), device=DEVICE)
+    ref_h, ref_w = hidden.double().requires_grad_(), weight.double().requires_grad_()
+    (flce.fused_linear_cross_entropy_eager(ref_h, ref_w, target) * scale).backward()
+    x, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    (flce.fused_linear_cross_entropy(x, w, target) * scale).backward()
+    assert_rel_close(x.grad, ref_h.grad, TOL[torch.float16], "fp16 d hidden under loss scaling")
+    assert_rel_close(w.grad, ref_w.grad, TOL[torch.float16], "fp16 d weight under loss scaling")
