@@ -164,11 +164,19 @@ def _kernel_memory_reason(profile: HardwareProfile, op: str, shape: str, impl: s
     return f"memory: {op}/{impl} at {shape} holds {_over(need, usable, profile)}"
 
 
+def kernel_dtype(profile: HardwareProfile, op: str) -> torch.dtype:
+    """The dtype ``op`` is measured in on ``profile``: its own (bf16 for the model's kernels), or fp16 where
+    the GPU has no bf16 (a T4), as the step's baseline does there."""
+    dtype = OPS[op].dtype
+    return torch.float16 if dtype == torch.bfloat16 and not profile.supports_bf16 else dtype
+
+
 def kernel_skip_reason(profile: HardwareProfile, op: str, shape: str, impl: str) -> str | None:
     """Why ``op`` at ``shape`` with ``impl`` cannot run on ``profile``; None if it can."""
     what = f"{op}/{impl}"
     needs_triton = impl == "compile" or impl.startswith(("triton", "liger"))  # inductor, ours, Liger-Kernel
-    return _first(_cuda_reason(profile, what), _precision_reason(profile, _DTYPE_NAMES[OPS[op].dtype], what),
+    dtype = _DTYPE_NAMES[kernel_dtype(profile, op)]
+    return _first(_cuda_reason(profile, what), _precision_reason(profile, dtype, what),
                   _triton_reason(profile, [what] if needs_triton else []),
                   _kernel_memory_reason(profile, op, shape, impl))
 
@@ -318,10 +326,10 @@ def expected_floor_ms(profile: HardwareProfile, benchmark: str, params: dict[str
     FLOPs, models.config.flops_per_token, at the step's precision). None where a peak is unknown."""
     ceilings = Ceilings.from_profile(profile)
     if benchmark in KERNEL_BENCHMARKS:
-        op = OPS[KERNEL_BENCHMARKS[benchmark]]
+        op, dtype = OPS[KERNEL_BENCHMARKS[benchmark]], kernel_dtype(profile, KERNEL_BENCHMARKS[benchmark])
         dims, metric = op.shapes[params["shape"]], "fwdbwd" if op.backward else "fwd"
-        flops, nbytes = op.flops(dims)[metric], op.bytes(dims, op.dtype.itemsize)[metric]
-        return floor_ms(flops, nbytes, ceilings, _DTYPE_NAMES[op.dtype])
+        flops, nbytes = op.flops(dims)[metric], op.bytes(dims, dtype.itemsize)[metric]
+        return floor_ms(flops, nbytes, ceilings, _DTYPE_NAMES[dtype])
     if benchmark == MATMUL_BENCHMARK:
         n, itemsize = int(params["n"]), 2 if params["mode"] in ("bf16", "fp16") else 4
         return floor_ms(2.0 * n**3, 3.0 * n * n * itemsize, ceilings, params["mode"])
@@ -395,7 +403,9 @@ def _summary(profile: HardwareProfile, suite: str, rows: list[PlanRow]) -> list[
     head = (f"{_describe(profile)}, {suite} suite: {len(rows)} cases, {len(rows) - skips.total()} run, "
             f"{skips.total()} skip")
     return [head, *(f"skip ({category}): {n}" for category, n in skips.most_common()),
-            *(f"step baseline {line}" for line in _baseline_lines(profile, rows))]
+            *(f"step baseline {line}" for line in _baseline_lines(profile, rows)),
+            *([f"kernels in fp16: {profile.name} has no bf16"] if profile.compute_capability
+              and not profile.supports_bf16 and any(r.benchmark in KERNEL_BENCHMARKS for r in rows) else [])]
 
 
 def _markdown(profile: HardwareProfile, suite: str, rows: list[PlanRow]) -> str:

@@ -70,11 +70,12 @@ def _with_grad(t: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
 def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0) -> Work:
     """One kernel op at one shape and implementation: checked against eager, then fwd and fwd+bwd timed."""
     from kernels.registry import OPS
-    from optbench.plan import kernel_skip_reason
+    from optbench.plan import kernel_dtype, kernel_skip_reason
 
     op = OPS[op_name]
     require_cuda(device, f"{op.name} at {shape}")
     skip_if(kernel_skip_reason(machine_profile(device), op_name, shape, impl))
+    dtype = kernel_dtype(machine_profile(device), op_name)  # fp16 where the GPU has no bf16
     if impl.startswith("liger"):
         try:
             import liger_kernel  # noqa: F401
@@ -82,7 +83,7 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
             raise NotImplementedError("liger-kernel is not installed") from exc
     dims = op.shapes[shape]
     gen = torch.Generator(device=device).manual_seed(seed)
-    inputs = op.make_inputs(dims, op.dtype, device, gen)
+    inputs = op.make_inputs(dims, dtype, device, gen)
     fn = op.impl(impl)
     baseline = op.impl(op.impls[0])
     leaves = [t for t in inputs if t.requires_grad]
@@ -92,7 +93,7 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
             o.shape, generator=gen, device=device, dtype=torch.float32).to(o.dtype) for o in _as_tuple(fn(*inputs)))
 
     def check() -> dict[str, Any]:
-        ref_dtype = torch.float64 if op.dtype == torch.float32 else torch.float32
+        ref_dtype = torch.float64 if dtype == torch.float32 else torch.float32
         ref_inputs = tuple(t.detach().to(ref_dtype).requires_grad_(t.requires_grad)
                            if t.is_floating_point() else t for t in inputs)
         if op.name == "grad_stats":  # parameters carry their own gradients
@@ -105,7 +106,7 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
             ref = _grads_and_output(baseline, ref_inputs, ref_grad)
             got = _grads_and_output(fn, inputs, out_grad)
         errs = [rel_err(g, r) for g, r in zip(got, ref)]
-        tol = KERNEL_RTOL[op.dtype]
+        tol = KERNEL_RTOL[dtype]
         result = {"max_rel_err": max(errs), "rel_errs": errs, "tolerance": tol, "reference": str(ref_dtype)}
         if not max(errs) <= tol:
             raise WrongResult(f"{op.name}/{impl} at {shape}: rel. errors {errs} over tolerance {tol}")
@@ -121,13 +122,13 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
 
     timed = {"fwd": fwd, "fwdbwd": fwdbwd} if op.backward else {"fwd": fwd}
     timed = plant_slowdown(f"{op.name}/{impl}", timed)
-    itemsize = torch.empty((), dtype=op.dtype).element_size()
+    itemsize = dtype.itemsize
     def drop_grads() -> None:
         for t in leaves:
             t.grad = None
 
     return Work(timed=timed, check=check, memory=tuple(timed)[-1:], before_memory=drop_grads, flops=op.flops(dims),
-                bytes=op.bytes(dims, itemsize), info={"dtype": str(op.dtype), "dims": dims})
+                bytes=op.bytes(dims, itemsize), info={"dtype": str(dtype), "dims": dims})
 
 
 PLANT_ENV = "OPTBENCH_PLANT_SLOWDOWN"
