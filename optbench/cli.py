@@ -33,6 +33,7 @@ SUBCOMMANDS = {
     "profile": "optbench.profile",
     "plan": "optbench.plan",
     "noisecheck": "optbench.noisecheck",
+    "merge": "optbench.merge",
 }
 
 

@@ -3,6 +3,9 @@
 #
 #   scripts/gpu-run.sh [optbench arguments]      (default: run --suite full)
 #
+# With $OUT set (a lent machine's hand-back folder), results/ is packed into $OUT/results.tgz after the
+# command; `optbench merge results.tgz` folds it into the checkout's results/.
+#
 # A copied work tree arrives with an empty .git: the history comes from .bundle/optbench.bundle
 # (made by `nox -s bundle`), so that asv can record results under the real commit hash. Python
 # packages the runner lacks (asv and its requirements, liger-kernel) come from .wheelhouse/ (made by
@@ -34,4 +37,11 @@ if ! python3 -c "import asv, liger_kernel" 2>/dev/null; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 [ $# -gt 0 ] || set -- run --suite full
-exec python3 -m optbench.cli "$@"
+if [ -n "${OUT:-}" ]; then
+    # A lent machine hands back only $OUT, and not folders nested deeper than its limit: pack results/
+    # (all of it, after every command, also a failed one) for `optbench merge results.tgz` at home.
+    trap 'tar czf "$OUT/results.tgz" results' EXIT
+    python3 -m optbench.cli "$@"
+else
+    exec python3 -m optbench.cli "$@"
+fi

@@ -1,0 +1,107 @@
+"""``optbench merge SRC...``: fold results trees from other runs into ``results/``.
+
+A runner that starts from a clean copy of the repository (a lent GPU, a CI job) hands back its own
+``results/`` tree, or a tar of it; several such runs of one commit each hold part of the suite. Merging
+copies every file the destination lacks and, for the two files that several runs share:
+
+- optbench's records (``<machine>/optbench/<commit>.jsonl``): merged by record key (the store's own rule);
+- asv's results (``<machine>/<commit>-<env>.json``): merged benchmark by benchmark and parameter
+  combination; a measured value replaces an unmeasured one (asv's null for a case skipped or not selected).
+
+Sources are applied in the order given: where two runs measured the same case, the later source wins.
+``benchmarks.json`` (asv's list of benchmarks) is taken from the last source that has one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from optbench.store import RECORDS_DIR, ResultStore, results_dir, write_json_atomic
+
+ASV_VALUE_COLUMNS = ("result", "stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number",
+                     "stats_repeat", "samples", "profile")
+
+
+def _unmeasured(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def merge_asv_results(dest: dict[str, Any], src: dict[str, Any]) -> dict[str, Any]:
+    """asv results of one machine, commit and environment: ``src``'s measured values over ``dest``'s."""
+    columns = dest["result_columns"]
+    if src["result_columns"] != columns:
+        raise ValueError(f"asv result columns differ: {columns} vs {src['result_columns']}")
+    merged = dict(dest, results=dict(dest["results"]), durations={**dest.get("durations", {}),
+                                                                   **src.get("durations", {})})
+    for name, row in src["results"].items():
+        old = merged["results"].get(name)
+        if old is None:
+            merged["results"][name] = row
+            continue
+        a, b = dict(zip(columns, old)), dict(zip(columns, row))
+        if a.get("params") != b.get("params") or a.get("version") != b.get("version"):
+            merged["results"][name] = row  # the benchmark changed: the newer definition stands alone
+            continue
+        for column in ASV_VALUE_COLUMNS:
+            if isinstance(a.get(column), list) and isinstance(b.get(column), list):
+                a[column] = [y if not _unmeasured(y) else x for x, y in zip(a[column], b[column])]
+        merged["results"][name] = [a.get(c) for c in columns][:max(len(old), len(row))]
+    return merged
+
+
+def merge_tree(src: Path, dest: Path) -> list[str]:
+    """Merge the results root ``src`` into ``dest``; returns what changed (relative paths)."""
+    changed = []
+    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+        rel = path.relative_to(src)
+        target = dest / rel
+        if target.exists() and target.read_bytes() == path.read_bytes():
+            continue
+        if len(rel.parts) == 3 and rel.parts[1] == RECORDS_DIR and path.suffix == ".jsonl":
+            machine, commit = rel.parts[0], path.stem
+            before = target.read_text(encoding="utf-8") if target.exists() else None
+            ResultStore(dest).save(machine, commit, ResultStore(src).load(machine, commit).values())
+            if target.read_text(encoding="utf-8") != before:
+                changed.append(str(rel))
+        elif target.exists() and len(rel.parts) == 2 and rel.suffix == ".json" and rel.name != "machine.json":
+            # asv's results of one commit and environment on one machine
+            merged = merge_asv_results(json.loads(target.read_text()), json.loads(path.read_text()))
+            write_json_atomic(target, merged)
+            changed.append(str(rel))
+        else:  # new here, or newer: the later source wins
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            changed.append(str(rel))
+    return changed
+
+
+def _results_root(path: Path, scratch: Path) -> Path:
+    """A results root from a folder (the root itself, or a folder holding ``results/``) or a tar of one."""
+    if path.is_file():
+        with tarfile.open(path) as tar:
+            tar.extractall(scratch, filter="data")
+        path = scratch
+    return path / "results" if (path / "results").is_dir() else path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="optbench merge", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("sources", nargs="+", type=Path, help="results roots, or tars of them (e.g. results.tgz)")
+    p.add_argument("--into", type=Path, default=None, help="destination root (default $OPTBENCH_RESULTS or results/)")
+    args = p.parse_args(argv)
+    dest = args.into or results_dir()
+    for source in args.sources:
+        with tempfile.TemporaryDirectory() as scratch:
+            changed = merge_tree(_results_root(source, Path(scratch)), dest)
+        print(f"optbench merge: {source}: {len(changed)} files merged into {dest}")
+        for rel in changed:
+            print(f"  {rel}")
+    return 0
