@@ -116,3 +116,20 @@ def test_cuda_call_names_are_classified() -> None:
     assert not any(profile.SYNC_CALL.match(n) for n in ("cudaMemcpyAsync", "cudaStreamWaitEvent", *launches))
     assert all(profile.DATA_CALL.match(n) for n in ("cudaMemcpyAsync", "cuMemcpyHtoDAsync_v2", *syncs))
     assert not any(profile.DATA_CALL.match(n) for n in launches)
+
+
+def test_command_buffer_full_is_not_device_time():
+    """CUPTI's 'Command Buffer Full' spans (a launch waiting on the host side) attached to an operator are
+    left out of the device split; the kernel beside them counts."""
+    from types import SimpleNamespace as NS
+
+    def span(name, start, us, kernels=()):
+        return NS(name=name, time_range=NS(start=start, end=start + us, elapsed_us=lambda: us),
+                  duration=us, kernels=list(kernels), is_user_annotation=False)
+
+    kernel, stall = span("gemm", 10, 2000), span("Command Buffer Full", 5, 90000)
+    line = profile.Timeline([(0, 100)], [(0, 100, "optimizer")])
+    parsed = profile.Parsed(host=[span("aten::mm", 1, 3, [kernel, stall])], device=[kernel], line=line,
+                            curve=None)
+    split = profile.device_split(parsed)
+    assert split["optimizer"] == pytest.approx(2.0) and split["unattributed"] == 0.0
