@@ -528,8 +528,10 @@ def _headline(history: list[Run]) -> str:
         variants = list(dict.fromkeys(v for _, _, speedups in found for v in speedups))
         eager = ["eager (ms per step)",
                  *(f"{step_ms(steps(run)[size]['eager']):.1f} ms" for size, run, _ in found)]
-        body = [eager, *([v, *(f"{x[v]:.2f}×" if v in x else "–" for _, _, x in found)] for v in variants)]
-        parts += ["Training-step speedup vs eager (wall clock, ms per optimizer step; higher is better):",
+        body = [eager, *([v, *(f"{x[v]:.2f}× ({step_ms(steps(run)[size][v]):.1f} ms)" if v in x else "–"
+                               for size, run, x in found)] for v in variants)]
+        parts += ["Training-step speedup vs eager, and ms per optimizer step (wall clock; a host-bound eager step, "
+                  "as at 100M, moves between runs: compare the optimized steps' own times too):",
                   md_table(["optimization", *(f"{size} @ `{run.commit[:8]}`" for size, run, _ in found)],
                            body)]
         used.update((run.commit, run.date) for _, run, _ in found)

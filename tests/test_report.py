@@ -97,7 +97,8 @@ def test_headline_table(store):
     step = report.steps(newest)["100M"]
     best = report.step_ms(step["eager"]) / report.step_ms(step["best"])
     assert "| optimization | 100M @ `fffffff3` | 1B @ `fffffff3` |" in table
-    assert re.search(rf"\| best \| {best:.2f}× \| [\d.]+× \|", table)
+    ms = report.step_ms(step["best"])
+    assert re.search(rf"\| best \| {best:.2f}× \({ms:.1f} ms\) \| [\d.]+× \([\d.]+ ms\) \|", table)
     for row in ("| eager (ms per step) |", "| triton-norm |", "| RMSNorm | triton |",
                 "| GradStats | foreach |"):
         assert row in table
