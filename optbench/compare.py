@@ -10,7 +10,8 @@ The rule, per benchmark record and metric:
   ``1 - max(threshold, noise)``. ``noise`` is the metric's run-to-run spread on that machine: (max - min) / min
   of its medians in the stored runs of the other commits, where there are at least three (else 0). The rank
   test only sees one run's samples; a host-bound step varies more between processes than within one (the
-  100M eager step: 54 to 88 ms on the same H100 across runs, 1-10 ms within each). History that holds a real
+  100M eager step: 54 to 88 ms on one H100 across runs, with an interquartile range of 5 to 24 ms in
+  each). History that holds a real
   change also widens the spread, so the gate errs towards silence for a benchmark that moved before.
 - Peak memory (one deterministic value): significant when head/base differs from 1 by more than ``threshold``.
 - Status: ``ok`` to anything else (oom, wrong, timeout, error, skipped) is a regression, anything to ``ok`` an
@@ -67,6 +68,7 @@ class Change:
     base_status: str = OK
     head_status: str = OK
     noise: float = 0.0  # run-to-run spread of this metric's medians on this machine (see the module docstring)
+    within_noise: bool = False  # significant and beyond the threshold, but not beyond that spread
 
 
 def timing(record: dict, metric: str, clock: str | None = None) -> tuple[str, dict] | None:
@@ -155,7 +157,8 @@ def compare_records(base: dict | None, head: dict | None, threshold: float = 0.0
         bound = max(threshold, spread)
         return Change(**common, metric=metric, quantity=quantity, clock=clock, base=b, head=h, ratio=ratio,
                       significant=significant, regression=significant and ratio > 1 + bound,
-                      improvement=significant and ratio < 1 - bound, noise=spread)
+                      improvement=significant and ratio < 1 - bound, noise=spread,
+                      within_noise=significant and threshold < abs(ratio - 1) <= spread)
 
     changes = []
     for metric in head.get("metrics", {}):
@@ -201,7 +204,7 @@ def verdict(c: Change) -> str:
         return "REGRESSION"
     if c.improvement:
         return "improvement"
-    if c.significant and c.noise > 0.05 and abs(c.ratio - 1) > 0.05:
+    if c.within_noise:
         return f"within run-to-run noise (±{c.noise:.0%})"
     return "changed" if c.significant else ""
 

@@ -315,8 +315,9 @@ def device_split(p: Parsed) -> dict[str, float]:
     ms = dict.fromkeys((*PHASES, "unattributed"), 0.0)
     for e in p.host:
         phase = None if e.is_user_annotation else p.line.phase_at(e.time_range.start)
-        for k in (k for k in e.kernels if k.name not in NOT_DEVICE_WORK) if phase else ():
-            ms["data_movement" if k.name.startswith("Memcpy") else phase] += k.duration / 1e3
+        for k in e.kernels if phase else ():
+            if k.name not in NOT_DEVICE_WORK:
+                ms["data_movement" if k.name.startswith("Memcpy") else phase] += k.duration / 1e3
     total = sum(e.time_range.elapsed_us() for e in p.device) / 1e3
     ms["unattributed"] = max(total - sum(ms.values()), 0.0)
     return {k: v / p.line.n for k, v in ms.items()}
