@@ -74,6 +74,11 @@ def update_ratio(before: list[torch.Tensor], after: list[torch.Tensor]) -> torch
     return _norm_foreach(diffs) / _norm_foreach([t for group in groups.values() for t in group])
 
 
+def clip_coefficient(total: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """min(1, max_norm / (total + 1e-6)): what clipping multiplies every gradient by (0-d, total's dtype)."""
+    return (max_norm / (total + _CLIP_EPS)).clamp(max=1.0)
+
+
 def clip_grad_norm_loop(params: Iterable[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Scale gradients in place so their global L2 norm is at most ``max_norm``, one tensor at a time.
 
@@ -81,18 +86,20 @@ def clip_grad_norm_loop(params: Iterable[torch.Tensor], max_norm: float) -> torc
     """
     grads = _grads(params)
     total = _norm_loop(grads)
-    coef = (max_norm / (total + _CLIP_EPS)).clamp(max=1.0)
+    coef = clip_coefficient(total, max_norm)
     for g in grads:
         g.mul_(coef.to(g.device))
     return total
 
 
-def clip_grad_norm_foreach(params: Iterable[torch.Tensor], max_norm: float) -> torch.Tensor:
+def clip_grad_norm_foreach(params: Iterable[torch.Tensor], max_norm: float,
+                           total: torch.Tensor | None = None) -> torch.Tensor:
     """Same as :func:`clip_grad_norm_loop` with foreach norms and ``_foreach_mul_``; the clip coefficient
-    stays on the device (no host sync)."""
+    stays on the device (no host sync). ``total``: the gradients' global norm when already known (e.g. from
+    :func:`grad_stats_foreach`), which saves one read of every gradient."""
     grads = _grads(params)
-    total = _norm_foreach(grads)
-    coef = (max_norm / (total + _CLIP_EPS)).clamp(max=1.0)
+    total = _norm_foreach(grads) if total is None else total
+    coef = clip_coefficient(total, max_norm)
     for (device, _), group in _groups(grads).items():
         torch._foreach_mul_(group, coef.to(device))
     return total

@@ -220,20 +220,22 @@ LINEAR_CE = Op(
 def _grad_stats_impls() -> Callable[[str], Callable[..., Tensor]]:
     def loop():
         from kernels.grad_stats import clip_grad_norm_loop, grad_stats_loop
-        return _stats_then_clip(grad_stats_loop, clip_grad_norm_loop)
+        return _stats_then_clip(grad_stats_loop, lambda params, s: clip_grad_norm_loop(params, 1.0))
 
     def foreach():
         from kernels.grad_stats import clip_grad_norm_foreach, grad_stats_foreach
-        return _stats_then_clip(grad_stats_foreach, clip_grad_norm_foreach)
+        return _stats_then_clip(grad_stats_foreach,
+                                lambda params, s: clip_grad_norm_foreach(params, 1.0, s["grad_norm"]))
 
     return _pick({"loop": loop, "foreach": foreach})
 
 
 def _stats_then_clip(stats: Callable, clip: Callable) -> Callable[..., Tensor]:
-    """Gradient norm, parameter norm, then clipping at 1.0: what a logging training loop does."""
+    """Gradient norm, parameter norm, then clipping at 1.0: what a logging training loop does (the seeds'
+    loop takes the gradient norm again to clip; the foreach path clips with the norm it has)."""
     def run(*params: Tensor) -> Tensor:
         s = stats(params)
-        total = clip(params, 1.0)
+        total = clip(params, s)
         return torch.stack([s["grad_norm"], s["param_norm"], total])
     return run
 

@@ -76,6 +76,24 @@ def register_machine(machine: str) -> None:
          "--cpu", cpu, "--num_cpu", str(info.get("num_cpu")), "--ram", str(info.get("ram_gb"))])
 
 
+def _asv_results(machine: str, commit: str) -> dict[Path, dict]:
+    """asv's result files of ``commit`` on ``machine`` as they are now (one per environment)."""
+    import json
+
+    return {path: json.loads(path.read_text()) for path in (ROOT / "results" / machine).glob(f"{commit[:8]}-*.json")}
+
+
+def _keep_earlier_cases(earlier: dict[Path, dict], machine: str, commit: str) -> None:
+    """asv rewrites a benchmark's whole parameter grid, writing null for the cases a ``--select`` left out:
+    put back what an earlier run of the same commit measured there, so that partial runs add up."""
+    from optbench.merge import merge_asv_results
+    from optbench.store import write_json_atomic
+
+    for path, now in _asv_results(machine, commit).items():
+        if path in earlier:
+            write_json_atomic(path, merge_asv_results(earlier[path], now))
+
+
 def run(argv: list[str]) -> int:
     """``optbench run``: benchmark the current commit here, store results, publish HTML."""
     p = argparse.ArgumentParser(prog="optbench run", description=run.__doc__)
@@ -106,9 +124,11 @@ def run(argv: list[str]) -> int:
     if args.select:
         env["OPTBENCH_SELECT"] = args.select
     selection = [arg for regex in SUITES[suite] for arg in ("--bench", regex)]
+    earlier = _asv_results(machine, commit)
     started = time.perf_counter()
     code = asv(["run", "--environment", f"existing:{sys.executable}", "--set-commit-hash", commit,
                 "--machine", machine, "--show-stderr", *selection], env=env)
+    _keep_earlier_cases(earlier, machine, commit)
     print(f"optbench: suite {suite!r} on {machine} took {time.perf_counter() - started:.0f} s (asv exit {code})",
           flush=True)
     if not args.no_html:

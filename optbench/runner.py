@@ -108,6 +108,7 @@ def measure_case(case: Case, *, device: str, budget_s: float) -> dict[str, Any]:
     work = None
     try:
         work = case.build()
+        rec["build_seconds"] = round(time.perf_counter() - start, 3)  # inputs, models, eager references
         rec.update(flops=work.flops, bytes=work.bytes, info=work.info)
         if work.check is not None:
             t0 = time.perf_counter()

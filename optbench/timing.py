@@ -145,30 +145,38 @@ def measure(
     Device time: with graph=True, replays of a CUDA graph of k back-to-back calls (k so that a
     replay lasts about 0.5 ms; 1 for long calls) timed with CUDA events; if fn cannot be captured,
     the per-call sum of device-kernel durations from torch.profiler, and if that fails, CUDA
-    events around each eager call (also what graph=False uses). Where the graph was timed, eager calls
-    timed by events are measured too and the faster median is kept (for long calls the launch gaps the
-    graph removes are negligible, and a graph may execute some operations, like copies, differently).
-    flush_l2 (CUDA only) overwrites a buffer of twice the L2 size before each sample; with k > 1
-    only the first call of a replay starts from a cold L2, so it is only meaningful for long calls.
+    events around each eager call. Where the graph was timed, eager calls timed by events are
+    measured too and the faster median is kept (for long calls the launch gaps the graph removes are
+    negligible, and a graph may execute some operations, like copies, differently). With graph=False
+    (whole training steps, whose wall time is the primary figure) each wall sample is also bracketed
+    by CUDA events, so one set of calls gives both clocks.
+    flush_l2 (CUDA, graph=True only) overwrites a buffer of twice the L2 size before each device
+    sample; with k > 1 only the first call of a replay starts from a cold L2, so it is only meaningful
+    for long calls.
     Raises RuntimeError if a median comes out as 0 (nothing measurable was timed).
     """
     if min_reps < 1 or max_reps < min_reps:
         raise ValueError(f"need 1 <= min_reps <= max_reps, got {min_reps}, {max_reps}")
+    if flush_l2 and not graph:
+        raise ValueError("flush_l2 needs graph=True: with graph=False the device samples are the wall samples")
     budget = _Budget(rep_ms, min_reps, max_reps)
     dev = torch.device(device)
     if dev.type == "cpu":
         estimate_ms = _warm_up(fn, _no_sync, clock, warmup_ms)
-        return Measurement(device=None, wall=_wall_timing(fn, _no_sync, clock, estimate_ms, budget))
+        return Measurement(device=None, wall=_wall_timing(fn, _no_sync, clock, estimate_ms, budget)[1])
     if dev.type != "cuda":
         raise ValueError(f"measure() supports cpu and cuda devices, not {dev.type!r}")
     with torch.cuda.device(dev):
         sync = torch.cuda.synchronize
         estimate_ms = _warm_up(fn, sync, clock, warmup_ms)
+        if not graph:
+            device_timing, wall = _wall_timing(fn, sync, clock, estimate_ms, budget, events=True)
+            return Measurement(device=_nonzero(device_timing), wall=wall)
         # Device samples come right after the warm-up, as in triton's do_bench, and before the wall
         # samples, so that power-limited kernels are timed from a comparable thermal state.
         flush = _l2_flusher() if flush_l2 else None
-        timing = _graph_timing(fn, budget, flush) if graph else None
-        if timing is None and graph:
+        timing = _graph_timing(fn, budget, flush)
+        if timing is None:
             timing = _profiler_timing(fn, budget.reps(estimate_ms))
         if timing is None or timing.method == "cuda-graph":
             # A graph can run the same work differently (a device copy becomes a copy-engine node, measured
@@ -177,7 +185,7 @@ def measure(
             if timing is None or events.median_ms < timing.median_ms:
                 timing = events
         del flush
-        wall = _wall_timing(fn, sync, clock, estimate_ms, budget)
+        _, wall = _wall_timing(fn, sync, clock, estimate_ms, budget)
         return Measurement(device=_nonzero(timing), wall=wall)
 
 
@@ -216,23 +224,34 @@ def _wall_timing(
     clock: Callable[[], float],
     estimate_ms: float,
     budget: _Budget,
-) -> Timing:
+    events: bool = False,
+) -> tuple[Timing | None, Timing]:
+    """(device, wall) ms per call of samples that each repeat fn for about 1 ms between two syncs; the
+    device timing (CUDA events around the same calls) only with ``events``, else None."""
     if estimate_ms > 0:
         calls = max(1, min(_MAX_CALLS_PER_SAMPLE, math.ceil(_WALL_SAMPLE_MS / estimate_ms)))
     else:
         calls = _MAX_CALLS_PER_SAMPLE
     samples: list[float] = []
+    marks: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
     spent_ms = 0.0
     while len(samples) < budget.max_reps and (len(samples) < budget.min_reps or spent_ms < budget.rep_ms):
+        if events:
+            marks.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
         sync()
         start = clock()
+        if events:
+            marks[-1][0].record()
         for _ in range(calls):
             fn()
+        if events:
+            marks[-1][1].record()
         sync()
         elapsed_ms = (clock() - start) * 1e3
         samples.append(elapsed_ms / calls)
         spent_ms += elapsed_ms
-    return _nonzero(Timing(tuple(samples), "perf-counter"))
+    device = Timing(tuple(a.elapsed_time(b) / calls for a, b in marks), "cuda-events") if events else None
+    return device, _nonzero(Timing(tuple(samples), "perf-counter"))
 
 
 def _l2_flusher() -> Callable[[], object]:

@@ -2,6 +2,7 @@
 # Runs optbench on an offline GPU runner from a copied work tree.
 #
 #   scripts/gpu-run.sh [optbench arguments]      (default: run --suite full)
+#   scripts/gpu-run.sh pytest [pytest arguments]  (e.g. the pytest-benchmark twin, benchmarks/test_pytest_kernels.py)
 #
 # With $OUT set (a lent machine's hand-back folder), results/ is packed into $OUT/results.tgz after the
 # command; `optbench merge results.tgz` folds it into the checkout's results/.
@@ -35,13 +36,16 @@ if ! python3 -c "import asv, liger_kernel" 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target .cache/site .wheelhouse/*.whl
     export PYTHONPATH="$PWD/.cache/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# The compile caches optbench's asv runs use (optbench.cli.bench_env), also for pytest.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 \
+    TORCHINDUCTOR_CACHE_DIR="$PWD/.cache/inductor" TRITON_CACHE_DIR="$PWD/.cache/triton"
 [ $# -gt 0 ] || set -- run --suite full
+if [ "$1" = pytest ]; then shift; set -- python3 -m pytest "$@"; else set -- python3 -m optbench.cli "$@"; fi
 if [ -n "${OUT:-}" ]; then
     # A lent machine hands back only $OUT, and not folders nested deeper than its limit: pack results/
     # (all of it, after every command, also a failed one) for `optbench merge results.tgz` at home.
     trap 'tar czf "$OUT/results.tgz" results' EXIT
-    python3 -m optbench.cli "$@"
+    "$@"
 else
-    exec python3 -m optbench.cli "$@"
+    exec "$@"
 fi

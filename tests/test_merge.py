@@ -48,3 +48,16 @@ def test_two_partial_runs_of_one_commit_merge(tmp_path):
 def test_a_later_measurement_wins_and_null_never_erases():
     old, new = asv_file([80.0, 30.0]), asv_file([None, 25.0])
     assert merge.merge_asv_results(old, new)["results"]["bench_step.Step100M.track_step_ms"][0] == [80.0, 25.0]
+
+
+def test_a_selected_run_keeps_the_cases_an_earlier_run_of_the_commit_measured(tmp_path, monkeypatch):
+    from optbench import cli
+
+    monkeypatch.setattr(cli, "ROOT", tmp_path)
+    path = tmp_path / "results" / "h100-sxm" / f"{SHA[:8]}-existing-py.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(asv_file([80.0, None])))  # a first --select run measured 'eager'
+    earlier = cli._asv_results("h100-sxm", SHA)
+    path.write_text(json.dumps(asv_file([None, 20.0])))  # asv's rewrite by a second one, selecting 'best'
+    cli._keep_earlier_cases(earlier, "h100-sxm", SHA)
+    assert json.loads(path.read_text())["results"]["bench_step.Step100M.track_step_ms"][0] == [80.0, 20.0]

@@ -171,3 +171,25 @@ def test_check_against_catches_a_wrong_step():
     with pytest.raises(ValueError, match="fresh"):
         check_against(lr_wrong, build_step(TINY, base))
 
+
+
+def test_clipping_inside_the_fused_adamw_matches_a_separate_clip(monkeypatch):
+    """foreach statistics + fused AdamW clip through the optimizer's grad_scale; same grads and weights as
+    the separate ``_foreach_mul_`` clip (TrainStep built directly: validate() keeps fused AdamW off CPUs,
+    but torch's fused AdamW runs on one)."""
+    from models import step as step_mod
+
+    monkeypatch.setattr(step_mod, "MAX_GRAD_NORM", 1e-3)  # far under the tiny model's norm: every step clips
+    options = BASELINE.replace(precision="fp32", grad_stats="foreach", optimizer="fused", **SMALL)
+    assert step_mod.clips_in_optimizer(options)
+    folded = step_mod.TrainStep(TINY, options, DEVICE, 0)
+    monkeypatch.setattr(step_mod, "clips_in_optimizer", lambda options: False)
+    separate = step_mod.TrainStep(TINY, options, DEVICE, 0)
+    for _ in range(3):
+        assert torch.equal(folded(), separate())
+    assert folded.stats["grad_norm"] > 1e-2  # clipping was active
+    for name, grad in separate.grads().items():
+        torch.testing.assert_close(folded.grads()[name], grad, rtol=1e-5, atol=1e-9)
+    for a, b in zip(folded.params, separate.params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    assert not hasattr(folded.optimizer, "grad_scale")

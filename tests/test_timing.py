@@ -151,13 +151,27 @@ def test_uncapturable_callable_falls_back_and_leaves_cuda_usable():
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("graph", [True, False])
-def test_l2_flush_and_eager_events(graph):
+def test_l2_flush():
     x = torch.randn(1 << 24, device="cuda")
-    m = measure(lambda: x.mul_(1.0), device="cuda", rep_ms=10, flush_l2=True, graph=graph)
-    assert m.device is not None
-    assert m.device.method in (("cuda-graph", "cuda-events") if graph else ("cuda-events",))
+    m = measure(lambda: x.mul_(1.0), device="cuda", rep_ms=10, flush_l2=True)
+    assert m.device is not None and m.device.method in ("cuda-graph", "cuda-events")
     assert m.device.median_ms > 0
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_without_graph_one_set_of_calls_gives_both_clocks():
+    calls = []
+    spin = lambda: (calls.append(1), torch.cuda._sleep(4_000_000))  # noqa: E731 - over 1 ms: one call per sample
+    m = measure(spin, device="cuda", warmup_ms=0, rep_ms=0, min_reps=5, max_reps=5, graph=False)
+    assert m.device.method == "cuda-events" and m.device.n == m.wall.n == 5
+    assert len(calls) == 3 + 5  # the warm-up, then the five samples: no separate device pass
+    assert 0 < m.device.median_ms <= m.wall.median_ms * 1.05
+
+
+def test_l2_flush_needs_the_graph_path():
+    with pytest.raises(ValueError, match="flush_l2 needs graph=True"):
+        measure(lambda: None, device="cuda", flush_l2=True, graph=False)
 
 
 @pytest.mark.gpu
