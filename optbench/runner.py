@@ -2,7 +2,9 @@
 
 A case that the machine cannot run is *skipped* with its reason; a wrong result is recorded as
 *wrong* and never timed; an out-of-memory error, a case over its time budget or any other error is
-recorded as such and the grid goes on. Every record is saved to the result store as soon as it
+recorded as such and the grid goes on. A case that leaves the CUDA context unusable (an illegal memory
+access) is recorded as *crashed*, and the cases after it as not measured: the grid returns what it
+measured, so that asv still reports the rest. Every record is saved to the result store as soon as it
 exists, so a run that dies keeps what it measured.
 """
 
@@ -137,7 +139,11 @@ def measure_case(case: Case, *, device: str, budget_s: float) -> dict[str, Any]:
                        traceback=traceback.format_exc()[-4000:])
     finally:
         del work
-        _free_device_memory()
+        try:
+            _free_device_memory()
+        except Exception as exc:  # noqa: BLE001 - e.g. an illegal memory access: the CUDA context is gone
+            rec.update(status="crashed", context_lost=True,
+                       reason=f"the CUDA context became unusable in this case: {type(exc).__name__}: {exc}"[:1000])
     rec["seconds"] = round(time.perf_counter() - start, 3)
     return rec
 
@@ -161,9 +167,16 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
     info["emulate"] = os.environ.get("OPTBENCH_EMULATE")
     store.save(machine, commit, [{"key": MACHINE_KEY, "info": info, "date": now, "commit": commit}])
     records: dict[str, dict[str, Any]] = {}
+    lost_in: str | None = None  # the case after which this process can no longer use the GPU
     for case in cases:
         key = record_key(benchmark, case.params)
         head = {"key": key, "benchmark": benchmark, "commit": commit, "machine": machine, "date": now}
+        if lost_in is not None:  # stored, so that a later run of the grid (or a --select of it) can fill them in
+            rec = {**head, "params": case.params, "status": "crashed",
+                   "reason": f"not measured: the CUDA context was lost in {lost_in}"}
+            store.save(machine, commit, [rec])
+            records[key] = rec
+            continue
         # Stays in the store only if the process dies inside this case (a CUDA illegal memory access cannot
         # be caught and leaves the context unusable): the next reader sees which case and why the grid stopped.
         store.save(machine, commit, [{**head, "params": case.params, "status": "crashed",
@@ -172,5 +185,7 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
         rec = {**head, **measure_case(case, device=device, budget_s=budget_s)}
         store.save(machine, commit, [rec])
         records[key] = rec
+        if rec.get("context_lost"):
+            lost_in = key
         log(f"{key}: {rec['status']} {rec.get('reason', '')[:120]}")
     return records

@@ -89,6 +89,35 @@ def test_grid_records_every_outcome_and_goes_on(tmp_path, monkeypatch):
     assert not list(tmp_path.rglob(".*.jsonl.*"))  # no temporary files left behind
 
 
+def test_a_case_that_loses_the_cuda_context_ends_the_grid_and_keeps_what_was_measured(tmp_path, monkeypatch):
+    from optbench import runner
+
+    monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
+    monkeypatch.setenv("ASV_COMMIT", "c" * 40)
+    lost = []
+
+    def illegal_access():
+        lost.append(True)
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    def free():  # every CUDA call fails once the context is gone, the cleanup after the case too
+        if lost:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(runner, "_free_device_memory", free)
+    x = torch.randn(64, 64)
+    cases = [Case({"case": "before"}, lambda: _work(lambda: x @ x)),
+             Case({"case": "crash"}, lambda: _work(illegal_access)),
+             Case({"case": "after"}, lambda: _work(lambda: x @ x))]
+    records = run_grid("bench_test.Grid", cases, device="cpu", store=ResultStore(tmp_path), log=lambda _: None)
+    by_case = {r["params"]["case"]: r for r in records.values()}
+    assert by_case["before"]["status"] == "ok"
+    assert by_case["crash"]["status"] == "crashed" and "context became unusable" in by_case["crash"]["reason"]
+    assert by_case["after"]["status"] == "crashed" and "not measured" in by_case["after"]["reason"]
+    stored = ResultStore(tmp_path).load("test-machine", "c" * 40)
+    assert {r["status"] for k, r in stored.items() if k != MACHINE_KEY} == {"ok", "crashed"}
+
+
 def _record(key: str, samples: list[float], peak: int = 1000) -> dict:
     timing = Timing(tuple(samples), "cuda-graph").to_dict()
     bench, *params = key.split("|")
