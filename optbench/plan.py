@@ -10,13 +10,14 @@ unsupported (``models.step.validate``), memory.
 
 Memory of a training step (``step_memory_bytes``), an estimate for ``models.step.TrainStep``::
 
-    bytes = P * (16 + 2 [autocast]) + B * S * (L * block + loss)
+    bytes = P * 16 + 2 * P_cast [autocast] + B * S * (L * block + loss)
 
 - 16 B/param: fp32 weights, grads, AdamW exp_avg and exp_avg_sq (10 B/param with an 8-bit optimizer's
   1-byte states). Counted in full although the step frees its grads before the forward (``zero_grad(
   set_to_none=True)``), so the estimate errs high by 4 B/param.
 - 2 B/param under bf16/fp16 autocast: the half-precision weight copies autocast caches in the forward and
-  the backward keeps.
+  the backward keeps: the LM head's and those of the blocks that are not checkpointed (plus the one block
+  being recomputed); the embedding lookup is not cast.
 - block, bytes per token and layer that the eager block saves for backward, with a = 2 (autocast) or
   4 (fp32, tf32) bytes per activation, d = d_model, f = ffn_dim, the residual stream in fp32:
   16d (each of the two eager RMSNorms keeps its fp32 input and normalized x) + 5ad under autocast (q, k, v,
@@ -207,13 +208,23 @@ def _layers_bytes_per_token(cfg: ModelConfig, options: StepOptions) -> float:
     return (cfg.n_layers - checkpointed) * block + checkpointed * 4 * cfg.d_model + recompute
 
 
+def _autocast_copied_params(cfg: ModelConfig, options: StepOptions) -> int:
+    """Parameters whose half-precision copy the backward holds: the LM head and the weights of every block
+    that is not checkpointed, plus the one block being recomputed (the embedding lookup is not cast)."""
+    if options.precision not in ("bf16", "fp16"):
+        return 0
+    head = cfg.vocab_size * cfg.d_model
+    block = (param_count(cfg, include_embedding=False) - head - cfg.d_model) // cfg.n_layers
+    checkpointed = cfg.n_layers // options.checkpoint_every if options.checkpoint_every else 0
+    return head + (cfg.n_layers - checkpointed + (1 if checkpointed else 0)) * block
+
+
 def step_memory_bytes(cfg: ModelConfig, options: StepOptions) -> float:
     """Peak device bytes of one training step, estimated (formula in the module docstring)."""
     state_bytes = STATE_BYTES_8BIT if options.optimizer == "adamw8bit" else STATE_BYTES
-    autocast_copies = 2 if options.precision in ("bf16", "fp16") else 0
     loss = LOGIT_BYTES * (cfg.vocab_size if options.loss == "eager" else cfg.d_model)
     activations = options.batch_size * options.seq_len * (_layers_bytes_per_token(cfg, options) + loss)
-    return param_count(cfg) * (state_bytes + autocast_copies) + activations
+    return param_count(cfg) * state_bytes + 2 * _autocast_copied_params(cfg, options) + activations
 
 
 def _memory_remedy(cfg: ModelConfig, options: StepOptions, usable: float) -> str:
