@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import signal
 import subprocess
+import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,26 +102,69 @@ def _free_device_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def measure_case(case: Case, *, device: str, budget_s: float) -> dict[str, Any]:
-    """Build, check, time and size one case; returns its record body (status, metrics, ...)."""
-    from optbench.memory import peak_memory
-    from optbench.timing import measure
+class CaseTimeout(TimeoutError):
+    """A case ran past its time budget (raised from SIGALRM, wherever the case's Python code was)."""
 
+
+_REFIRE_S = 5.0  # if library code swallows the first CaseTimeout, it is raised again this often
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Raise :class:`CaseTimeout` in the code running inside once ``seconds`` have passed, and every few seconds
+    after, until it leaves. Interrupts Python-level work (compilation, autotuning, timing loops), not a kernel
+    already running; a no-op off the main thread or without ``setitimer``. An outer timer (e.g. a harness's
+    own) is re-armed with what remains of it."""
+    if seconds <= 0 or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise CaseTimeout(f"over its budget of {seconds:.0f} s")
+
+    outer_left, _ = signal.getitimer(signal.ITIMER_REAL)
+    previous = signal.signal(signal.SIGALRM, expire)
+    start = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, seconds, _REFIRE_S)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer_left > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(outer_left - (time.monotonic() - start), 1e-3))
+
+
+def measure_case(case: Case, *, device: str, budget_s: float) -> dict[str, Any]:
+    """Build, check, time and size one case within ``budget_s`` seconds; returns its record body (status,
+    metrics, ...). A case over its budget, even inside a compilation, is recorded as a timeout."""
     rec: dict[str, Any] = {"params": case.params, "status": "ok", "metrics": {}, "peak_mem_bytes": {},
                            "mem_base_bytes": {}}
     start = time.perf_counter()
-    work = None
+    try:
+        with deadline(budget_s):
+            _build_check_time(case, rec, device, start)
+    except TimeoutError as exc:  # raised outside the body (a late alarm): recorded like any timeout
+        rec.update(status="timeout", reason=str(exc))
+    rec["seconds"] = round(time.perf_counter() - start, 3)
+    return rec
+
+
+def _build_check_time(case: Case, rec: dict[str, Any], device: str, start: float) -> None:
+    from optbench.memory import peak_memory
+    from optbench.timing import measure
+
+    work, phase = None, "build"
     try:
         work = case.build()
         rec["build_seconds"] = round(time.perf_counter() - start, 3)  # inputs, models, eager references
         rec.update(flops=work.flops, bytes=work.bytes, info=work.info)
         if work.check is not None:
-            t0 = time.perf_counter()
+            phase, t0 = "check", time.perf_counter()
             rec["check"] = dict(work.check())
             rec["check_seconds"] = round(time.perf_counter() - t0, 3)  # includes compilation and autotuning
         for name, fn in work.timed.items():
-            if time.perf_counter() - start > budget_s:
-                raise TimeoutError(f"over its budget of {budget_s:.0f} s before timing {name!r}")
+            phase = f"timing {name!r}"
             rec["metrics"][name] = measure(fn, device=device, graph=work.graph).to_dict()
             if name in work.memory:
                 if work.before_memory is not None:
@@ -130,7 +176,7 @@ def measure_case(case: Case, *, device: str, budget_s: float) -> dict[str, Any]:
     except WrongResult as exc:
         rec.update(status="wrong", reason=str(exc))
     except TimeoutError as exc:
-        rec.update(status="timeout", reason=str(exc))
+        rec.update(status="timeout", reason=f"{exc}, in its {phase}")
     except Exception as exc:  # noqa: BLE001 - every failure is recorded and the grid goes on
         if _is_oom(exc):
             rec.update(status="oom", reason=str(exc).splitlines()[0][:300])
@@ -141,11 +187,11 @@ def measure_case(case: Case, *, device: str, budget_s: float) -> dict[str, Any]:
         del work
         try:
             _free_device_memory()
+        except CaseTimeout:
+            raise
         except Exception as exc:  # noqa: BLE001 - e.g. an illegal memory access: the CUDA context is gone
             rec.update(status="crashed", context_lost=True,
                        reason=f"the CUDA context became unusable in this case: {type(exc).__name__}: {exc}"[:1000])
-    rec["seconds"] = round(time.perf_counter() - start, 3)
-    return rec
 
 
 def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,46 @@ def test_asv_discovers_the_suite():
     out = subprocess.run([sys.executable, "-m", "optbench.asv_atomic", "check", "-E", f"existing:{sys.executable}"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_a_case_over_its_budget_is_stopped_even_inside_a_long_call_and_the_grid_goes_on(tmp_path, monkeypatch):
+    """The budget interrupts Python-level work such as a compilation (here a sleeping loop), not only
+    between metrics."""
+    monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
+    monkeypatch.setenv("ASV_COMMIT", "c" * 40)
+
+    def endless_compile():
+        while True:
+            time.sleep(0.01)
+
+    x = torch.randn(64, 64)
+    cases = [Case({"case": "slow"}, lambda: _work(lambda: x @ x, check=endless_compile)),
+             Case({"case": "next"}, lambda: _work(lambda: x @ x))]
+    started = time.perf_counter()
+    records = run_grid("bench_test.Grid", cases, device="cpu", budget_s=0.5, store=ResultStore(tmp_path),
+                       log=lambda _: None)
+    by_case = {r["params"]["case"]: r for r in records.values()}
+    assert by_case["slow"]["status"] == "timeout"
+    assert by_case["slow"]["reason"].endswith("in its check")
+    assert by_case["next"]["status"] == "ok"
+    assert time.perf_counter() - started < 10
+
+
+def test_the_deadline_restores_an_outer_timer():
+    import signal
+
+    from optbench.runner import deadline
+
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(True))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.4)
+        with deadline(5.0):
+            pass
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 0 < left <= 0.4
+        time.sleep(0.6)
+        assert fired == [True]  # the outer alarm still went off, through its own handler
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
