@@ -159,6 +159,11 @@ def step_ms(rec: dict) -> float:
     return timing(rec, "step", "wall")[1]["median_ms"]
 
 
+def step_iqr_ms(rec: dict) -> float:
+    """Interquartile range of the wall-clock ms per optimizer step within its run."""
+    return timing(rec, "step", "wall")[1]["iqr_ms"]
+
+
 def step_speedups(run: Run) -> dict[str, dict[str, float]]:
     """Speedup vs eager (eager ms / variant ms, wall clock) by size, then variant."""
     return {size: {v: step_ms(by_v["eager"]) / step_ms(rec) for v, rec in by_v.items() if v != "eager"}
@@ -526,12 +531,14 @@ def _headline(history: list[Run]) -> str:
     found = _by_size(latest(history, step_speedups))
     if found:
         variants = list(dict.fromkeys(v for _, _, speedups in found for v in speedups))
-        eager = ["eager (ms per step)",
-                 *(f"{step_ms(steps(run)[size]['eager']):.1f} ms" for size, run, _ in found)]
+        eager = ["eager (ms per step [IQR])",
+                 *(f"{step_ms(steps(run)[size]['eager']):.1f} ms [{step_iqr_ms(steps(run)[size]['eager']):.1f}]"
+                   for size, run, _ in found)]
         body = [eager, *([v, *(f"{x[v]:.2f}× ({step_ms(steps(run)[size][v]):.1f} ms)" if v in x else "–"
                                for size, run, x in found)] for v in variants)]
         parts += ["Training-step speedup vs eager, and ms per optimizer step (wall clock; a host-bound eager step, "
-                  "as at 100M, moves between runs: compare the optimized steps' own times too):",
+                  "as at 100M, moves within and between runs, see its IQR: there compare the optimized steps' own "
+                  "times):",
                   md_table(["optimization", *(f"{size} @ `{run.commit[:8]}`" for size, run, _ in found)],
                            body)]
         used.update((run.commit, run.date) for _, run, _ in found)

@@ -99,8 +99,9 @@ def test_headline_table(store):
     assert "| optimization | 100M @ `fffffff3` | 1B @ `fffffff3` |" in table
     ms = report.step_ms(step["best"])
     assert re.search(rf"\| best \| {best:.2f}× \({ms:.1f} ms\) \| [\d.]+× \([\d.]+ ms\) \|", table)
-    for row in ("| eager (ms per step) |", "| triton-norm |", "| RMSNorm | triton |",
-                "| GradStats | foreach |"):
+    eager_ms, eager_iqr = report.step_ms(step["eager"]), report.step_iqr_ms(step["eager"])
+    assert f"| eager (ms per step [IQR]) | {eager_ms:.1f} ms [{eager_iqr:.1f}] |" in table
+    for row in ("| triton-norm |", "| RMSNorm | triton |", "| GradStats | foreach |"):
         assert row in table
     assert f"`{commit(3)[:12]}` (2025-01-03T12:00:00+00:00)" in table
     assert "StepTiny" not in table and "| Tiny @" in report.headline_table(store, "cpu-host")
