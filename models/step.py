@@ -304,7 +304,7 @@ class TrainStep:
             else:  # the seeds' loop takes the norm a second time
                 clip(self.params, MAX_GRAD_NORM)
         self.scaler.step(self.optimizer)
-        if hasattr(self.optimizer, "grad_scale"):
+        if self._clip_in_optimizer:
             del self.optimizer.grad_scale
         self.scaler.update()
         return loss.detach()
