@@ -122,6 +122,7 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
         return grad_h, grad_w, None, None, None, None, None, None
 
 
+@torch.compiler.disable  # one graph break at the LM head: torch.compile runs the chunk loop and its kernels as is
 def fused_linear_cross_entropy(
     hidden: torch.Tensor,
     weight: torch.Tensor,

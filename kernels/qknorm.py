@@ -67,6 +67,73 @@ def _rows(x: torch.Tensor) -> int:
     return x.shape[0] * x.shape[1] * x.shape[2]
 
 
+@torch.library.custom_op("optbench::qk_norm_fwd", mutates_args=())
+def qk_norm_fwd(q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor,
+                eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q_normed, k_normed, rstd_q, rstd_k) for 4-D q, k with unit last stride, in one launch. An opaque op,
+    so torch.compile never traces the launch."""
+    wq, wk = wq.contiguous(), wk.contiguous()
+    n_q, n_k, d = _rows(q), _rows(k), q.shape[-1]
+    dev = q.device
+    yq = torch.empty(q.shape, dtype=torch.promote_types(q.dtype, wq.dtype), device=dev)
+    yk = torch.empty(k.shape, dtype=torch.promote_types(k.dtype, wk.dtype), device=dev)
+    rstd_q = torch.empty(n_q, dtype=torch.float32, device=dev)
+    rstd_k = torch.empty(n_k, dtype=torch.float32, device=dev)
+    block_m, block_n, warps = fwd_tile(max(n_q, n_k), d)
+    grid = (triton.cdiv(n_q, block_m) + triton.cdiv(n_k, block_m),)
+    _qk_norm_fwd_kernel[grid](
+        q, *row_grid(q), k, *row_grid(k), wq, wk, yq, yk, rstd_q, rstd_k, n_q, n_k, d, eps,
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
+    )
+    return yq, yk, rstd_q, rstd_k
+
+
+@qk_norm_fwd.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor,
+      eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (q.new_empty(q.shape, dtype=torch.promote_types(q.dtype, wq.dtype)),
+            k.new_empty(k.shape, dtype=torch.promote_types(k.dtype, wk.dtype)),
+            q.new_empty(_rows(q), dtype=torch.float32), k.new_empty(_rows(k), dtype=torch.float32))
+
+
+@torch.library.custom_op("optbench::qk_norm_bwd", mutates_args=())
+def qk_norm_bwd(dyq: torch.Tensor, dyk: torch.Tensor, q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor,
+                wk: torch.Tensor, rstd_q: torch.Tensor, rstd_k: torch.Tensor,
+                need_dw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dwq, dwk); the weight gradients are empty tensors when not need_dw."""
+    dyq, dyk, wq, wk = unit_last_stride(dyq), unit_last_stride(dyk), wq.contiguous(), wk.contiguous()
+    n_q, n_k, d = _rows(q), _rows(k), q.shape[-1]
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    block_m, block_n, warps = bwd_tile(max(n_q, n_k), d, q)
+    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)
+    q_n1, q_n2, *q_strides = row_grid(q)
+    k_n1, k_n2, *k_strides = row_grid(k)
+
+    def args(part: torch.Tensor) -> tuple:
+        return (dyq, *row_grid(dyq)[2:], q, *q_strides, q_n1, q_n2,
+                dyk, *row_grid(dyk)[2:], k, *k_strides, k_n1, k_n2,
+                wq, wk, rstd_q, rstd_k, dq, dk, part, n_q, n_k, d)
+
+    n_blocks = triton.cdiv(n_q, block_m) + triton.cdiv(n_k, block_m)
+    # rstd_q stands in for the fp32 partials buffer while the grid is sized
+    programs = persistent_programs(_qk_norm_bwd_kernel, n_blocks, args(rstd_q), meta, q.device)
+    part = torch.empty((2, programs, d), dtype=torch.float32, device=q.device)
+    _qk_norm_bwd_kernel[(programs,)](*args(part), **meta)
+    if not need_dw:
+        return dq, dk, wq.new_empty(0), wk.new_empty(0)
+    dw = sum_partials(part, torch.promote_types(wq.dtype, wk.dtype))
+    return dq, dk, dw[0].to(wq.dtype, copy=True), dw[1].to(wk.dtype, copy=True)  # two outputs, not two views of one
+
+
+@qk_norm_bwd.register_fake
+def _(dyq: torch.Tensor, dyk: torch.Tensor, q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor,
+      wk: torch.Tensor, rstd_q: torch.Tensor, rstd_k: torch.Tensor,
+      need_dw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (q.new_empty(q.shape), k.new_empty(k.shape), wq.new_empty(wq.shape if need_dw else (0,)),
+            wk.new_empty(wk.shape if need_dw else (0,)))
+
+
 class QKNormFunction(torch.autograd.Function):
     """(q, k, wq, wk, eps) -> (q_normed, k_normed), contiguous, in promote_types(q/k dtype, weight dtype).
 
@@ -79,49 +146,17 @@ class QKNormFunction(torch.autograd.Function):
                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
         if q.dim() != 4 or k.dim() != 4 or q.shape[-1] != k.shape[-1]:
             raise ValueError(f"expected 4-D q, k with equal head_dim, got {tuple(q.shape)}, {tuple(k.shape)}")
-        q, k, wq, wk = unit_last_stride(q), unit_last_stride(k), wq.contiguous(), wk.contiguous()
-        n_q, n_k, d = _rows(q), _rows(k), q.shape[-1]
-        dev = q.device
-        yq = torch.empty(q.shape, dtype=torch.promote_types(q.dtype, wq.dtype), device=dev)
-        yk = torch.empty(k.shape, dtype=torch.promote_types(k.dtype, wk.dtype), device=dev)
-        rstd_q = torch.empty(n_q, dtype=torch.float32, device=dev)
-        rstd_k = torch.empty(n_k, dtype=torch.float32, device=dev)
-        block_m, block_n, warps = fwd_tile(max(n_q, n_k), d)
-        grid = (triton.cdiv(n_q, block_m) + triton.cdiv(n_k, block_m),)
-        _qk_norm_fwd_kernel[grid](
-            q, *row_grid(q), k, *row_grid(k), wq, wk, yq, yk, rstd_q, rstd_k, n_q, n_k, d, eps,
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
-        )
+        q, k = unit_last_stride(q), unit_last_stride(k)
+        yq, yk, rstd_q, rstd_k = qk_norm_fwd(q, k, wq, wk, eps)
         ctx.save_for_backward(q, k, wq, wk, rstd_q, rstd_k)
         return yq, yk
 
     @staticmethod
     def backward(ctx, dyq: torch.Tensor, dyk: torch.Tensor):
         q, k, wq, wk, rstd_q, rstd_k = ctx.saved_tensors
-        dyq, dyk = unit_last_stride(dyq), unit_last_stride(dyk)
-        n_q, n_k, d = _rows(q), _rows(k), q.shape[-1]
-        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-        block_m, block_n, warps = bwd_tile(max(n_q, n_k), d, q)
-        meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)
-        q_n1, q_n2, *q_strides = row_grid(q)
-        k_n1, k_n2, *k_strides = row_grid(k)
-
-        def args(part: torch.Tensor) -> tuple:
-            return (dyq, *row_grid(dyq)[2:], q, *q_strides, q_n1, q_n2,
-                    dyk, *row_grid(dyk)[2:], k, *k_strides, k_n1, k_n2,
-                    wq, wk, rstd_q, rstd_k, dq, dk, part, n_q, n_k, d)
-
-        n_blocks = triton.cdiv(n_q, block_m) + triton.cdiv(n_k, block_m)
-        # rstd_q stands in for the fp32 partials buffer while the grid is sized
-        programs = persistent_programs(_qk_norm_bwd_kernel, n_blocks, args(rstd_q), meta, q.device)
-        part = torch.empty((2, programs, d), dtype=torch.float32, device=q.device)
-        _qk_norm_bwd_kernel[(programs,)](*args(part), **meta)
-        dwq = dwk = None
-        if ctx.needs_input_grad[2] or ctx.needs_input_grad[3]:
-            dw = sum_partials(part, torch.promote_types(wq.dtype, wk.dtype))
-            dwq, dwk = dw[0].to(wq.dtype), dw[1].to(wk.dtype)
-        return dq, dk, dwq, dwk, None
+        need_dw = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
+        dq, dk, dwq, dwk = qk_norm_bwd(dyq, dyk, q, k, wq, wk, rstd_q, rstd_k, need_dw)
+        return dq, dk, dwq if need_dw else None, dwk if need_dw else None, None
 
 
 def qk_norm(q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor,

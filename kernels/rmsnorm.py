@@ -154,6 +154,60 @@ def _rms_norm_bwd_kernel(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, W
                    pid, tl.num_programs(0), n_rows, n_cols, BLOCK_M, BLOCK_N)
 
 
+@torch.library.custom_op("optbench::rms_norm_fwd", mutates_args=())
+def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y (N, H) in promote_types(x, weight), rstd (N,) fp32) for the rows of x (..., H). An opaque op, so
+    torch.compile never traces the launch."""
+    x2, weight = rows_2d(x), weight.contiguous()
+    n, h = x2.shape
+    y = torch.empty((n, h), dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
+    rstd = torch.empty(n, dtype=torch.float32, device=x.device)
+    block_m, block_n, warps = fwd_tile(n, h)
+    _rms_norm_fwd_kernel[(triton.cdiv(n, block_m),)](
+        x2, *row_grid(x2[:, None, None]), weight, y, rstd, n, h, eps,
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
+    )
+    return y, rstd
+
+
+@rms_norm_fwd.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    n = x.numel() // x.shape[-1]
+    return (x.new_empty((n, x.shape[-1]), dtype=torch.promote_types(x.dtype, weight.dtype)),
+            x.new_empty(n, dtype=torch.float32))
+
+
+@torch.library.custom_op("optbench::rms_norm_bwd", mutates_args=())
+def rms_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
+                 need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx (N, H) in x.dtype, dweight in weight.dtype; an empty tensor when not need_dw)."""
+    x2, dy2, weight = rows_2d(x), rows_2d(dy), weight.contiguous()
+    n, h = x2.shape
+    dx = torch.empty((n, h), dtype=x2.dtype, device=x2.device)
+    block_m, block_n, warps = bwd_tile(n, h, x2)
+    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)
+    n1, n2, *x_strides = row_grid(x2[:, None, None])
+    dy_strides = row_grid(dy2[:, None, None])[2:]
+
+    def args(part: torch.Tensor) -> tuple:
+        return (dy2, *dy_strides, x2, *x_strides, n1, n2, weight, rstd, dx, part, n, h)
+
+    # rstd stands in for the fp32 partials buffer while the grid is sized
+    n_blocks = triton.cdiv(n, block_m)
+    programs = persistent_programs(_rms_norm_bwd_kernel, n_blocks, args(rstd), meta, x2.device)
+    part = torch.empty((1, programs, h), dtype=torch.float32, device=x2.device)
+    _rms_norm_bwd_kernel[(programs,)](*args(part), **meta)
+    dw = sum_partials(part, weight.dtype)[0] if need_dw else weight.new_empty(0)
+    return dx, dw
+
+
+@rms_norm_bwd.register_fake
+def _(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
+      need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    n = x.numel() // x.shape[-1]
+    return x.new_empty((n, x.shape[-1])), weight.new_empty(weight.shape if need_dw else (0,))
+
+
 class RMSNormFunction(torch.autograd.Function):
     """x (..., H) in fp32/bf16/fp16, weight (H,) -> y (..., H) in promote_types(x.dtype, weight.dtype).
 
@@ -162,40 +216,15 @@ class RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        x2, weight = rows_2d(x), weight.contiguous()
-        n, h = x2.shape
-        y = torch.empty((n, h), dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
-        rstd = torch.empty(n, dtype=torch.float32, device=x.device)
-        block_m, block_n, warps = fwd_tile(n, h)
-        _rms_norm_fwd_kernel[(triton.cdiv(n, block_m),)](
-            x2, *row_grid(x2[:, None, None]), weight, y, rstd, n, h, eps,
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
-        )
-        ctx.save_for_backward(x2, weight, rstd)
-        ctx.x_shape = x.shape
+        y, rstd = rms_norm_fwd(x, weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
         return y.view(x.shape)
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, None]:
-        x2, weight, rstd = ctx.saved_tensors
-        n, h = x2.shape
-        dy2 = rows_2d(dy)
-        dx = torch.empty((n, h), dtype=x2.dtype, device=x2.device)
-        block_m, block_n, warps = bwd_tile(n, h, x2)
-        meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)
-        n1, n2, *x_strides = row_grid(x2[:, None, None])
-        dy_strides = row_grid(dy2[:, None, None])[2:]
-
-        def args(part: torch.Tensor) -> tuple:
-            return (dy2, *dy_strides, x2, *x_strides, n1, n2, weight, rstd, dx, part, n, h)
-
-        # rstd stands in for the fp32 partials buffer while the grid is sized
-        n_blocks = triton.cdiv(n, block_m)
-        programs = persistent_programs(_rms_norm_bwd_kernel, n_blocks, args(rstd), meta, x2.device)
-        part = torch.empty((1, programs, h), dtype=torch.float32, device=x2.device)
-        _rms_norm_bwd_kernel[(programs,)](*args(part), **meta)
-        dw = sum_partials(part, weight.dtype)[0] if ctx.needs_input_grad[1] else None
-        return dx.view(ctx.x_shape), dw, None
+        x, weight, rstd = ctx.saved_tensors
+        dx, dw = rms_norm_bwd(dy, x, weight, rstd, ctx.needs_input_grad[1])
+        return dx.view(x.shape), dw if ctx.needs_input_grad[1] else None, None
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

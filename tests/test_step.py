@@ -193,3 +193,23 @@ def test_clipping_inside_the_fused_adamw_matches_a_separate_clip(monkeypatch):
     for a, b in zip(folded.params, separate.params):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
     assert not hasattr(folded.optimizer, "grad_scale")
+
+
+def test_our_kernels_under_torch_compile_match_the_eager_step(monkeypatch):
+    """Our Triton kernels are opaque custom ops to torch.compile (the fused loss runs outside the graph): the
+    compiled step with all of them matches the eager step, and the model body stays one graph."""
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pytest.importorskip("triton")
+    from models.step import _model_loss
+
+    base = BASELINE.replace(precision="fp32", **SMALL)
+    kernels = dict(norm="triton", mlp="triton", qk_norm="triton", loss="fused", grad_stats="foreach",
+                   item_sync=False, attn_mask="is_causal")
+    reference = base.replace(qk_norm="eager")
+    result = check_against(build_step(TINY, reference, DEVICE),
+                           build_step(TINY, reference.replace(**kernels, compile="default"), DEVICE))
+    assert result.ok, result
+    step = build_step(TINY, base.replace(**kernels), DEVICE)
+    explained = torch._dynamo.explain(_model_loss)(step.model, step._loss, step.idx, step.targets)
+    assert explained.graph_count == 1
