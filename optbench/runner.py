@@ -120,7 +120,7 @@ def deadline(seconds: float) -> Iterator[None]:
         return
 
     def expire(signum: int, frame: Any) -> None:
-        raise CaseTimeout(f"over its budget of {seconds:.0f} s")
+        raise CaseTimeout(f"over its budget of {seconds:g} s")
 
     outer_left, _ = signal.getitimer(signal.ITIMER_REAL)
     previous = signal.signal(signal.SIGALRM, expire)
