@@ -56,6 +56,10 @@ class StepOptions:
     attn_mask: Literal["rebuilt", "cached", "is_causal"] = "rebuilt"
     cuda_graph: bool = False  # capture forward, backward and optimizer step into one CUDA graph
     compile: CompileMode | None = None  # torch.compile mode of forward + loss (with cuda_graph: captured too)
+    # What compile compiles: 'model', forward + loss as one graph; 'blocks' (regional compilation), each block,
+    # the final norm and the loss on their own: the blocks share one compiled graph, so compile time does not
+    # grow with depth, and nothing fuses across a block's boundary.
+    compile_scope: Literal["model", "blocks"] = "model"
     batch_size: int = 8
     seq_len: int = 1024
 
@@ -110,6 +114,8 @@ def validate(options: StepOptions, device: str | torch.device, profile: Any = No
         allowed, value = _allowed(hints[field.name]), getattr(options, field.name)
         if allowed and value not in allowed:
             problems.append(f"{field.name}={value!r} is not one of {allowed}")
+    if options.compile_scope != "model" and options.compile is None:
+        problems.append(f"compile_scope={options.compile_scope!r} needs a compile mode")
     if options.checkpoint_every < 0 or options.batch_size < 1 or options.seq_len < 1:
         problems.append("checkpoint_every must be >= 0, batch_size and seq_len >= 1")
 
@@ -235,8 +241,13 @@ class TrainStep:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=options.precision == "fp16")
         self._loss, self._stats = _loss_fn(options.loss), _grad_stats_fns(options.grad_stats)
         self._clip_in_optimizer = clips_in_optimizer(options)
-        self._model_loss_fn = (torch.compile(_model_loss, mode=options.compile) if options.compile
-                               else _model_loss)
+        self._model_loss_fn = _model_loss
+        if options.compile and options.compile_scope == "blocks":
+            for module in (*self.model.blocks, self.model.norm):
+                module.compile(mode=options.compile)
+            self._loss = torch.compile(self._loss, mode=options.compile)
+        elif options.compile:
+            self._model_loss_fn = torch.compile(_model_loss, mode=options.compile)
         self.stats: dict[str, Tensor] | None = None
         self._losses: list[float | Tensor] = []
         self._graph: torch.cuda.CUDAGraph | None = None

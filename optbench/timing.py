@@ -277,22 +277,22 @@ def _event_samples(
     return [start.elapsed_time(end) / calls_per_launch for start, end in zip(starts, ends, strict=True)]
 
 
-_CAPTURE: dict[int, tuple[torch.cuda.Stream, Any]] = {}
+_CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}
 
 
-def _capture_stream_and_pool() -> tuple[torch.cuda.Stream, Any]:
-    """The one side stream and graph memory pool every capture on the current device uses.
+def _capture_stream() -> torch.cuda.Stream:
+    """The one side stream every capture on the current device uses.
 
-    With a new stream and a new private pool per capture (until 61d5c0a), the memory allocated before each
-    linear+CE case grew by about 100 MB per case over the first 14 cases of a process, then stayed flat
-    (cuBLAS keeps a workspace per stream, and the stream pool wraps: the suspected cause), and after 22
-    cases the 23rd ran out of memory on an 80 GB H100 with 19 GB allocated and 76 GB in use (memory held
-    by earlier captures' private pools: the suspected cause). One stream and one pool bound both. Graphs
-    here are used one at a time, so sharing the pool is safe."""
+    With a new stream per capture (until 61d5c0a), the memory allocated before each linear+CE case grew by
+    about 100 MB per case over the first 14 cases of a process, then stayed flat (cuBLAS keeps a workspace
+    per stream and PyTorch's stream pool wraps after 32: the suspected cause). Each capture still gets its
+    own private memory pool: with one pool shared by all captures (9e238a7), a capture after an earlier one
+    in the same case failed on an H100 (the fwd+bwd after the forward, the k-call graph after a failed
+    capture), so most kernel timings fell back to the profiler."""
     device = torch.cuda.current_device()
-    if device not in _CAPTURE:
-        _CAPTURE[device] = (torch.cuda.Stream(), torch.cuda.graph_pool_handle())
-    return _CAPTURE[device]
+    if device not in _CAPTURE_STREAMS:
+        _CAPTURE_STREAMS[device] = torch.cuda.Stream()
+    return _CAPTURE_STREAMS[device]
 
 
 def _capture(fn: Callable[[], object], calls: int, stream: torch.cuda.Stream) -> torch.cuda.CUDAGraph | None:
@@ -303,8 +303,7 @@ def _capture(fn: Callable[[], object], calls: int, stream: torch.cuda.Stream) ->
     try:
         # The outer stream context restores the current stream even when capture_end raises.
         with torch.cuda.stream(stream):
-            with torch.cuda.graph(graph, pool=_capture_stream_and_pool()[1], stream=stream,
-                                  capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
                 for _ in range(calls):
                     fn()
     except Exception:  # host sync, CPU-side work, unsupported op: the caller falls back
@@ -322,7 +321,7 @@ def _graph_timing(
     fn: Callable[[], object], budget: _Budget, flush: Callable[[], object] | None
 ) -> Timing | None:
     """Device ms per call from CUDA-graph replays timed by events; None if fn cannot be captured."""
-    stream = _capture_stream_and_pool()[0]
+    stream = _capture_stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm up on the capture stream, as PyTorch requires
         for _ in range(_WARMUP_CALLS):

@@ -146,20 +146,23 @@ def test_asv_discovers_the_suite():
 
 
 def test_a_case_over_its_budget_is_stopped_even_inside_a_long_call_and_the_grid_goes_on(tmp_path, monkeypatch):
-    """The budget interrupts Python-level work such as a compilation (here a sleeping loop), not only
-    between metrics."""
+    """The budget interrupts Python-level work such as a compilation (here a sleeping loop that, as
+    inductor's autotuning does, swallows every Exception of a failing attempt), not only between metrics."""
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "c" * 40)
 
     def endless_compile():
         while True:
-            time.sleep(0.01)
+            try:
+                time.sleep(0.01)
+            except Exception:  # noqa: BLE001, S110 - what a library's retry loop does
+                pass
 
     x = torch.randn(64, 64)
     cases = [Case({"case": "slow"}, lambda: _work(lambda: x @ x, check=endless_compile)),
              Case({"case": "next"}, lambda: _work(lambda: x @ x))]
     started = time.perf_counter()
-    records = run_grid("bench_test.Grid", cases, device="cpu", budget_s=0.5, store=ResultStore(tmp_path),
+    records = run_grid("bench_test.Grid", cases, device="cpu", budget_s=2.0, store=ResultStore(tmp_path),
                        log=lambda _: None)
     by_case = {r["params"]["case"]: r for r in records.values()}
     assert by_case["slow"]["status"] == "timeout"

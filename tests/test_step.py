@@ -34,11 +34,11 @@ NEEDS = {"triton-norm": "kernels.rmsnorm", "triton-swiglu": "kernels.swiglu",
          "best": "kernels.fused_linear_ce", "adamw-8bit": "bitsandbytes"}
 CPU_FP32 = ["chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync", "cached-mask",
             "sdpa-causal", "triton-norm", "triton-swiglu", "triton-qknorm", "fused-ce", "compile-default",
-            "compile-max-autotune-no-cudagraphs"]
+            "compile-max-autotune-no-cudagraphs", "compile-regional"]
 CPU_BF16 = ["fp16-scaler", "chunked-ce", "fused-ce", "triton-norm", "triton-swiglu", "triton-qknorm"]
 GPU_ONLY = ["tf32", "liger-norm", "liger-swiglu", "liger-flce", "fused-adamw", "cuda-graph",
             "compile-reduce-overhead", "compile-max-autotune", "best", "best-inductor", "best-graph",
-            "best-compile-graph", "adamw-8bit"]
+            "best-compile-graph", "best-regional", "adamw-8bit"]
 H100 = SimpleNamespace(key="h100", supports_bf16=True, supports_tf32=True)
 
 
@@ -213,3 +213,21 @@ def test_our_kernels_under_torch_compile_match_the_eager_step(monkeypatch):
     step = build_step(TINY, base.replace(**kernels), DEVICE)
     explained = torch._dynamo.explain(_model_loss)(step.model, step._loss, step.idx, step.targets)
     assert explained.graph_count == 1
+
+
+def test_regional_compilation_compiles_one_block_graph_whatever_the_depth():
+    """compile_scope='blocks': the blocks share one compiled graph (plus the final norm's and the loss's), so
+    a deeper model compiles no more graphs; the step matches its eager reference."""
+    import dataclasses
+
+    base = BASELINE.replace(precision="fp32", attn_mask="is_causal", **SMALL)
+    graphs = []
+    for n_layers in (2, 4):
+        config = dataclasses.replace(TINY, n_layers=n_layers)
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        result = check_against(build_step(config, base, DEVICE),
+                               build_step(config, base.replace(compile="default", compile_scope="blocks"), DEVICE))
+        assert result.ok, result
+        graphs.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    assert graphs[0] == graphs[1] <= 3
