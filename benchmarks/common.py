@@ -45,19 +45,23 @@ class Grid:
     def measure_grid(self) -> dict[str, dict[str, Any]]:
         """Run every case selected by ``$OPTBENCH_SELECT`` (a regex on record keys; all when unset; see
         optbench.runner) and keep what the track methods read; unselected cases are skipped, not stored."""
+        import itertools
         import re
 
-        from optbench.runner import run_grid
         from optbench.store import record_key
 
         name, select = self.benchmark_name(), os.environ.get("OPTBENCH_SELECT")
-        cases = self.cases()
-        chosen = [c for c in cases if not select or re.search(select, record_key(name, c.params))]
+        keys = [record_key(name, dict(zip(self.param_names, combo))) for combo in itertools.product(*self.params)]
+        unselected = {"status": "skipped", "reason": f"not selected in this run (OPTBENCH_SELECT={select})"}
+        if select and not any(re.search(select, key) for key in keys):
+            return dict.fromkeys(keys, unselected)  # without building cases: no torch, no CUDA context
+        from optbench.runner import run_grid
+
+        chosen = [c for c in self.cases() if not select or re.search(select, record_key(name, c.params))]
         records = run_grid(name, chosen, budget_s=CASE_BUDGET_S)
         kept = {k: {f: r.get(f) for f in ("status", "reason", "metrics", "peak_mem_bytes")}
                 for k, r in records.items()}
-        unselected = {"status": "skipped", "reason": f"not selected in this run (OPTBENCH_SELECT={select})"}
-        return {record_key(name, c.params): kept.get(record_key(name, c.params), unselected) for c in cases}
+        return {key: kept.get(key, unselected) for key in keys}
 
     def record(self, records: dict[str, dict[str, Any]], params: tuple[str, ...]) -> dict[str, Any]:
         from optbench.store import record_key

@@ -189,3 +189,24 @@ def test_the_deadline_restores_an_outer_timer():
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def _grid_classes():
+    from benchmarks import bench_kernels, bench_precision, bench_step
+    from benchmarks.common import Grid
+
+    return [cls for module in (bench_kernels, bench_precision, bench_step) for cls in vars(module).values()
+            if isinstance(cls, type) and issubclass(cls, Grid) and "setup_cache" in vars(cls)]
+
+
+@pytest.mark.parametrize("cls", _grid_classes(), ids=lambda c: c.benchmark_name())
+def test_a_grid_not_selected_returns_its_skips_without_building_cases(cls, monkeypatch):
+    """asv calls every class's setup_cache in a --select run: a class none of whose keys match returns its
+    skips from the parameter names alone (no torch, no CUDA context), keyed as its cases are."""
+    grid = cls()
+    keys = {record_key(cls.benchmark_name(), c.params) for c in grid.cases()}
+    monkeypatch.setenv("OPTBENCH_SELECT", "^nothing-matches$")
+    monkeypatch.setattr(cls, "cases", lambda self: pytest.fail("built cases for an unselected grid"))
+    records = grid.measure_grid()
+    assert set(records) == keys
+    assert all(r["status"] == "skipped" and "not selected" in r["reason"] for r in records.values())
