@@ -38,10 +38,12 @@ SUBCOMMANDS = {
 
 
 def git_commit(ref: str = "HEAD") -> str:
-    """Full hash of ``ref``; a clear error where the work tree has no git history."""
+    """The commit whose code ``ref`` has (``optbench.runner.measured_commit``: commits of results and notes
+    alone are skipped); a clear error where the work tree has no git history."""
+    from optbench.runner import measured_commit
+
     try:
-        return subprocess.run(["git", "rev-parse", ref], cwd=ROOT, check=True, capture_output=True,
-                              text=True).stdout.strip()
+        return measured_commit(ref, cwd=str(ROOT))
     except subprocess.CalledProcessError as exc:
         raise SystemExit(
             f"optbench: cannot resolve {ref!r} in {ROOT}: {exc.stderr.strip()}\n"
@@ -99,7 +101,9 @@ def run(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="optbench run", description=run.__doc__)
     p.add_argument("--suite", choices=["auto", *SUITES], default="auto",
                    help="auto: 'full' with a GPU, 'cpu' without")
-    p.add_argument("--commit", default="HEAD", help="commit to record the results under")
+    p.add_argument("--commit", default="HEAD",
+                   help="record the results under the commit whose code this is (commits that only add results "
+                        "or notes are skipped)")
     p.add_argument("--emulate", help="hardware profile to emulate on a larger GPU (t4, a100-40gb, rtx5090, ...)")
     p.add_argument("--select", help="regex on record keys ('bench_step.Step1B|variant=best'): measure only those")
     p.add_argument("--no-html", action="store_true", help="skip asv publish and optbench's charts")

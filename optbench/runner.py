@@ -59,14 +59,27 @@ class Case:
     build: Callable[[], Work]
 
 
+# Paths whose changes leave the measured code as it was: results, docs and notes committed after a run.
+UNMEASURED_PATHS = ("results", "docs", "NOTES.md", "README.md")
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def measured_commit(ref: str = "HEAD", cwd: str = _REPO) -> str:
+    """The newest commit at or before ``ref`` that changed anything outside :data:`UNMEASURED_PATHS`: the
+    commit whose code ``ref`` measures. Results are stored under it, so runs of one code state in several
+    sessions add up even where results or notes were committed between them."""
+    excludes = [f":(exclude){path}" for path in UNMEASURED_PATHS]
+    out = subprocess.run(["git", "log", "-1", "--format=%H", ref, "--", ".", *excludes], cwd=cwd,
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
 def current_commit() -> str:
-    """The commit being measured: asv's ``ASV_COMMIT``, else ``git rev-parse HEAD``, else 'unknown'."""
+    """The commit being measured: asv's ``ASV_COMMIT``, else :func:`measured_commit` of HEAD, else 'unknown'."""
     if os.environ.get("ASV_COMMIT"):
         return os.environ["ASV_COMMIT"]
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                             cwd=os.path.dirname(os.path.abspath(__file__)))
-        return out.stdout.strip()
+        return measured_commit() or "unknown"
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 

@@ -210,3 +210,29 @@ def test_a_grid_not_selected_returns_its_skips_without_building_cases(cls, monke
     records = grid.measure_grid()
     assert set(records) == keys
     assert all(r["status"] == "skipped" and "not selected" in r["reason"] for r in records.values())
+
+
+def test_results_belong_to_the_commit_whose_code_was_measured(tmp_path):
+    """Commits that only add results, docs or notes do not change what a run measures: a later session's run
+    of the same code is stored under the same commit, and adds up with the earlier one."""
+    from optbench.runner import measured_commit
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    def commit(path, text):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+        git("add", "-A")
+        git("commit", "-qm", path)
+        return git("rev-parse", "HEAD")
+
+    git("init", "-q")
+    code = commit("kernels/k.py", "1")
+    for path in ("results/m/r.jsonl", "NOTES.md", "README.md", "docs/d.md"):
+        commit(path, "figures")
+    assert measured_commit(cwd=str(tmp_path)) == code
+    assert measured_commit(cwd=str(tmp_path)) != git("rev-parse", "HEAD")
+    changed = commit("models/step.py", "2")
+    assert measured_commit(cwd=str(tmp_path)) == changed
