@@ -55,7 +55,10 @@ class Grid:
         unselected = {"status": "skipped", "reason": f"not selected in this run (OPTBENCH_SELECT={select})"}
         if select and not any(re.search(select, key) for key in keys):
             return dict.fromkeys(keys, unselected)  # without building cases: no torch, no CUDA context
-        from optbench.runner import run_grid
+        from optbench.runner import NOT_STARTED, out_of_run_time, run_grid
+
+        if out_of_run_time():
+            return dict.fromkeys(keys, {"status": "skipped", "reason": NOT_STARTED})
 
         chosen = [c for c in self.cases() if not select or re.search(select, record_key(name, c.params))]
         records = run_grid(name, chosen, budget_s=CASE_BUDGET_S)

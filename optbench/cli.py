@@ -37,6 +37,11 @@ SUBCOMMANDS = {
 }
 
 
+# What asv needs after the grids of a run with a time budget: the remaining classes' quick skips, its track
+# processes and writing the results (a 9e238a7 run killed at its job limit wrote no asv results).
+ASV_WRAP_UP_S = 60.0
+
+
 def git_commit(ref: str = "HEAD") -> str:
     """The commit whose code ``ref`` has (``optbench.runner.measured_commit``: commits of results and notes
     alone are skipped); a clear error where the work tree has no git history."""
@@ -107,6 +112,9 @@ def run(argv: list[str]) -> int:
     p.add_argument("--emulate", help="hardware profile to emulate on a larger GPU (t4, a100-40gb, rtx5090, ...)")
     p.add_argument("--select", help="regex on record keys ('bench_step.Step1B|variant=best'): measure only those")
     p.add_argument("--no-html", action="store_true", help="skip asv publish and optbench's charts")
+    p.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help="end the run within SECONDS (e.g. a runner's job limit): no case starts, and a running one "
+                        f"stops, {ASV_WRAP_UP_S:g} s before it, so asv still writes what was measured")
     args = p.parse_args(argv)
 
     import torch
@@ -127,6 +135,10 @@ def run(argv: list[str]) -> int:
     print(f"optbench: suite {suite!r} on {machine} for {commit[:12]}", flush=True)
     if args.select:
         env["OPTBENCH_SELECT"] = args.select
+    if args.time_budget:
+        from optbench.runner import RUN_DEADLINE_ENV
+
+        env[RUN_DEADLINE_ENV] = f"{time.time() + args.time_budget - ASV_WRAP_UP_S:.0f}"
     selection = [arg for regex in SUITES[suite] for arg in ("--bench", regex)]
     earlier = _asv_results(machine, commit)
     started = time.perf_counter()

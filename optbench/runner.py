@@ -127,7 +127,7 @@ _REFIRE_S = 5.0  # if library code swallows the first CaseTimeout, it is raised 
 
 
 @contextmanager
-def deadline(seconds: float) -> Iterator[None]:
+def deadline(seconds: float, what: str = "its budget") -> Iterator[None]:
     """Raise :class:`CaseTimeout` in the code running inside once ``seconds`` have passed, and every few seconds
     after, until it leaves. Interrupts Python-level work (compilation, autotuning, timing loops), not a kernel
     already running; a no-op off the main thread or without ``setitimer``. An outer timer (e.g. a harness's
@@ -137,7 +137,7 @@ def deadline(seconds: float) -> Iterator[None]:
         return
 
     def expire(signum: int, frame: Any) -> None:
-        raise CaseTimeout(f"over its budget of {seconds:g} s")
+        raise CaseTimeout(f"over {what} of {seconds:g} s")
 
     outer_left, _ = signal.getitimer(signal.ITIMER_REAL)
     previous = signal.signal(signal.SIGALRM, expire)
@@ -152,14 +152,35 @@ def deadline(seconds: float) -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, max(outer_left - (time.monotonic() - start), 1e-3))
 
 
-def measure_case(case: Case, *, device: str, budget_s: float) -> dict[str, Any]:
+# Epoch seconds after which no case of this run starts and a running one is stopped (``optbench run
+# --time-budget``): the run ends in time for asv to write its results, inside a runner's job limit.
+RUN_DEADLINE_ENV = "OPTBENCH_RUN_DEADLINE"
+_MIN_CASE_S = 5.0  # a case is not started with less than this left of the run's time budget
+
+
+def run_time_left() -> float | None:
+    """Seconds left of the run's time budget; None without one."""
+    value = os.environ.get(RUN_DEADLINE_ENV)
+    return float(value) - time.time() if value else None
+
+
+def out_of_run_time() -> bool:
+    """Whether too little of the run's time budget is left to start a case."""
+    left = run_time_left()
+    return left is not None and left < _MIN_CASE_S
+
+
+NOT_STARTED = "not measured: the run's time budget ended before this case"
+
+
+def measure_case(case: Case, *, device: str, budget_s: float, budget_name: str = "its budget") -> dict[str, Any]:
     """Build, check, time and size one case within ``budget_s`` seconds; returns its record body (status,
     metrics, ...). A case over its budget, even inside a compilation, is recorded as a timeout."""
     rec: dict[str, Any] = {"params": case.params, "status": "ok", "metrics": {}, "peak_mem_bytes": {},
                            "mem_base_bytes": {}}
     start = time.perf_counter()
     try:
-        with deadline(budget_s):
+        with deadline(budget_s, budget_name):
             _build_check_time(case, rec, device, start)
     except CaseTimeout as exc:  # raised outside the body (a late alarm): recorded like any timeout
         rec.update(status="timeout", reason=str(exc))
@@ -234,6 +255,10 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
     for case in cases:
         key = record_key(benchmark, case.params)
         head = {"key": key, "benchmark": benchmark, "commit": commit, "machine": machine, "date": now}
+        if out_of_run_time():  # not stored, as an unselected case is not: a later run measures it
+            records[key] = {**head, "params": case.params, "status": "skipped", "reason": NOT_STARTED}
+            log(f"{key}: skipped {NOT_STARTED}")
+            continue
         if lost_in is not None:  # stored, so that a later run of the grid (or a --select of it) can fill them in
             rec = {**head, "params": case.params, "status": "crashed",
                    "reason": f"not measured: the CUDA context was lost in {lost_in}"}
@@ -245,7 +270,13 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
         store.save(machine, commit, [{**head, "params": case.params, "status": "crashed",
                                       "reason": "the process died while measuring this case; later cases "
                                                 "of its grid were not measured in that run"}])
-        rec = {**head, **measure_case(case, device=device, budget_s=budget_s)}
+        left = run_time_left()
+        if left is not None and left < budget_s:
+            body = measure_case(case, device=device, budget_s=left,
+                                budget_name="what was left of the run's time budget")
+        else:
+            body = measure_case(case, device=device, budget_s=budget_s)
+        rec = {**head, **body}
         store.save(machine, commit, [rec])
         records[key] = rec
         if rec.get("context_lost"):

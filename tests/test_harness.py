@@ -236,3 +236,32 @@ def test_results_belong_to_the_commit_whose_code_was_measured(tmp_path):
     assert measured_commit(cwd=str(tmp_path)) != git("rev-parse", "HEAD")
     changed = commit("models/step.py", "2")
     assert measured_commit(cwd=str(tmp_path)) == changed
+
+
+def test_a_run_with_a_time_budget_stops_in_time_and_stores_nothing_it_did_not_measure(tmp_path, monkeypatch):
+    """--time-budget: a case running when the run's budget ends is stopped (a timeout naming the run's
+    budget), later cases are skipped unmeasured and not stored (a later run fills them in), and a grid that
+    starts after the end builds no cases."""
+    from optbench.runner import NOT_STARTED, RUN_DEADLINE_ENV
+
+    monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
+    monkeypatch.setenv("ASV_COMMIT", "d" * 40)
+    monkeypatch.setenv(RUN_DEADLINE_ENV, str(time.time() + 6.0))
+    x = torch.randn(64, 64)
+    cases = [Case({"case": "long"}, lambda: _work(lambda: x @ x, check=lambda: time.sleep(30))),
+             Case({"case": "after"}, lambda: _work(lambda: x @ x))]
+    store = ResultStore(tmp_path)
+    started = time.perf_counter()
+    records = run_grid("bench_test.Grid", cases, device="cpu", budget_s=100.0, store=store, log=lambda _: None)
+    assert time.perf_counter() - started < 10
+    by_case = {r["params"]["case"]: r for r in records.values()}
+    assert by_case["long"]["status"] == "timeout"
+    assert "what was left of the run's time budget" in by_case["long"]["reason"]
+    assert by_case["after"] == {**by_case["after"], "status": "skipped", "reason": NOT_STARTED}
+    stored = store.load("test-machine", "d" * 40)
+    assert record_key("bench_test.Grid", {"case": "after"}) not in stored
+
+    from benchmarks.bench_precision import Matmul
+
+    monkeypatch.setattr(Matmul, "cases", lambda self: pytest.fail("built cases after the run's budget ended"))
+    assert {r["status"] for r in Matmul().measure_grid().values()} == {"skipped"}
