@@ -286,9 +286,9 @@ def _capture_stream() -> torch.cuda.Stream:
     With a new stream per capture (until 61d5c0a), the memory allocated before each linear+CE case grew by
     about 100 MB per case over the first 14 cases of a process, then stayed flat (cuBLAS keeps a workspace
     per stream and PyTorch's stream pool wraps after 32: the suspected cause). Each capture still gets its
-    own private memory pool: with one pool shared by all captures (9e238a7), a capture after an earlier one
-    in the same case failed on an H100 (the fwd+bwd after the forward, the k-call graph after a failed
-    capture), so most kernel timings fell back to the profiler."""
+    own private memory pool: with one pool shared by all captures (9e238a7), later captures failed on an
+    H100 (in the tests, the first capture after a failed one; in the kernel grid, 55 of 77 fwd+bwd
+    captures, taken after their forward's), and those timings fell back to the profiler."""
     device = torch.cuda.current_device()
     if device not in _CAPTURE_STREAMS:
         _CAPTURE_STREAMS[device] = torch.cuda.Stream()
