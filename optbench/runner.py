@@ -271,12 +271,9 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
                                       "reason": "the process died while measuring this case; later cases "
                                                 "of its grid were not measured in that run"}])
         left = run_time_left()
-        if left is not None and left < budget_s:
-            body = measure_case(case, device=device, budget_s=left,
-                                budget_name="what was left of the run's time budget")
-        else:
-            body = measure_case(case, device=device, budget_s=budget_s)
-        rec = {**head, **body}
+        cut = left is not None and left < budget_s  # the run's budget ends first
+        rec = {**head, **measure_case(case, device=device, budget_s=left if cut else budget_s,
+                                      budget_name="what was left of the run's time budget" if cut else "its budget")}
         store.save(machine, commit, [rec])
         records[key] = rec
         if rec.get("context_lost"):
