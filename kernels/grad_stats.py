@@ -48,19 +48,23 @@ def _norm_foreach(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack(norms))
 
 
-def grad_stats_loop(params: Iterable[torch.Tensor]) -> dict[str, torch.Tensor]:
-    """{'grad_norm', 'param_norm'}: global L2 norms (0-d fp32), one reduction per parameter."""
+def grad_stats_loop(params: Iterable[torch.Tensor], param_norm: bool = True) -> dict[str, torch.Tensor]:
+    """{'grad_norm', 'param_norm'}: global L2 norms (0-d fp32), one reduction per parameter; without
+    ``param_norm``, the gradient norm only (when the optimizer takes the other in its own pass)."""
     params = list(params)
-    return {"grad_norm": _norm_loop(_grads(params)), "param_norm": _norm_loop([p.detach() for p in params])}
+    stats = {"grad_norm": _norm_loop(_grads(params))}
+    if param_norm:
+        stats["param_norm"] = _norm_loop([p.detach() for p in params])
+    return stats
 
 
-def grad_stats_foreach(params: Iterable[torch.Tensor]) -> dict[str, torch.Tensor]:
+def grad_stats_foreach(params: Iterable[torch.Tensor], param_norm: bool = True) -> dict[str, torch.Tensor]:
     """Same values as :func:`grad_stats_loop`, with foreach norms per (device, dtype) group, no host sync."""
     params = list(params)
-    return {
-        "grad_norm": _norm_foreach(_grads(params)),
-        "param_norm": _norm_foreach([p.detach() for p in params]),
-    }
+    stats = {"grad_norm": _norm_foreach(_grads(params))}
+    if param_norm:
+        stats["param_norm"] = _norm_foreach([p.detach() for p in params])
+    return stats
 
 
 def update_ratio(before: list[torch.Tensor], after: list[torch.Tensor]) -> torch.Tensor:

@@ -21,6 +21,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 import torch
 from torch import Tensor
 
+from kernels.adamw import MasterAdamW
 from kernels.grad_stats import clip_coefficient
 from models.config import ModelConfig, flops_per_token
 from models.model import Decoder
@@ -50,8 +51,9 @@ class StepOptions:
     loss: Literal["eager", "chunked", "fused", "liger"] = "eager"  # LM head + cross-entropy
     checkpoint_every: int = 0  # activation checkpointing of every k-th block; 0: off
     grad_stats: Literal["none", "loop", "foreach"] = "loop"  # grad/param norms and clipping at MAX_GRAD_NORM
-    # AdamW foreach=False / foreach=True / fused=True / bitsandbytes' AdamW8bit (1-byte moment states)
-    optimizer: Literal["loop", "foreach", "fused", "adamw8bit"] = "loop"
+    # AdamW foreach=False / foreach=True / fused=True / bitsandbytes' AdamW8bit (1-byte moment states) /
+    # 'master': bf16 matmul weights in the model, fp32 master weights in our one-pass Triton AdamW (kernels.adamw)
+    optimizer: Literal["loop", "foreach", "fused", "adamw8bit", "master"] = "loop"
     item_sync: bool = True  # loss.item() every step; False keeps the losses on the device
     attn_mask: Literal["rebuilt", "cached", "is_causal"] = "rebuilt"
     cuda_graph: bool = False  # capture forward, backward and optimizer step into one CUDA graph
@@ -125,7 +127,8 @@ def validate(options: StepOptions, device: str | torch.device, profile: Any = No
         impls = {options.norm, options.mlp, options.qk_norm, options.loss}
         if "liger" in impls:
             problems.append("Liger-Kernel needs a CUDA device (its kernels do not run on a CPU)")
-        if ("triton" in impls or options.loss == "fused") and os.environ.get("TRITON_INTERPRET") != "1":
+        if ("triton" in impls or options.loss == "fused" or options.optimizer == "master") \
+                and os.environ.get("TRITON_INTERPRET") != "1":
             problems.append("Triton kernels need a CUDA device, or TRITON_INTERPRET=1 to interpret them")
         if options.cuda_graph:
             problems.append("cuda_graph needs a CUDA device")
@@ -136,6 +139,8 @@ def validate(options: StepOptions, device: str | torch.device, profile: Any = No
         if options.compile in GRAPHED_COMPILE_MODES:
             problems.append(f"compile={options.compile!r} uses CUDA graphs; use 'default' or "
                             "'max-autotune-no-cudagraphs' on a CPU")
+    if options.optimizer == "master" and options.precision != "bf16":
+        problems.append("optimizer='master' keeps bf16 weights for bf16 autocast: it needs precision='bf16'")
     if options.precision == "bf16":
         bf16 = profile.supports_bf16 if profile is not None else (
             device.type != "cuda" or torch.cuda.is_bf16_supported(including_emulation=False))
@@ -193,12 +198,18 @@ def _grad_stats_fns(kind: str) -> tuple[Callable, Callable] | None:
 
 
 def clips_in_optimizer(options: StepOptions) -> bool:
-    """Whether gradient clipping rides on the fused AdamW's ``grad_scale`` input instead of its own pass:
-    with foreach statistics (the norm is at hand on the device) and no GradScaler (which owns grad_scale)."""
-    return options.grad_stats == "foreach" and options.optimizer == "fused" and options.precision != "fp16"
+    """Whether gradient clipping rides on the fused (or master) AdamW's ``grad_scale`` input instead of its
+    own pass: with foreach statistics (the norm is at hand on the device) and no GradScaler (which owns
+    grad_scale)."""
+    return (options.grad_stats == "foreach" and options.optimizer in ("fused", "master")
+            and options.precision != "fp16")
 
 
-def _adamw(params: list[Tensor], kind: str, capturable: bool) -> torch.optim.Optimizer:
+def _adamw(model: Decoder, kind: str, capturable: bool) -> torch.optim.Optimizer | MasterAdamW:
+    params = list(model.parameters())
+    if kind == "master":  # the matmul weights become bf16; the embedding and norm weights stay fp32
+        linear = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        return MasterAdamW(params, linear, lr=LR, weight_decay=WEIGHT_DECAY)
     if kind == "adamw8bit":
         import bitsandbytes
 
@@ -229,7 +240,7 @@ class TrainStep:
                                  qk_norm_impl=options.qk_norm or "eager", attn_mask=options.attn_mask)
         self.model.checkpoint_every = options.checkpoint_every
         self.params = list(self.model.parameters())
-        self.optimizer = _adamw(self.params, options.optimizer, capturable=options.cuda_graph)
+        self.optimizer = _adamw(self.model, options.optimizer, capturable=options.cuda_graph)
         gen = torch.Generator(self.device).manual_seed(seed)
         shape = (options.batch_size, options.seq_len + 1)
         tokens = torch.randint(0, config.vocab_size, shape, generator=gen, device=self.device)
@@ -241,6 +252,10 @@ class TrainStep:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=options.precision == "fp16")
         self._loss, self._stats = _loss_fn(options.loss), _grad_stats_fns(options.grad_stats)
         self._clip_in_optimizer = clips_in_optimizer(options)
+        # MasterAdamW takes the parameter norm in its own pass and divides the gradients without writing
+        # them back: grads() applies the last step's divisor, so checks see the gradients the update used.
+        self._master = isinstance(self.optimizer, MasterAdamW)
+        self._grad_divisor: Tensor | None = None
         self._model_loss_fn = _model_loss
         if options.compile and options.compile_scope == "blocks":
             for module in (*self.model.blocks, self.model.norm):
@@ -280,7 +295,9 @@ class TrainStep:
     def grads(self) -> dict[str, Tensor]:
         """Copies of the gradients the last optimizer step used (unscaled and clipped), by parameter name."""
         named = self.model.named_parameters()
-        return {name: p.grad.detach().clone() for name, p in named if p.grad is not None}
+        divisor = self._grad_divisor
+        return {name: p.grad.detach().clone() if divisor is None else p.grad.detach().float() / divisor
+                for name, p in named if p.grad is not None}
 
     @contextmanager
     def _matmul_precision(self) -> Iterator[None]:
@@ -305,16 +322,20 @@ class TrainStep:
         if self._stats is not None:
             stats, clip = self._stats
             self.scaler.unscale_(self.optimizer)
-            self.stats = stats(self.params)
+            self.stats = stats(self.params, param_norm=not (self._master and self.options.grad_stats == "foreach"))
             if self._clip_in_optimizer:
                 # The fused AdamW divides each gradient by its grad_scale (writing it back) in the same pass
                 # as the update: one read and write of every gradient fewer than a separate clip.
                 self.optimizer.grad_scale = 1.0 / clip_coefficient(self.stats["grad_norm"], MAX_GRAD_NORM)
+                if self._master:
+                    self._grad_divisor = self.optimizer.grad_scale
             elif self.options.grad_stats == "foreach":  # reuses the norm the statistics just took
                 clip(self.params, MAX_GRAD_NORM, self.stats["grad_norm"])
             else:  # the seeds' loop takes the norm a second time
                 clip(self.params, MAX_GRAD_NORM)
         self.scaler.step(self.optimizer)
+        if self.stats is not None and "param_norm" not in self.stats:
+            self.stats["param_norm"] = self.optimizer.param_norm()
         if self._clip_in_optimizer:
             del self.optimizer.grad_scale
         self.scaler.update()
@@ -323,7 +344,7 @@ class TrainStep:
     def _capture(self) -> None:
         """Record ``_step`` into one CUDA graph, after warm-up steps on a side stream (PyTorch's recipe for
         whole-network capture); then restore the initial weights and a fresh optimizer state in place."""
-        initial = [p.detach().clone() for p in self.params]
+        initial = self.optimizer.snapshot() if self._master else [p.detach().clone() for p in self.params]
         side, main = torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device)
         side.wait_stream(main)
         with self._matmul_precision(), torch.cuda.stream(side):
@@ -333,6 +354,9 @@ class TrainStep:
         self._graph = torch.cuda.CUDAGraph()
         with self._matmul_precision(), torch.cuda.graph(self._graph):
             self._graph_loss = self._step()
+        if self._master:
+            self.optimizer.restore(initial)
+            return
         with torch.no_grad():
             torch._foreach_copy_(self.params, initial)
             for state in self.optimizer.state.values():

@@ -26,6 +26,7 @@ VARIANTS: dict[str, dict] = {
     "foreach-adamw": {"optimizer": "foreach"},
     "fused-adamw": {"optimizer": "fused"},
     "adamw-8bit": {"optimizer": "adamw8bit"},
+    "master-adamw": {"optimizer": "master"},  # bf16 weights, fp32 masters in our one-pass Triton AdamW
     "no-item-sync": {"item_sync": False},
     "cached-mask": {"attn_mask": "cached"},
     "sdpa-causal": {"attn_mask": "is_causal"},
@@ -48,6 +49,9 @@ VARIANTS: dict[str, dict] = {
     # inductor's fusions and no host in the loop: the compiled forward/backward and the optimizer in one graph.
     "best-compile-graph": {"grad_stats": "foreach", "optimizer": "fused", "item_sync": False, "attn_mask": "is_causal",
                            "compile": "default", "cuda_graph": True},
+    # best-compile-graph with bf16 weights and our AdamW over fp32 masters (no weight or gradient casts).
+    "best-master": {"grad_stats": "foreach", "optimizer": "master", "item_sync": False, "attn_mask": "is_causal",
+                    "compile": "default", "cuda_graph": True},
     # best-compile-graph with regional compilation: compile time that does not grow with depth.
     "best-regional": {"grad_stats": "foreach", "optimizer": "fused", "item_sync": False, "attn_mask": "is_causal",
                       "compile": "default", "compile_scope": "blocks", "cuda_graph": True},
@@ -57,10 +61,10 @@ VARIANTS: dict[str, dict] = {
 SWITCHES = [
     "triton-norm", "liger-norm", "triton-swiglu", "liger-swiglu", "triton-qknorm",
     "chunked-ce", "fused-ce", "liger-flce", "checkpoint", "foreach-stats", "foreach-adamw", "fused-adamw",
-    "adamw-8bit", "no-item-sync", "cached-mask", "sdpa-causal", "cuda-graph",
+    "adamw-8bit", "master-adamw", "no-item-sync", "cached-mask", "sdpa-causal", "cuda-graph",
 ]
 # 'best' last: at 61d5c0a it lost the CUDA context at 500M and 1B, and a lost context ends its grid.
-BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-regional", "best"]
+BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-master", "best-regional", "best"]
 COMPILE_MODES = ["compile-default", "compile-regional", "compile-reduce-overhead", "compile-max-autotune",
                  "compile-max-autotune-no-cudagraphs"]
 

@@ -35,10 +35,10 @@ NEEDS = {"triton-norm": "kernels.rmsnorm", "triton-swiglu": "kernels.swiglu",
 CPU_FP32 = ["chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync", "cached-mask",
             "sdpa-causal", "triton-norm", "triton-swiglu", "triton-qknorm", "fused-ce", "compile-default",
             "compile-max-autotune-no-cudagraphs", "compile-regional"]
-CPU_BF16 = ["fp16-scaler", "chunked-ce", "fused-ce", "triton-norm", "triton-swiglu", "triton-qknorm"]
+CPU_BF16 = ["fp16-scaler", "chunked-ce", "fused-ce", "triton-norm", "triton-swiglu", "triton-qknorm", "master-adamw"]
 GPU_ONLY = ["tf32", "liger-norm", "liger-swiglu", "liger-flce", "fused-adamw", "cuda-graph",
             "compile-reduce-overhead", "compile-max-autotune", "best", "best-inductor", "best-graph",
-            "best-compile-graph", "best-regional", "adamw-8bit"]
+            "best-compile-graph", "best-master", "best-regional", "adamw-8bit"]
 H100 = SimpleNamespace(key="h100", supports_bf16=True, supports_tf32=True)
 
 
@@ -76,7 +76,7 @@ def test_gpu_switch_matches_bf16_baseline(name):
 
 
 def test_every_variant_is_one_known_switch():
-    assert sorted(CPU_FP32 + GPU_ONLY + ["fp16-scaler", "fp32"]) == sorted(VARIANTS)
+    assert sorted(CPU_FP32 + GPU_ONLY + ["fp16-scaler", "fp32", "master-adamw"]) == sorted(VARIANTS)
     fields = {f.name for f in dataclasses.fields(StepOptions)}
     for name, overrides in VARIANTS.items():
         assert set(overrides) - {"baseline"} <= fields and set(overrides.get("baseline", {})) <= fields
@@ -96,6 +96,7 @@ def test_every_variant_is_one_known_switch():
     (dict(cuda_graph=True, item_sync=False, optimizer="adamw8bit"), "AdamW8bit is not capturable"),
     (dict(norm="layernorm"), "norm='layernorm'"),
     (dict(checkpoint_every=-1), "checkpoint_every"),
+    (dict(optimizer="master", precision="fp16"), "needs precision='bf16'"),
 ])
 def test_validate_rejects_bad_combinations(changes, reason):
     with pytest.raises(UnsupportedOptions, match=reason):
@@ -193,6 +194,34 @@ def test_clipping_inside_the_fused_adamw_matches_a_separate_clip(monkeypatch):
     for a, b in zip(folded.params, separate.params):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
     assert not hasattr(folded.optimizer, "grad_scale")
+
+
+def test_master_weights_clip_and_take_the_norm_in_their_pass(monkeypatch):
+    """bf16 weights + fp32 masters, clipping through MasterAdamW's grad_scale and the parameter norm from its
+    pass: over three clipped steps, the losses, gradients, statistics and weights of torch's AdamW on fp32
+    weights under autocast (the same bf16 values in every matmul) with a separate clip."""
+    from models import step as step_mod
+
+    monkeypatch.setattr(step_mod, "MAX_GRAD_NORM", 1e-3)  # every step clips
+    base = BASELINE.replace(grad_stats="foreach", optimizer="foreach", **SMALL)
+    master = build_step(TINY, base.replace(optimizer="master"), DEVICE)
+    eager = build_step(TINY, base, DEVICE)
+    assert master.model.lm_head.weight.dtype == torch.bfloat16 and master.model.embed.weight.dtype == torch.float32
+    # Step 1 runs on the same bf16 weights: tight. Later steps run on bf16 copies of the updated masters,
+    # which the CPU interpreter rounds toward zero (autocast rounds to nearest): ~1e-4 apart in the weights
+    # and ~0.5% in the gradient norm there; on a GPU both round to nearest.
+    later = (1e-5, 1e-5) if DEVICE == "cuda" else (1e-3, 1e-2)
+    for step in range(3):
+        loss_rtol, rtol = (1e-5, 1e-5) if step == 0 else later
+        torch.testing.assert_close(master(), eager(), rtol=loss_rtol, atol=0)
+        for key in ("grad_norm", "param_norm"):
+            torch.testing.assert_close(master.stats[key], eager.stats[key], rtol=rtol, atol=0)
+        for name, grad in eager.grads().items():
+            torch.testing.assert_close(master.grads()[name], grad, rtol=rtol, atol=1e-9 if step == 0 else 1e-6)
+    assert master.stats["grad_norm"] > 1e-2  # clipping was active
+    for ours, theirs in zip(master.optimizer.masters, eager.params):  # relative to each tensor's norm
+        assert float((ours - theirs).norm() / theirs.norm()) <= later[0]
+    assert master.optimizer.grad_scale is None
 
 
 def test_our_kernels_under_torch_compile_match_the_eager_step(monkeypatch):
