@@ -43,9 +43,12 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 \
 if [ "$1" = pytest ]; then shift; set -- python3 -m pytest "$@"; else set -- python3 -m optbench.cli "$@"; fi
 if [ -n "${OUT:-}" ]; then
     # A lent machine hands back only $OUT, and not folders nested deeper than its limit: pack results/
-    # (all of it, after every command, also a failed one) for `optbench merge results.tgz` at home.
+    # (all of it, after every command, also a failed one) for `optbench merge results.tgz` at home, and keep
+    # the output there too (gpu-run.log), so a call cut off by its time limit still shows how far it got.
+    # With `run --time-budget S`, leave ~100 s of the call's limit for this script's setup and the packing.
     trap 'tar czf "$OUT/results.tgz" results' EXIT
-    "$@"
+    "$@" 2>&1 | tee -a "$OUT/gpu-run.log"
+    exit "${PIPESTATUS[0]}"
 else
     exec "$@"
 fi
