@@ -14,14 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ -f .bundle/optbench.bundle ]; then
-    # The bundle is the truth about history, also on a warm runner whose .git is from an older copy.
-    git fetch -q --update-head-ok .bundle/optbench.bundle '+refs/heads/*:refs/heads/*'
-    git reset -q          # index := HEAD; the work tree stays as it came
-    git config core.fileMode false   # a copy may not keep executable bits
-elif ! git rev-parse -q --verify HEAD >/dev/null 2>&1; then
-    echo "no git history and no .bundle/optbench.bundle: run 'nox -s bundle' where the history is" >&2; exit 2
-fi
+bash scripts/restore-history.sh   # the history, from .bundle/ (a copied tree arrives without it)
 if [ -n "$(git status --porcelain --untracked-files=no -- . ':!results')" ] && [ -z "${OPTBENCH_ALLOW_DIRTY:-}" ]; then
     echo "the work tree differs from $(git rev-parse --short HEAD): commit first (or set OPTBENCH_ALLOW_DIRTY=1)" >&2
     git status --short --untracked-files=no -- . ':!results' >&2
