@@ -72,8 +72,10 @@ STEP_VARIANTS: dict[str, list[str]] = {
     # What a CPU runs (Triton through the interpreter is too slow for a timed step).
     "tiny": ["eager", "chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync",
              "cached-mask", "sdpa-causal"],
+    # The quick suite's best combinations: the two headline ones and the one without compile time.
     "quick": ["eager", "triton-norm", "triton-swiglu", "fused-ce", "liger-flce", "foreach-stats",
-              "fused-adamw", "adamw-8bit", "no-item-sync", "sdpa-causal", "cuda-graph", "compile-default", *BEST],
+              "fused-adamw", "adamw-8bit", "master-adamw", "no-item-sync", "sdpa-causal", "cuda-graph",
+              "compile-default", "best-graph", "best-compile-graph", "best-master"],
     # The max-autotune modes last: their autotuning can take minutes on a cold cache.
     "100M": ["eager", *SWITCHES, *BEST, *COMPILE_MODES],
     "500M": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST],
