@@ -12,7 +12,9 @@ and never shares a panel with a real one):
 - ``compare.html``: two commits side by side (optbench.compare): table and chart of head/base changes.
 
 A commit's run may hold part of the suite only, so each model size (steps) and each kernel panel comes
-from the newest run, by the date of its records, that measured it; legends and columns name that commit.
+from the run that measured the most of it (variants, implementations, shapes), the newest of those by the
+date of its records: a later run of a few cases does not hide a complete one. Legends and columns name
+that commit.
 """
 
 from __future__ import annotations
@@ -251,9 +253,15 @@ def floor_ratios(run: Run) -> dict[str, dict[str, dict[str, float]]]:
     return {panel: dict(shapes) for panel, shapes in found.items()}
 
 
-def latest(history: list[Run], extract: Callable[[Run], dict]) -> dict[str, tuple[Run, object]]:
-    """Each key that extract gives for some run, with the newest run (by date) giving it and its value."""
-    return {key: (run, value) for run in history for key, value in extract(run).items()}
+def fullest(history: list[Run], extract: Callable[[Run], dict]) -> dict[str, tuple[Run, dict]]:
+    """Each key that extract gives for some run (history is oldest first), with the run whose value for it
+    has the most entries, the newest of those, and that value."""
+    found: dict[str, tuple[Run, dict]] = {}
+    for run in history:
+        for key, value in extract(run).items():
+            if key not in found or len(value) >= len(found[key][1]):
+                found[key] = (run, value)
+    return found
 
 
 def _at(key: str, run: Run) -> str:
@@ -328,8 +336,8 @@ Part = Figure | str  # a chart, or HTML
 
 def _step_chart(history: list[Run], extract: Callable[[Run], dict], what: str, ylabel: str,
                 ref: float | None = None) -> list[Part]:
-    """A group of bars per optimization, a bar per size (from the newest run measuring that size)."""
-    found = _by_size(latest(history, extract))
+    """A group of bars per optimization, a bar per size (from the run measuring the most of that size)."""
+    found = _by_size(fullest(history, extract))
     if not found:
         return [note("No training-step results for this chart.")]
     data = _transpose({_at(size, run): value for size, run, value in found})
@@ -351,7 +359,7 @@ def memory_parts(history: list[Run]) -> list[Part]:
 def throughput_parts(history: list[Run]) -> list[Part]:
     tokens: dict[str, dict[str, float]] = defaultdict(dict)
     util: dict[str, dict[str, float]] = defaultdict(dict)
-    for size, run, variants in _by_size(latest(history, steps)):
+    for size, run, variants in _by_size(fullest(history, steps)):
         for variant, rec in variants.items():
             if (t := tokens_per_s(rec)) is not None:
                 tokens[variant][_at(size, run)] = t
@@ -371,7 +379,7 @@ def throughput_parts(history: list[Run]) -> list[Part]:
 
 
 def roofline_parts(history: list[Run]) -> list[Part]:
-    found = sorted(latest(history, floor_ratios).items())
+    found = sorted(fullest(history, floor_ratios).items())
     if not found:
         return [note("No kernel results with a device time and known ceilings.")]
     fig, axes = _figure(f"{history[-1].label}\nkernel device time / roofline floor — ×, device clock "
@@ -526,9 +534,9 @@ def md_table(header: Sequence[str], body: list[Sequence[str]]) -> str:
 
 
 def _headline(history: list[Run]) -> str:
-    """Step and kernel tables of one machine, each size and kernel from the newest run measuring it."""
+    """Step and kernel tables of one machine, each size and kernel from the run measuring the most of it."""
     parts, used = [f"**{history[-1].label}**"], {}
-    found = _by_size(latest(history, step_speedups))
+    found = _by_size(fullest(history, step_speedups))
     if found:
         variants = list(dict.fromkeys(v for _, _, speedups in found for v in speedups))
         eager = ["eager (ms per step [IQR])",
@@ -542,7 +550,7 @@ def _headline(history: list[Run]) -> str:
                   md_table(["optimization", *(f"{size} @ `{run.commit[:8]}`" for size, run, _ in found)],
                            body)]
         used.update((run.commit, run.date) for _, run, _ in found)
-    ops = latest(history, kernel_speedups)
+    ops = fullest(history, kernel_speedups)
     if ops:
         body = [[op, impl, f"{statistics.geometric_mean(v):.2f}×", f"{min(v):.2f}–{max(v):.2f}×",
                  str(len(v)), f"`{run.commit[:8]}`"]

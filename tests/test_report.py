@@ -107,6 +107,21 @@ def test_headline_table(store):
     assert "StepTiny" not in table and "| Tiny @" in report.headline_table(store, "cpu-host")
 
 
+def test_a_later_partial_run_does_not_hide_a_fuller_one(tmp_path):
+    """Commit 1 measured every 1B variant, commit 2 (later) two of them: the 1B column stays at commit 1;
+    commit 3 (later still) measured as many as commit 1: it takes over."""
+    from synthetic_results import STEP_SIZES, _steps, save
+
+    store = report.ResultStore(tmp_path / "results")
+    sizes = {"1B": STEP_SIZES["1B"]}
+    save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", _steps(1, True, sizes))
+    partial = [r for r in _steps(2, True, sizes) if r["params"]["variant"] in ("eager", "best")]
+    save(store, "h100-sxm", commit(2), "2025-01-02T12:00:00+00:00", partial)
+    assert "| 1B @ `fffffff1` |" in report.headline_table(store)
+    save(store, "h100-sxm", commit(3), "2025-01-03T12:00:00+00:00", _steps(3, True, sizes))
+    assert "| 1B @ `fffffff3` |" in report.headline_table(store)
+
+
 def test_update_readme_replaces_only_the_marked_region(store, tmp_path):
     readme = tmp_path / "README.md"
     start, end = report.README_START, report.README_END
