@@ -82,13 +82,12 @@ class MasterAdamW:
         if any(p.dtype != torch.float32 for p in self.params):
             raise ValueError("MasterAdamW is built on fp32 parameters")
         self.lr, self.weight_decay, self.betas, self.eps = lr, weight_decay, betas, eps
-        self.masters = []
-        for p in self.params:
-            if id(p) in low:
-                self.masters.append(p.detach().clone())
+        self.low_precision = [id(p) in low for p in self.params]
+        self.masters = [p.detach().clone() if is_low else p.detach()  # an fp32 parameter is its own master
+                        for p, is_low in zip(self.params, self.low_precision)]
+        for p, is_low in zip(self.params, self.low_precision):
+            if is_low:
                 p.data = p.data.to(dtype)
-            else:
-                self.masters.append(p.detach())  # an fp32 parameter is its own master
         device = self.params[0].device
         self.exp_avgs = [torch.zeros_like(m) for m in self.masters]
         self.exp_avg_sqs = [torch.zeros_like(m) for m in self.masters]
@@ -96,6 +95,16 @@ class MasterAdamW:
         self._programs = [triton.cdiv(m.numel(), BLOCK) for m in self.masters]
         self._sumsq = torch.zeros(sum(self._programs), dtype=torch.float32, device=device)
         self._scalars = torch.ones(3, dtype=torch.float32, device=device)
+
+    @property
+    def state(self) -> dict[torch.Tensor, dict[str, torch.Tensor]]:
+        """What the optimizer holds per parameter, as torch.optim's ``state``: the moments and, for a
+        low-precision weight, its fp32 master (an fp32 parameter is its own); the step count with the first."""
+        state = {}
+        for i, (p, master, m, v) in enumerate(zip(self.params, self.masters, self.exp_avgs, self.exp_avg_sqs)):
+            state[p] = {"exp_avg": m, "exp_avg_sq": v, **({"master": master} if self.low_precision[i] else {}),
+                        **({"step": self.step_count} if i == 0 else {})}
+        return state
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -106,6 +115,10 @@ class MasterAdamW:
 
     @torch.no_grad()
     def step(self) -> None:
+        with torch.profiler.record_function("Optimizer.step#MasterAdamW.step"):  # where profilers look for it
+            self._step()
+
+    def _step(self) -> None:
         beta1, beta2 = self.betas
         self.step_count.add_(1)
         inv_grad_scale = 1.0 / self.grad_scale if self.grad_scale is not None else torch.ones_like(self.step_count)
@@ -136,8 +149,8 @@ class MasterAdamW:
         masters and the model's copies of them, zero moments and step count (e.g. after a CUDA-graph
         capture's warm-up steps)."""
         torch._foreach_copy_(self.masters, weights)
-        for p, master in zip(self.params, self.masters):
-            if master is not p:
+        for p, master, is_low in zip(self.params, self.masters, self.low_precision):
+            if is_low:
                 p.copy_(master)
         for t in (*self.exp_avgs, *self.exp_avg_sqs, self.step_count):
             t.zero_()

@@ -81,6 +81,14 @@ def test_restore_returns_to_the_start():
     assert float(opt.step_count) == 0 and all(float(m.abs().sum()) == 0 for m in opt.exp_avgs)
 
 
+def test_state_holds_moments_and_the_masters_of_low_precision_weights():
+    params = _params([(300,), (17, 33)])
+    opt = MasterAdamW(params, params[:1], lr=LR, weight_decay=WD)
+    state = [v for s in opt.state.values() for v in s.values()]
+    fp32_bytes = sum(t.numel() * t.element_size() for t in state)
+    assert fp32_bytes == 4 * (3 * 300 + 2 * 17 * 33) + 4  # master + 2 moments; 2 moments; the step count
+
+
 def test_refuses_low_precision_parameters():
     with pytest.raises(ValueError, match="fp32"):
         MasterAdamW([torch.nn.Parameter(torch.zeros(3, dtype=torch.bfloat16))], [], lr=LR, weight_decay=WD)

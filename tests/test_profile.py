@@ -66,6 +66,17 @@ def test_report_structure_and_files(reports: dict[str, Path]) -> None:
     assert [p.name for p in folder.parent.iterdir() if p.name.startswith(".")] == []  # no staging left
 
 
+def test_master_adamw_is_profiled_as_the_optimizer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our MasterAdamW: its time in the optimizer phase, its masters and moments in the optimizer's memory."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    options = ["--options", "precision=bf16", "optimizer=master", "grad_stats=foreach"]
+    assert profile.main([*RUN, *options, "--out", str(tmp_path / "master")]) == 0
+    r = load(tmp_path / "master")
+    assert r["time"]["host_ms"]["optimizer"] > r["time"]["host_ms"]["other"]
+    memory = r["memory"]
+    assert memory["optimizer_state_bytes"] > 2 * memory["weights_bytes"]  # fp32 masters of bf16 weights + moments
+
+
 def test_item_sync_is_one_more_host_sync(reports: dict[str, Path]) -> None:
     base, no_sync = load(reports["base"])["smells"], load(reports["no_sync"])["smells"]
     assert base["host_syncs"] == no_sync["host_syncs"] + 1
