@@ -322,7 +322,7 @@ class TrainStep:
         if self._stats is not None:
             stats, clip = self._stats
             self.scaler.unscale_(self.optimizer)
-            self.stats = stats(self.params, param_norm=not (self._master and self.options.grad_stats == "foreach"))
+            self.stats = stats(self.params, param_norm=not self._master)  # MasterAdamW takes it in its pass
             if self._clip_in_optimizer:
                 # The fused AdamW divides each gradient by its grad_scale (writing it back) in the same pass
                 # as the update: one read and write of every gradient fewer than a separate clip.
