@@ -62,6 +62,20 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
+class FusedLinear(nn.Linear):
+    """Bias-free Linear layers that share one input, as one: their weights stacked by rows, so one GEMM
+    computes all of their outputs and one their input gradient. Returns the outputs split as the parts."""
+
+    def __init__(self, parts: dict[str, nn.Linear]):
+        first = next(iter(parts.values()))
+        super().__init__(first.in_features, sum(p.out_features for p in parts.values()), bias=False, device="meta")
+        self.weight = nn.Parameter(torch.cat([p.weight.detach() for p in parts.values()]))
+        self.parts = {name: p.out_features for name, p in parts.items()}  # part name -> its rows
+
+    def forward(self, x: Tensor) -> tuple[Tensor, ...]:
+        return super().forward(x).split(list(self.parts.values()), dim=-1)
+
+
 class Attention(nn.Module):
     """Grouped-query attention through F.scaled_dot_product_attention, with optional QK-norm."""
 
@@ -77,13 +91,19 @@ class Attention(nn.Module):
             from kernels.qknorm import QKNorm
 
             self.qk_norm = QKNorm(cfg.head_dim, eps=cfg.norm_eps, impl=qk_norm_impl)
+        self.qkv_proj: FusedLinear | None = None
+
+    def fuse(self) -> None:
+        """q, k and v projections as one GEMM (the same weights)."""
+        self.qkv_proj = FusedLinear({"q_proj": self.q_proj, "k_proj": self.k_proj, "v_proj": self.v_proj})
+        del self.q_proj, self.k_proj, self.v_proj
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None) -> Tensor:
         """mask: None for causal attention through ``is_causal``, else a boolean (S, S) 'may attend' mask."""
         B, S, _ = x.shape
-        q = self.q_proj(x).view(B, S, self.n_heads, self.head_dim)
-        k = self.k_proj(x).view(B, S, self.n_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(B, S, self.n_kv_heads, self.head_dim)
+        q, k, v = self.qkv_proj(x) if self.qkv_proj is not None else (self.q_proj(x), self.k_proj(x), self.v_proj(x))
+        q = q.view(B, S, self.n_heads, self.head_dim)
+        k, v = k.view(B, S, self.n_kv_heads, self.head_dim), v.view(B, S, self.n_kv_heads, self.head_dim)
         if self.qk_norm is not None:
             q, k = self.qk_norm(q, k)
         q, k = apply_rope(q, cos, sin).transpose(1, 2), apply_rope(k, cos, sin).transpose(1, 2)
@@ -107,9 +127,16 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(cfg.d_model, cfg.ffn_dim, bias=False)
         self.down_proj = nn.Linear(cfg.ffn_dim, cfg.d_model, bias=False)
         self.act = swiglu_fn(impl)
+        self.gate_up_proj: FusedLinear | None = None
+
+    def fuse(self) -> None:
+        """gate and up projections as one GEMM (the same weights)."""
+        self.gate_up_proj = FusedLinear({"gate_proj": self.gate_proj, "up_proj": self.up_proj})
+        del self.gate_proj, self.up_proj
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(self.act(self.gate_proj(x), self.up_proj(x)))
+        gate, up = self.gate_up_proj(x) if self.gate_up_proj is not None else (self.gate_proj(x), self.up_proj(x))
+        return self.down_proj(self.act(gate, up))
 
 
 class Block(nn.Module):
@@ -133,12 +160,14 @@ class Decoder(nn.Module):
     attn_mask: 'is_causal' passes ``is_causal=True`` to SDPA; 'cached' slices a registered boolean causal
     mask; 'rebuilt' builds ``torch.triu(torch.ones(S, S), 1)`` on every forward (the seeds' slow path).
     ``checkpoint_every = k > 0`` recomputes every k-th block (blocks k-1, 2k-1, ...) in the backward.
+    ``fused_proj`` computes q, k, v with one GEMM and gate, up with another (:class:`FusedLinear`), from the
+    weights the separate layers were initialized with; :meth:`unfused` names its tensors as the separate ones'.
     """
 
     checkpoint_every: int = 0
 
     def __init__(self, cfg: ModelConfig, norm_impl: str = "eager", mlp_impl: str = "eager",
-                 qk_norm_impl: str = "eager", attn_mask: str = "is_causal"):
+                 qk_norm_impl: str = "eager", attn_mask: str = "is_causal", fused_proj: bool = False):
         super().__init__()
         if attn_mask not in ATTN_MASKS:
             raise ValueError(f"attn_mask must be one of {ATTN_MASKS}, got {attn_mask!r}")
@@ -159,6 +188,25 @@ class Decoder(nn.Module):
         for m in self.modules():
             if isinstance(m, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(m.weight, mean=0.0, std=0.02)
+        if fused_proj:  # after the init, so that the weights are those of the unfused model
+            for block in self.blocks:
+                block.attn.fuse()
+                block.mlp.fuse()
+
+    def unfused(self, named: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Tensors named by this model's parameters (e.g. gradients), a fused weight split into the separate
+        layers' names and rows, so that a fused model compares with an unfused one parameter by parameter."""
+        fused = {name: m.parts for name, m in self.named_modules() if isinstance(m, FusedLinear)}
+        out = {}
+        for name, tensor in named.items():
+            owner, _, leaf = name.rpartition(".")
+            if owner not in fused:
+                out[name] = tensor
+                continue
+            prefix = owner.rpartition(".")[0]
+            for part, piece in zip(fused[owner], tensor.split(list(fused[owner].values()))):
+                out[f"{prefix}.{part}.{leaf}"] = piece
+        return out
 
     def _mask(self, S: int, device: torch.device) -> Tensor | None:
         if self.attn_mask == "cached":

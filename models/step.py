@@ -56,6 +56,7 @@ class StepOptions:
     optimizer: Literal["loop", "foreach", "fused", "adamw8bit", "master"] = "loop"
     item_sync: bool = True  # loss.item() every step; False keeps the losses on the device
     attn_mask: Literal["rebuilt", "cached", "is_causal"] = "rebuilt"
+    fused_proj: bool = False  # q, k, v as one GEMM and gate, up as another (weights stacked; same values)
     cuda_graph: bool = False  # capture forward, backward and optimizer step into one CUDA graph
     compile: CompileMode | None = None  # torch.compile mode of forward + loss (with cuda_graph: captured too)
     # What compile compiles: 'model', forward + loss as one graph; 'blocks' (regional compilation), each block,
@@ -237,7 +238,8 @@ class TrainStep:
         torch.manual_seed(seed)  # the model init: identical for every step built with this seed
         with self.device:
             self.model = Decoder(self.config, norm_impl=options.norm, mlp_impl=options.mlp,
-                                 qk_norm_impl=options.qk_norm or "eager", attn_mask=options.attn_mask)
+                                 qk_norm_impl=options.qk_norm or "eager", attn_mask=options.attn_mask,
+                                 fused_proj=options.fused_proj)
         self.model.checkpoint_every = options.checkpoint_every
         self.params = list(self.model.parameters())
         self.optimizer = _adamw(self.model, options.optimizer, capturable=options.cuda_graph)
@@ -293,11 +295,12 @@ class TrainStep:
             return self._forward_loss().detach()
 
     def grads(self) -> dict[str, Tensor]:
-        """Copies of the gradients the last optimizer step used (unscaled and clipped), by parameter name."""
+        """Copies of the gradients the last optimizer step used (unscaled and clipped), by parameter name
+        (of the unfused model: a fused projection's gradient is split into its layers')."""
         named = self.model.named_parameters()
         divisor = self._grad_divisor
-        return {name: p.grad.detach().clone() if divisor is None else p.grad.detach().float() / divisor
-                for name, p in named if p.grad is not None}
+        return self.model.unfused({name: p.grad.detach().clone() if divisor is None else p.grad.detach().float()
+                                   / divisor for name, p in named if p.grad is not None})
 
     @contextmanager
     def _matmul_precision(self) -> Iterator[None]:

@@ -30,6 +30,7 @@ VARIANTS: dict[str, dict] = {
     "no-item-sync": {"item_sync": False},
     "cached-mask": {"attn_mask": "cached"},
     "sdpa-causal": {"attn_mask": "is_causal"},
+    "fused-proj": {"fused_proj": True},  # one GEMM for q, k, v and one for gate, up
     "cuda-graph": {"cuda_graph": True,
                    "baseline": {"optimizer": "fused", "item_sync": False, "attn_mask": "is_causal"}},
     "compile-default": {"compile": "default"},
@@ -52,6 +53,9 @@ VARIANTS: dict[str, dict] = {
     # best-compile-graph with bf16 weights and our AdamW over fp32 masters (no weight or gradient casts).
     "best-master": {"grad_stats": "foreach", "optimizer": "master", "item_sync": False, "attn_mask": "is_causal",
                     "compile": "default", "cuda_graph": True},
+    # best-master with the fused projections: fewer, larger GEMMs (the small k/v projections run slowest).
+    "best-fused": {"grad_stats": "foreach", "optimizer": "master", "item_sync": False, "attn_mask": "is_causal",
+                   "fused_proj": True, "compile": "default", "cuda_graph": True},
     # best-compile-graph with regional compilation: compile time that does not grow with depth.
     "best-regional": {"grad_stats": "foreach", "optimizer": "fused", "item_sync": False, "attn_mask": "is_causal",
                       "compile": "default", "compile_scope": "blocks", "cuda_graph": True},
@@ -61,21 +65,21 @@ VARIANTS: dict[str, dict] = {
 SWITCHES = [
     "triton-norm", "liger-norm", "triton-swiglu", "liger-swiglu", "triton-qknorm",
     "chunked-ce", "fused-ce", "liger-flce", "checkpoint", "foreach-stats", "foreach-adamw", "fused-adamw",
-    "adamw-8bit", "master-adamw", "no-item-sync", "cached-mask", "sdpa-causal", "cuda-graph",
+    "adamw-8bit", "master-adamw", "no-item-sync", "cached-mask", "sdpa-causal", "fused-proj", "cuda-graph",
 ]
 # 'best' last: at 61d5c0a it lost the CUDA context at 500M and 1B, and a lost context ends its grid.
-BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-master", "best-regional", "best"]
+BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-master", "best-fused", "best-regional", "best"]
 COMPILE_MODES = ["compile-default", "compile-regional", "compile-reduce-overhead", "compile-max-autotune",
                  "compile-max-autotune-no-cudagraphs"]
 
 STEP_VARIANTS: dict[str, list[str]] = {
     # What a CPU runs (Triton through the interpreter is too slow for a timed step).
     "tiny": ["eager", "chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync",
-             "cached-mask", "sdpa-causal"],
+             "cached-mask", "sdpa-causal", "fused-proj"],
     # The quick suite's best combinations: the two headline ones and the one without compile time.
     "quick": ["eager", "triton-norm", "triton-swiglu", "fused-ce", "liger-flce", "foreach-stats",
-              "fused-adamw", "adamw-8bit", "master-adamw", "no-item-sync", "sdpa-causal", "cuda-graph",
-              "compile-default", "best-graph", "best-compile-graph", "best-master"],
+              "fused-adamw", "adamw-8bit", "master-adamw", "no-item-sync", "sdpa-causal", "fused-proj",
+              "cuda-graph", "compile-default", "best-graph", "best-compile-graph", "best-fused"],
     # The max-autotune modes last: their autotuning can take minutes on a cold cache.
     "100M": ["eager", *SWITCHES, *BEST, *COMPILE_MODES],
     "500M": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST],

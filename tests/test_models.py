@@ -76,6 +76,30 @@ def test_init_follows_hf():
     assert torch.equal(model.norm.weight, torch.ones(TINY.d_model))
 
 
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_fused_projections_compute_the_unfused_model(qk_norm):
+    """One GEMM for q, k, v and one for gate, up: the same init, parameter count, output and gradients, and
+    its gradients named and split as the unfused model's."""
+    cfg = dataclasses.replace(TINY, qk_norm=qk_norm)
+    torch.manual_seed(0)
+    plain = Decoder(cfg).double()
+    torch.manual_seed(0)
+    fused = Decoder(cfg, fused_proj=True).double()
+    assert {type(m).__name__ for m in fused.modules()} >= {"FusedLinear"}
+    assert not any(name.endswith(("q_proj.weight", "gate_proj.weight")) for name, _ in fused.named_parameters())
+    assert sum(p.numel() for p in fused.parameters()) == sum(p.numel() for p in plain.parameters())
+    idx = torch.randint(0, cfg.vocab_size, (2, 24))
+    for model in (plain, fused):
+        model(idx).pow(2).sum().backward()
+    torch.testing.assert_close(fused(idx), plain(idx), rtol=1e-12, atol=1e-12)
+    grads = fused.unfused({name: p.grad for name, p in fused.named_parameters()})
+    weights = fused.unfused(dict(fused.named_parameters()))
+    assert grads.keys() == dict(plain.named_parameters()).keys()
+    for name, p in plain.named_parameters():
+        torch.testing.assert_close(weights[name], p, rtol=0, atol=0)
+        torch.testing.assert_close(grads[name], p.grad, rtol=1e-10, atol=1e-12)
+
+
 def _saved_tensors(model: Decoder, idx: torch.Tensor) -> int:
     count = 0
 

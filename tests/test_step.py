@@ -33,12 +33,12 @@ NEEDS = {"triton-norm": "kernels.rmsnorm", "triton-swiglu": "kernels.swiglu",
          "liger-norm": "liger_kernel", "liger-swiglu": "liger_kernel", "liger-flce": "liger_kernel",
          "best": "kernels.fused_linear_ce", "adamw-8bit": "bitsandbytes"}
 CPU_FP32 = ["chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync", "cached-mask",
-            "sdpa-causal", "triton-norm", "triton-swiglu", "triton-qknorm", "fused-ce", "compile-default",
-            "compile-max-autotune-no-cudagraphs", "compile-regional"]
+            "sdpa-causal", "fused-proj", "triton-norm", "triton-swiglu", "triton-qknorm", "fused-ce",
+            "compile-default", "compile-max-autotune-no-cudagraphs", "compile-regional"]
 CPU_BF16 = ["fp16-scaler", "chunked-ce", "fused-ce", "triton-norm", "triton-swiglu", "triton-qknorm", "master-adamw"]
 GPU_ONLY = ["tf32", "liger-norm", "liger-swiglu", "liger-flce", "fused-adamw", "cuda-graph",
             "compile-reduce-overhead", "compile-max-autotune", "best", "best-inductor", "best-graph",
-            "best-compile-graph", "best-master", "best-regional", "adamw-8bit"]
+            "best-compile-graph", "best-master", "best-fused", "best-regional", "adamw-8bit"]
 H100 = SimpleNamespace(key="h100", supports_bf16=True, supports_tf32=True)
 
 
@@ -260,3 +260,16 @@ def test_regional_compilation_compiles_one_block_graph_whatever_the_depth():
         assert result.ok, result
         graphs.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
     assert graphs[0] == graphs[1] <= 3
+
+
+def test_fused_projections_with_master_weights_under_compile_match_the_eager_step(monkeypatch):
+    """best-fused's model side on a CPU: fused projections, bf16 weights with fp32 masters in our AdamW and
+    torch.compile, against the eager bf16 step (gradients compared per unfused parameter)."""
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pytest.importorskip("triton")
+    base = BASELINE.replace(attn_mask="is_causal", grad_stats="foreach", **SMALL)
+    candidate = base.replace(fused_proj=True, optimizer="master", item_sync=False, compile="default")
+    result = check_against(build_step(TINY, base, DEVICE), build_step(TINY, candidate, DEVICE))
+    assert result.ok, result
+    assert result.worst_param in dict(build_step(TINY, base, DEVICE).model.named_parameters())
