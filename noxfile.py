@@ -8,6 +8,7 @@ other sessions run in the current Python.
 
 from __future__ import annotations
 
+import glob
 import os
 
 import nox
@@ -16,10 +17,14 @@ nox.options.sessions = ["tests", "lint"]
 nox.options.error_on_missing_interpreters = False
 
 CPU_TORCH = "torch==2.13.0"  # the CPU build this project's CI and developers install from disk
+RUNNER_CUDA = os.environ.get("OPTBENCH_RUNNER_CUDA", "130")  # the runners' CUDA build (see RUNNER_WHEELS)
 
 # What an offline GPU runner lacks (asv with its requirements, Liger-Kernel, bitsandbytes for the 8-bit AdamW
 # switch), pinned so every runner installs the same set. importlib-metadata 10 needs `lazy_importer`, absent
-# on the runners: keep 8.x. bitsandbytes is 41 MB of the 49 MB; the suite skips its switch without it.
+# on the runners: keep 8.x. bitsandbytes ships one native library per CUDA/ROCm/XPU build (125 MB of 129 MB
+# unpacked, 41 MB packed): the wheelhouse keeps the CPU one and those of RUNNER_CUDA (torch.version.cuda
+# without the dot on the runners, "130" for our H100s' torch 2.11+cu130), 5 MB, so that a copied work tree fits
+# a lent machine's 64 MiB. The suite skips the 8-bit switch where bitsandbytes is missing.
 RUNNER_WHEELS = [
     "asv==0.6.6", "asv-runner==0.3.2", "json5==0.17.3", "pympler==1.1", "virtualenv==21.15.8",
     "distlib==0.4.4", "platformdirs==4.14.7", "python-discovery==1.9.5", "importlib-metadata==8.7.0",
@@ -100,6 +105,30 @@ def wheelhouse(session: nox.Session) -> None:
                                              "manylinux2014_x86_64", "manylinux1_x86_64", "any")]
     session.run("python", "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--implementation",
                 "cp", *platforms, *opts, "-d", ".wheelhouse", *RUNNER_WHEELS)
+    for wheel in glob.glob(".wheelhouse/bitsandbytes-*.whl"):
+        _keep_native_libraries(wheel, ("cpu", f"cuda{RUNNER_CUDA}"))
+
+
+def _keep_native_libraries(wheel: str, builds: tuple[str, ...]) -> None:
+    """Rewrite a bitsandbytes wheel without the native libraries of other builds (and their RECORD lines)."""
+    import re
+    import zipfile
+
+    def dropped(name: str) -> bool:
+        match = re.search(r"libbitsandbytes_(\w+)\.so$", name)
+        return bool(match) and match.group(1) not in builds
+
+    slim = wheel + ".tmp"
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(slim, "w", zipfile.ZIP_DEFLATED) as dst:
+        for item in src.infolist():
+            if dropped(item.filename):
+                continue
+            data = src.read(item)
+            if item.filename.endswith(".dist-info/RECORD"):
+                data = b"".join(line for line in data.splitlines(keepends=True)
+                                if not dropped(line.split(b",")[0].decode()))
+            dst.writestr(item, data)
+    os.replace(slim, wheel)
 
 
 @nox.session(venv_backend="none")
