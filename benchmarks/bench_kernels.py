@@ -69,6 +69,16 @@ class RMSNorm(_KernelWithBackward):
         return self.measure_grid()
 
 
+class AddRMSNorm(_KernelWithBackward):
+    """The residual add and the RMSNorm after it (x fp32, y and the norm's output bf16), fused or not."""
+
+    op = "add_rmsnorm"
+    params = _grid(op)
+
+    def setup_cache(self):
+        return self.measure_grid()
+
+
 class SwiGLU(_KernelWithBackward):
     op = "swiglu"
     params = _grid(op)

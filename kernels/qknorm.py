@@ -58,9 +58,10 @@ def _qk_norm_bwd_kernel(DYQ, dyq_s0, dyq_s1, dyq_s2, Q, q_s0, q_s1, q_s2, q_n1, 
     step = tl.num_programs(0)
     k_first = (pid + step - tl.cdiv(n_q, BLOCK_M) % step) % step
     rms_bwd_stripe(DYQ, dyq_s0, dyq_s1, dyq_s2, Q, q_s0, q_s1, q_s2, q_n1, q_n2, WQ, RSTD_Q, DQ,
-                   DW_PART + pid.to(tl.int64) * D, pid, step, n_q, D, BLOCK_M, BLOCK_N)
+                   DW_PART + pid.to(tl.int64) * D, pid, step, n_q, D, DQ, DQ, BLOCK_M, BLOCK_N, False)
     rms_bwd_stripe(DYK, dyk_s0, dyk_s1, dyk_s2, K, k_s0, k_s1, k_s2, k_n1, k_n2, WK, RSTD_K, DK,
-                   DW_PART + (step + pid).to(tl.int64) * D, k_first, step, n_k, D, BLOCK_M, BLOCK_N)
+                   DW_PART + (step + pid).to(tl.int64) * D, k_first, step, n_k, D, DK, DK, BLOCK_M, BLOCK_N,
+                   False)
 
 
 def _rows(x: torch.Tensor) -> int:

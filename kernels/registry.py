@@ -95,6 +95,36 @@ RMSNORM = Op(
 )
 
 
+# --- Residual add + RMSNorm: h = x + y, out = RMSNorm(h), as between a pre-norm model's blocks -----------
+
+def _add_rmsnorm_impls() -> Callable[[str], Callable[..., Tensor]]:
+    def eager():  # out in y's dtype, as autocast would cast it for the next matmul
+        from kernels.rmsnorm import add_rms_norm_eager
+        return lambda x, y, w: add_rms_norm_eager(x, y, w, out_dtype=y.dtype)
+
+    def triton():
+        from kernels.rmsnorm import add_rms_norm
+        return lambda x, y, w: add_rms_norm(x, y, w, out_dtype=y.dtype)
+
+    return _pick({"eager": eager, "compile": lambda: _compiled(eager()), "triton": triton})
+
+
+ADD_RMSNORM = Op(
+    name="add_rmsnorm",
+    shapes=SHAPES["add_rmsnorm"],
+    impls=IMPLS["add_rmsnorm"],
+    make_inputs=lambda d, dt, dev, g: (_randn((d["rows"], d["hidden"]), torch.float32, dev, g),
+                                       _randn((d["rows"], d["hidden"]), dt, dev, g),
+                                       _randn((d["hidden"],), torch.float32, dev, g)),
+    impl=_add_rmsnorm_impls(),
+    flops=lambda d: {"fwd": 5.0 * d["rows"] * d["hidden"], "fwdbwd": 15.0 * d["rows"] * d["hidden"]},
+    # x, h, dh, dx fp32 (4 bytes), y, out, dout, dy in the op's dtype (s): fwd reads x, y, writes h, out;
+    # bwd reads dout, h, dh, writes dx, dy (+ w, dw, rstd).
+    bytes=lambda d, s: {"fwd": (8.0 + 2 * s) * d["rows"] * d["hidden"],
+                        "fwdbwd": (20.0 + 4 * s) * d["rows"] * d["hidden"]},
+)
+
+
 # --- SwiGLU: silu(a) * b, elementwise over (rows, I) ------------------------------------------
 
 def _swiglu_impls() -> Callable[[str], Callable[..., Tensor]]:
@@ -278,4 +308,4 @@ GRAD_STATS = Op(
     backward=False,
 )
 
-OPS: dict[str, Op] = {op.name: op for op in (RMSNORM, SWIGLU, QKNORM, LINEAR_CE, GRAD_STATS)}
+OPS: dict[str, Op] = {op.name: op for op in (RMSNORM, ADD_RMSNORM, SWIGLU, QKNORM, LINEAR_CE, GRAD_STATS)}

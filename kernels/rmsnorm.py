@@ -49,6 +49,18 @@ def _row_start(rows, n1, n2, s0, s1, s2):
 
 
 @triton.jit
+def _norm_rows(x, W, Y, RSTD, rows, cols, row_mask, col_mask, n_cols, eps, ROUND_TO):
+    """Normalize the fp32 rows x (their values in ROUND_TO's element type) into the contiguous (n_rows,
+    n_cols) Y, x_hat rounded to ROUND_TO's type before the weight, as the eager reference does; store rstd."""
+    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)
+    tl.store(RSTD + rows, rstd, mask=row_mask)
+    x_hat = (x * rstd[:, None]).to(ROUND_TO.dtype.element_ty).to(tl.float32)
+    y_ptrs = Y + rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+    tl.store(y_ptrs, (x_hat * w[None, :]).to(Y.dtype.element_ty), mask=row_mask[:, None] & col_mask[None, :])
+
+
+@triton.jit
 def rms_fwd_rows(X, n1, n2, s0, s1, s2, W, Y, RSTD, blk, n_rows, n_cols, eps,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Normalize rows [blk*BLOCK_M, blk*BLOCK_M + BLOCK_M) of X (row grid n1, n2, s0, s1, s2) into the
@@ -60,18 +72,14 @@ def rms_fwd_rows(X, n1, n2, s0, s1, s2, W, Y, RSTD, blk, n_rows, n_cols, eps,
     mask = row_mask[:, None] & col_mask[None, :]
     x_ptrs = X + _row_start(rows, n1, n2, s0, s1, s2)[:, None] + cols[None, :]
     x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
-    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)
-    tl.store(RSTD + rows, rstd, mask=row_mask)
-    x_hat = (x * rstd[:, None]).to(X.dtype.element_ty).to(tl.float32)
-    y_ptrs = Y + rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
-    tl.store(y_ptrs, (x_hat * w[None, :]).to(Y.dtype.element_ty), mask=mask)
+    _norm_rows(x, W, Y, RSTD, rows, cols, row_mask, col_mask, n_cols, eps, X)
 
 
 @triton.jit
-def _load_bwd_block(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, RSTD, blk, n_rows, cols, col_mask,
-                    BLOCK_M: tl.constexpr):
-    """x, dy (input dtypes) and rstd of row block blk; rows past n_rows read as zeros."""
+def _load_bwd_block(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, RSTD, DRES, blk, n_rows, n_cols, cols,
+                    col_mask, BLOCK_M: tl.constexpr, HAS_RES: tl.constexpr):
+    """x, dy (input dtypes), rstd and, with HAS_RES, the residual gradient (contiguous rows) of row block
+    blk; rows past n_rows read as zeros."""
     rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
     mask = row_mask[:, None] & col_mask[None, :]
@@ -79,37 +87,48 @@ def _load_bwd_block(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, RSTD, 
     dy_ptrs = DY + _row_start(rows, n1, n2, dy_s0, dy_s1, dy_s2)[:, None] + cols[None, :]
     x = tl.load(x_ptrs, mask=mask, other=0.0)
     dy = tl.load(dy_ptrs, mask=mask, other=0.0)
-    return x, dy, tl.load(RSTD + rows, mask=row_mask, other=0.0)
+    dres = 0.0
+    if HAS_RES:
+        dres = tl.load(DRES + rows.to(tl.int64)[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
+    return x, dy, tl.load(RSTD + rows, mask=row_mask, other=0.0), dres
 
 
 @triton.jit
 def rms_bwd_stripe(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, W, RSTD, DX, DW_PART,
-                   first, step, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                   first, step, n_rows, n_cols, DRES, DX_LOW,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_RES: tl.constexpr):
     """dX for row blocks first, first + step, ... of X (dY and X share the row grid n1, n2; dX is
     contiguous (n_rows, n_cols)), and the fp32 sum over those rows of dY * x_hat into DW_PART[:n_cols].
-    The next block's loads are issued before the current block's math."""
+    With HAS_RES, X is a residual sum x + y: the gradient of X from the residual path (DRES, contiguous)
+    is added, and the total is stored twice, in DX's dtype (for x) and in DX_LOW's (for y). The next
+    block's loads are issued before the current block's math."""
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     dw = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # summed over rows once, after the loop
     n_blocks = tl.cdiv(n_rows, BLOCK_M)
     blk = first
-    x, dy, rstd = _load_bwd_block(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, RSTD, blk, n_rows,
-                                  cols, col_mask, BLOCK_M)
+    x, dy, rstd, dres = _load_bwd_block(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, RSTD, DRES, blk,
+                                        n_rows, n_cols, cols, col_mask, BLOCK_M, HAS_RES)
     while blk < n_blocks:  # a while loop: the interpreter (numpy >= 2.4) rejects runtime range() bounds
-        x_next, dy_next, rstd_next = _load_bwd_block(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2,
-                                                     RSTD, blk + step, n_rows, cols, col_mask, BLOCK_M)
+        x_next, dy_next, rstd_next, dres_next = _load_bwd_block(
+            DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, RSTD, DRES, blk + step, n_rows, n_cols, cols,
+            col_mask, BLOCK_M, HAS_RES)
         x_hat = x.to(tl.float32) * rstd[:, None]
         dyf = dy.to(tl.float32)
         g = dyf * w[None, :]
         c = tl.sum(g * x_hat, axis=1) / n_cols
         dx = (g - x_hat * c[:, None]) * rstd[:, None]
         rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
-        dx_ptrs = DX + rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
-        tl.store(dx_ptrs, dx.to(DX.dtype.element_ty), mask=(rows < n_rows)[:, None] & col_mask[None, :])
+        offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+        mask = (rows < n_rows)[:, None] & col_mask[None, :]
+        if HAS_RES:
+            dx += dres.to(tl.float32)
+            tl.store(DX_LOW + offsets, dx.to(DX_LOW.dtype.element_ty), mask=mask)
+        tl.store(DX + offsets, dx.to(DX.dtype.element_ty), mask=mask)
         dw += dyf * x_hat
         blk += step
-        x, dy, rstd = x_next, dy_next, rstd_next
+        x, dy, rstd, dres = x_next, dy_next, rstd_next, dres_next
     tl.store(DW_PART + cols, tl.sum(dw, axis=0), mask=col_mask)
 
 
@@ -147,11 +166,12 @@ def _rms_norm_fwd_kernel(X, n1, n2, s0, s1, s2, W, Y, RSTD, n_rows, n_cols, eps,
 
 @triton.jit
 def _rms_norm_bwd_kernel(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, W, RSTD, DX, DW_PART,
-                         n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                         n_rows, n_cols, DRES, DX_LOW, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         HAS_RES: tl.constexpr):
     pid = tl.program_id(0)
     dw_part = DW_PART + pid.to(tl.int64) * n_cols
     rms_bwd_stripe(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, W, RSTD, DX, dw_part,
-                   pid, tl.num_programs(0), n_rows, n_cols, BLOCK_M, BLOCK_N)
+                   pid, tl.num_programs(0), n_rows, n_cols, DRES, DX_LOW, BLOCK_M, BLOCK_N, HAS_RES)
 
 
 @torch.library.custom_op("optbench::rms_norm_fwd", mutates_args=())
@@ -177,28 +197,36 @@ def _(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, 
             x.new_empty(n, dtype=torch.float32))
 
 
-@torch.library.custom_op("optbench::rms_norm_bwd", mutates_args=())
-def rms_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
-                 need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dx (N, H) in x.dtype, dweight in weight.dtype; an empty tensor when not need_dw)."""
-    x2, dy2, weight = rows_2d(x), rows_2d(dy), weight.contiguous()
+def _launch_bwd(dy: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, dx: torch.Tensor,
+                need_dw: bool, dres: torch.Tensor | None = None, dx_low: torch.Tensor | None = None) -> torch.Tensor:
+    """The persistent backward over the rows x2 (N, H) into dx, plus (with dres) the residual gradient added
+    and the total also written to dx_low; returns dweight (an empty tensor when not need_dw)."""
+    dy2, weight = rows_2d(dy), weight.contiguous()
     n, h = x2.shape
-    dx = torch.empty((n, h), dtype=x2.dtype, device=x2.device)
     block_m, block_n, warps = bwd_tile(n, h, x2)
-    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)
+    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, HAS_RES=dres is not None)
     n1, n2, *x_strides = row_grid(x2[:, None, None])
     dy_strides = row_grid(dy2[:, None, None])[2:]
+    residual = (dx, dx) if dres is None else (dres.contiguous(), dx_low)
 
     def args(part: torch.Tensor) -> tuple:
-        return (dy2, *dy_strides, x2, *x_strides, n1, n2, weight, rstd, dx, part, n, h)
+        return (dy2, *dy_strides, x2, *x_strides, n1, n2, weight, rstd, dx, part, n, h, *residual)
 
     # rstd stands in for the fp32 partials buffer while the grid is sized
     n_blocks = triton.cdiv(n, block_m)
     programs = persistent_programs(_rms_norm_bwd_kernel, n_blocks, args(rstd), meta, x2.device)
     part = torch.empty((1, programs, h), dtype=torch.float32, device=x2.device)
     _rms_norm_bwd_kernel[(programs,)](*args(part), **meta)
-    dw = sum_partials(part, weight.dtype)[0] if need_dw else weight.new_empty(0)
-    return dx, dw
+    return sum_partials(part, weight.dtype)[0] if need_dw else weight.new_empty(0)
+
+
+@torch.library.custom_op("optbench::rms_norm_bwd", mutates_args=())
+def rms_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
+                 need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx (N, H) in x.dtype, dweight in weight.dtype; an empty tensor when not need_dw)."""
+    x2 = rows_2d(x)
+    dx = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
+    return dx, _launch_bwd(dy, x2, weight, rstd, dx, need_dw)
 
 
 @rms_norm_bwd.register_fake
@@ -232,6 +260,106 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     return RMSNormFunction.apply(x, weight, eps)
 
 
+# --- The residual add and the next pre-norm in one pass: h = x + y, out = RMSNorm(h) ----------------------
+# In a pre-norm decoder with an fp32 residual stream under bf16 autocast, x is the stream (fp32) and y a
+# branch's output (bf16). Eager code adds (one pass), normalizes (another) and, backward, casts the residual
+# gradient to bf16 for the branch (a third). Here the forward reads x, y and writes h and out once; the
+# backward reads dout, h and the residual gradient dh and writes the total once per dtype.
+
+def add_rms_norm_eager(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                       out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager reference: (h = x + y, rms_norm_eager(h) in out_dtype; None: its own promoted dtype)."""
+    h = x + y
+    out = rms_norm_eager(h, weight, eps)
+    return h, out if out_dtype is None else out.to(out_dtype)
+
+
+@triton.jit
+def _add_rms_norm_fwd_kernel(X, Y, H, W, OUT, RSTD, n_rows, n_cols, eps,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """H = X + Y (rounded to H's dtype) and OUT = its norm, for one block of contiguous rows."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    row_mask = rows < n_rows
+    col_mask = cols < n_cols
+    mask = row_mask[:, None] & col_mask[None, :]
+    offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+    h = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32) + tl.load(Y + offsets, mask=mask, other=0.0)
+    h = h.to(H.dtype.element_ty)
+    tl.store(H + offsets, h, mask=mask)
+    _norm_rows(h.to(tl.float32), W, OUT, RSTD, rows, cols, row_mask, col_mask, n_cols, eps, H)
+
+
+@torch.library.custom_op("optbench::add_rms_norm_fwd", mutates_args=())
+def add_rms_norm_fwd(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float,
+                     out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(h = x + y (N, H) in promote_types(x, y), out (N, H) in out_dtype, rstd (N,) fp32)."""
+    x2, y2, weight = x.reshape(-1, x.shape[-1]).contiguous(), y.reshape(-1, y.shape[-1]).contiguous(), \
+        weight.contiguous()
+    n, hidden = x2.shape
+    h = torch.empty((n, hidden), dtype=torch.promote_types(x.dtype, y.dtype), device=x.device)
+    out = torch.empty((n, hidden), dtype=out_dtype, device=x.device)
+    rstd = torch.empty(n, dtype=torch.float32, device=x.device)
+    block_m, block_n, warps = fwd_tile(n, hidden)
+    _add_rms_norm_fwd_kernel[(triton.cdiv(n, block_m),)](x2, y2, h, weight, out, rstd, n, hidden, eps,
+                                                         BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)
+    return h, out, rstd
+
+
+@add_rms_norm_fwd.register_fake
+def _(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float,
+      out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    n, hidden = x.numel() // x.shape[-1], x.shape[-1]
+    return (x.new_empty((n, hidden), dtype=torch.promote_types(x.dtype, y.dtype)),
+            x.new_empty((n, hidden), dtype=out_dtype), x.new_empty(n, dtype=torch.float32))
+
+
+@torch.library.custom_op("optbench::add_rms_norm_bwd", mutates_args=())
+def add_rms_norm_bwd(dout: torch.Tensor, dh: torch.Tensor, h: torch.Tensor, weight: torch.Tensor,
+                     rstd: torch.Tensor, y_dtype: torch.dtype,
+                     need_dw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dx in h's dtype, dy in y_dtype, dweight or an empty tensor): dx = dy = dh + the norm's input gradient."""
+    dx = torch.empty(h.shape, dtype=h.dtype, device=h.device)
+    dy = torch.empty(h.shape, dtype=y_dtype, device=h.device)
+    return dx, dy, _launch_bwd(dout, h, weight, rstd, dx, need_dw, dh.reshape(h.shape), dy)
+
+
+@add_rms_norm_bwd.register_fake
+def _(dout: torch.Tensor, dh: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
+      y_dtype: torch.dtype, need_dw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return h.new_empty(h.shape), h.new_empty(h.shape, dtype=y_dtype), \
+        weight.new_empty(weight.shape if need_dw else (0,))
+
+
+class AddRMSNormFunction(torch.autograd.Function):
+    """x, y (..., H), weight (H,) -> (h = x + y in promote_types(x, y), RMSNorm(h) in out_dtype).
+
+    Saves h and rstd. Backward: dx in x.dtype and dy in y.dtype from one pass, dweight in weight.dtype.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float,
+                out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        h, out, rstd = add_rms_norm_fwd(x, y, weight, eps, out_dtype)
+        ctx.save_for_backward(h, weight, rstd)
+        ctx.dtypes = x.dtype, y.dtype
+        return h.view(x.shape), out.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dh: torch.Tensor, dout: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        h, weight, rstd = ctx.saved_tensors
+        dx, dy, dw = add_rms_norm_bwd(dout, dh, h, weight, rstd, ctx.dtypes[1], ctx.needs_input_grad[2])
+        shape = dout.shape
+        return dx.view(shape).to(ctx.dtypes[0]), dy.view(shape), dw if ctx.needs_input_grad[2] else None, None, None
+
+
+def add_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                 out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton (h = x + y, RMSNorm(h) in out_dtype; None: promote_types(h, weight)) over the last dim."""
+    dtype = torch.promote_types(x.dtype, y.dtype)
+    return AddRMSNormFunction.apply(x, y, weight, eps, out_dtype or torch.promote_types(dtype, weight.dtype))
+
+
 class RMSNorm(nn.Module):
     """RMSNorm layer with a learnable (H,) weight; impl 'eager' (reference) or 'triton'."""
 
@@ -247,6 +375,16 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         fn = rms_norm if self.impl == "triton" else rms_norm_eager
         return fn(x, self.weight, self.eps)
+
+    def add_and_norm(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x + y, its norm): a residual add and the pre-norm after it, in one pass with impl 'triton'.
+        Under autocast the norm comes out in the autocast dtype, which the next matmul would cast it to."""
+        if self.impl != "triton":
+            h = x + y
+            return h, self(h)
+        device = x.device.type
+        out_dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+        return add_rms_norm(x, y, self.weight, self.eps, out_dtype)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}, impl={self.impl}"

@@ -7,6 +7,8 @@ kernel goals (kernels/README.md). The first implementation of each op is its bas
 SHAPES: dict[str, dict[str, dict[str, int]]] = {
     "rmsnorm": {f"{r}x{h}": {"rows": r, "hidden": h} for r, h in
                 [(8192, 768), (8192, 1536), (8192, 2048), (16384, 768), (16384, 2048), (16384, 4096)]},
+    # The residual add and the norm after it, at the step's shapes: x fp32 (the stream), y in the op's dtype.
+    "add_rmsnorm": {f"{r}x{h}": {"rows": r, "hidden": h} for r, h in [(8192, 768), (8192, 1536), (8192, 2048)]},
     "swiglu": {f"{r}x{i}": {"rows": r, "inter": i} for r, i in
                [(8192, 2048), (8192, 4096), (8192, 5632), (8192, 14336)]},
     "qknorm": {f"{t}x{hq}+{hk}x{dh}": {"tokens": t, "q_heads": hq, "kv_heads": hk, "head_dim": dh}
@@ -18,6 +20,7 @@ SHAPES: dict[str, dict[str, dict[str, int]]] = {
 
 IMPLS: dict[str, tuple[str, ...]] = {
     "rmsnorm": ("eager", "compile", "liger", "triton"),
+    "add_rmsnorm": ("eager", "compile", "triton"),
     "swiglu": ("eager", "compile", "liger", "triton"),
     "qknorm": ("eager", "compile", "triton"),
     "linear_ce": ("eager", "compile", "chunked", "triton-ce", "triton", "liger-ce", "liger"),
@@ -26,6 +29,6 @@ IMPLS: dict[str, tuple[str, ...]] = {
 
 # The quick suite measures one shape per op: the 1B config's.
 QUICK_SHAPES: dict[str, list[str]] = {
-    "rmsnorm": ["8192x2048"], "swiglu": ["8192x5632"], "qknorm": ["8192x32+4x64"],
+    "rmsnorm": ["8192x2048"], "add_rmsnorm": ["8192x2048"], "swiglu": ["8192x5632"], "qknorm": ["8192x32+4x64"],
     "linear_ce": ["8192x2048x32000"], "grad_stats": ["1B"],
 }

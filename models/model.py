@@ -139,8 +139,21 @@ class MLP(nn.Module):
         return self.down_proj(self.act(gate, up))
 
 
+def add_and_norm(norm: nn.Module, x: Tensor, branch: Tensor | None) -> tuple[Tensor, Tensor]:
+    """(h = x + branch, norm(h)): a residual add and the pre-norm after it (branch None: no add). A norm with
+    an ``add_and_norm`` method (ours; with impl 'triton' one kernel each way) does both itself."""
+    if branch is None:
+        return x, norm(x)
+    if hasattr(norm, "add_and_norm"):
+        return norm.add_and_norm(x, branch)
+    h = x + branch
+    return h, norm(h)
+
+
 class Block(nn.Module):
-    """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
+    """Pre-norm residual block, x + attn(norm(x)), then + mlp(norm(.)). It takes the residual stream and the
+    previous block's MLP output not yet added (None for the first block) and returns the same pair, so that
+    each residual add and the norm after it are one step (:func:`add_and_norm`)."""
 
     def __init__(self, cfg: ModelConfig, norm_impl: str, mlp_impl: str, qk_norm_impl: str):
         super().__init__()
@@ -149,9 +162,11 @@ class Block(nn.Module):
         self.mlp_norm = rms_norm(cfg.d_model, cfg.norm_eps, norm_impl)
         self.mlp = MLP(cfg, mlp_impl)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None) -> Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin, mask)
-        return x + self.mlp(self.mlp_norm(x))
+    def forward(self, x: Tensor, branch: Tensor | None, cos: Tensor, sin: Tensor,
+                mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        x, normed = add_and_norm(self.attn_norm, x, branch)
+        x, normed = add_and_norm(self.mlp_norm, x, self.attn(normed, cos, sin, mask))
+        return x, self.mlp(normed)
 
 
 class Decoder(nn.Module):
@@ -217,11 +232,11 @@ class Decoder(nn.Module):
 
     def forward(self, idx: Tensor) -> Tensor:
         S = idx.shape[1]
-        x = self.embed(idx)
+        x, branch = self.embed(idx), None
         cos, sin, mask = self.cos[:S], self.sin[:S], self._mask(S, idx.device)
         for i, block in enumerate(self.blocks):
             if self.checkpoint_every and (i + 1) % self.checkpoint_every == 0:
-                x = checkpoint(block, x, cos, sin, mask, use_reentrant=False)
+                x, branch = checkpoint(block, x, branch, cos, sin, mask, use_reentrant=False)
             else:
-                x = block(x, cos, sin, mask)
-        return self.norm(x)
+                x, branch = block(x, branch, cos, sin, mask)
+        return add_and_norm(self.norm, x, branch)[1]

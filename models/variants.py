@@ -37,7 +37,7 @@ VARIANTS: dict[str, dict] = {
     "compile-reduce-overhead": {"compile": "reduce-overhead"},
     "compile-max-autotune": {"compile": "max-autotune"},
     "compile-max-autotune-no-cudagraphs": {"compile": "max-autotune-no-cudagraphs"},
-    # Regional compilation: each block compiled on its own (one graph shared by all of them), not the model.
+    # Regional compilation: each block compiled on its own (one graph shared by all but the first), not the model.
     "compile-regional": {"compile": "default", "compile_scope": "blocks"},
     # Our best combinations, three ways: Triton kernels + our fused linear CE under torch.compile; inductor's
     # own fusions of the eager model; Triton kernels in one captured CUDA graph (no compile time).
@@ -56,6 +56,10 @@ VARIANTS: dict[str, dict] = {
     # best-master with the fused projections: fewer, larger GEMMs (the small k/v projections run slowest).
     "best-fused": {"grad_stats": "foreach", "optimizer": "master", "item_sync": False, "attn_mask": "is_causal",
                    "fused_proj": True, "compile": "default", "cuda_graph": True},
+    # best-fused with our Triton RMSNorm, which adds the residual in its pass and, backward, writes the residual
+    # gradient in fp32 and bf16 at once (inductor casts it in a pass of its own).
+    "best-norm": {"grad_stats": "foreach", "optimizer": "master", "item_sync": False, "attn_mask": "is_causal",
+                  "fused_proj": True, "norm": "triton", "compile": "default", "cuda_graph": True},
     # best-compile-graph with regional compilation: compile time that does not grow with depth.
     "best-regional": {"grad_stats": "foreach", "optimizer": "fused", "item_sync": False, "attn_mask": "is_causal",
                       "compile": "default", "compile_scope": "blocks", "cuda_graph": True},
@@ -68,7 +72,8 @@ SWITCHES = [
     "adamw-8bit", "master-adamw", "no-item-sync", "cached-mask", "sdpa-causal", "fused-proj", "cuda-graph",
 ]
 # 'best' last: at 61d5c0a it lost the CUDA context at 500M and 1B, and a lost context ends its grid.
-BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-master", "best-fused", "best-regional", "best"]
+BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-master", "best-fused", "best-norm", "best-regional",
+        "best"]
 COMPILE_MODES = ["compile-default", "compile-regional", "compile-reduce-overhead", "compile-max-autotune",
                  "compile-max-autotune-no-cudagraphs"]
 
@@ -79,7 +84,7 @@ STEP_VARIANTS: dict[str, list[str]] = {
     # The quick suite's best combinations: the two headline ones and the one without compile time.
     "quick": ["eager", "triton-norm", "triton-swiglu", "fused-ce", "liger-flce", "foreach-stats",
               "fused-adamw", "adamw-8bit", "master-adamw", "no-item-sync", "sdpa-causal", "fused-proj",
-              "cuda-graph", "compile-default", "best-graph", "best-compile-graph", "best-fused"],
+              "cuda-graph", "compile-default", "best-graph", "best-compile-graph", "best-fused", "best-norm"],
     # The max-autotune modes last: their autotuning can take minutes on a cold cache.
     "100M": ["eager", *SWITCHES, *BEST, *COMPILE_MODES],
     "500M": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST],

@@ -6,10 +6,10 @@ import pytest
 import torch
 import triton
 from autograd_numerics import assert_all_close, run_and_reference, seed_and_poison
-from kernel_numerics import DEVICE, rel_err, requires_cuda
+from kernel_numerics import DEVICE, assert_rel_close, rel_err, requires_cuda
 
 import kernels.rmsnorm as rmsnorm_mod
-from kernels.rmsnorm import RMSNorm, rms_norm, rms_norm_eager
+from kernels.rmsnorm import RMSNorm, add_rms_norm, add_rms_norm_eager, rms_norm, rms_norm_eager
 
 # Relative-error bound (vs float64) for the output and every gradient, per input dtype. Triton's CPU
 # interpreter rounds fp32 -> bf16 toward zero, so bf16 errors there are about twice the GPU's.
@@ -92,3 +92,50 @@ def test_wrong_kernel_is_caught(mutate, monkeypatch):
 def test_real_shape_gpu():
     results, refs = run_and_reference(rms_norm, rms_norm_eager, _inputs((16384, 4096), torch.bfloat16))
     assert_all_close(results, refs, NAMES, TOL[torch.bfloat16])
+
+
+# --- add_rms_norm: (h = x + y, RMSNorm(h)) with the residual gradient added in the backward ---------------
+ADD_NAMES = ["h", "out", "dx", "dy", "dweight"]
+
+
+@pytest.mark.parametrize("x_dtype, y_dtype, out_dtype", [
+    (torch.float32, torch.bfloat16, torch.bfloat16),  # the model's: fp32 stream, bf16 branch, under autocast
+    (torch.float32, torch.float32, None),
+    (torch.bfloat16, torch.bfloat16, None),
+    (torch.float16, torch.float16, torch.float16),
+], ids=str)
+@pytest.mark.parametrize("shape", [(3, 100), (37, 257), (2, 5, 300), (130, 1000)], ids=str)
+def test_add_matches_fp64(shape, x_dtype, y_dtype, out_dtype):
+    x = torch.randn(shape, device=DEVICE).to(x_dtype)
+    y = torch.randn(shape, device=DEVICE).to(y_dtype)
+    w = torch.randn(shape[-1], device=DEVICE)  # fp32, as the model's norm weights
+    results, refs = run_and_reference(lambda x, y, w: add_rms_norm(x, y, w, out_dtype=out_dtype),
+                                      add_rms_norm_eager, [x, y, w])
+    h, out, dx, dy, dw = results
+    assert (h.dtype, dx.dtype, dy.dtype, dw.dtype) == (x_dtype, x_dtype, y_dtype, torch.float32)
+    assert out.dtype == (out_dtype or torch.float32)
+    low = max((TOL[d] for d in (x_dtype, y_dtype, out_dtype or torch.float32)))
+    assert_all_close(results, refs, ADD_NAMES, low)
+
+
+def test_add_residual_gradient_counts():
+    """dx and dy are the residual gradient plus the norm's: a kernel that drops either term fails."""
+    x, y, w = torch.randn(37, 257, device=DEVICE), torch.randn(37, 257, device=DEVICE), torch.randn(257, device=DEVICE)
+    dh, dout = torch.randn(37, 257, device=DEVICE), torch.randn(37, 257, device=DEVICE)
+    results, refs = run_and_reference(add_rms_norm, add_rms_norm_eager, [x, y, w], [dh, dout])
+    assert_all_close(results, refs, ADD_NAMES, TOL[torch.float32])
+    for wrong in (results[2] - dh, refs[2].float() - dh):  # the residual term alone, the norm's alone
+        with pytest.raises(AssertionError):
+            assert_rel_close(wrong, refs[2], TOL[torch.float32], "dx")
+
+
+def test_module_add_and_norm_impls_agree():
+    eager, triton_ = RMSNorm(200, impl="eager", device=DEVICE), RMSNorm(200, impl="triton", device=DEVICE)
+    with torch.no_grad():
+        eager.weight.normal_()
+        triton_.weight.copy_(eager.weight)
+    x, y = torch.randn(6, 7, 200, device=DEVICE), torch.randn(6, 7, 200, device=DEVICE).bfloat16()
+    with torch.autocast(DEVICE, dtype=torch.bfloat16):
+        (h, out), (h_ref, out_ref) = triton_.add_and_norm(x, y), eager.add_and_norm(x, y)
+    assert out.dtype == torch.bfloat16 and h.dtype == torch.float32
+    assert rel_err(h, h_ref) <= TOL[torch.float32] and rel_err(out, out_ref) <= TOL[torch.bfloat16]
