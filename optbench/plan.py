@@ -63,7 +63,8 @@ STATE_BYTES_8BIT = 10  # fp32 weights + grads + 1-byte exp_avg and exp_avg_sq
 LOGIT_BYTES = 12  # fp32 log-softmax output + its incoming and outgoing gradients, per logit
 
 KERNEL_BENCHMARKS: dict[str, str] = {  # asv benchmark -> kernels.registry op
-    "bench_kernels.RMSNorm": "rmsnorm", "bench_kernels.AddRMSNorm": "add_rmsnorm", "bench_kernels.SwiGLU": "swiglu", "bench_kernels.QKNorm": "qknorm",
+    "bench_kernels.RMSNorm": "rmsnorm", "bench_kernels.AddRMSNorm": "add_rmsnorm", "bench_kernels.SwiGLU": "swiglu",
+    "bench_kernels.QKNorm": "qknorm",
     "bench_kernels.LinearCrossEntropy": "linear_ce", "bench_kernels.GradStats": "grad_stats",
 }
 STEP_BENCHMARKS: dict[str, tuple[str, str]] = {  # asv benchmark -> (model size, models.variants grid)

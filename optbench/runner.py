@@ -2,24 +2,32 @@
 
 A case that the machine cannot run is *skipped* with its reason; a wrong result is recorded as
 *wrong* and never timed; an out-of-memory error, a case over its time budget or any other error is
-recorded as such and the grid goes on. A case that leaves the CUDA context unusable (an illegal memory
-access) is recorded as *crashed*, and the cases after it as not measured: the grid returns what it
-measured, so that asv still reports the rest. Every record is saved to the result store as soon as it
-exists, so a run that dies keeps what it measured.
+recorded as such and the grid goes on; a case that the alarm cannot interrupt (blocked in C code) is stopped
+by a :func:`watchdog`, which ends the process if it must. A case that the run's time budget cuts short is not
+measured, and not stored. A case that leaves the CUDA context unusable (an illegal memory access) is recorded
+as *crashed*, and the cases after it as not measured: the grid returns what it measured, so that asv still
+reports the rest. Every record is saved to the result store as soon as it exists, so a run that dies keeps
+what it measured.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import glob
+import math
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 from optbench.store import MACHINE_KEY, ResultStore, record_key
@@ -130,8 +138,8 @@ _REFIRE_S = 5.0  # if library code swallows the first CaseTimeout, it is raised 
 def deadline(seconds: float, what: str = "its budget") -> Iterator[None]:
     """Raise :class:`CaseTimeout` in the code running inside once ``seconds`` have passed, and every few seconds
     after, until it leaves. Interrupts Python-level work (compilation, autotuning, timing loops), not a kernel
-    already running; a no-op off the main thread or without ``setitimer``. An outer timer (e.g. a harness's
-    own) is re-armed with what remains of it."""
+    already running nor a wait in C code (:func:`watchdog` stops those); a no-op off the main thread or without
+    ``setitimer``. An outer timer (e.g. a harness's own) is re-armed with what remains of it."""
     if seconds <= 0 or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -152,10 +160,94 @@ def deadline(seconds: float, what: str = "its budget") -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, max(outer_left - (time.monotonic() - start), 1e-3))
 
 
+# How long past its budget a case may run before the watchdog kills this process's child processes, and as
+# long again before it ends the process. The alarm re-fires every few seconds, so a case still running this
+# long after its budget is blocked in C code (on a GPU, a 120 s max-autotune compile ran 262 s). Twice this is
+# the 60 s that ``optbench run --time-budget`` keeps after the run's deadline (cli.ASV_WRAP_UP_S), so that a
+# case cut by the run's deadline ends within the time budget even then.
+HARD_STOP_GRACE_S = 30.0
+HARD_STOP_EXIT = 124  # the exit status of a process that the watchdog ended (coreutils' timeout uses it too)
+WATCHDOG_THREAD = "optbench-watchdog"
+
+
+@contextmanager
+def watchdog(seconds: float, hard_stop: Callable[[], None]) -> Iterator[list[int]]:
+    """Hard stop of code that :func:`deadline`'s alarm cannot interrupt, as when the main thread waits in C on
+    inductor's compile workers. :data:`HARD_STOP_GRACE_S` after ``seconds`` a thread kills this process's child
+    processes (which unblocks a wait on them, so that the alarm lands); if the code is still running as long
+    after that, it calls ``hard_stop`` and ends the process with :data:`HARD_STOP_EXIT`. Yields the ids of the
+    processes it killed; the thread is stopped when the code leaves. A no-op for ``seconds <= 0``."""
+    killed: list[int] = []
+    if seconds <= 0:
+        yield killed
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        if done.wait(seconds + HARD_STOP_GRACE_S):
+            return
+        killed.extend(_kill_child_processes())
+        if done.wait(HARD_STOP_GRACE_S):
+            return
+        try:
+            hard_stop()
+        finally:
+            print(f"optbench: ended the process: a case ran {2 * HARD_STOP_GRACE_S:g} s past its budget of "
+                  f"{seconds:g} s and the alarm could not interrupt it", file=sys.stderr, flush=True)
+            os._exit(HARD_STOP_EXIT)
+
+    thread = threading.Thread(target=watch, name=WATCHDOG_THREAD, daemon=True)
+    thread.start()
+    try:
+        yield killed
+    finally:
+        done.set()
+        thread.join()
+
+
+def _children(pid: int) -> list[int]:
+    """Ids of the child processes of ``pid``: from /proc, else (a kernel that does not list them) ``pgrep -P``."""
+    listed = glob.glob(f"/proc/{pid}/task/*/children")
+    if not listed:
+        try:
+            return [int(c) for c in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True).stdout.split()]
+        except OSError:
+            return []
+    children: list[int] = []
+    for path in listed:
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            children += [int(c) for c in Path(path).read_text().split()]
+    return children
+
+
+def _kill_child_processes() -> list[int]:
+    """SIGKILL the processes below this one (children, theirs, ...); returns their ids."""
+    found, parents = [], [os.getpid()]
+    while parents:
+        children = _children(parents.pop())
+        found += children
+        parents += children
+    for pid in found:
+        with contextlib.suppress(OSError):  # already gone
+            os.kill(pid, signal.SIGKILL)
+    return found
+
+
+def _restart_compile_workers() -> None:
+    """After the watchdog killed inductor's compile workers, whose pool then stays closed: have inductor start
+    new ones for later cases."""
+    async_compile = sys.modules.get("torch._inductor.async_compile")
+    if async_compile is not None:
+        async_compile.shutdown_compile_workers()
+
+
 # Epoch seconds after which no case of this run starts and a running one is stopped (``optbench run
 # --time-budget``): the run ends in time for asv to write its results, inside a runner's job limit.
 RUN_DEADLINE_ENV = "OPTBENCH_RUN_DEADLINE"
-_MIN_CASE_S = 5.0  # a case is not started with less than this left of the run's time budget
+# A case is not started with less than this (or its own budget, where smaller) left of the run's time budget:
+# cut short, it would show nothing. Small beside a case's budget (120-180 s), so that little of a run's budget
+# goes unused; a kernel case or an eager step fits in it (on an H100, 5-18 s at 1B).
+_MIN_CASE_S = 30.0
 
 
 def run_time_left() -> float | None:
@@ -164,26 +256,42 @@ def run_time_left() -> float | None:
     return float(value) - time.time() if value else None
 
 
-def out_of_run_time() -> bool:
-    """Whether too little of the run's time budget is left to start a case."""
+def out_of_run_time(budget_s: float = math.inf) -> bool:
+    """Whether too little of the run's time budget is left to start a case of ``budget_s`` seconds: less than
+    :data:`_MIN_CASE_S` or ``budget_s``, whichever is smaller."""
     left = run_time_left()
-    return left is not None and left < _MIN_CASE_S
+    return left is not None and left < min(budget_s, _MIN_CASE_S)
 
 
 NOT_STARTED = "not measured: the run's time budget ended before this case"
+CUT_SHORT = "not measured: the run's time budget ended {seconds:.1f} s into this case"
 
 
-def measure_case(case: Case, *, device: str, budget_s: float, budget_name: str = "its budget") -> dict[str, Any]:
+def measure_case(case: Case, *, device: str, budget_s: float, budget_name: str = "its budget",
+                 on_hard_stop: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Build, check, time and size one case within ``budget_s`` seconds; returns its record body (status,
-    metrics, ...). A case over its budget, even inside a compilation, is recorded as a timeout."""
+    metrics, ...). A case over its budget, even inside a compilation, is recorded as a timeout; where the
+    :func:`watchdog` must end the process, it first passes that record to ``on_hard_stop``."""
     rec: dict[str, Any] = {"params": case.params, "status": "ok", "metrics": {}, "peak_mem_bytes": {},
                            "mem_base_bytes": {}}
     start = time.perf_counter()
-    try:
-        with deadline(budget_s, budget_name):
-            _build_check_time(case, rec, device, start)
-    except CaseTimeout as exc:  # raised outside the body (a late alarm): recorded like any timeout
-        rec.update(status="timeout", reason=str(exc))
+
+    def hard_stop() -> None:
+        if on_hard_stop is not None:
+            on_hard_stop({**rec, "status": "timeout", "seconds": round(time.perf_counter() - start, 3),
+                          "reason": f"over {budget_name} of {budget_s:g} s, and the alarm could not interrupt it: "
+                                    f"the process was ended {2 * HARD_STOP_GRACE_S:g} s after the budget"})
+
+    with watchdog(budget_s, hard_stop) as killed:  # outside the deadline, so that a late alarm cannot skip its stop
+        try:
+            with deadline(budget_s, budget_name):
+                _build_check_time(case, rec, device, start)
+        except CaseTimeout as exc:  # raised outside the body (a late alarm): recorded like any timeout
+            rec.update(status="timeout", reason=str(exc))
+    if killed:
+        _restart_compile_workers()
+        rec["reason"] = (f"{rec.get('reason', rec['status'])}; the alarm could not interrupt it until its child "
+                         f"processes ({len(killed)}) were killed, {HARD_STOP_GRACE_S:g} s after the budget")
     rec["seconds"] = round(time.perf_counter() - start, 3)
     return rec
 
@@ -255,7 +363,7 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
     for case in cases:
         key = record_key(benchmark, case.params)
         head = {"key": key, "benchmark": benchmark, "commit": commit, "machine": machine, "date": now}
-        if out_of_run_time():  # not stored, as an unselected case is not: a later run measures it
+        if out_of_run_time(budget_s):  # not stored, as an unselected case is not: a later run measures it
             records[key] = {**head, "params": case.params, "status": "skipped", "reason": NOT_STARTED}
             log(f"{key}: skipped {NOT_STARTED}")
             continue
@@ -272,11 +380,24 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
                                                 "of its grid were not measured in that run"}])
         left = run_time_left()
         cut = left is not None and left < budget_s  # the run's budget ends first
-        rec = {**head, **measure_case(case, device=device, budget_s=left if cut else budget_s,
-                                      budget_name="what was left of the run's time budget" if cut else "its budget")}
-        store.save(machine, commit, [rec])
+        keep = partial(_keep, store, head, cut=cut)
+        rec = keep(measure_case(case, device=device, budget_s=left if cut else budget_s, on_hard_stop=keep,
+                                budget_name="what was left of the run's time budget" if cut else "its budget"))
         records[key] = rec
         if rec.get("context_lost"):
             lost_in = key
         log(f"{key}: {rec['status']} {rec.get('reason', '')[:120]}")
     return records
+
+
+def _keep(store: ResultStore, head: dict[str, Any], body: dict[str, Any], *, cut: bool) -> dict[str, Any]:
+    """Store the record of a measured case and return it. A timeout of a case that the run's time budget cut
+    short (``cut``) says nothing about the case: it is not stored, as a case not started is not (its placeholder
+    is removed), and is returned as skipped."""
+    rec = {**head, **body}
+    if cut and rec["status"] == "timeout":
+        store.drop(head["machine"], head["commit"], [head["key"]])
+        return {**head, "params": rec["params"], "status": "skipped",
+                "reason": CUT_SHORT.format(seconds=rec["seconds"])}
+    store.save(head["machine"], head["commit"], [rec])
+    return rec

@@ -101,5 +101,15 @@ class ResultStore:
         merged = self.load(machine, commit)
         for rec in records:
             merged[rec["key"]] = dict(rec)
-        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in merged.values())
+        self._write(machine, commit, merged)
+
+    def drop(self, machine: str, commit: str, keys: Iterable[str]) -> None:
+        """Remove the records with ``keys`` from the file of (machine, commit); keys not there are ignored."""
+        records, dropped = self.load(machine, commit), set(keys)
+        kept = {key: rec for key, rec in records.items() if key not in dropped}
+        if len(kept) < len(records):
+            self._write(machine, commit, kept)
+
+    def _write(self, machine: str, commit: str, records: dict[str, dict]) -> None:
+        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records.values())
         write_text_atomic(self.path(machine, commit), text)

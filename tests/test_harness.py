@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
+import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -13,7 +17,7 @@ import torch
 from optbench import hardware, machine
 from optbench.compare import compare
 from optbench.roofline import Ceilings, floor_ms, roofline
-from optbench.runner import Case, Work, WrongResult, run_grid
+from optbench.runner import RUN_DEADLINE_ENV, Case, Work, WrongResult, run_grid
 from optbench.store import MACHINE_KEY, ResultStore, record_key
 from optbench.timing import Timing
 
@@ -167,6 +171,8 @@ def test_a_case_over_its_budget_is_stopped_even_inside_a_long_call_and_the_grid_
     by_case = {r["params"]["case"]: r for r in records.values()}
     assert by_case["slow"]["status"] == "timeout"
     assert by_case["slow"]["reason"].endswith("in its check")
+    stored = ResultStore(tmp_path).load("test-machine", "c" * 40)
+    assert stored[record_key("bench_test.Grid", {"case": "slow"})]["status"] == "timeout"  # a fact about the case
     assert by_case["next"]["status"] == "ok"
     assert time.perf_counter() - started < 10
 
@@ -239,14 +245,16 @@ def test_results_belong_to_the_commit_whose_code_was_measured(tmp_path):
 
 
 def test_a_run_with_a_time_budget_stops_in_time_and_stores_nothing_it_did_not_measure(tmp_path, monkeypatch):
-    """--time-budget: a case running when the run's budget ends is stopped (a timeout naming the run's
-    budget), later cases are skipped unmeasured and not stored (a later run fills them in), and a grid that
-    starts after the end builds no cases."""
-    from optbench.runner import NOT_STARTED, RUN_DEADLINE_ENV
+    """--time-budget: a case running when the run's budget ends is stopped and, as its timeout says nothing
+    about the case, skipped as not measured (its placeholder removed from the store); later cases are skipped
+    unmeasured and not stored (a later run fills them in), and a grid that starts after the end builds no cases."""
+    from optbench import runner
+    from optbench.runner import NOT_STARTED
 
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "d" * 40)
-    monkeypatch.setenv(RUN_DEADLINE_ENV, str(time.time() + 6.0))
+    monkeypatch.setattr(runner, "_MIN_CASE_S", 1.0)
+    monkeypatch.setenv(RUN_DEADLINE_ENV, str(time.time() + 3.0))
     x = torch.randn(64, 64)
     cases = [Case({"case": "long"}, lambda: _work(lambda: x @ x, check=lambda: time.sleep(30))),
              Case({"case": "after"}, lambda: _work(lambda: x @ x))]
@@ -255,13 +263,130 @@ def test_a_run_with_a_time_budget_stops_in_time_and_stores_nothing_it_did_not_me
     records = run_grid("bench_test.Grid", cases, device="cpu", budget_s=100.0, store=store, log=lambda _: None)
     assert time.perf_counter() - started < 10
     by_case = {r["params"]["case"]: r for r in records.values()}
-    assert by_case["long"]["status"] == "timeout"
-    assert "what was left of the run's time budget" in by_case["long"]["reason"]
+    assert by_case["long"]["status"] == "skipped"
+    assert re.fullmatch(r"not measured: the run's time budget ended \d+\.\d s into this case",
+                        by_case["long"]["reason"])
     assert by_case["after"] == {**by_case["after"], "status": "skipped", "reason": NOT_STARTED}
-    stored = store.load("test-machine", "d" * 40)
-    assert record_key("bench_test.Grid", {"case": "after"}) not in stored
+    assert set(store.load("test-machine", "d" * 40)) == {MACHINE_KEY}  # neither a timeout nor a placeholder
 
     from benchmarks.bench_precision import Matmul
 
     monkeypatch.setattr(Matmul, "cases", lambda self: pytest.fail("built cases after the run's budget ended"))
     assert {r["status"] for r in Matmul().measure_grid().values()} == {"skipped"}
+
+
+def test_a_case_needs_a_minimum_of_the_runs_time_budget_left_to_start(tmp_path, monkeypatch):
+    """With less than 30 s of the run's budget left, a case with a longer budget is not started (nor stored);
+    one whose own budget fits in what is left still runs."""
+    from optbench.runner import _MIN_CASE_S, NOT_STARTED, out_of_run_time
+
+    monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
+    monkeypatch.setenv("ASV_COMMIT", "e" * 40)
+    monkeypatch.setenv(RUN_DEADLINE_ENV, str(time.time() + 20.0))
+    assert _MIN_CASE_S == 30.0 and out_of_run_time() and out_of_run_time(120.0) and not out_of_run_time(10.0)
+    store = ResultStore(tmp_path)
+    cases = [Case({"case": "quick"}, lambda: Work(timed={}, check=lambda: {"max_rel_err": 0.0}))]
+    long_budget = run_grid("bench_test.Grid", cases, device="cpu", budget_s=120.0, store=store, log=lambda _: None)
+    assert [(r["status"], r["reason"]) for r in long_budget.values()] == [("skipped", NOT_STARTED)]
+    assert set(store.load("test-machine", "e" * 40)) == {MACHINE_KEY}
+    short_budget = run_grid("bench_test.Grid", cases, device="cpu", budget_s=10.0, store=store, log=lambda _: None)
+    assert [r["status"] for r in short_budget.values()] == ["ok"]
+
+
+def test_the_store_drops_records_by_key(tmp_path):
+    store = ResultStore(tmp_path)
+    store.save("m", "c" * 40, [{"key": "a"}, {"key": "b"}])
+    store.drop("m", "c" * 40, ["a", "not-there"])
+    assert set(store.load("m", "c" * 40)) == {"b"}
+    store.drop("m", "f" * 40, ["a"])
+    assert store.commits("m") == ["c" * 40]  # dropping from a commit without records writes no file
+
+
+def test_a_case_that_ends_stops_its_watchdog(monkeypatch):
+    """Whether a case ends in time or by its alarm, its watchdog thread is gone when it returns and never fires
+    into what comes after."""
+    from optbench import runner
+
+    monkeypatch.setattr(runner, "HARD_STOP_GRACE_S", 0.2)
+    fired = []
+    monkeypatch.setattr(runner, "_kill_child_processes", lambda: fired.append("kill") or [])
+    monkeypatch.setattr(runner.os, "_exit", lambda status: fired.append(status))
+
+    def spin():
+        while True:
+            pass
+
+    quick = Case({"case": "quick"}, lambda: Work(timed={}, check=lambda: {}))
+    slow = Case({"case": "slow"}, lambda: Work(timed={}, check=spin))
+    assert runner.measure_case(quick, device="cpu", budget_s=0.3)["status"] == "ok"
+    assert runner.measure_case(slow, device="cpu", budget_s=0.3)["status"] == "timeout"
+    assert not [t for t in threading.enumerate() if t.name == runner.WATCHDOG_THREAD]
+    time.sleep(0.3 + 2 * 0.2 + 0.2)
+    assert fired == []
+
+
+def test_the_watchdog_restarts_inductors_compile_workers_after_killing_them(monkeypatch):
+    from optbench import runner
+
+    restarted = []
+    async_compile = type(sys)("torch._inductor.async_compile")
+    async_compile.shutdown_compile_workers = lambda: restarted.append(True)
+    monkeypatch.setitem(sys.modules, "torch._inductor.async_compile", async_compile)
+    runner._restart_compile_workers()
+    assert restarted == [True]
+
+
+_UNINTERRUPTIBLE_GRID = """
+    import signal, subprocess, sys, time
+    from optbench import runner
+    from optbench.runner import Case, Work, run_grid
+    from optbench.store import ResultStore
+
+    runner.HARD_STOP_GRACE_S = 0.3
+    runner._restart_compile_workers = lambda: print("compile workers restarted")
+
+    def blocked(wait):
+        # A wait in C that SIGALRM cannot interrupt, as the main thread's on inductor's compile workers: with
+        # the signal blocked here, another thread takes it and the handler runs only once the wait returns.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        try:
+            wait()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def case(name, check):
+        return Case({"case": name}, lambda: Work(timed={}, check=check))
+
+    cases = [case("waits-on-a-child", lambda: blocked(lambda: subprocess.run(["sleep", "30"]))),  # killing it helps
+             case("next", lambda: {}),
+             case("stuck", lambda: blocked(lambda: time.sleep(30))),  # no child: only ending the process helps
+             case("never", lambda: {})]
+    run_grid("bench_test.Grid", cases, device="cpu", budget_s=0.3, store=ResultStore(sys.argv[1]), log=print)
+"""
+
+
+def test_a_case_the_alarm_cannot_interrupt_is_hard_stopped_by_the_watchdog(tmp_path):
+    """A case blocked in C past its budget: the watchdog kills the child process it waits on, so that the alarm
+    lands and the grid goes on; a case that stays blocked ends the process, with its timeout stored. In a
+    child process, which the watchdog ends."""
+    from optbench.runner import HARD_STOP_EXIT
+
+    script = tmp_path / "grid.py"
+    script.write_text(textwrap.dedent(_UNINTERRUPTIBLE_GRID))
+    env = {**os.environ, "OPTBENCH_MACHINE": "test-machine", "ASV_COMMIT": "a" * 40, "PYTHONPATH": str(ROOT)}
+    env.pop(RUN_DEADLINE_ENV, None)
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "results")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == HARD_STOP_EXIT, out.stdout + out.stderr
+    assert time.perf_counter() - started < 25  # not the 30 s of either blocked wait
+    assert "compile workers restarted" in out.stdout and "alarm could not interrupt" in out.stderr
+    stored = {k.split("=")[-1]: r for k, r in ResultStore(tmp_path / "results").load("test-machine", "a" * 40).items()
+              if k != MACHINE_KEY}
+    assert set(stored) == {"waits-on-a-child", "next", "stuck"}
+    waited = stored["waits-on-a-child"]
+    assert waited["status"] == "timeout" and waited["seconds"] < 25
+    assert "until its child processes (1) were killed" in waited["reason"]
+    assert stored["next"]["status"] == "ok"
+    assert stored["stuck"]["status"] == "timeout" and stored["stuck"]["seconds"] < 25
+    assert "the alarm could not interrupt it: the process was ended 0.6 s after the budget" in stored["stuck"]["reason"]

@@ -114,7 +114,7 @@ def test_add_matches_fp64(shape, x_dtype, y_dtype, out_dtype):
     h, out, dx, dy, dw = results
     assert (h.dtype, dx.dtype, dy.dtype, dw.dtype) == (x_dtype, x_dtype, y_dtype, torch.float32)
     assert out.dtype == (out_dtype or torch.float32)
-    low = max((TOL[d] for d in (x_dtype, y_dtype, out_dtype or torch.float32)))
+    low = max(TOL[d] for d in (x_dtype, y_dtype, out_dtype or torch.float32))
     assert_all_close(results, refs, ADD_NAMES, low)
 
 
