@@ -46,7 +46,8 @@ class Work:
     gradients so that their allocation counts, and with the bytes already allocated recorded beside it as
     ``mem_base_bytes``); ``check`` runs before any timing
     and raises :class:`WrongResult` when the result is wrong; ``flops``/``bytes`` per metric feed the
-    roofline (floor) at report time; ``info`` is free-form (dtype, tokens per call, ...).
+    roofline (floor) at report time; ``info`` is free-form (dtype, tokens per call, ...); ``timing`` overrides
+    the timer's warm-up and sampling budgets per metric (:func:`optbench.timing.measure`).
     """
 
     timed: dict[str, Callable[[], Any]]
@@ -57,6 +58,7 @@ class Work:
     info: dict[str, Any] = field(default_factory=dict)
     graph: bool = True
     before_memory: Callable[[], None] | None = None
+    timing: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> keywords of timing.measure
 
 
 @dataclass
@@ -311,7 +313,7 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, start: float
             rec["check_seconds"] = round(time.perf_counter() - t0, 3)  # includes compilation and autotuning
         for name, fn in work.timed.items():
             phase = f"timing {name!r}"
-            rec["metrics"][name] = measure(fn, device=device, graph=work.graph).to_dict()
+            rec["metrics"][name] = measure(fn, device=device, graph=work.graph, **work.timing.get(name, {})).to_dict()
             if name in work.memory:
                 if work.before_memory is not None:
                     work.before_memory()

@@ -202,6 +202,14 @@ def step_options(size: str, variant: str, device: str):
     return step_pair(machine_profile(device), size, variant)
 
 
+# A training step on a GPU is timed after STEP_WARMUP_MS of steps and over at least STEP_REP_MS (the forward,
+# timed right after, finds the GPU in the same state): under
+# sustained load an H100 SXM reaches its 700 W cap within about a second and its SM clock falls from 1980 to
+# ~1700 MHz (nvidia-smi beside 1B steps, 2026-11-24). With 3 warm-up steps and 10 samples the 1B step read
+# 112.1-112.5 ms, against 114.8-115.1 ms over 8 s of steps: the short window timed the boost clock.
+STEP_WARMUP_MS, STEP_REP_MS = 2000.0, 1000.0
+
+
 def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
     """One training step of ``size`` with ``variant`` on: checked against its baseline, then timed."""
     from models.config import CONFIGS
@@ -231,8 +239,9 @@ def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
             raise WrongResult(f"step {size}/{variant}: {out}")
         return out
 
+    steady = {"step": {"warmup_ms": STEP_WARMUP_MS, "rep_ms": STEP_REP_MS}} if str(device).startswith("cuda") else {}
     return Work(timed={"step": step, "forward": step.forward_loss}, check=check, memory=("step",),
-                flops={"step": float(step.flops_per_step)}, graph=False,
+                flops={"step": float(step.flops_per_step)}, graph=False, timing=steady,
                 info={"tokens": step.tokens_per_step, "primary_clock": "wall", "precision": options.precision,
                       "batch_size": options.batch_size, "seq_len": options.seq_len,
                       "params": sum(p.numel() for p in step.params),

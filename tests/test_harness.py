@@ -94,6 +94,25 @@ def test_grid_records_every_outcome_and_goes_on(tmp_path, monkeypatch):
     assert not list(tmp_path.rglob(".*.jsonl.*"))  # no temporary files left behind
 
 
+def test_a_work_sets_the_timers_budgets_per_metric(tmp_path, monkeypatch):
+    """Work.timing reaches measure() for its metric only (steps: a power-steady warm-up; the rest: defaults)."""
+    monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
+    monkeypatch.setenv("ASV_COMMIT", "c" * 40)
+    work = Work(timed={"long": lambda: None, "plain": lambda: None},
+                timing={"long": {"warmup_ms": 0.0, "rep_ms": 0.0, "min_reps": 3, "max_reps": 3}})
+    records = run_grid("bench_test.Grid", [Case({"case": "t"}, lambda: work)], device="cpu",
+                       store=ResultStore(tmp_path), log=lambda _: None)
+    metrics = next(iter(records.values()))["metrics"]
+    assert metrics["long"]["wall"]["n"] == 3 and metrics["plain"]["wall"]["n"] >= 10
+
+
+def test_steps_on_a_gpu_are_timed_at_a_power_steady_clock():
+    from optbench.workloads import STEP_WARMUP_MS, step_work
+
+    assert STEP_WARMUP_MS >= 1000  # an H100 reaches its power cap about a second into sustained steps
+    assert step_work("tiny", "eager", "cpu").timing == {}  # a CPU has no boost to wait out
+
+
 def test_a_case_that_loses_the_cuda_context_ends_the_grid_and_keeps_what_was_measured(tmp_path, monkeypatch):
     from optbench import runner
 
