@@ -48,6 +48,17 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def gpu_state() -> dict[str, Any] | None:
+    """GPU 0's state now, from nvidia-smi: sm_clock_mhz, power_w, temperature_c and clock_events (the active
+    clock-event reasons as a hex mask: 0x4 a software power cap, 0x20/0x40 thermal slowdown). Taken right after
+    a timing, it tells whether the figure ran at boost or at a power- or heat-limited clock. None without it."""
+    smi = _nvidia_smi(["clocks.sm", "power.draw", "temperature.gpu", "clocks_event_reasons.active"])
+    if smi is None:
+        return None
+    return {"sm_clock_mhz": _int_or_none(smi[0]), "power_w": _float_or_none(smi[1]),
+            "temperature_c": _int_or_none(smi[2]), "clock_events": smi[3]}
+
+
 def machine_name(info: dict[str, Any] | None = None, emulate: str | None = None) -> str:
     """Results-folder name: the profile key of the GPU ('h100-sxm', 't4', or the slug of an unknown
     GPU's name), 'cpu-<short cpu slug>' without a GPU, plus '-emulating-<key>' when emulating a profile.
@@ -82,11 +93,16 @@ def _nvidia_smi(fields: list[str]) -> list[str] | None:
     return next((row for row in rows if row[0] == uuid), rows[0])[1:]
 
 
-def _int_or_none(value: str) -> int | None:
+def _float_or_none(value: str) -> float | None:
     try:
-        return int(float(value))
+        return float(value)
     except ValueError:  # '[N/A]', '[Not Supported]'
         return None
+
+
+def _int_or_none(value: str) -> int | None:
+    number = _float_or_none(value)
+    return None if number is None else int(number)
 
 
 def _torch_driver() -> str | None:

@@ -299,6 +299,7 @@ def measure_case(case: Case, *, device: str, budget_s: float, budget_name: str =
 
 
 def _build_check_time(case: Case, rec: dict[str, Any], device: str, start: float) -> None:
+    from optbench.machine import gpu_state
     from optbench.memory import peak_memory
     from optbench.timing import measure
 
@@ -314,6 +315,8 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, start: float
         for name, fn in work.timed.items():
             phase = f"timing {name!r}"
             rec["metrics"][name] = measure(fn, device=device, graph=work.graph, **work.timing.get(name, {})).to_dict()
+            if str(device).startswith("cuda"):  # the clock, power and heat the figure was taken at
+                rec.setdefault("gpu_state", {})[name] = gpu_state()
             if name in work.memory:
                 if work.before_memory is not None:
                     work.before_memory()

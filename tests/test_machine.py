@@ -95,3 +95,13 @@ def test_machine_name_when_emulating():
 
 def test_machine_name_of_this_machine():
     assert machine_name() == machine_name(machine_info())
+
+
+def test_gpu_state_reads_clock_power_heat_and_clock_events(monkeypatch):
+    monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: ["1695", "690.12", "47", "0x0000000000000004"])
+    assert machine.gpu_state() == {"sm_clock_mhz": 1695, "power_w": 690.12, "temperature_c": 47,
+                                   "clock_events": "0x0000000000000004"}
+    monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: ["[N/A]", "[N/A]", "47", "[N/A]"])
+    assert machine.gpu_state()["sm_clock_mhz"] is None
+    monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: None)
+    assert machine.gpu_state() is None
