@@ -253,13 +253,18 @@ def floor_ratios(run: Run) -> dict[str, dict[str, dict[str, float]]]:
     return {panel: dict(shapes) for panel, shapes in found.items()}
 
 
+def _entries(value: dict) -> int:
+    """Measured entries of a value: its items, or the items of its items (implementations x shapes)."""
+    return sum(len(v) if isinstance(v, (dict, list)) else 1 for v in value.values())
+
+
 def fullest(history: list[Run], extract: Callable[[Run], dict]) -> dict[str, tuple[Run, dict]]:
     """Each key that extract gives for some run (history is oldest first), with the run whose value for it
-    has the most entries, the newest of those, and that value."""
+    has the most entries (:func:`_entries`), the newest of those, and that value."""
     found: dict[str, tuple[Run, dict]] = {}
     for run in history:
         for key, value in extract(run).items():
-            if key not in found or len(value) >= len(found[key][1]):
+            if key not in found or _entries(value) >= _entries(found[key][1]):
                 found[key] = (run, value)
     return found
 

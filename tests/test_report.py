@@ -122,6 +122,19 @@ def test_a_later_partial_run_does_not_hide_a_fuller_one(tmp_path):
     assert "| 1B @ `fffffff3` |" in report.headline_table(store)
 
 
+def test_a_later_run_of_fewer_kernel_shapes_does_not_hide_a_fuller_one(tmp_path):
+    """A quick run (every implementation, one shape per kernel) after a full one: the kernel rows stay at the
+    full run, which measured more shapes."""
+    from synthetic_results import _kernels, save
+
+    store = report.ResultStore(tmp_path / "results")
+    save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", _kernels(1))
+    quick = [r for r in _kernels(2) if r["params"]["shape"] in ("16384x768", "skipped")]
+    save(store, "h100-sxm", commit(2), "2025-01-02T12:00:00+00:00", quick)
+    rms = [line for line in report.headline_table(store).splitlines() if line.startswith("| RMSNorm |")]
+    assert rms and all(line.endswith("| `fffffff1` |") for line in rms)
+
+
 def test_update_readme_replaces_only_the_marked_region(store, tmp_path):
     readme = tmp_path / "README.md"
     start, end = report.README_START, report.README_END
