@@ -1,8 +1,9 @@
 """RMSNorm (HF Llama semantics) with forward and backward in Triton, beside its eager reference.
 
-y = weight * cast_to_x_dtype(x * rsqrt(mean(x^2, -1) + eps)), statistics in fp32.
-The row-block building blocks here (`rms_fwd_rows`, `rms_bwd_stripe`, `sum_partials`) are reused
-by `kernels.qknorm`.
+y = weight * cast_to_x_dtype(x * rsqrt(mean(x^2, -1) + eps)), statistics in fp32. `add_rms_norm` also
+takes the residual add before the norm (h = x + y, then its norm) and, backward, adds the residual gradient
+and writes the total in both inputs' dtypes. The row-block building blocks here (`rms_fwd_rows`,
+`rms_bwd_stripe`, `sum_partials`) are reused by `kernels.qknorm`.
 """
 
 from __future__ import annotations
