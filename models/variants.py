@@ -5,6 +5,12 @@ A variant is one optimization switched on from the eager baseline ``models.step.
 'eager' is the baseline itself and 'best' our best combination.
 """
 
+# The compiled-and-graphed best combinations, each one change on top of the one before.
+_COMPILE_GRAPH = {"grad_stats": "foreach", "optimizer": "fused", "item_sync": False, "attn_mask": "is_causal",
+                  "compile": "default", "cuda_graph": True}
+_MASTER = {**_COMPILE_GRAPH, "optimizer": "master"}
+_FUSED = {**_MASTER, "fused_proj": True}
+
 # Name -> the StepOptions overrides that turn one optimization on. An optional "baseline" entry holds
 # overrides applied to both sides, i.e. the reference the switch is measured against (see variant_options):
 # tf32 against fp32; triton-qknorm against an eager QK-norm model; cuda-graph against a step that already
@@ -48,21 +54,16 @@ VARIANTS: dict[str, dict] = {
     "best-graph": {"norm": "triton", "mlp": "triton", "loss": "fused", "grad_stats": "foreach", "optimizer": "fused",
                    "item_sync": False, "attn_mask": "is_causal", "cuda_graph": True},
     # inductor's fusions and no host in the loop: the compiled forward/backward and the optimizer in one graph.
-    "best-compile-graph": {"grad_stats": "foreach", "optimizer": "fused", "item_sync": False, "attn_mask": "is_causal",
-                           "compile": "default", "cuda_graph": True},
+    "best-compile-graph": _COMPILE_GRAPH,
     # best-compile-graph with bf16 weights and our AdamW over fp32 masters (no weight or gradient casts).
-    "best-master": {"grad_stats": "foreach", "optimizer": "master", "item_sync": False, "attn_mask": "is_causal",
-                    "compile": "default", "cuda_graph": True},
+    "best-master": _MASTER,
     # best-master with the fused projections: fewer, larger GEMMs (the small k/v projections run slowest).
-    "best-fused": {"grad_stats": "foreach", "optimizer": "master", "item_sync": False, "attn_mask": "is_causal",
-                   "fused_proj": True, "compile": "default", "cuda_graph": True},
+    "best-fused": _FUSED,
     # best-fused with our Triton RMSNorm, which adds the residual in its pass and, backward, writes the residual
     # gradient in fp32 and bf16 at once (inductor casts it in a pass of its own).
-    "best-norm": {"grad_stats": "foreach", "optimizer": "master", "item_sync": False, "attn_mask": "is_causal",
-                  "fused_proj": True, "norm": "triton", "compile": "default", "cuda_graph": True},
+    "best-norm": {**_FUSED, "norm": "triton"},
     # best-compile-graph with regional compilation: compile time that does not grow with depth.
-    "best-regional": {"grad_stats": "foreach", "optimizer": "fused", "item_sync": False, "attn_mask": "is_causal",
-                      "compile": "default", "compile_scope": "blocks", "cuda_graph": True},
+    "best-regional": {**_COMPILE_GRAPH, "compile_scope": "blocks"},
 }
 
 

@@ -202,11 +202,11 @@ def step_options(size: str, variant: str, device: str):
     return step_pair(machine_profile(device), size, variant)
 
 
-# A training step on a GPU is timed after STEP_WARMUP_MS of steps and over at least STEP_REP_MS (the forward,
-# timed right after, finds the GPU in the same state): under
-# sustained load an H100 SXM reaches its 700 W cap within about a second and its SM clock falls from 1980 to
-# ~1700 MHz (nvidia-smi beside 1B steps, 2026-11-24). With 3 warm-up steps and 10 samples the 1B step read
-# 112.1-112.5 ms, against 114.8-115.1 ms over 8 s of steps: the short window timed the boost clock.
+# A training step on a GPU is timed after STEP_WARMUP_MS of steps and over at least STEP_REP_MS; the forward,
+# timed right after, finds the GPU in the same state. Under sustained load an H100 SXM reaches its 700 W cap
+# within about a second and its SM clock falls from 1980 to ~1700 MHz (nvidia-smi beside 1B steps, 2026-11-24).
+# With 3 warm-up steps and 10 samples the 1B step read 112.1-112.5 ms, against 114.8-115.1 ms over 8 s of
+# steps: the short window timed the boost clock.
 STEP_WARMUP_MS, STEP_REP_MS = 2000.0, 1000.0
 
 
