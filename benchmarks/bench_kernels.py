@@ -95,6 +95,16 @@ class QKNorm(_KernelWithBackward):
         return self.measure_grid()
 
 
+class QKVRope(_KernelWithBackward):
+    """RoPE of q and k out of one packed q/k/v projection output (B=8, S=1024), and its packed gradient."""
+
+    op = "qkv_rope"
+    params = _grid(op)
+
+    def setup_cache(self):
+        return self.measure_grid()
+
+
 class LinearCrossEntropy(_KernelWithBackward):
     op = "linear_ce"
     params = _grid(op)

@@ -28,7 +28,7 @@ class Op:
     """A kernel measured by the suite.
 
     ``make_inputs(dims, dtype, device, gen)`` returns the inputs (leaves that need gradients have
-    ``requires_grad``); ``impl(name)`` returns ``fn(*inputs) -> Tensor``; ``flops``/``bytes`` give the
+    ``requires_grad``); ``impl(name, dims)`` returns ``fn(*inputs) -> Tensor`` (or a tuple of them); ``flops``/``bytes`` give the
     fewest FLOPs / bytes for ``fwd`` and ``fwdbwd`` at dims and element size.
     """
 
@@ -36,7 +36,7 @@ class Op:
     shapes: dict[str, dict[str, int]]
     impls: tuple[str, ...]
     make_inputs: Callable[[dict[str, int], torch.dtype, str, torch.Generator], Inputs]
-    impl: Callable[[str], Callable[..., Tensor]]
+    impl: Callable[[str, dict[str, int]], Callable[..., Tensor]]
     flops: Callable[[dict[str, int]], dict[str, float]]
     bytes: Callable[[dict[str, int], int], dict[str, float]]
     dtype: torch.dtype = BF16
@@ -55,8 +55,10 @@ def _compiled(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     return torch.compile(fn)
 
 
-def _pick(table: dict[str, Callable[[], Callable[..., Tensor]]]) -> Callable[[str], Callable[..., Tensor]]:
-    def impl(name: str) -> Callable[..., Tensor]:
+def _pick(table: dict[str, Callable[[], Callable[..., Tensor]]]
+          ) -> Callable[[str, dict[str, int]], Callable[..., Tensor]]:
+    """impl(name, dims) of an op whose implementations do not depend on the shape."""
+    def impl(name: str, dims: dict[str, int]) -> Callable[..., Tensor]:
         if name not in table:
             raise NotImplementedError(f"no {name!r} implementation")
         return table[name]()
@@ -190,6 +192,54 @@ QKNORM = Op(
 )
 
 
+# --- RoPE of a packed q/k/v projection: q, k rotated by position, v split off, T tokens of D-wide heads -----
+
+def _rope_impl(name: str, dims: dict[str, int]) -> Callable[..., Tensor]:
+    """The shape's head split is part of the function: (qkv, cos, sin) -> (q, k, v)."""
+    from kernels.rope import qkv_rope, qkv_rope_eager
+
+    heads = dims["q_heads"], dims["kv_heads"]
+
+    def eager(qkv: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, ...]:
+        # q, k in the projection's dtype, as autocast casts them for SDPA
+        return tuple(t.to(qkv.dtype) for t in qkv_rope_eager(qkv, cos, sin, *heads))
+
+    table = {"eager": eager, "compile": torch.compile(eager),
+             "triton": lambda qkv, cos, sin: qkv_rope(qkv, cos, sin, *heads)}
+    if name not in table:
+        raise NotImplementedError(f"no {name!r} implementation")
+    return table[name]
+
+
+def _rope_inputs(d: dict[str, int], dt: torch.dtype, dev: str, g: torch.Generator) -> Inputs:
+    """qkv (8, T/8, Hq + 2 Hkv, D) and the model's cos, sin tables (T/8, 1, D), fp32 constants."""
+    seq, dim = d["tokens"] // 8, d["head_dim"]
+    inv_freq = 1.0 / 10000 ** (torch.arange(0, dim, 2, dtype=torch.float32, device=dev) / dim)
+    angles = torch.outer(torch.arange(seq, dtype=torch.float32, device=dev), inv_freq)
+    emb = torch.cat([angles, angles], dim=-1)[:, None, :]
+    qkv = _randn((8, seq, d["q_heads"] + 2 * d["kv_heads"], dim), dt, dev, g)
+    return qkv, emb.cos(), emb.sin()
+
+
+def _rope_elems(d: dict[str, int], kv_copies: int = 2) -> int:
+    """Elements of the q and k heads plus kv_copies x those of the k (or v) heads."""
+    return d["tokens"] * (d["q_heads"] + kv_copies * d["kv_heads"]) * d["head_dim"]
+
+
+QKV_ROPE = Op(
+    name="qkv_rope",
+    shapes=SHAPES["qkv_rope"],
+    impls=IMPLS["qkv_rope"],
+    make_inputs=_rope_inputs,
+    impl=_rope_impl,
+    # 3 FLOPs per rotated element (x1 c - x2 s) each way; v is only moved.
+    flops=lambda d: {"fwd": 3.0 * _rope_elems(d, 1), "fwdbwd": 6.0 * _rope_elems(d, 1)},
+    # fwd: read and write q, k (v may stay a view); bwd: read dq, dk, dv, write the packed gradient.
+    bytes=lambda d, s: {"fwd": 2.0 * _rope_elems(d, 1) * s,
+                        "fwdbwd": 2.0 * (_rope_elems(d, 1) + _rope_elems(d)) * s},
+)
+
+
 # --- LM head + cross-entropy: loss(h @ W^T, y) over N tokens, vocabulary V ----------------------
 
 def _linear_ce_impls() -> Callable[[str], Callable[..., Tensor]]:
@@ -308,4 +358,4 @@ GRAD_STATS = Op(
     backward=False,
 )
 
-OPS: dict[str, Op] = {op.name: op for op in (RMSNORM, ADD_RMSNORM, SWIGLU, QKNORM, LINEAR_CE, GRAD_STATS)}
+OPS: dict[str, Op] = {op.name: op for op in (RMSNORM, ADD_RMSNORM, SWIGLU, QKNORM, QKV_ROPE, LINEAR_CE, GRAD_STATS)}

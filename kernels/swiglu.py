@@ -1,6 +1,9 @@
-"""SwiGLU gate, c = silu(a) * b, with forward and backward as flat elementwise Triton kernels.
+"""SwiGLU gate, c = silu(a) * b, with forward and backward as elementwise Triton kernels.
 
-The kernels compute in fp32 and store in the input dtype; the backward recomputes silu(a) from a.
+The kernels compute in fp32 and store in the input dtype; the backward recomputes silu(a) from a. They walk
+(rows, columns) tiles with a row stride per tensor, so a and b may be the two halves of one packed
+(..., 2I) gate/up projection: ``swiglu_packed`` reads them there and writes their gradients into one packed
+tensor, so that a fused gate/up GEMM's backward gets its gradient without a concatenation pass.
 """
 
 from __future__ import annotations
@@ -10,10 +13,11 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from kernels._common import flat, warps_for
+from kernels._common import warps_for
 
-BLOCK = 2048  # elements per program
-WARPS = warps_for(BLOCK, per_thread=8)  # one 16-byte vector per thread and tensor for 16-bit dtypes
+TILE = 2048  # elements per program
+COLS = 512  # columns per tile (fewer when the rows are shorter): 11 tiles span a 1B config's 5632 exactly
+WARPS = warps_for(TILE, per_thread=8)  # one 16-byte vector per thread and tensor for 16-bit dtypes
 
 
 def swiglu_eager(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -21,36 +25,76 @@ def swiglu_eager(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.silu(a) * b
 
 
-@triton.jit
-def _swiglu_fwd_kernel(A, B, C, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    a = tl.load(A + offs, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(B + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(C + offs, (a * tl.sigmoid(a) * b).to(C.dtype.element_ty), mask=mask)
+def swiglu_packed_eager(gu: torch.Tensor) -> torch.Tensor:
+    """Eager reference of the packed form: silu(a) * b for gu = [a, b] along the last dim."""
+    return swiglu_eager(*gu.chunk(2, dim=-1))
 
 
 @triton.jit
-def _swiglu_bwd_kernel(DC, A, B, DA, DB, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    dc = tl.load(DC + offs, mask=mask, other=0.0).to(tl.float32)
-    a = tl.load(A + offs, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(B + offs, mask=mask, other=0.0).to(tl.float32)
+def _tile(n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """This program's rows, columns and mask: tiles laid out row-block-major over (n_rows, n_cols)."""
+    col_blocks = tl.cdiv(n_cols, BLOCK_N)
+    pid = tl.program_id(0)
+    rows = (pid // col_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = (pid % col_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
+    return rows.to(tl.int64)[:, None], cols[None, :], (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+
+
+@triton.jit
+def _swiglu_fwd_kernel(A, B, s_in, C, s_out, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows, cols, mask = _tile(n_rows, n_cols, BLOCK_M, BLOCK_N)
+    a = tl.load(A + rows * s_in + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + rows * s_in + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(C + rows * s_out + cols, (a * tl.sigmoid(a) * b).to(C.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _swiglu_bwd_kernel(DC, s_dc, A, B, s_in, DA, DB, s_out, n_rows, n_cols,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows, cols, mask = _tile(n_rows, n_cols, BLOCK_M, BLOCK_N)
+    dc = tl.load(DC + rows * s_dc + cols, mask=mask, other=0.0).to(tl.float32)
+    a = tl.load(A + rows * s_in + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(B + rows * s_in + cols, mask=mask, other=0.0).to(tl.float32)
     sig = tl.sigmoid(a)
     silu = a * sig
-    tl.store(DB + offs, (dc * silu).to(DB.dtype.element_ty), mask=mask)
-    tl.store(DA + offs, (dc * b * (sig + silu * (1.0 - sig))).to(DA.dtype.element_ty), mask=mask)
+    tl.store(DB + rows * s_out + cols, (dc * silu).to(DB.dtype.element_ty), mask=mask)
+    tl.store(DA + rows * s_out + cols, (dc * b * (sig + silu * (1.0 - sig))).to(DA.dtype.element_ty), mask=mask)
+
+
+def _grid(n_rows: int, n_cols: int) -> tuple[tuple[int], dict]:
+    block_n = min(COLS, triton.next_power_of_2(n_cols))
+    block_m = max(1, TILE // block_n)
+    grid = (triton.cdiv(n_rows, block_m) * triton.cdiv(n_cols, block_n),)
+    return grid, dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=WARPS)
+
+
+def _rows(x: torch.Tensor, width: int) -> torch.Tensor:
+    """x as contiguous (N, width) rows."""
+    return x.contiguous().view(-1, width)
+
+
+def _fwd(a: torch.Tensor, b: torch.Tensor, s_in: int, shape: torch.Size) -> torch.Tensor:
+    """c (contiguous, `shape`) = silu(a) * b for (N, I) row views a, b with row stride s_in."""
+    n, i = a.shape
+    c = torch.empty(shape, dtype=a.dtype, device=a.device)
+    grid, meta = _grid(n, i)
+    _swiglu_fwd_kernel[grid](a, b, s_in, c, i, n, i, **meta)
+    return c
+
+
+def _bwd(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, s_in: int, da: torch.Tensor, db: torch.Tensor,
+         s_out: int) -> None:
+    """da, db (row views with row stride s_out) of silu(a) * b for the contiguous (N, I) gradient dc."""
+    n, i = a.shape
+    grid, meta = _grid(n, i)
+    _swiglu_bwd_kernel[grid](dc, i, a, b, s_in, da, db, s_out, n, i, **meta)
 
 
 @torch.library.custom_op("optbench::swiglu_fwd", mutates_args=())
 def swiglu_fwd(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """c = silu(a) * b (contiguous, a's shape and dtype). An opaque op, so torch.compile never traces the launch."""
-    a1, b1 = flat(a), flat(b)
-    c = torch.empty(a.shape, dtype=a.dtype, device=a.device)
-    n = a1.numel()
-    _swiglu_fwd_kernel[(triton.cdiv(n, BLOCK),)](a1, b1, c, n, BLOCK=BLOCK, num_warps=WARPS)
-    return c
+    i = a.shape[-1]
+    return _fwd(_rows(a, i), _rows(b, i), i, a.shape)
 
 
 @swiglu_fwd.register_fake
@@ -61,17 +105,45 @@ def _(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 @torch.library.custom_op("optbench::swiglu_bwd", mutates_args=())
 def swiglu_bwd(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(da, db) of c = silu(a) * b for the incoming gradient dc, contiguous, in a's and b's dtypes."""
-    a1, b1 = flat(a), flat(b)
-    n = a1.numel()
+    i = a.shape[-1]
     da = torch.empty(a.shape, dtype=a.dtype, device=a.device)
     db = torch.empty(b.shape, dtype=b.dtype, device=b.device)
-    _swiglu_bwd_kernel[(triton.cdiv(n, BLOCK),)](flat(dc), a1, b1, da, db, n, BLOCK=BLOCK, num_warps=WARPS)
+    _bwd(_rows(dc, i), _rows(a, i), _rows(b, i), i, da.view(-1, i), db.view(-1, i), i)
     return da, db
 
 
 @swiglu_bwd.register_fake
 def _(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return a.new_empty(a.shape), b.new_empty(b.shape)
+
+
+@torch.library.custom_op("optbench::swiglu_packed_fwd", mutates_args=())
+def swiglu_packed_fwd(gu: torch.Tensor) -> torch.Tensor:
+    """c (..., I) = silu(a) * b for gu = [a, b] (..., 2I), contiguous, in gu's dtype."""
+    i = gu.shape[-1] // 2
+    g = _rows(gu, 2 * i)
+    return _fwd(g[:, :i], g[:, i:], 2 * i, (*gu.shape[:-1], i))
+
+
+@swiglu_packed_fwd.register_fake
+def _(gu: torch.Tensor) -> torch.Tensor:
+    return gu.new_empty((*gu.shape[:-1], gu.shape[-1] // 2))
+
+
+@torch.library.custom_op("optbench::swiglu_packed_bwd", mutates_args=())
+def swiglu_packed_bwd(dc: torch.Tensor, gu: torch.Tensor) -> torch.Tensor:
+    """d gu = [da, db] (gu's shape and dtype, contiguous) of silu(a) * b for the incoming gradient dc."""
+    i = gu.shape[-1] // 2
+    g = _rows(gu, 2 * i)
+    dgu = torch.empty(gu.shape, dtype=gu.dtype, device=gu.device)
+    d = dgu.view(-1, 2 * i)
+    _bwd(_rows(dc, i), g[:, :i], g[:, i:], 2 * i, d[:, :i], d[:, i:], 2 * i)
+    return dgu
+
+
+@swiglu_packed_bwd.register_fake
+def _(dc: torch.Tensor, gu: torch.Tensor) -> torch.Tensor:
+    return gu.new_empty(gu.shape)
 
 
 class SwiGLUFunction(torch.autograd.Function):
@@ -93,6 +165,27 @@ class SwiGLUFunction(torch.autograd.Function):
         return swiglu_bwd(dc, a, b)
 
 
+class SwiGLUPackedFunction(torch.autograd.Function):
+    """gu = [a, b] (..., 2I) -> silu(a) * b (..., I) in gu's dtype. Saves gu; backward writes d gu at once."""
+
+    @staticmethod
+    def forward(ctx, gu: torch.Tensor) -> torch.Tensor:
+        if gu.shape[-1] % 2:
+            raise ValueError(f"a packed gate/up tensor needs an even last dim, got {tuple(gu.shape)}")
+        ctx.save_for_backward(gu)
+        return swiglu_packed_fwd(gu)
+
+    @staticmethod
+    def backward(ctx, dc: torch.Tensor) -> torch.Tensor:
+        (gu,) = ctx.saved_tensors
+        return swiglu_packed_bwd(dc, gu)
+
+
 def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Triton silu(a) * b for same-shape a, b (any shape; non-contiguous inputs are copied first)."""
     return SwiGLUFunction.apply(a, b)
+
+
+def swiglu_packed(gu: torch.Tensor) -> torch.Tensor:
+    """Triton silu(a) * b for gu = [a, b] along the last dim (a fused gate/up projection's output)."""
+    return SwiGLUPackedFunction.apply(gu)

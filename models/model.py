@@ -5,8 +5,8 @@ optional QK-norm (per-head RMSNorm of q and k before RoPE) is the Qwen3 variant.
 final-normed hidden states: the training step applies ``lm_head`` and the loss, so that fused LM-head +
 cross-entropy kernels can take the hidden states and ``lm_head.weight``.
 
-Kernel choices are constructor switches ('eager' is the reference); their modules are imported lazily so
-that a missing implementation only fails the switch that needs it.
+Kernel choices are constructor switches ('eager' is the reference, kept beside each kernel in kernels/);
+Liger-Kernel is imported lazily, so that without it only the switches that need it fail.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from kernels.rmsnorm import RMSNorm
+from kernels.rope import qkv_rope, rope_eager
+from kernels.swiglu import swiglu, swiglu_eager, swiglu_packed
 from models.config import ModelConfig
 
 ATTN_MASKS = ("is_causal", "cached", "rebuilt")
@@ -29,8 +32,6 @@ def rms_norm(dim: int, eps: float, impl: str) -> nn.Module:
         from liger_kernel.transformers import LigerRMSNorm
 
         return LigerRMSNorm(dim, eps=eps)
-    from kernels.rmsnorm import RMSNorm
-
     return RMSNorm(dim, eps=eps, impl=impl)
 
 
@@ -40,8 +41,6 @@ def swiglu_fn(impl: str) -> Callable[[Tensor, Tensor], Tensor]:
         from liger_kernel.ops.swiglu import LigerSiLUMulFunction
 
         return LigerSiLUMulFunction.apply
-    from kernels.swiglu import swiglu, swiglu_eager
-
     fns = {"eager": swiglu_eager, "triton": swiglu}
     if impl not in fns:
         raise ValueError(f"mlp impl must be 'eager', 'triton' or 'liger', got {impl!r}")
@@ -56,15 +55,9 @@ def rope_tables(cfg: ModelConfig) -> tuple[Tensor, Tensor]:
     return emb.cos(), emb.sin()
 
 
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate x (B, S, H, D) by position (HF rotate_half convention); cos, sin are (S, 1, D)."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
-
-
 class FusedLinear(nn.Linear):
     """Bias-free Linear layers that share one input, as one: their weights stacked by rows, so one GEMM
-    computes all of their outputs and one their input gradient. Returns the outputs split as the parts."""
+    computes all of their outputs and one their input gradient. Its output holds the parts' side by side."""
 
     def __init__(self, parts: dict[str, nn.Linear]):
         first = next(iter(parts.values()))
@@ -72,15 +65,21 @@ class FusedLinear(nn.Linear):
         self.weight = nn.Parameter(torch.cat([p.weight.detach() for p in parts.values()]))
         self.parts = {name: p.out_features for name, p in parts.items()}  # part name -> its rows
 
-    def forward(self, x: Tensor) -> tuple[Tensor, ...]:
-        return super().forward(x).split(list(self.parts.values()), dim=-1)
+    def split(self, y: Tensor) -> tuple[Tensor, ...]:
+        """This layer's output y cut into the parts' outputs."""
+        return y.split(list(self.parts.values()), dim=-1)
 
 
 class Attention(nn.Module):
-    """Grouped-query attention through F.scaled_dot_product_attention, with optional QK-norm."""
+    """Grouped-query attention through F.scaled_dot_product_attention, with optional QK-norm. RoPE 'eager'
+    rotates q and k as HF does; 'triton' (fused projections, no QK-norm) rotates them straight out of the
+    packed q/k/v output and writes its gradient in one piece (kernels.rope)."""
 
-    def __init__(self, cfg: ModelConfig, qk_norm_impl: str):
+    def __init__(self, cfg: ModelConfig, qk_norm_impl: str, rope_impl: str = "eager"):
         super().__init__()
+        if rope_impl not in ("eager", "triton"):
+            raise ValueError(f"rope impl must be 'eager' or 'triton', got {rope_impl!r}")
+        self.rope_impl = rope_impl
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         self.q_proj = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
         self.k_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
@@ -101,13 +100,17 @@ class Attention(nn.Module):
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None) -> Tensor:
         """mask: None for causal attention through ``is_causal``, else a boolean (S, S) 'may attend' mask."""
         B, S, _ = x.shape
-        q, k, v = self.qkv_proj(x) if self.qkv_proj is not None else (self.q_proj(x), self.k_proj(x), self.v_proj(x))
-        q = q.view(B, S, self.n_heads, self.head_dim)
-        k, v = k.view(B, S, self.n_kv_heads, self.head_dim), v.view(B, S, self.n_kv_heads, self.head_dim)
-        if self.qk_norm is not None:
-            q, k = self.qk_norm(q, k)
-        q, k = apply_rope(q, cos, sin).transpose(1, 2), apply_rope(k, cos, sin).transpose(1, 2)
-        v = v.transpose(1, 2)
+        if self.rope_impl == "triton":
+            qkv = self.qkv_proj(x).view(B, S, -1, self.head_dim)
+            q, k, v = qkv_rope(qkv, cos, sin, self.n_heads, self.n_kv_heads)
+        else:
+            projected = self.qkv_proj.split(self.qkv_proj(x)) if self.qkv_proj is not None else \
+                (self.q_proj(x), self.k_proj(x), self.v_proj(x))
+            q, k, v = (t.view(B, S, -1, self.head_dim) for t in projected)
+            if self.qk_norm is not None:
+                q, k = self.qk_norm(q, k)
+            q, k = rope_eager(q, cos, sin), rope_eager(k, cos, sin)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if mask is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
@@ -126,7 +129,7 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.d_model, cfg.ffn_dim, bias=False)
         self.up_proj = nn.Linear(cfg.d_model, cfg.ffn_dim, bias=False)
         self.down_proj = nn.Linear(cfg.ffn_dim, cfg.d_model, bias=False)
-        self.act = swiglu_fn(impl)
+        self.impl, self.act = impl, swiglu_fn(impl)
         self.gate_up_proj: FusedLinear | None = None
 
     def fuse(self) -> None:
@@ -135,8 +138,12 @@ class MLP(nn.Module):
         del self.gate_proj, self.up_proj
 
     def forward(self, x: Tensor) -> Tensor:
-        gate, up = self.gate_up_proj(x) if self.gate_up_proj is not None else (self.gate_proj(x), self.up_proj(x))
-        return self.down_proj(self.act(gate, up))
+        if self.gate_up_proj is None:
+            return self.down_proj(self.act(self.gate_proj(x), self.up_proj(x)))
+        gate_up = self.gate_up_proj(x)
+        if self.impl == "triton":  # reads both halves in place and writes their gradient in one piece
+            return self.down_proj(swiglu_packed(gate_up))
+        return self.down_proj(self.act(*self.gate_up_proj.split(gate_up)))
 
 
 def add_and_norm(norm: nn.Module, x: Tensor, branch: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -155,10 +162,10 @@ class Block(nn.Module):
     previous block's MLP output not yet added (None for the first block) and returns the same pair, so that
     each residual add and the norm after it are one step (:func:`add_and_norm`)."""
 
-    def __init__(self, cfg: ModelConfig, norm_impl: str, mlp_impl: str, qk_norm_impl: str):
+    def __init__(self, cfg: ModelConfig, norm_impl: str, mlp_impl: str, qk_norm_impl: str, rope_impl: str = "eager"):
         super().__init__()
         self.attn_norm = rms_norm(cfg.d_model, cfg.norm_eps, norm_impl)
-        self.attn = Attention(cfg, qk_norm_impl)
+        self.attn = Attention(cfg, qk_norm_impl, rope_impl)
         self.mlp_norm = rms_norm(cfg.d_model, cfg.norm_eps, norm_impl)
         self.mlp = MLP(cfg, mlp_impl)
 
@@ -177,18 +184,23 @@ class Decoder(nn.Module):
     ``checkpoint_every = k > 0`` recomputes every k-th block (blocks k-1, 2k-1, ...) in the backward.
     ``fused_proj`` computes q, k, v with one GEMM and gate, up with another (:class:`FusedLinear`), from the
     weights the separate layers were initialized with; :meth:`unfused` names its tensors as the separate ones'.
+    ``rope_impl`` 'triton' (with fused_proj) rotates q and k straight out of the packed projection.
     """
 
     checkpoint_every: int = 0
 
     def __init__(self, cfg: ModelConfig, norm_impl: str = "eager", mlp_impl: str = "eager",
-                 qk_norm_impl: str = "eager", attn_mask: str = "is_causal", fused_proj: bool = False):
+                 qk_norm_impl: str = "eager", attn_mask: str = "is_causal", fused_proj: bool = False,
+                 rope_impl: str = "eager"):
         super().__init__()
         if attn_mask not in ATTN_MASKS:
             raise ValueError(f"attn_mask must be one of {ATTN_MASKS}, got {attn_mask!r}")
+        if rope_impl != "eager" and (not fused_proj or cfg.qk_norm):
+            raise ValueError(f"rope impl {rope_impl!r} takes the packed q/k/v projection: it needs fused_proj "
+                             "and no QK-norm")
         self.cfg, self.attn_mask = cfg, attn_mask
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg, norm_impl, mlp_impl, qk_norm_impl)
+        self.blocks = nn.ModuleList(Block(cfg, norm_impl, mlp_impl, qk_norm_impl, rope_impl)
                                     for _ in range(cfg.n_layers))
         self.norm = rms_norm(cfg.d_model, cfg.norm_eps, norm_impl)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)

@@ -57,6 +57,9 @@ class StepOptions:
     item_sync: bool = True  # loss.item() every step; False keeps the losses on the device
     attn_mask: Literal["rebuilt", "cached", "is_causal"] = "rebuilt"
     fused_proj: bool = False  # q, k, v as one GEMM and gate, up as another (weights stacked; same values)
+    # RoPE of q and k: 'triton' rotates them out of the packed q/k/v GEMM output (needs fused_proj, no QK-norm)
+    # and writes that output's gradient in one piece; with fused_proj, mlp='triton' does the same for gate/up.
+    rope: Literal["eager", "triton"] = "eager"
     cuda_graph: bool = False  # capture forward, backward and optimizer step into one CUDA graph
     compile: CompileMode | None = None  # torch.compile mode of forward + loss (with cuda_graph: captured too)
     # What compile compiles: 'model', forward + loss as one graph; 'blocks' (regional compilation), each block,
@@ -119,13 +122,16 @@ def validate(options: StepOptions, device: str | torch.device, profile: Any = No
             problems.append(f"{field.name}={value!r} is not one of {allowed}")
     if options.compile_scope != "model" and options.compile is None:
         problems.append(f"compile_scope={options.compile_scope!r} needs a compile mode")
+    if options.rope != "eager" and (not options.fused_proj or options.qk_norm is not None):
+        problems.append(f"rope={options.rope!r} rotates the packed q/k/v projection: it needs fused_proj=True "
+                        "and no QK-norm")
     if options.checkpoint_every < 0 or options.batch_size < 1 or options.seq_len < 1:
         problems.append("checkpoint_every must be >= 0, batch_size and seq_len >= 1")
 
     device = torch.device(device)
     where = profile.key if profile is not None else device.type
     if device.type != "cuda":
-        impls = {options.norm, options.mlp, options.qk_norm, options.loss}
+        impls = {options.norm, options.mlp, options.qk_norm, options.loss, options.rope}
         if "liger" in impls:
             problems.append("Liger-Kernel needs a CUDA device (its kernels do not run on a CPU)")
         if ("triton" in impls or options.loss == "fused" or options.optimizer == "master") \
@@ -239,7 +245,7 @@ class TrainStep:
         with self.device:
             self.model = Decoder(self.config, norm_impl=options.norm, mlp_impl=options.mlp,
                                  qk_norm_impl=options.qk_norm or "eager", attn_mask=options.attn_mask,
-                                 fused_proj=options.fused_proj)
+                                 fused_proj=options.fused_proj, rope_impl=options.rope)
         self.model.checkpoint_every = options.checkpoint_every
         self.params = list(self.model.parameters())
         self.optimizer = _adamw(self.model, options.optimizer, capturable=options.cuda_graph)

@@ -37,6 +37,8 @@ VARIANTS: dict[str, dict] = {
     "cached-mask": {"attn_mask": "cached"},
     "sdpa-causal": {"attn_mask": "is_causal"},
     "fused-proj": {"fused_proj": True},  # one GEMM for q, k, v and one for gate, up
+    # RoPE in Triton out of the packed q/k/v projection, against the eager RoPE of the same fused model.
+    "triton-rope": {"rope": "triton", "baseline": {"fused_proj": True}},
     "cuda-graph": {"cuda_graph": True,
                    "baseline": {"optimizer": "fused", "item_sync": False, "attn_mask": "is_causal"}},
     "compile-default": {"compile": "default"},
@@ -62,6 +64,9 @@ VARIANTS: dict[str, dict] = {
     # best-fused with our Triton RMSNorm, which adds the residual in its pass and, backward, writes the residual
     # gradient in fp32 and bf16 at once (inductor casts it in a pass of its own).
     "best-norm": {**_FUSED, "norm": "triton"},
+    # best-norm with our SwiGLU and RoPE, which read the packed gate/up and q/k/v outputs in place and write
+    # their gradients in one piece (inductor concatenates the parts' gradients in passes of their own).
+    "best-kernels": {**_FUSED, "norm": "triton", "mlp": "triton", "rope": "triton"},
     # best-compile-graph with regional compilation: compile time that does not grow with depth.
     "best-regional": {**_COMPILE_GRAPH, "compile_scope": "blocks"},
 }
@@ -70,11 +75,12 @@ VARIANTS: dict[str, dict] = {
 SWITCHES = [
     "triton-norm", "liger-norm", "triton-swiglu", "liger-swiglu", "triton-qknorm",
     "chunked-ce", "fused-ce", "liger-flce", "checkpoint", "foreach-stats", "foreach-adamw", "fused-adamw",
-    "adamw-8bit", "master-adamw", "no-item-sync", "cached-mask", "sdpa-causal", "fused-proj", "cuda-graph",
+    "adamw-8bit", "master-adamw", "no-item-sync", "cached-mask", "sdpa-causal", "fused-proj", "triton-rope",
+    "cuda-graph",
 ]
 # 'best' last: at 61d5c0a it lost the CUDA context at 500M and 1B, and a lost context ends its grid.
-BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-master", "best-fused", "best-norm", "best-regional",
-        "best"]
+BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-master", "best-fused", "best-norm", "best-kernels",
+        "best-regional", "best"]
 COMPILE_MODES = ["compile-default", "compile-regional", "compile-reduce-overhead", "compile-max-autotune",
                  "compile-max-autotune-no-cudagraphs"]
 

@@ -64,7 +64,7 @@ LOGIT_BYTES = 12  # fp32 log-softmax output + its incoming and outgoing gradient
 
 KERNEL_BENCHMARKS: dict[str, str] = {  # asv benchmark -> kernels.registry op
     "bench_kernels.RMSNorm": "rmsnorm", "bench_kernels.AddRMSNorm": "add_rmsnorm", "bench_kernels.SwiGLU": "swiglu",
-    "bench_kernels.QKNorm": "qknorm",
+    "bench_kernels.QKNorm": "qknorm", "bench_kernels.QKVRope": "qkv_rope",
     "bench_kernels.LinearCrossEntropy": "linear_ce", "bench_kernels.GradStats": "grad_stats",
 }
 STEP_BENCHMARKS: dict[str, tuple[str, str]] = {  # asv benchmark -> (model size, models.variants grid)

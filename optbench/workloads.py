@@ -84,8 +84,8 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
     dims = op.shapes[shape]
     gen = torch.Generator(device=device).manual_seed(seed)
     inputs = op.make_inputs(dims, dtype, device, gen)
-    fn = op.impl(impl)
-    baseline = op.impl(op.impls[0])
+    fn = op.impl(impl, dims)
+    baseline = op.impl(op.impls[0], dims)
     leaves = [t for t in inputs if t.requires_grad]
     out_grad = None
     if op.backward:

@@ -29,16 +29,18 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 # Modules a switch needs beyond the baseline's; its test skips when one does not import.
 NEEDS = {"triton-norm": "kernels.rmsnorm", "triton-swiglu": "kernels.swiglu",
-         "triton-qknorm": "kernels.qknorm", "fused-ce": "kernels.fused_linear_ce",
+         "triton-qknorm": "kernels.qknorm", "triton-rope": "kernels.rope", "fused-ce": "kernels.fused_linear_ce",
          "liger-norm": "liger_kernel", "liger-swiglu": "liger_kernel", "liger-flce": "liger_kernel",
          "best": "kernels.fused_linear_ce", "adamw-8bit": "bitsandbytes"}
 CPU_FP32 = ["chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync", "cached-mask",
-            "sdpa-causal", "fused-proj", "triton-norm", "triton-swiglu", "triton-qknorm", "fused-ce",
+            "sdpa-causal", "fused-proj", "triton-norm", "triton-swiglu", "triton-qknorm", "triton-rope", "fused-ce",
             "compile-default", "compile-max-autotune-no-cudagraphs", "compile-regional"]
-CPU_BF16 = ["fp16-scaler", "chunked-ce", "fused-ce", "triton-norm", "triton-swiglu", "triton-qknorm", "master-adamw"]
+CPU_BF16 = ["fp16-scaler", "chunked-ce", "fused-ce", "triton-norm", "triton-swiglu", "triton-qknorm", "triton-rope",
+            "master-adamw"]
 GPU_ONLY = ["tf32", "liger-norm", "liger-swiglu", "liger-flce", "fused-adamw", "cuda-graph",
             "compile-reduce-overhead", "compile-max-autotune", "best", "best-inductor", "best-graph",
-            "best-compile-graph", "best-master", "best-fused", "best-norm", "best-regional", "adamw-8bit"]
+            "best-compile-graph", "best-master", "best-fused", "best-norm", "best-kernels", "best-regional",
+            "adamw-8bit"]
 H100 = SimpleNamespace(key="h100", supports_bf16=True, supports_tf32=True)
 
 
@@ -97,6 +99,8 @@ def test_every_variant_is_one_known_switch():
     (dict(norm="layernorm"), "norm='layernorm'"),
     (dict(checkpoint_every=-1), "checkpoint_every"),
     (dict(optimizer="master", precision="fp16"), "needs precision='bf16'"),
+    (dict(rope="triton"), "needs fused_proj=True"),
+    (dict(rope="triton", fused_proj=True, qk_norm="eager"), "no QK-norm"),
 ])
 def test_validate_rejects_bad_combinations(changes, reason):
     with pytest.raises(UnsupportedOptions, match=reason):
@@ -263,16 +267,17 @@ def test_regional_compilation_compiles_one_block_graph_whatever_the_depth():
     assert graphs[0] == graphs[1] <= 4
 
 
-@pytest.mark.parametrize("norm", ["eager", "triton"])
-def test_fused_projections_with_master_weights_under_compile_match_the_eager_step(norm, monkeypatch):
-    """best-fused's (norm 'eager') and best-norm's (norm 'triton') model side on a CPU: fused projections, bf16
-    weights with fp32 masters in our AdamW and torch.compile, against the eager bf16 step (gradients compared
-    per unfused parameter)."""
+@pytest.mark.parametrize("kernels", [{}, {"norm": "triton"}, {"norm": "triton", "mlp": "triton", "rope": "triton"}],
+                         ids=["best-fused", "best-norm", "best-kernels"])
+def test_fused_projections_with_master_weights_under_compile_match_the_eager_step(kernels, monkeypatch):
+    """The model side of best-fused, best-norm and best-kernels on a CPU: fused projections (with our kernels
+    reading the packed outputs), bf16 weights with fp32 masters in our AdamW and torch.compile, against the
+    eager bf16 step (gradients compared per unfused parameter)."""
     if DEVICE == "cpu":
         monkeypatch.setenv("TRITON_INTERPRET", "1")
     pytest.importorskip("triton")
     base = BASELINE.replace(attn_mask="is_causal", grad_stats="foreach", **SMALL)
-    candidate = base.replace(fused_proj=True, norm=norm, optimizer="master", item_sync=False, compile="default")
+    candidate = base.replace(fused_proj=True, optimizer="master", item_sync=False, compile="default", **kernels)
     result = check_against(build_step(TINY, base, DEVICE), build_step(TINY, candidate, DEVICE))
     assert result.ok, result
     assert result.worst_param in dict(build_step(TINY, base, DEVICE).model.named_parameters())
