@@ -61,11 +61,10 @@ VARIANTS: dict[str, dict] = {
     "best-master": _MASTER,
     # best-master with the fused projections: fewer, larger GEMMs (the small k/v projections run slowest).
     "best-fused": _FUSED,
-    # best-fused with our Triton RMSNorm, which adds the residual in its pass and, backward, writes the residual
-    # gradient in fp32 and bf16 at once (inductor casts it in a pass of its own).
-    "best-norm": {**_FUSED, "norm": "triton"},
-    # best-norm with our SwiGLU and RoPE, which read the packed gate/up and q/k/v outputs in place and write
-    # their gradients in one piece (inductor concatenates the parts' gradients in passes of their own).
+    # best-fused with our Triton kernels: the RMSNorm adds the residual in its pass and, backward, writes the
+    # residual gradient in fp32 and bf16 at once (inductor casts it in a pass of its own); SwiGLU and RoPE read
+    # the packed gate/up and q/k/v outputs in place and write their gradients in one piece (inductor
+    # concatenates the parts' gradients in passes of their own). Our best at every size since 0ba10f3.
     "best-kernels": {**_FUSED, "norm": "triton", "mlp": "triton", "rope": "triton"},
     # best-compile-graph with regional compilation: compile time that does not grow with depth.
     "best-regional": {**_COMPILE_GRAPH, "compile_scope": "blocks"},
@@ -79,8 +78,8 @@ SWITCHES = [
     "cuda-graph",
 ]
 # 'best' last: at 61d5c0a it lost the CUDA context at 500M and 1B, and a lost context ends its grid.
-BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-master", "best-fused", "best-norm", "best-kernels",
-        "best-regional", "best"]
+BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-master", "best-fused", "best-kernels", "best-regional",
+        "best"]
 COMPILE_MODES = ["compile-default", "compile-regional", "compile-reduce-overhead", "compile-max-autotune",
                  "compile-max-autotune-no-cudagraphs"]
 
@@ -88,10 +87,11 @@ STEP_VARIANTS: dict[str, list[str]] = {
     # What a CPU runs (Triton through the interpreter is too slow for a timed step).
     "tiny": ["eager", "chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync",
              "cached-mask", "sdpa-causal", "fused-proj"],
-    # The quick suite's best combinations: the two headline ones and the one without compile time.
-    "quick": ["eager", "triton-norm", "triton-swiglu", "fused-ce", "liger-flce", "foreach-stats",
-              "fused-adamw", "adamw-8bit", "master-adamw", "no-item-sync", "sdpa-causal", "fused-proj",
-              "cuda-graph", "compile-default", "best-graph", "best-compile-graph", "best-fused", "best-norm"],
+    # The quick suite: the switches of our best combinations, one at a time, and the two best combinations
+    # with the fewest compiles (inductor's alone, and ours); three compiled cases in all.
+    "quick": ["eager", "triton-norm", "triton-swiglu", "fused-ce", "foreach-stats", "fused-adamw", "master-adamw",
+              "no-item-sync", "sdpa-causal", "fused-proj", "cuda-graph", "compile-default", "best-compile-graph",
+              "best-kernels"],
     # The max-autotune modes last: their autotuning can take minutes on a cold cache.
     "100M": ["eager", *SWITCHES, *BEST, *COMPILE_MODES],
     "500M": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST],

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # asv --bench selections per suite. The grid sizes inside each class follow OPTBENCH_SUITE too.
 SUITES: dict[str, list[str]] = {
     "cpu": [r"^bench_cpu\.", r"^bench_step\.StepTiny"],
-    "quick": [r"^bench_kernels\.(RMSNorm|AddRMSNorm|SwiGLU|LinearCrossEntropy)", r"^bench_step\.Step100M",
-              r"^bench_precision\."],
+    "quick": [r"^bench_kernels\.(AddRMSNorm|SwiGLU|QKVRope|LinearCrossEntropy)", r"^bench_step\.Step100M",
+              r"^bench_precision\.Matmul"],
     "full": [r"^bench_kernels\.", r"^bench_step\.Step(100M|500M|1B)", r"^bench_precision\."],
 }
 SUBCOMMANDS = {

@@ -39,7 +39,7 @@ CPU_BF16 = ["fp16-scaler", "chunked-ce", "fused-ce", "triton-norm", "triton-swig
             "master-adamw"]
 GPU_ONLY = ["tf32", "liger-norm", "liger-swiglu", "liger-flce", "fused-adamw", "cuda-graph",
             "compile-reduce-overhead", "compile-max-autotune", "best", "best-inductor", "best-graph",
-            "best-compile-graph", "best-master", "best-fused", "best-norm", "best-kernels", "best-regional",
+            "best-compile-graph", "best-master", "best-fused", "best-kernels", "best-regional",
             "adamw-8bit"]
 H100 = SimpleNamespace(key="h100", supports_bf16=True, supports_tf32=True)
 
@@ -267,10 +267,10 @@ def test_regional_compilation_compiles_one_block_graph_whatever_the_depth():
     assert graphs[0] == graphs[1] <= 4
 
 
-@pytest.mark.parametrize("kernels", [{}, {"norm": "triton"}, {"norm": "triton", "mlp": "triton", "rope": "triton"}],
-                         ids=["best-fused", "best-norm", "best-kernels"])
+@pytest.mark.parametrize("kernels", [{}, {"norm": "triton", "mlp": "triton", "rope": "triton"}],
+                         ids=["best-fused", "best-kernels"])
 def test_fused_projections_with_master_weights_under_compile_match_the_eager_step(kernels, monkeypatch):
-    """The model side of best-fused, best-norm and best-kernels on a CPU: fused projections (with our kernels
+    """The model side of best-fused and best-kernels on a CPU: fused projections (with our kernels
     reading the packed outputs), bf16 weights with fp32 masters in our AdamW and torch.compile, against the
     eager bf16 step (gradients compared per unfused parameter)."""
     if DEVICE == "cpu":
