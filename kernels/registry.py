@@ -28,8 +28,8 @@ class Op:
     """A kernel measured by the suite.
 
     ``make_inputs(dims, dtype, device, gen)`` returns the inputs (leaves that need gradients have
-    ``requires_grad``); ``impl(name, dims)`` returns ``fn(*inputs) -> Tensor`` (or a tuple of them); ``flops``/``bytes`` give the
-    fewest FLOPs / bytes for ``fwd`` and ``fwdbwd`` at dims and element size.
+    ``requires_grad``); ``impl(name, dims)`` returns ``fn(*inputs) -> Tensor`` (or a tuple of them);
+    ``flops``/``bytes`` give the fewest FLOPs / bytes for ``fwd`` and ``fwdbwd`` at dims and element size.
     """
 
     name: str

@@ -33,6 +33,7 @@ IMPLS: dict[str, tuple[str, ...]] = {
 
 # The quick suite measures one shape per op: the 1B config's.
 QUICK_SHAPES: dict[str, list[str]] = {
-    "rmsnorm": ["8192x2048"], "add_rmsnorm": ["8192x2048"], "swiglu": ["8192x5632"], "qknorm": ["8192x32+4x64"], "qkv_rope": ["8192x32+4x64"],
+    "rmsnorm": ["8192x2048"], "add_rmsnorm": ["8192x2048"], "swiglu": ["8192x5632"], "qknorm": ["8192x32+4x64"],
+    "qkv_rope": ["8192x32+4x64"],
     "linear_ce": ["8192x2048x32000"], "grad_stats": ["1B"],
 }

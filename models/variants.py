@@ -78,8 +78,8 @@ SWITCHES = [
     "cuda-graph",
 ]
 # 'best' last: at 61d5c0a it lost the CUDA context at 500M and 1B, and a lost context ends its grid.
-BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-master", "best-fused", "best-kernels", "best-regional",
-        "best"]
+BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-master", "best-fused", "best-kernels",
+        "best-regional", "best"]
 COMPILE_MODES = ["compile-default", "compile-regional", "compile-reduce-overhead", "compile-max-autotune",
                  "compile-max-autotune-no-cudagraphs"]
 
