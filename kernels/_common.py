@@ -79,11 +79,6 @@ def rows_2d(x: torch.Tensor) -> torch.Tensor:
     return unit_last_stride(x.reshape(-1, x.shape[-1]))
 
 
-def flat(x: torch.Tensor) -> torch.Tensor:
-    """x as a contiguous 1-D tensor (a view when x is already contiguous)."""
-    return x.contiguous().view(-1)
-
-
 def row_grid(x: torch.Tensor) -> tuple[int, int, int, int, int]:
     """(n1, n2, s0, s1, s2): row r of a 4-D x, viewed as (n0, n1, n2, H), starts at element
     (r // (n1*n2))*s0 + (r // n2 % n1)*s1 + (r % n2)*s2. Requires x.stride(-1) == 1."""

@@ -213,12 +213,11 @@ def _rope_impl(name: str, dims: dict[str, int]) -> Callable[..., Tensor]:
 
 def _rope_inputs(d: dict[str, int], dt: torch.dtype, dev: str, g: torch.Generator) -> Inputs:
     """qkv (8, T/8, Hq + 2 Hkv, D) and the model's cos, sin tables (T/8, 1, D), fp32 constants."""
+    from kernels.rope import rope_tables
+
     seq, dim = d["tokens"] // 8, d["head_dim"]
-    inv_freq = 1.0 / 10000 ** (torch.arange(0, dim, 2, dtype=torch.float32, device=dev) / dim)
-    angles = torch.outer(torch.arange(seq, dtype=torch.float32, device=dev), inv_freq)
-    emb = torch.cat([angles, angles], dim=-1)[:, None, :]
     qkv = _randn((8, seq, d["q_heads"] + 2 * d["kv_heads"], dim), dt, dev, g)
-    return qkv, emb.cos(), emb.sin()
+    return qkv, *(t.to(dev) for t in rope_tables(seq, dim))
 
 
 def _rope_elems(d: dict[str, int], kv_copies: int = 2) -> int:

@@ -19,6 +19,14 @@ TOKENS = 32  # tokens per program; a program handles one head of them
 WARPS = 4
 
 
+def rope_tables(max_seq: int, head_dim: int, theta: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin (max_seq, 1, head_dim) in fp32, HF layout: each frequency repeated over both halves."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    angles = torch.outer(torch.arange(max_seq, dtype=torch.float32), inv_freq)
+    emb = torch.cat([angles, angles], dim=-1)[:, None, :]
+    return emb.cos(), emb.sin()
+
+
 def rope_eager(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Eager reference: x (B, S, H, D) rotated by position; cos, sin (S, 1, D) with both halves equal."""
     x1, x2 = x.chunk(2, dim=-1)

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from kernels.rmsnorm import RMSNorm
-from kernels.rope import qkv_rope, rope_eager
+from kernels.rope import qkv_rope, rope_eager, rope_tables
 from kernels.swiglu import swiglu, swiglu_eager, swiglu_packed
 from models.config import ModelConfig
 
@@ -45,14 +45,6 @@ def swiglu_fn(impl: str) -> Callable[[Tensor, Tensor], Tensor]:
     if impl not in fns:
         raise ValueError(f"mlp impl must be 'eager', 'triton' or 'liger', got {impl!r}")
     return fns[impl]
-
-
-def rope_tables(cfg: ModelConfig) -> tuple[Tensor, Tensor]:
-    """cos, sin of shape (max_seq_len, 1, head_dim), HF layout: frequencies repeated over both halves."""
-    inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim)
-    angles = torch.outer(torch.arange(cfg.max_seq_len, dtype=torch.float32), inv_freq)
-    emb = torch.cat([angles, angles], dim=-1)[:, None, :]
-    return emb.cos(), emb.sin()
 
 
 class FusedLinear(nn.Linear):
@@ -206,7 +198,7 @@ class Decoder(nn.Module):
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.weight
-        cos, sin = rope_tables(cfg)
+        cos, sin = rope_tables(cfg.max_seq_len, cfg.head_dim, cfg.rope_theta)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
         if attn_mask == "cached":

@@ -9,7 +9,7 @@ from autograd_numerics import assert_all_close, run_and_reference, seed_and_pois
 from kernel_numerics import DEVICE, requires_cuda
 
 import kernels.rope as rope_mod
-from kernels.rope import qkv_rope, qkv_rope_eager
+from kernels.rope import qkv_rope, qkv_rope_eager, rope_tables
 
 # Relative-error bound (vs float64) for the outputs and the gradient, per dtype (rounding of the stored
 # result only; the interpreter's bf16 rounds toward zero, about twice the GPU's error).
@@ -23,11 +23,8 @@ def _seeded_and_poisoned(request, monkeypatch):
 
 
 def _tables(max_seq: int, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin (max_seq, 1, dim) as the model builds them (theta 10000)."""
-    inv_freq = 1.0 / 10000 ** (torch.arange(0, dim, 2, dtype=torch.float32, device=DEVICE) / dim)
-    angles = torch.outer(torch.arange(max_seq, dtype=torch.float32, device=DEVICE), inv_freq)
-    emb = torch.cat([angles, angles], dim=-1)[:, None, :]
-    return emb.cos(), emb.sin()
+    """cos, sin (max_seq, 1, dim) as the model builds them (theta 10000), on the test device."""
+    return tuple(t.to(DEVICE) for t in rope_tables(max_seq, dim))
 
 
 def _run(b, s, hq, hkv, d, dtype, transposed_grads=False):
