@@ -2,16 +2,17 @@
 
 One :class:`Op` per kernel: the shapes it is measured at (those of the 100M/500M/1B configs and
 of the kernels goals), the implementations compared (``eager`` is the baseline; ``compile`` is
-``torch.compile`` of eager; ``liger`` is Liger-Kernel; ``triton`` is ours), a builder of fresh random
-inputs, and the fewest FLOPs and bytes each call needs (kernels/README.md derives them). The asv
-suite and the pytest-benchmark twin both build their work from here, through ``optbench.workloads``.
+``torch.compile`` of eager, compiled for each shape alone (:func:`compile_for_shape`); ``liger`` is
+Liger-Kernel; ``triton`` is ours), a builder of fresh random inputs, and the fewest FLOPs and bytes
+each call needs (kernels/README.md derives them). The asv suite and the pytest-benchmark twin both
+build their work from here, through ``optbench.workloads``.
 """
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
 
 import torch
 import torch.nn.functional as F
@@ -50,14 +51,26 @@ def _randn(shape: Sequence[int], dtype: torch.dtype, device: str, gen: torch.Gen
     return t.to(dtype).requires_grad_(grad)
 
 
-@cache
-def _compiled(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
-    return torch.compile(fn)
+COMPILE_BACKEND: str | Callable = "inductor"
+"""The backend of every ``compile`` implementation (tests set a recording one)."""
+
+
+def compile_for_shape(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """``torch.compile(fn)`` as a user compiles a model for its one input shape: sizes static
+    (``dynamic=False``) and a code object of its own, so no other shape's graph is reused or recompiled
+    with symbolic sizes, and other shapes' compilations never count against dynamo's per-code-object
+    recompile limit (past which it runs the function eagerly). Call the result with one shape only."""
+    def call(*args: Tensor) -> Tensor:
+        return fn(*args)
+
+    own = types.FunctionType(call.__code__.replace(), call.__globals__, call.__name__, None, call.__closure__)
+    return torch.compile(own, dynamic=False, backend=COMPILE_BACKEND)
 
 
 def _pick(table: dict[str, Callable[[], Callable[..., Tensor]]]
           ) -> Callable[[str, dict[str, int]], Callable[..., Tensor]]:
-    """impl(name, dims) of an op whose implementations do not depend on the shape."""
+    """impl(name, dims) from builders of each implementation; every call builds a fresh one (so a
+    ``compile`` implementation is compiled for the shape it is called with)."""
     def impl(name: str, dims: dict[str, int]) -> Callable[..., Tensor]:
         if name not in table:
             raise NotImplementedError(f"no {name!r} implementation")
@@ -80,7 +93,7 @@ def _rmsnorm_impls() -> Callable[[str], Callable[..., Tensor]]:
         from kernels.rmsnorm import rms_norm
         return rms_norm
 
-    return _pick({"eager": eager, "compile": lambda: _compiled(eager()), "liger": liger, "triton": triton})
+    return _pick({"eager": eager, "compile": lambda: compile_for_shape(eager()), "liger": liger, "triton": triton})
 
 
 RMSNORM = Op(
@@ -108,7 +121,7 @@ def _add_rmsnorm_impls() -> Callable[[str], Callable[..., Tensor]]:
         from kernels.rmsnorm import add_rms_norm
         return lambda x, y, w: add_rms_norm(x, y, w, out_dtype=y.dtype)
 
-    return _pick({"eager": eager, "compile": lambda: _compiled(eager()), "triton": triton})
+    return _pick({"eager": eager, "compile": lambda: compile_for_shape(eager()), "triton": triton})
 
 
 ADD_RMSNORM = Op(
@@ -142,7 +155,7 @@ def _swiglu_impls() -> Callable[[str], Callable[..., Tensor]]:
         from kernels.swiglu import swiglu
         return swiglu
 
-    return _pick({"eager": eager, "compile": lambda: _compiled(eager()), "liger": liger, "triton": triton})
+    return _pick({"eager": eager, "compile": lambda: compile_for_shape(eager()), "liger": liger, "triton": triton})
 
 
 SWIGLU = Op(
@@ -170,7 +183,7 @@ def _qknorm_impls() -> Callable[[str], Callable[..., Tensor]]:
         from kernels.qknorm import qk_norm
         return qk_norm
 
-    return _pick({"eager": eager, "compile": lambda: _compiled(eager()), "triton": triton})
+    return _pick({"eager": eager, "compile": lambda: compile_for_shape(eager()), "triton": triton})
 
 
 def _qk_rows(d: dict[str, int]) -> int:
@@ -204,11 +217,8 @@ def _rope_impl(name: str, dims: dict[str, int]) -> Callable[..., Tensor]:
         # q, k in the projection's dtype, as autocast casts them for SDPA
         return tuple(t.to(qkv.dtype) for t in qkv_rope_eager(qkv, cos, sin, *heads))
 
-    table = {"eager": eager, "compile": torch.compile(eager),
-             "triton": lambda qkv, cos, sin: qkv_rope(qkv, cos, sin, *heads)}
-    if name not in table:
-        raise NotImplementedError(f"no {name!r} implementation")
-    return table[name]
+    return _pick({"eager": lambda: eager, "compile": lambda: compile_for_shape(eager),
+                  "triton": lambda: lambda qkv, cos, sin: qkv_rope(qkv, cos, sin, *heads)})(name, dims)
 
 
 def _rope_inputs(d: dict[str, int], dt: torch.dtype, dev: str, g: torch.Generator) -> Inputs:
@@ -267,7 +277,7 @@ def _linear_ce_impls() -> Callable[[str], Callable[..., Tensor]]:
         loss = LigerFusedLinearCrossEntropyLoss()
         return lambda h, w, y: loss(w, h, y)
 
-    return _pick({"eager": eager, "compile": lambda: _compiled(eager()), "chunked": chunked,
+    return _pick({"eager": eager, "compile": lambda: compile_for_shape(eager()), "chunked": chunked,
                   "triton-ce": triton_ce, "triton": triton, "liger-ce": liger_ce, "liger": liger})
 
 
