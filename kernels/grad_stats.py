@@ -1,9 +1,10 @@
 """Gradient / parameter L2 norms, update ratio and gradient-norm clipping over a list of parameters.
 
-Every statistic is a 0-d fp32 tensor on the first tensor's device, accumulated in fp32 whatever the parameter
-dtype. The ``*_loop`` functions are the per-parameter slow path (a few launches per tensor); the ``*_foreach``
-ones use ``torch._foreach_norm`` / ``torch._foreach_mul_`` on (device, dtype) groups: O(1) launches per
-group and no host sync. No Triton variant: ``_foreach_norm`` already covers a whole group in one
+Every statistic is a 0-d tensor on the first tensor's device, accumulated and returned in fp32 for fp32
+and narrower parameters, in float64 where any is float64 (a float64 call is a float64 reference). The
+``*_loop`` functions are the per-parameter slow path (a few launches per tensor); the ``*_foreach`` ones
+use ``torch._foreach_norm`` / ``torch._foreach_mul_`` on (device, dtype) groups: O(1) launches per group
+and no host sync. No Triton variant: ``_foreach_norm`` already covers a whole group in one
 multi-tensor launch, and a Triton kernel over a pointer table would add a host-built table per call without
 moving fewer bytes.
 """
@@ -28,28 +29,33 @@ def _groups(tensors: list[torch.Tensor]) -> dict[tuple[torch.device, torch.dtype
     return groups
 
 
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The accumulation dtype of a tensor: fp32, or its own dtype when wider (float64)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def _norm_loop(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """sqrt(sum_i sum(t_i ** 2)) with one fp32 square-sum per tensor."""
+    """sqrt(sum_i sum(t_i ** 2)) with one square-sum per tensor in its accumulation dtype."""
     if not tensors:
         return torch.zeros((), dtype=torch.float32)
     device = tensors[0].device
-    return torch.stack([t.float().pow(2).sum().to(device) for t in tensors]).sum().sqrt()
+    return torch.stack([t.to(_acc_dtype(t.dtype)).pow(2).sum().to(device) for t in tensors]).sum().sqrt()
 
 
 def _norm_foreach(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """sqrt(sum_i ||t_i||^2) with one ``_foreach_norm`` (fp32 accumulation) per (device, dtype) group."""
+    """sqrt(sum_i ||t_i||^2) with one ``_foreach_norm`` per (device, dtype) group, in its accumulation dtype."""
     if not tensors:
         return torch.zeros((), dtype=torch.float32)
     device = tensors[0].device
     norms = [
-        torch.linalg.vector_norm(torch.stack(torch._foreach_norm(group, 2, dtype=torch.float32))).to(device)
-        for group in _groups(tensors).values()
+        torch.linalg.vector_norm(torch.stack(torch._foreach_norm(group, 2, dtype=_acc_dtype(dtype)))).to(device)
+        for (_, dtype), group in _groups(tensors).items()
     ]
     return torch.linalg.vector_norm(torch.stack(norms))
 
 
 def grad_stats_loop(params: Iterable[torch.Tensor], param_norm: bool = True) -> dict[str, torch.Tensor]:
-    """{'grad_norm', 'param_norm'}: global L2 norms (0-d fp32), one reduction per parameter; without
+    """{'grad_norm', 'param_norm'}: global L2 norms (0-d), one reduction per parameter; without
     ``param_norm``, the gradient norm only (when the optimizer takes the other in its own pass)."""
     params = list(params)
     stats = {"grad_norm": _norm_loop(_grads(params))}
@@ -68,7 +74,7 @@ def grad_stats_foreach(params: Iterable[torch.Tensor], param_norm: bool = True) 
 
 
 def update_ratio(before: list[torch.Tensor], after: list[torch.Tensor]) -> torch.Tensor:
-    """||after - before|| / ||before|| over all tensors (0-d fp32); pairs must match in shape, dtype, device.
+    """||after - before|| / ||before|| over all tensors (0-d); pairs must match in shape, dtype, device.
 
     The difference is taken in the tensors' dtype (exact for small updates) into one temporary copy.
     """
@@ -86,7 +92,7 @@ def clip_coefficient(total: torch.Tensor, max_norm: float) -> torch.Tensor:
 def clip_grad_norm_loop(params: Iterable[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Scale gradients in place so their global L2 norm is at most ``max_norm``, one tensor at a time.
 
-    Returns the norm before clipping (0-d fp32), like ``torch.nn.utils.clip_grad_norm_``.
+    Returns the norm before clipping (0-d), like ``torch.nn.utils.clip_grad_norm_``.
     """
     grads = _grads(params)
     total = _norm_loop(grads)

@@ -67,6 +67,19 @@ def _with_grad(t: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def grad_stats_errors(fn: Callable[..., torch.Tensor], baseline: Callable[..., torch.Tensor],
+                      params: tuple[torch.Tensor, ...], ref_params: tuple[torch.Tensor, ...]) -> list[float]:
+    """Relative errors of a gradient-statistics implementation against its baseline: [its statistics, its
+    worst clipped gradient]. ``params`` carry gradients and stay unchanged (``fn`` clips copies);
+    ``ref_params`` are their copies in the reference dtype, given copies of the gradients and clipped by
+    ``baseline``."""
+    for r, p in zip(ref_params, params, strict=True):
+        r.grad = p.grad.detach().to(r.dtype, copy=True)
+    got_params = [_with_grad(p.detach().clone(), p.grad.clone()) for p in params]
+    stats_err = rel_err(fn(*got_params), baseline(*ref_params))
+    return [stats_err, max(rel_err(g.grad, r.grad) for g, r in zip(got_params, ref_params))]
+
+
 def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0) -> Work:
     """One kernel op at one shape and implementation: checked against eager, then fwd and fwd+bwd timed."""
     from kernels.registry import OPS
@@ -97,15 +110,12 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
         ref_inputs = tuple(t.detach().to(ref_dtype).requires_grad_(t.requires_grad)
                            if t.is_floating_point() else t for t in inputs)
         if op.name == "grad_stats":  # parameters carry their own gradients
-            for r, t in zip(ref_inputs, inputs):
-                r.grad = t.grad.detach().to(ref_dtype)
-            ref = [baseline(*ref_inputs)]
-            got = [fn(*(_with_grad(t.detach().clone(), t.grad.clone()) for t in inputs))]
+            errs = grad_stats_errors(fn, baseline, inputs, ref_inputs)
         else:
             ref_grad = None if out_grad is None else tuple(g.to(ref_dtype) for g in out_grad)
             ref = _grads_and_output(baseline, ref_inputs, ref_grad)
             got = _grads_and_output(fn, inputs, out_grad)
-        errs = [rel_err(g, r) for g, r in zip(got, ref)]
+            errs = [rel_err(g, r) for g, r in zip(got, ref)]
         tol = KERNEL_RTOL[dtype]
         result = {"max_rel_err": max(errs), "rel_errs": errs, "tolerance": tol, "reference": str(ref_dtype)}
         if not max(errs) <= tol:

@@ -7,6 +7,8 @@ import torch
 from kernel_numerics import DEVICE, assert_rel_close, requires_cuda
 
 from kernels import grad_stats as gs
+from kernels.registry import GRAD_STATS
+from optbench.workloads import KERNEL_RTOL, grad_stats_errors
 
 # Relative-error tolerance: fp32 for the norms (fp32 accumulation of any dtype); clipped gradients are
 # rounded to their own dtype.
@@ -83,6 +85,59 @@ def test_wrong_statistic_is_caught(monkeypatch):
     monkeypatch.setattr(gs, "_groups", without_bf16)
     with pytest.raises(AssertionError, match="relative error"):
         test_grad_stats()
+
+
+@pytest.mark.parametrize("fn", [gs.grad_stats_loop, gs.grad_stats_foreach])
+def test_float64_in_float64_out(fn):
+    """Float64 parameters are reduced in float64: a true float64 reference, not an fp32 one relabelled."""
+    ref = float64_copies(make_params())
+    stats = fn(ref)
+    assert stats["grad_norm"].dtype == stats["param_norm"].dtype == torch.float64
+    ref_grad_norm = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in ref if p.grad is not None]))
+    ref_param_norm = torch.linalg.vector_norm(torch.cat([p.detach().flatten() for p in ref]))
+    assert_rel_close(stats["grad_norm"], ref_grad_norm, 1e-12, f"{fn.__name__} float64 grad_norm")
+    assert_rel_close(stats["param_norm"], ref_param_norm, 1e-12, f"{fn.__name__} float64 param_norm")
+
+
+def fp32_params() -> tuple[torch.Tensor, ...]:
+    """The op's inputs in small: fp32 parameters, each with a gradient whose global norm is above 1."""
+    params = tuple(p.float() for p in make_params(device="cpu"))
+    for p in params:
+        p.grad = torch.randn(p.shape)
+    return params
+
+
+def kernel_check_errors(impl: str) -> list[float]:
+    """The errors kernel_work's grad_stats check finds for ``impl`` (its reference: the loop in float64)."""
+    params = fp32_params()
+    ref_params = tuple(p.detach().double() for p in params)
+    dims = GRAD_STATS.shapes["100M"]
+    return grad_stats_errors(GRAD_STATS.impl(impl, dims), GRAD_STATS.impl(GRAD_STATS.impls[0], dims), params,
+                             ref_params)
+
+
+@pytest.mark.parametrize("impl", GRAD_STATS.impls)
+def test_kernel_check_passes_and_is_not_vacuous(impl):
+    """Both implementations pass; the fp32 loop's error against the float64 loop is small but not 0."""
+    errs = kernel_check_errors(impl)
+    assert 0.0 < errs[0] and max(errs) <= KERNEL_RTOL[torch.float32], errs
+
+
+def _norm_without_first(real):
+    return lambda tensors: real(tensors[1:])
+
+
+def _clip_off_by_one_percent(real):
+    return lambda params, max_norm, total=None: real(params, 1.01 * max_norm, total)
+
+
+@pytest.mark.parametrize(("target", "plant"), [("_norm_foreach", _norm_without_first),
+                                               ("clip_grad_norm_foreach", _clip_off_by_one_percent)],
+                         ids=["one-tensor-left-out-of-the-norm", "clip-scale-off-by-1%"])
+def test_kernel_check_catches_a_planted_error(monkeypatch, target, plant):
+    """Mutations of the foreach path only: kernel_work's check must reject them."""
+    monkeypatch.setattr(gs, target, plant(getattr(gs, target)))
+    assert max(kernel_check_errors("foreach")) > KERNEL_RTOL[torch.float32]
 
 
 @pytest.mark.gpu
