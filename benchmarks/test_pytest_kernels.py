@@ -7,7 +7,9 @@
 pytest-benchmark's own figures are synchronized wall time per fwd+bwd call (optbench's
 ``sync_clock`` as its timer, so it never measures only the launch); ``extra_info`` holds optbench's
 device time (CUDA-graph replay), achieved GB/s and TFLOP/s and the ratio to the roofline floor.
-``OPTBENCH_SUITE=quick`` measures one shape per op. Each case is checked before it is timed.
+``OPTBENCH_SUITE=quick`` measures one shape per op. Each case is checked before it is timed. A saved run
+is named after the commit whose code it measures and is dirty only where code differs from it
+(benchmarks/conftest.py), as optbench's own results are.
 """
 
 from __future__ import annotations
