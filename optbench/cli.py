@@ -56,9 +56,13 @@ def git_commit(ref: str = "HEAD") -> str:
 
 
 def bench_env(suite: str, machine: str) -> dict[str, str]:
-    """Environment of the asv processes: where results go, the suite size, persistent compile caches."""
+    """Environment of the asv processes: where results go, the run id they share, the suite size, persistent
+    compile caches."""
+    from optbench.store import RUN_ENV, new_run_id
+
     cache = ROOT / ".cache"
     env = dict(os.environ)
+    env.setdefault(RUN_ENV, new_run_id())
     env.update(OPTBENCH_MACHINE=machine, OPTBENCH_SUITE=suite, OPTBENCH_RESULTS=str(ROOT / "results"),
                TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))

@@ -1,41 +1,54 @@
-"""Compares two commits' records machine by machine: what got slower or hungrier, by how much, and is it real.
+"""Compares two commits' runs machine by machine: what got slower or hungrier, by how much, and is it real.
 
-The rule, per benchmark record and metric:
+The unit of evidence is a run (one process), not a sample within one: a host-bound step moves more between
+processes than within one, and so do kernels between two lent machines of one kind. The rule, per benchmark
+record, metric and clock (``device``, ``wall``, ...):
 
-- Time: the stored samples of the record's primary clock (``info["primary_clock"]``, default ``device``;
-  ``wall`` where a side has no device time) go to asv's own test, ``asv._stats.is_different`` with
-  ``p_threshold`` (0.002): a two-sided Mann-Whitney U rank test where the sample counts allow p below that
-  threshold, else non-overlap of the two medians' 99% confidence intervals. A significant change is a
-  regression when head/base of the medians exceeds ``1 + max(threshold, noise)``, an improvement below
-  ``1 - max(threshold, noise)``. ``noise`` is the metric's run-to-run spread on that machine: (max - min) / min
-  of its medians in the stored runs of the other commits, where there are at least three (else 0). The rank
-  test only sees one run's samples; a host-bound step varies more between processes than within one (the
-  100M eager step: 54 to 88 ms on one H100 across runs, with an interquartile range of 5 to 24 ms in
-  each). History that holds a real
-  change also widens the spread, so the gate errs towards silence for a benchmark that moved before.
-- Peak memory (one deterministic value): significant when head/base differs from 1 by more than ``threshold``.
-- Status: ``ok`` to anything else (oom, wrong, timeout, error, skipped) is a regression, anything to ``ok`` an
-  improvement; other non-ok records are reported as they are, and records skipped on both sides stay silent.
-  A record on one side only is reported with status ``missing`` and never fails the gate, but a comparison
-  in which no record has results on both sides exits 2: a gate with nothing to compare must not pass.
+- Time: each run's median; base and head are the runs of each commit (``optbench run`` adds a run, and a
+  commit's runs add up). The change is the difference of the mean log medians, head minus base. Its noise is
+  the metric's run-to-run standard deviation sigma of a log median, estimated on that machine from history that
+  holds no real change (:func:`fit_noise`): the runs of every commit but head, in commit order, cut into
+  segments at the change points asv's step detection finds (``asv.step_detect.detect_steps`` on the commits'
+  mean log medians), pooled within segments (runs of one commit are an A/A set and never split). Lent machines
+  of one kind differ: runs from several of them (each run records its GPU UUID) enter the estimate, so it
+  holds across machines. A metric with fewer than :data:`MIN_DF` degrees of freedom of its own borrows the
+  pooled estimate of its benchmark's other parameter combinations, and without that, :data:`PRIOR_SIGMA`.
+- The smallest detectable change of a comparison is ``exp(max(log(1 + threshold), q * sigma * sqrt(1/n_base +
+  1/n_head))) - 1``, with q Student's t quantile at 1 - :data:`ALPHA` for sigma's degrees of freedom (the
+  normal quantile for the prior). A change beyond it is a regression (slower) or an improvement (faster).
+- Peak memory (one deterministic value per run): a change of the median over runs beyond ``threshold`` counts.
+- Status (of each side's latest run): ``ok`` to anything else (oom, wrong, timeout, error, skipped) is a
+  regression, anything to ``ok`` an improvement; other non-ok records are reported as they are, and records
+  skipped on both sides stay silent. A record on one side only is reported with status ``missing`` and never
+  fails the gate, but a comparison in which no record has results on both sides exits 2: a gate with nothing to
+  compare must not pass.
+
+Exit codes of ``optbench compare``: 0 no regression, 1 a regression, 2 nothing to compare.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import subprocess
 import sys
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from optbench.store import ResultStore
+from optbench.store import ResultStore, StoredRun
 
 OK = "ok"
 MISSING = "missing"
-COLUMNS = ("benchmark", "params", "metric", "clock", "base", "head", "head/base", "verdict")
+COLUMNS = ("benchmark", "params", "metric", "clock", "base", "head", "head/base", "runs", "detectable", "verdict")
+ALPHA = 1e-3  # one-sided false-alarm rate of one metric's verdict
+MIN_DF = 3  # degrees of freedom a metric's own noise estimate needs before it is used
+PRIOR_SIGMA = 0.05  # run-to-run sigma of a log median assumed where history says nothing (5%)
+
+Series = tuple[str, str, str]  # (record key, metric, clock)
 
 
 class Summary(NamedTuple):
@@ -44,6 +57,54 @@ class Summary(NamedTuple):
     median: float
     q25: float
     q75: float
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Run-to-run noise of one metric: sigma of a run's log median, its degrees of freedom (0: the prior) and
+    where it comes from ('own', 'benchmark' (pooled over the benchmark's parameters) or 'prior')."""
+
+    sigma: float
+    df: int
+    source: str
+
+    def quantile(self) -> float:
+        """The one-sided 1 - ALPHA quantile that a change must pass, in sigmas of the compared means."""
+        from scipy import stats
+
+        return float(stats.norm.ppf(1 - ALPHA) if self.df <= 0 else stats.t.ppf(1 - ALPHA, self.df))
+
+    def detectable(self, n_base: int, n_head: int, threshold: float) -> float:
+        """Smallest relative change a comparison of n_base and n_head runs flags (0.05 = 5%)."""
+        bound = self.quantile() * self.sigma * math.sqrt(1 / n_base + 1 / n_head)
+        return math.exp(max(math.log1p(threshold), bound)) - 1
+
+    def aa_spread(self) -> float:
+        """The A/A run-to-run spread: what two single runs of the same code may differ by without the gate
+        calling it a change (the smallest change one run against one run detects, without the threshold)."""
+        return math.exp(self.quantile() * self.sigma * math.sqrt(2)) - 1
+
+
+    def at_least(self, sigma: float) -> Noise:
+        """This noise, or ``sigma`` (source 'within run') where that is larger."""
+        return self if sigma <= self.sigma else Noise(sigma, self.df, "within run")
+
+
+PRIOR = Noise(PRIOR_SIGMA, 0, "prior")
+IQR_PER_SIGMA = 1.349  # interquartile range of a normal distribution, in standard deviations
+
+
+def _within_run_sigma(base: Sequence[StoredRun], head: Sequence[StoredRun], series: Series) -> float:
+    """The largest relative spread of one run's samples (IQR / median / 1.349) among the runs compared: a run
+    whose samples drift that much has a median no more repeatable than that, whatever the history says."""
+    key, metric, clock = series
+    spreads = [0.0]
+    for run in (*base, *head):
+        t = ((run.records.get(key) or {}).get("metrics") or {}).get(metric, {}) or {}
+        t = t.get(clock)
+        if t and t.get("median_ms", 0) > 0:
+            spreads.append((t["q75_ms"] - t["q25_ms"]) / t["median_ms"] / IQR_PER_SIGMA)
+    return max(spreads)
 
 
 @dataclass(frozen=True)
@@ -58,17 +119,18 @@ class Change:
     params: dict[str, Any]
     metric: str
     quantity: str  # 'time', 'peak memory' or 'status'
-    clock: str | None  # 'device' or 'wall' for a time
+    clock: str | None  # 'device', 'wall', ... for a time
     base: Summary | None
     head: Summary | None
-    ratio: float | None
+    ratio: float | None  # head / base: of the geometric means of the runs' medians for a time
     significant: bool
     regression: bool
     improvement: bool
     base_status: str = OK
     head_status: str = OK
-    noise: float = 0.0  # run-to-run spread of this metric's medians on this machine (see the module docstring)
-    within_noise: bool = False  # significant and beyond the threshold, but not beyond that spread
+    runs: tuple[int, int] = (1, 1)  # runs with this metric at base and at head
+    noise: Noise | None = None  # a time's run-to-run noise on this machine
+    detectable: float | None = None  # the smallest relative change this comparison flags
 
 
 def timing(record: dict, metric: str, clock: str | None = None) -> tuple[str, dict] | None:
@@ -104,83 +166,177 @@ def resolve(store: ResultStore, machine: str, ref: str) -> str | None:
     return None
 
 
-def is_different(a: Sequence[float], b: Sequence[float], p_threshold: float) -> bool:
-    """asv's significance test of two sample sets (False when either is empty)."""
-    from asv import _stats
-    from asv_runner.statistics import compute_stats
+def run_medians(run: StoredRun) -> dict[Series, float]:
+    """Median ms of every timed (metric, clock) of the run's ok records, by series."""
+    found = {}
+    for key, rec in run.results().items():
+        if rec.get("status") != OK:
+            continue
+        for metric, clocks in (rec.get("metrics") or {}).items():
+            for clock, t in (clocks or {}).items():
+                if t and t.get("median_ms", 0) > 0:
+                    found[(key, metric, clock)] = t["median_ms"]
+    return found
 
-    if not a or not b:
-        return False
-    return _stats.is_different(a, b, compute_stats(a, 1)[1], compute_stats(b, 1)[1], p_threshold)
+
+def _segments(means: list[float]) -> list[list[int]]:
+    """Indices of ``means`` cut at the change points asv's step detection finds (one segment if it cannot)."""
+    if len(means) < 3:
+        return [list(range(len(means)))]
+    from asv.step_detect import detect_steps
+
+    steps = detect_steps(means)
+    return [list(range(left, right)) for left, right, *_ in steps] or [list(range(len(means)))]
+
+
+def fit_noise(history: Sequence[Sequence[StoredRun]]) -> dict[Series, tuple[float, int]]:
+    """(sum of squared deviations, degrees of freedom) of each series' log run medians within segments of no
+    change, from ``history``: the runs of each commit, oldest commit first (see the module docstring)."""
+    per_commit: dict[Series, list[list[float]]] = defaultdict(list)
+    for runs in history:
+        values: dict[Series, list[float]] = defaultdict(list)
+        for run in runs:
+            for series, ms in run_medians(run).items():
+                values[series].append(math.log(ms))
+        for series, logs in values.items():
+            per_commit[series].append(logs)
+    fitted = {}
+    for series, groups in per_commit.items():
+        ss, df = 0.0, 0
+        for segment in _segments([statistics.fmean(g) for g in groups]):
+            pooled = [v for i in segment for v in groups[i]]
+            if len(pooled) > 1:
+                mean = statistics.fmean(pooled)
+                ss += sum((v - mean) ** 2 for v in pooled)
+                df += len(pooled) - 1
+        fitted[series] = (ss, df)
+    return fitted
+
+
+@dataclass
+class NoiseModel:
+    """Each series' :class:`Noise` on one machine (see :func:`fit_noise`)."""
+
+    fitted: dict[Series, tuple[float, int]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, history: Sequence[Sequence[StoredRun]]) -> NoiseModel:
+        return cls(fit_noise(history))
+
+    def __post_init__(self) -> None:
+        pooled: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0])
+        for (key, metric, clock), (ss, df) in self.fitted.items():
+            total = pooled[(key.split("|")[0], metric, clock)]
+            total[0] += ss
+            total[1] += df
+        self._pooled = {k: (ss, int(df)) for k, (ss, df) in pooled.items()}
+
+    def noise(self, series: Series) -> Noise:
+        ss, df = self.fitted.get(series, (0.0, 0))
+        if df >= MIN_DF:
+            return Noise(math.sqrt(ss / df), df, "own")
+        key, metric, clock = series
+        ss, df = self._pooled.get((key.split("|")[0], metric, clock), (0.0, 0))
+        return Noise(math.sqrt(ss / df), df, "benchmark") if df >= MIN_DF else PRIOR
 
 
 def _summary(t: dict) -> Summary:
     return Summary(t["median_ms"], t["q25_ms"], t["q75_ms"])
 
 
-def run_to_run_noise(runs: Iterable[dict[str, dict]], min_runs: int = 3) -> dict[tuple[str, str, str], float]:
-    """(key, metric, clock) -> (max - min) / min of the median times over ``runs`` (records by key), for the
-    metrics timed in at least ``min_runs`` of them."""
-    medians: dict[tuple[str, str, str], list[float]] = {}
-    for records in runs:
-        for key, rec in records.items():
-            if key.startswith("__") or rec.get("status") != OK:
+def _latest(runs: Sequence[StoredRun], key: str) -> dict | None:
+    return next((run.records[key] for run in reversed(runs) if key in run.records), None)
+
+
+def compare_runs(base: Sequence[StoredRun], head: Sequence[StoredRun], noise: NoiseModel,
+                 threshold: float = 0.05) -> list[Change]:
+    """Every change of every record from the runs ``base`` to the runs ``head`` of one machine."""
+    where = {"machine": (head or base)[0].machine, "base_commit": base[0].commit if base else "",
+             "head_commit": head[0].commit if head else ""}
+    medians = [[run_medians(r) for r in side] for side in (base, head)]
+    keys = dict.fromkeys(k for side in (base, head) for run in side for k in run.results())
+    changes: list[Change] = []
+    for key in keys:
+        b, h = _latest(base, key), _latest(head, key)
+        rec = h or b
+        assert rec is not None
+        common = dict(where, key=key, benchmark=rec["benchmark"], params=rec.get("params", {}))
+        sb, sh = (r["status"] if r else MISSING for r in (b, h))
+        if sb != OK or sh != OK:
+            if sb == sh == "skipped":
                 continue
-            for metric in rec.get("metrics", {}):
-                found = timing(rec, metric)
-                if found and found[1]["median_ms"] > 0:
-                    medians.setdefault((key, metric, found[0]), []).append(found[1]["median_ms"])
-    return {k: (max(v) - min(v)) / min(v) for k, v in medians.items() if len(v) >= min_runs}
-
-
-def compare_records(base: dict | None, head: dict | None, threshold: float = 0.05,
-                    p_threshold: float = 0.002, noise: dict[tuple[str, str, str], float] | None = None,
-                    **where: str) -> list[Change]:
-    """Changes of one record (``where``: machine, base_commit, head_commit) by the rule of this module;
-    ``noise`` as :func:`run_to_run_noise` gives it (none: 0)."""
-    rec = head or base
-    assert rec is not None
-    common = dict(where, key=rec["key"], benchmark=rec["benchmark"], params=rec.get("params", {}))
-    sb, sh = (r["status"] if r else MISSING for r in (base, head))
-    if sb != OK or sh != OK:
-        if sb == sh == "skipped":
-            return []
-        significant = sb != sh and MISSING not in (sb, sh)
-        return [Change(**common, metric="", quantity="status", clock=None, base=None, head=None, ratio=None,
-                       significant=significant, regression=significant and sb == OK,
-                       improvement=significant and sh == OK, base_status=sb, head_status=sh)]
-    assert base is not None and head is not None
-
-    def change(metric: str, quantity: str, clock: str | None, b: Summary, h: Summary, significant: bool):
-        ratio = h.median / b.median if b.median else (1.0 if h.median == b.median else math.inf)
-        spread = (noise or {}).get((rec["key"], metric, clock), 0.0) if quantity == "time" else 0.0
-        bound = max(threshold, spread)
-        return Change(**common, metric=metric, quantity=quantity, clock=clock, base=b, head=h, ratio=ratio,
-                      significant=significant, regression=significant and ratio > 1 + bound,
-                      improvement=significant and ratio < 1 - bound, noise=spread,
-                      within_noise=significant and threshold < abs(ratio - 1) <= spread)
-
-    changes = []
-    for metric in head.get("metrics", {}):
-        found = [timing(r, metric) for r in (base, head)]
-        if found[0] and found[1] and found[0][0] != found[1][0]:
-            found = [timing(r, metric, "wall") for r in (base, head)]
-        if not (found[0] and found[1]):
+            significant = sb != sh and MISSING not in (sb, sh)
+            changes.append(Change(**common, metric="", quantity="status", clock=None, base=None, head=None,
+                                  ratio=None, significant=significant, regression=significant and sb == OK,
+                                  improvement=significant and sh == OK, base_status=sb, head_status=sh))
             continue
-        (clock, tb), (_, th) = found
-        changes.append(change(metric, "time", clock, _summary(tb), _summary(th),
-                              is_different(tb["samples_ms"], th["samples_ms"], p_threshold)))
-    for metric, h in (head.get("peak_mem_bytes") or {}).items():
-        b = (base.get("peak_mem_bytes") or {}).get(metric)
-        if b is not None and h is not None:
-            changes.append(change(metric, "peak memory", None, Summary(b, b, b), Summary(h, h, h),
-                                  abs(h - b) > threshold * abs(b)))
+        assert b is not None and h is not None
+        for metric, clocks in (h.get("metrics") or {}).items():
+            for clock in clocks or {}:
+                series = (key, metric, clock)
+                logs = [[math.log(m[series]) for m in side if series in m] for side in medians]
+                if not (logs[0] and logs[1] and timing(b, metric, clock) and timing(h, metric, clock)):
+                    continue
+                model = noise.noise(series).at_least(_within_run_sigma(base, head, series))
+                detectable = model.detectable(len(logs[0]), len(logs[1]), threshold)
+                diff = statistics.fmean(logs[1]) - statistics.fmean(logs[0])
+                significant = abs(diff) > math.log1p(detectable)
+                changes.append(Change(**common, metric=metric, quantity="time", clock=clock,
+                                      base=_summary(timing(b, metric, clock)[1]),
+                                      head=_summary(timing(h, metric, clock)[1]), ratio=math.exp(diff),
+                                      significant=significant, regression=significant and diff > 0,
+                                      improvement=significant and diff < 0, runs=(len(logs[0]), len(logs[1])),
+                                      noise=model, detectable=detectable))
+        changes += _memory_changes(base, head, key, common, threshold)
     return changes
 
 
+def _memory_changes(base: Sequence[StoredRun], head: Sequence[StoredRun], key: str, common: dict,
+                    threshold: float) -> list[Change]:
+    def peaks(runs: Sequence[StoredRun]) -> dict[str, list[float]]:
+        found: dict[str, list[float]] = defaultdict(list)
+        for run in runs:
+            rec = run.records.get(key)
+            if rec and rec.get("status") == OK:
+                for metric, value in (rec.get("peak_mem_bytes") or {}).items():
+                    if value is not None:
+                        found[metric].append(value)
+        return found
+
+    pb, ph = peaks(base), peaks(head)
+    changes = []
+    for metric in ph:
+        if metric not in pb:
+            continue
+        b, h = statistics.median(pb[metric]), statistics.median(ph[metric])
+        ratio = h / b if b else (1.0 if h == b else math.inf)
+        significant = abs(h - b) > threshold * abs(b)
+        changes.append(Change(**common, metric=metric, quantity="peak memory", clock=None, base=Summary(b, b, b),
+                              head=Summary(h, h, h), ratio=ratio, significant=significant,
+                              regression=significant and h > b, improvement=significant and h < b,
+                              runs=(len(pb[metric]), len(ph[metric])), detectable=threshold))
+    return changes
+
+
+def history_runs(store: ResultStore, machine: str, leave_out: Iterable[str] = ()) -> list[list[StoredRun]]:
+    """The runs of each stored commit of ``machine``, oldest commit first, without the runs ``leave_out`` names
+    (run ids) and without commits left with no run."""
+    skip = set(leave_out)
+    history = [[r for r in store.runs(machine, c) if r.run_id not in skip] for c in store.commits(machine)]
+    return [runs for runs in history if runs]
+
+
+def select_runs(runs: Sequence[StoredRun], wanted: Sequence[str] | None) -> list[StoredRun]:
+    """The runs whose id starts with one of ``wanted`` (all runs when None)."""
+    return list(runs) if not wanted else [r for r in runs if any(r.run_id.startswith(w) for w in wanted)]
+
+
 def compare(store: ResultStore, base: str, head: str, machines: Iterable[str] | None = None,
-            threshold: float = 0.05, p_threshold: float = 0.002) -> list[Change]:
-    """Every change from ``base`` to ``head`` (commit-ish or stored prefix) on each machine with both.
+            threshold: float = 0.05, base_runs: Sequence[str] | None = None,
+            head_runs: Sequence[str] | None = None) -> list[Change]:
+    """Every change from ``base`` to ``head`` (commit-ish or stored prefix) on each machine with both, the noise
+    estimated from every stored run but head's (``base_runs``/``head_runs``: run id prefixes to keep; with
+    ``base == head``, two sets of runs of one commit, an A/A comparison).
 
     Non-significant changes are included (``significant`` False), and records on one side only (missing).
     """
@@ -189,24 +345,22 @@ def compare(store: ResultStore, base: str, head: str, machines: Iterable[str] | 
         b, h = resolve(store, machine, base), resolve(store, machine, head)
         if b is None or h is None:
             continue
-        old, new = store.load(machine, b), store.load(machine, h)
-        noise = run_to_run_noise(store.load(machine, c) for c in store.commits(machine) if c != h)
-        for key in dict.fromkeys([*old, *new]):
-            if not key.startswith("__"):  # special records: __machine__, __calibration__
-                changes += compare_records(old.get(key), new.get(key), threshold, p_threshold, noise,
-                                           machine=machine, base_commit=b, head_commit=h)
+        old = select_runs(store.runs(machine, b), base_runs)
+        new = select_runs(store.runs(machine, h), head_runs)
+        if b == h:
+            old = [r for r in old if r not in new]
+        if not old or not new:
+            continue
+        noise = NoiseModel.of(history_runs(store, machine, leave_out=[r.run_id for r in new]))
+        changes += compare_runs(old, new, noise, threshold)
     return changes
 
 
 def verdict(c: Change) -> str:
-    """'REGRESSION', 'improvement', 'changed' (significant, within the threshold) or ''."""
+    """'REGRESSION', 'improvement' or ''."""
     if c.regression:
         return "REGRESSION"
-    if c.improvement:
-        return "improvement"
-    if c.within_noise:
-        return f"within run-to-run noise (±{c.noise:.0%})"
-    return "changed" if c.significant else ""
+    return "improvement" if c.improvement else ""
 
 
 def _format(c: Change, s: Summary | None, status: str) -> str:
@@ -217,12 +371,21 @@ def _format(c: Change, s: Summary | None, status: str) -> str:
     return f"{s.median:.4g} ms [{s.q25:.4g}–{s.q75:.4g}]"
 
 
+def _detectable(c: Change) -> str:
+    if c.detectable is None:
+        return ""
+    source = f" ({c.noise.source})" if c.noise is not None and c.noise.source != "own" else ""
+    return f"±{c.detectable:.1%}{source}"
+
+
 def rows(changes: Iterable[Change]) -> list[tuple[str, ...]]:
-    """Table cells (see COLUMNS) of changes: medians with their quartiles, MiB for memory."""
+    """Table cells (see COLUMNS) of changes: medians of the latest runs with their quartiles, MiB for memory;
+    the ratio of the runs' geometric means; the runs per side; the smallest change the comparison detects."""
     return [(c.benchmark, " ".join(c.key.split("|")[1:]),
              c.metric if c.quantity == "time" else f"{c.metric} {c.quantity}".strip(),
              c.clock or "", _format(c, c.base, c.base_status), _format(c, c.head, c.head_status),
-             "" if c.ratio is None else f"{c.ratio:.3f}×", verdict(c)) for c in changes]
+             "" if c.ratio is None else f"{c.ratio:.3f}×", "" if c.quantity == "status" else "{}/{}".format(*c.runs),
+             _detectable(c), verdict(c)) for c in changes]
 
 
 def compared(c: Change) -> bool:
@@ -231,33 +394,35 @@ def compared(c: Change) -> bool:
 
 
 def shown(c: Change) -> bool:
-    """Whether a change belongs in the default table: significant, or failing at head."""
+    """Whether a change belongs in the default table: beyond what the comparison detects, or failing at head."""
     return c.significant or c.head_status not in (OK, "skipped", MISSING)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``optbench compare BASE HEAD``: exit 1 on a significant regression, 2 when nothing was comparable."""
+    """``optbench compare BASE HEAD``: exit 1 on a regression, 2 when nothing was comparable."""
     from rich.console import Console
     from rich.table import Table
 
     p = argparse.ArgumentParser(prog="optbench compare", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("base", help="base commit-ish or stored hash prefix")
-    p.add_argument("head", help="head commit-ish or stored hash prefix")
+    p.add_argument("head", help="head commit-ish or stored hash prefix (the same as base: compare runs of it)")
     p.add_argument("--machine", action="append", help="machine folder to compare (repeatable; default all)")
-    p.add_argument("--threshold", type=float, default=0.05, help="relative change that fails the gate")
+    p.add_argument("--threshold", type=float, default=0.05, help="relative change below which nothing fails")
+    p.add_argument("--base-run", action="append", help="only the base runs whose id starts with this (repeatable)")
+    p.add_argument("--head-run", action="append", help="only the head runs whose id starts with this (repeatable)")
     p.add_argument("--results", type=Path, help="results root (default $OPTBENCH_RESULTS or results/)")
     p.add_argument("--all", action="store_true", help="list every compared metric, not only the changed")
     args = p.parse_args(argv)
 
     store = ResultStore(args.results)
-    changes = compare(store, args.base, args.head, args.machine, args.threshold)
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    changes = compare(store, args.base, args.head, args.machine, args.threshold, args.base_run, args.head_run)
+    console = Console(width=None if sys.stdout.isatty() else 200)
     if not any(map(compared, changes)):
         console.print(f"optbench compare: nothing to compare: no machine in {store.root} has results of one "
                       f"benchmark at both {args.base} and {args.head}", style="bold red")
         return 2
-    style = {"REGRESSION": "bold red", "improvement": "green", "changed": "yellow"}
+    style = {"REGRESSION": "bold red", "improvement": "green"}
     for machine in dict.fromkeys(c.machine for c in changes):
         mine = [c for c in changes if c.machine == machine]
         listed = [c for c in mine if args.all or shown(c)]
@@ -268,12 +433,21 @@ def main(argv: list[str] | None = None) -> int:
                 table.add_row(*row, style=style.get(verdict(c)))
             console.print(table)
         else:
-            console.print(f"{title}: no significant change in {len(mine)} metrics")
+            console.print(f"{title}: no change beyond what each metric's noise lets it detect, in {len(mine)} "
+                          "metrics")
+        times = [c for c in mine if c.quantity == "time"]
+        if times:
+            own = sum(c.noise is not None and c.noise.source == "own" for c in times)
+            console.print(f"{machine}: {len(times)} time metrics; smallest detectable change: median "
+                          f"{statistics.median(c.detectable for c in times):.1%}, ≤ 10% in "
+                          f"{sum(c.detectable <= 0.10 for c in times)}; noise from the metric's own history in "
+                          f"{own}, from its benchmark in {sum(c.noise.source == 'benchmark' for c in times)}, "
+                          f"assumed ({PRIOR_SIGMA:.0%} per run) in {sum(c.noise.source == 'prior' for c in times)}")
         lost = sum(c.base_status == OK and c.head_status == MISSING for c in mine)
         if lost:
             console.print(f"note: {lost} results of the base commit are missing at head on {machine}")
     regressions = [c for c in changes if c.regression]
-    console.print(f"{len(regressions)} significant regressions beyond {args.threshold:.0%}",
+    console.print(f"{len(regressions)} regressions beyond the threshold ({args.threshold:.0%}) and their noise",
                   style="bold red" if regressions else "green")
     return 1 if regressions else 0
 

@@ -22,15 +22,16 @@ _CPU_SLUG_CHARS = 32
 def machine_info() -> dict[str, Any]:
     """Hardware and software of this machine; GPU fields are None (gpu_count 0) without CUDA.
 
-    Keys: gpu_name, gpu_count, driver, cuda, torch, triton, python, cpu, num_cpu, ram_gb (GB, 1e9
-    bytes), os, hostname, profile (hardware profile key), sm_clock_mhz and mem_clock_mhz (GPU 0's
-    clocks now, from nvidia-smi; None without it), date (ISO 8601, UTC).
+    Keys: gpu_name, gpu_count, gpu_uuid (tells lent machines of one kind apart), driver, cuda, torch, triton,
+    python, cpu, num_cpu, ram_gb (GB, 1e9 bytes), os, hostname, profile (hardware profile key), sm_clock_mhz and
+    mem_clock_mhz (GPU 0's clocks now, from nvidia-smi; None without it), date (ISO 8601, UTC).
     """
     has_gpu = torch.cuda.is_available()
     smi = _nvidia_smi(["driver_version", "clocks.sm", "clocks.mem"]) if has_gpu else None
     return {
         "gpu_name": torch.cuda.get_device_name(0) if has_gpu else None,
         "gpu_count": torch.cuda.device_count() if has_gpu else 0,
+        "gpu_uuid": f"GPU-{torch.cuda.get_device_properties(0).uuid}" if has_gpu else None,
         "driver": smi[0] if smi else (_torch_driver() if has_gpu else None),
         "cuda": torch.version.cuda,
         "torch": torch.__version__,

@@ -2,13 +2,17 @@
 
 A runner that starts from a clean copy of the repository (a lent GPU, a CI job) hands back its own
 ``results/`` tree, or a tar of it; several such runs of one commit each hold part of the suite. Merging
-copies every file the destination lacks and, for the two files that several runs share:
+copies every file the destination lacks and, for the files that several runs share:
 
-- optbench's records (``<machine>/optbench/<commit>.jsonl``): merged by record key (the store's own rule);
+- optbench's records: every run is kept (``ResultStore.add_run``): a run the destination lacks is added as it
+  is, two snapshots of one run are joined, and no stored record is replaced; a record that differs from the
+  stored one of its run is kept as a run of its own. Old-layout files (``<machine>/optbench/<commit>.jsonl``)
+  are read as their runs and added the same way.
 - asv's results (``<machine>/<commit>-<env>.json``): merged benchmark by benchmark and parameter
-  combination; a measured value replaces an unmeasured one (asv's null for a case skipped or not selected).
+  combination; a measured value replaces an unmeasured one (asv's null for a case skipped or not selected),
+  and where two runs measured the same case, the later source wins: asv keeps one median per commit, and
+  optbench's records keep every run's samples.
 
-Sources are applied in the order given: where two runs measured the same case, the later source wins.
 ``benchmarks.json`` (asv's list of benchmarks) is taken from the last source that has one.
 """
 
@@ -23,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from optbench.store import RECORDS_DIR, ResultStore, results_dir, write_json_atomic
+from optbench.store import RECORDS_DIR, ResultStore, StoredRun, read_records, results_dir, write_json_atomic
 
 ASV_VALUE_COLUMNS = ("result", "stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number",
                      "stats_repeat", "samples", "profile")
@@ -56,20 +60,38 @@ def merge_asv_results(dest: dict[str, Any], src: dict[str, Any]) -> dict[str, An
     return merged
 
 
+def _records_file(rel: Path) -> tuple[str, str, str | None] | None:
+    """(machine, commit, run id or None for an old-layout file) of a records file's relative path, else None."""
+    if rel.suffix != ".jsonl" or len(rel.parts) < 3 or rel.parts[1] != RECORDS_DIR:
+        return None
+    if len(rel.parts) == 3:
+        return rel.parts[0], rel.stem, None
+    return (rel.parts[0], rel.parts[2], rel.stem) if len(rel.parts) == 4 else None
+
+
 def merge_tree(src: Path, dest: Path) -> list[str]:
     """Merge the results root ``src`` into ``dest``; returns what changed (relative paths)."""
     changed = []
+    store = ResultStore(dest)
     for path in sorted(p for p in src.rglob("*") if p.is_file()):
         rel = path.relative_to(src)
         target = dest / rel
         if target.exists() and target.read_bytes() == path.read_bytes():
             continue
-        if len(rel.parts) == 3 and rel.parts[1] == RECORDS_DIR and path.suffix == ".jsonl":
-            machine, commit = rel.parts[0], path.stem
-            before = target.read_text(encoding="utf-8") if target.exists() else None
-            ResultStore(dest).save(machine, commit, ResultStore(src).load(machine, commit).values())
-            if target.read_text(encoding="utf-8") != before:
+        where = _records_file(rel)
+        if where is not None:
+            machine, commit, run_id = where
+            runs = [StoredRun(machine, commit, run_id, read_records(path))] if run_id else \
+                ResultStore(src).runs(machine, commit)
+            if run_id is None and not target.exists():  # an old-layout file the destination lacks: as it is
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target)
                 changed.append(str(rel))
+                continue
+            known = {r.run_id: r.records for r in store.runs(machine, commit)}
+            for run in runs:
+                if known.get(run.run_id) != run.records and (stored := store.add_run(run)) is not None:
+                    changed.append(str(store.path(machine, commit, stored).relative_to(dest)))
         elif target.exists() and len(rel.parts) == 2 and rel.suffix == ".json" and rel.name != "machine.json":
             # asv's results of one commit and environment on one machine
             merged = merge_asv_results(json.loads(target.read_text()), json.loads(path.read_text()))

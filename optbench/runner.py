@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from optbench.store import MACHINE_KEY, ResultStore, record_key
+from optbench.store import IN_PROGRESS, MACHINE_KEY, ResultStore, current_run_id, record_key
 
 
 class WrongResult(AssertionError):
@@ -362,12 +362,14 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     info = machine_info()
     info["emulate"] = os.environ.get("OPTBENCH_EMULATE")
-    store.save(machine, commit, [{"key": MACHINE_KEY, "info": info, "date": now, "commit": commit}])
+    run = current_run_id()
+    store.save(machine, commit, [{"key": MACHINE_KEY, "info": info, "date": now, "commit": commit, "run": run}])
     records: dict[str, dict[str, Any]] = {}
     lost_in: str | None = None  # the case after which this process can no longer use the GPU
     for case in cases:
         key = record_key(benchmark, case.params)
-        head = {"key": key, "benchmark": benchmark, "commit": commit, "machine": machine, "date": now}
+        head = {"key": key, "benchmark": benchmark, "commit": commit, "machine": machine, "date": now, "run": run,
+                "pid": os.getpid()}
         if out_of_run_time(budget_s):  # not stored, as an unselected case is not: a later run measures it
             records[key] = {**head, "params": case.params, "status": "skipped", "reason": NOT_STARTED}
             log(f"{key}: skipped {NOT_STARTED}")
@@ -381,8 +383,8 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
         # Stays in the store only if the process dies inside this case (a CUDA illegal memory access cannot
         # be caught and leaves the context unusable): the next reader sees which case and why the grid stopped.
         store.save(machine, commit, [{**head, "params": case.params, "status": "crashed",
-                                      "reason": "the process died while measuring this case; later cases "
-                                                "of its grid were not measured in that run"}])
+                                      "reason": f"{IN_PROGRESS}; later cases of its grid were not measured in "
+                                                "that run"}])
         left = run_time_left()
         cut = left is not None and left < budget_s  # the run's budget ends first
         keep = partial(_keep, store, head, cut=cut)

@@ -1,28 +1,43 @@
-"""The result store: one JSON-lines file of measurement records per machine and commit.
+"""The result store: optbench's measurement records, one JSON-lines file per run, never replaced.
 
 Layout (beside asv's own files, which asv writes into the same machine folders)::
 
-    results/<machine>/machine.json                   asv's machine file
-    results/<machine>/<commit[:8]>-<env>.json        asv's results (medians, for asv's HTML and history)
-    results/<machine>/optbench/<commit>.jsonl        optbench's records: every sample, spread, checks,
-                                                     errors and the full machine info (this module)
+    results/<machine>/machine.json                        asv's machine file
+    results/<machine>/<commit[:8]>-<env>.json             asv's results (medians, for asv's HTML and history)
+    results/<machine>/optbench/<commit>/<run id>.jsonl    optbench's records of one run: every sample, spread,
+                                                          check, error and the full machine info (this module)
+    results/<machine>/optbench/<commit>.jsonl             records of runs stored before run ids (read-only)
 
-A record is a JSON object with a unique ``key`` (``"<benchmark>|<param>=<value>|..."``); the
-record with key ``"__machine__"`` holds the machine info of that run. Files are rewritten
-atomically (temporary file + ``os.replace``), so a run that dies leaves every file whole.
+A run is one ``optbench run`` (or one process where nothing set a run id): its records go to its own file, so
+a rerun, a merge or an interrupt of a later run never changes an earlier run's records; runs of one commit add
+up. Inside its own file a run replaces its records by ``key`` (``"<benchmark>|<param>=<value>|..."``: the
+placeholder a case leaves while it runs becomes its record); the record with key ``"__machine__"`` holds the
+machine info of that run. Files are rewritten atomically (temporary file + ``os.replace``), so a run that dies
+leaves every file whole. A file of the old layout holds the runs of one commit merged by key; its records are
+read back as one run per process (records that share their ``date``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import tempfile
+import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 MACHINE_KEY = "__machine__"
 RECORDS_DIR = "optbench"
+RUN_ENV = "OPTBENCH_RUN_ID"  # set by `optbench run` for every process of one run
+LEGACY_RUN = "legacy-"  # run ids of the records of an old-layout file: "legacy-<date, digits and T>"
+# What a case's record says while the case runs; a later write of the same run replaces it (runner.run_grid).
+IN_PROGRESS = "the process died while measuring this case"
 
 
 def results_dir() -> Path:
@@ -34,6 +49,21 @@ def results_dir() -> Path:
 def record_key(benchmark: str, params: Mapping[str, Any]) -> str:
     """Stable key of one benchmark and parameter combination."""
     return "|".join([benchmark, *(f"{k}={v}" for k, v in params.items())])
+
+
+def new_run_id() -> str:
+    """A fresh run id: UTC start time (sortable) and a random suffix, e.g. ``20261124T190512Z-3fa1c2``."""
+    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+
+
+@cache
+def _process_run_id() -> str:
+    return new_run_id()
+
+
+def current_run_id() -> str:
+    """The run this process belongs to: ``$OPTBENCH_RUN_ID`` (one ``optbench run``), else one per process."""
+    return os.environ.get(RUN_ENV) or _process_run_id()
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -59,23 +89,81 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
 
+def read_records(path: Path) -> dict[str, dict]:
+    """Records of one JSON-lines file by key (a later line of a key wins)."""
+    records = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            records[rec["key"]] = rec
+    return records
+
+
+def records_text(records: Iterable[Mapping[str, Any]]) -> str:
+    """The JSON-lines text of ``records`` (sorted keys: the same records give the same text)."""
+    return "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """The records of one run of one commit on one machine."""
+
+    machine: str
+    commit: str
+    run_id: str
+    records: dict[str, dict]
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """Machine info of the run (``__machine__`` record); {} if none."""
+        return self.records.get(MACHINE_KEY, {}).get("info", {})
+
+    @property
+    def date(self) -> str:
+        """When the run started (ISO 8601, UTC): its earliest record date (the machine record's if it has no
+        other)."""
+        dates = [r.get("date") or "" for k, r in self.records.items() if k != MACHINE_KEY]
+        return min(dates, default=self.records.get(MACHINE_KEY, {}).get("date") or "")
+
+    @property
+    def instance(self) -> str | None:
+        """Which physical machine ran it: the GPU's UUID, else the host name of a CPU-only run; None where the
+        record predates the UUID (every lent GPU machine reports the host name 'vm')."""
+        if self.info.get("gpu_uuid"):
+            return self.info["gpu_uuid"]
+        return self.info.get("hostname") if not self.info.get("gpu_name") else None
+
+    def results(self) -> dict[str, dict]:
+        """The benchmark records (without special records such as ``__machine__``)."""
+        return {k: r for k, r in self.records.items() if not k.startswith("__")}
+
+
 class ResultStore:
     """Reads and writes optbench records under a results root."""
 
     def __init__(self, root: Path | str | None = None) -> None:
         self.root = Path(root) if root is not None else results_dir()
 
-    def path(self, machine: str, commit: str) -> Path:
-        return self.root / machine / RECORDS_DIR / f"{commit}.jsonl"
+    def _dir(self, machine: str) -> Path:
+        return self.root / machine / RECORDS_DIR
+
+    def path(self, machine: str, commit: str, run_id: str | None = None) -> Path:
+        """File of one run (default: this process's run)."""
+        return self._dir(machine) / commit / f"{run_id or current_run_id()}.jsonl"
+
+    def legacy_path(self, machine: str, commit: str) -> Path:
+        return self._dir(machine) / f"{commit}.jsonl"
 
     def machines(self) -> list[str]:
         """Machine folders that hold optbench records."""
         return sorted(p.parent.name for p in self.root.glob(f"*/{RECORDS_DIR}") if p.is_dir())
 
     def commits(self, machine: str) -> list[str]:
-        """Commits with records on ``machine``, oldest file first."""
-        files = sorted((self.root / machine / RECORDS_DIR).glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
-        return [p.stem for p in files]
+        """Commits with records on ``machine``, by the date of their first run."""
+        found = {p.stem for p in self._dir(machine).glob("*.jsonl")}
+        found |= {p.name for p in self._dir(machine).glob("*/") if any(p.glob("*.jsonl"))}
+        first = {c: min((r.date for r in self.runs(machine, c)), default="") for c in found}
+        return sorted(found, key=lambda c: (first[c], c))
 
     def resolve(self, machine: str, commit: str) -> str:
         """Full stored hash for a commit prefix on ``machine`` (KeyError if none or ambiguous)."""
@@ -84,32 +172,98 @@ class ResultStore:
             raise KeyError(f"{commit!r} matches {len(found)} stored commits on {machine}")
         return found[0]
 
-    def load(self, machine: str, commit: str) -> dict[str, dict]:
-        """All records of one machine and commit, by key ({} if none)."""
-        path = self.path(machine, commit)
-        if not path.exists():
-            return {}
-        records = {}
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                records[rec["key"]] = rec
-        return records
+    def runs(self, machine: str, commit: str) -> list[StoredRun]:
+        """Every run of ``commit`` on ``machine`` that holds a record, oldest first."""
+        found = [StoredRun(machine, commit, p.stem, records) for p in (self._dir(machine) / commit).glob("*.jsonl")
+                 if (records := read_records(p))]
+        legacy = self.legacy_path(machine, commit)
+        if legacy.exists():
+            found += _split_legacy(machine, commit, read_records(legacy))
+        return sorted(found, key=lambda r: (r.date, r.run_id))
 
-    def save(self, machine: str, commit: str, records: Iterable[Mapping[str, Any]]) -> None:
-        """Merge ``records`` into the file of (machine, commit), replacing records with the same key."""
-        merged = self.load(machine, commit)
+    def load(self, machine: str, commit: str) -> dict[str, dict]:
+        """The latest record of each key over the runs of (machine, commit) ({} if none): one record per case
+        for readers that show one figure; :meth:`runs` gives every run."""
+        merged: dict[str, dict] = {}
+        for run in self.runs(machine, commit):
+            merged.update(run.records)
+        return merged
+
+    def save(self, machine: str, commit: str, records: Iterable[Mapping[str, Any]], run_id: str | None = None) -> None:
+        """Add ``records`` to one run's file (default: this process's run), replacing that run's records with the
+        same key. Other runs' files are never touched."""
+        path = self.path(machine, commit, run_id)
+        merged = read_records(path) if path.exists() else {}
         for rec in records:
             merged[rec["key"]] = dict(rec)
-        self._write(machine, commit, merged)
+        write_text_atomic(path, records_text(merged.values()))
 
-    def drop(self, machine: str, commit: str, keys: Iterable[str]) -> None:
-        """Remove the records with ``keys`` from the file of (machine, commit); keys not there are ignored."""
-        records, dropped = self.load(machine, commit), set(keys)
-        kept = {key: rec for key, rec in records.items() if key not in dropped}
+    def drop(self, machine: str, commit: str, keys: Iterable[str], run_id: str | None = None) -> None:
+        """Remove the records with ``keys`` from one run's file (default: this process's run)."""
+        path = self.path(machine, commit, run_id)
+        if not path.exists():
+            return
+        records, dropped = read_records(path), set(keys)
+        kept = [rec for key, rec in records.items() if key not in dropped]
         if len(kept) < len(records):
-            self._write(machine, commit, kept)
+            write_text_atomic(path, records_text(kept))
 
-    def _write(self, machine: str, commit: str, records: dict[str, dict]) -> None:
-        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records.values())
-        write_text_atomic(self.path(machine, commit), text)
+    def add_run(self, run: StoredRun) -> str | None:
+        """Store a run from elsewhere (``optbench merge``) without changing any stored record; returns the run id
+        it was stored under, or None when every record was here already.
+
+        A new run id is copied as it is. Where the run id is here already (two snapshots of one run), records of
+        new keys join it and an in-progress placeholder gives way to the finished record; any other record that
+        differs (or any record of a run read from an old-layout file, which is never rewritten) is stored as a
+        run of its own, ``<run id>~<hash of its records>``."""
+        known = next((r for r in self.runs(run.machine, run.commit) if r.run_id == run.run_id), None)
+        joinable = not run.run_id.startswith(LEGACY_RUN)
+        if known is None and joinable:
+            write_text_atomic(self.path(run.machine, run.commit, run.run_id), records_text(run.records.values()))
+            return run.run_id
+        have = known.records if known is not None else {}
+        joined, apart = dict(have), {}
+        for key, rec in run.records.items():
+            old = have.get(key)
+            if old == rec:
+                continue
+            if joinable and (old is None or _in_progress(old)):
+                joined[key] = rec
+            else:
+                apart[key] = rec
+        stored = None
+        if joined != have:
+            write_text_atomic(self.path(run.machine, run.commit, run.run_id), records_text(joined.values()))
+            stored = run.run_id
+        if set(apart) - {MACHINE_KEY}:
+            if MACHINE_KEY in run.records:
+                apart[MACHINE_KEY] = run.records[MACHINE_KEY]
+            text = records_text(apart.values())
+            stored = f"{run.run_id}~{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+            target = self.path(run.machine, run.commit, stored)
+            if not target.exists():
+                write_text_atomic(target, text)
+        return stored
+
+
+def _in_progress(rec: Mapping[str, Any]) -> bool:
+    """Whether ``rec`` is the placeholder a case leaves in its run's file while it is measured."""
+    return rec.get("status") == "crashed" and IN_PROGRESS in str(rec.get("reason", ""))
+
+
+def _split_legacy(machine: str, commit: str, records: dict[str, dict]) -> list[StoredRun]:
+    """An old-layout file as runs: one per process (records sharing a ``date``), each with the file's
+    machine record."""
+    machine_rec = records.get(MACHINE_KEY)
+    groups: dict[str, dict[str, dict]] = {}
+    for key, rec in records.items():
+        if key != MACHINE_KEY:
+            groups.setdefault(rec.get("date") or "", {})[key] = rec
+    if not groups and machine_rec is not None:
+        groups[machine_rec.get("date") or ""] = {}
+    runs = []
+    for date, recs in groups.items():
+        if machine_rec is not None:
+            recs = {MACHINE_KEY: machine_rec, **recs}
+        runs.append(StoredRun(machine, commit, LEGACY_RUN + re.sub(r"[^0-9T]", "", date[:19]), recs))
+    return runs

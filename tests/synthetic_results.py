@@ -50,12 +50,15 @@ def record(benchmark: str, params: dict[str, str], *, status: str = "ok",
 
 
 def save(store: ResultStore, machine: str, sha: str, date: str, records: list[dict[str, Any]],
-         gpu_name: str | None = H100, profile: str | None = None, emulate: str | None = None) -> None:
-    """Store records (with their machine record) of one machine and commit."""
+         gpu_name: str | None = H100, profile: str | None = None, emulate: str | None = None,
+         run_id: str | None = None) -> None:
+    """Store records (with their machine record) as one run (default id: ``run-<date>``) of one machine and
+    commit."""
     info = {"gpu_name": gpu_name, "profile": profile or ("h100-sxm" if gpu_name else "cpu"),
             "emulate": emulate, "torch": "synthetic", "cuda": None}
     full = [{**r, "commit": sha, "machine": machine, "date": date} for r in records]
-    store.save(machine, sha, [{"key": MACHINE_KEY, "info": info, "date": date, "commit": sha}, *full])
+    store.save(machine, sha, [{"key": MACHINE_KEY, "info": info, "date": date, "commit": sha}, *full],
+               run_id=run_id or f"run-{date}")
 
 
 STEP_VARIANTS = {"eager": 1.0, "triton-norm": 0.95, "fused-ce": 0.9, "best": 0.7}  # time relative to eager

@@ -6,6 +6,7 @@ import json
 import math
 import tarfile
 
+import pytest
 from synthetic_results import commit, record, samples, save
 
 from optbench import merge
@@ -61,3 +62,45 @@ def test_a_selected_run_keeps_the_cases_an_earlier_run_of_the_commit_measured(tm
     path.write_text(json.dumps(asv_file([None, 20.0])))  # asv's rewrite by a second one, selecting 'best'
     cli._keep_earlier_cases(earlier, "h100-sxm", SHA)
     assert json.loads(path.read_text())["results"]["bench_step.Step100M.track_step_ms"][0] == [80.0, 20.0]
+
+
+def _all_records(store: ResultStore) -> list[str]:
+    """Every stored record of every run, as sorted JSON text (what a merge must never lose)."""
+    return sorted(json.dumps(rec, sort_keys=True) for machine in store.machines() for c in store.commits(machine)
+                  for run in store.runs(machine, c) for rec in run.records.values())
+
+
+def test_a_merge_loses_no_stored_sample(tmp_path):
+    """Two runs that measured the same case (and an old-layout file) merge into every one of their records."""
+    first, second, dest = (tmp_path / name / "results" for name in ("a", "b", "dest"))
+    save(ResultStore(first), "h100-sxm", SHA, "2026-01-01T00:00:00+00:00", [step("eager", 80.0, 1)])
+    save(ResultStore(second), "h100-sxm", SHA, "2026-01-01T01:00:00+00:00", [step("eager", 85.0, 2)])
+    legacy = ResultStore(dest).legacy_path("h100-sxm", SHA)
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text(json.dumps({**step("eager", 79.0, 3), "date": "2025-12-31T00:00:00+00:00"}) + "\n")
+    before = _all_records(ResultStore(first)) + _all_records(ResultStore(second)) + _all_records(ResultStore(dest))
+
+    assert merge.main([str(first), str(second), "--into", str(dest)]) == 0
+    assert merge.main([str(first), str(second), "--into", str(dest)]) == 0  # merging again adds nothing
+
+    after = _all_records(ResultStore(dest))
+    assert sorted(before) == after
+    runs = ResultStore(dest).runs("h100-sxm", SHA)
+    medians = [r.results()["bench_step.Step100M|variant=eager"]["metrics"]["step"]["wall"]["median_ms"] for r in runs]
+    assert medians == pytest.approx([79.0, 80.0, 85.0], rel=0.02)
+
+
+def test_two_snapshots_of_one_run_join_and_a_differing_record_is_kept_apart(tmp_path):
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    placeholder = {**step("best", 1.0, 0), "status": "crashed", "reason": "the process died while measuring "
+                   "this case; later cases of its grid were not measured in that run"}
+    save(ResultStore(dest), "h100-sxm", SHA, "2026-01-01T00:00:00+00:00", [step("eager", 80.0, 1), placeholder],
+         run_id="r1")
+    save(ResultStore(src), "h100-sxm", SHA, "2026-01-01T00:00:00+00:00",
+         [step("eager", 99.0, 9), step("best", 20.0, 2), step("fp32", 200.0, 3)], run_id="r1")
+    merge.merge_tree(src, dest)
+    runs = {r.run_id: r.results() for r in ResultStore(dest).runs("h100-sxm", SHA)}
+    assert set(runs["r1"]) == {f"bench_step.Step100M|variant={v}" for v in ("eager", "best", "fp32")}
+    assert runs["r1"]["bench_step.Step100M|variant=best"]["status"] == "ok"  # the placeholder gave way
+    apart = [r for k, r in runs.items() if k.startswith("r1~")]
+    assert len(apart) == 1 and list(apart[0]) == ["bench_step.Step100M|variant=eager"]  # 99 ms kept beside 80 ms
