@@ -1,9 +1,10 @@
-"""The training step per model size: the eager baseline, each optimization on alone, the best combination.
+"""The training step per model size: the eager baseline, each optimization on alone (beside its reference,
+where that is not eager), the best combinations; and per size the leave-one-out ablation of best-kernels.
 
 Per variant: wall-clock ms per optimizer step (synchronized; host overhead such as per-step ``.item()``
 or Python loops counts, as it does in training), device ms per step, ms per forward+loss, and peak
 device memory (MiB). Tokens/s and MFU are derived at report time. Each variant is checked against its
-baseline (same init and batch, one step: loss and every gradient) before it is timed.
+reference (same init and batch, one step: loss and every gradient) before it is timed.
 """
 
 from __future__ import annotations
@@ -79,6 +80,34 @@ class Step500M(_Step):
 class Step1B(_Step):
     size = "1B"
     params = [STEP_VARIANTS["1B"]]
+
+    def setup_cache(self):
+        return self.measure_grid()
+
+
+class _Ablation(_Step):
+    """best-kernels, best-kernels with each of its switches left out in turn (models.variants.ABLATION), and
+    eager, in one run: what each switch is worth inside the best step. Not in the quick or full suite."""
+
+    params = [STEP_VARIANTS["ablation"]]
+
+
+class Ablation100M(_Ablation):
+    size = "100M"
+
+    def setup_cache(self):
+        return self.measure_grid()
+
+
+class Ablation500M(_Ablation):
+    size = "500M"
+
+    def setup_cache(self):
+        return self.measure_grid()
+
+
+class Ablation1B(_Ablation):
+    size = "1B"
 
     def setup_cache(self):
         return self.measure_grid()

@@ -25,7 +25,7 @@ from kernels.adamw import MasterAdamW
 from kernels.grad_stats import clip_coefficient
 from models.config import ModelConfig, flops_per_token
 from models.model import Decoder
-from models.variants import VARIANTS
+from models.variants import VARIANTS, reference, switches  # noqa: F401 (VARIANTS: re-exported)
 
 LR, WEIGHT_DECAY, MAX_GRAD_NORM = 1e-4, 0.1, 1.0
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -93,10 +93,12 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 
 
 def variant_options(name: str, base: StepOptions = BASELINE) -> tuple[StepOptions, StepOptions]:
-    """(reference, candidate) options of ``VARIANTS[name]`` on top of ``base`` (e.g. fp32 on a CPU)."""
-    overrides = dict(VARIANTS[name])
-    reference = base.replace(**overrides.pop("baseline", {}))
-    return reference, reference.replace(**overrides)
+    """(reference, candidate) options of the variant ``name`` ('eager' too) on top of ``base`` (e.g. fp32 on a
+    CPU): the reference is the candidate of ``models.variants.reference(name)``; both are the variant's own
+    options where it is its own reference ('eager', a reference model)."""
+    ref = reference(name)
+    reference_options = base.replace(**switches(name)) if ref == name else variant_options(ref, base)[1]
+    return reference_options, reference_options.replace(**switches(name))
 
 
 def _allowed(hint: Any) -> tuple[Any, ...]:

@@ -1,9 +1,14 @@
 """The training step's variants and which ones each benchmark grid measures: plain data, importable
 without torch (asv reads the grids in processes that never need torch).
 
-A variant is one optimization switched on from the eager baseline ``models.step.BASELINE``;
-'eager' is the baseline itself and 'best' our best combination.
+A variant is one optimization switched on from its reference (:func:`reference`), itself a variant: 'eager'
+(the baseline ``models.step.BASELINE``) unless its entry names another. 'eager' and the reference models (a
+model of their own, such as 'qknorm') are their own reference. ``best-*`` are our best combinations
+(reference: eager); ``best-kernels-without-<switch>`` are generated: the leave-one-out ablation of
+best-kernels (:data:`ABLATION`).
 """
+
+from typing import Any
 
 # The compiled-and-graphed best combinations, each one change on top of the one before.
 _COMPILE_GRAPH = {"grad_stats": "foreach", "optimizer": "fused", "item_sync": False, "attn_mask": "is_causal",
@@ -11,17 +16,20 @@ _COMPILE_GRAPH = {"grad_stats": "foreach", "optimizer": "fused", "item_sync": Fa
 _MASTER = {**_COMPILE_GRAPH, "optimizer": "master"}
 _FUSED = {**_MASTER, "fused_proj": True}
 
-# Name -> the StepOptions overrides that turn one optimization on. An optional "baseline" entry holds
-# overrides applied to both sides, i.e. the reference the switch is measured against (see variant_options):
-# tf32 against fp32; triton-qknorm against an eager QK-norm model; cuda-graph against a step that already
-# has its prerequisites (capturable fused AdamW, no item sync, is_causal), so only the graph is measured.
+# Name -> the StepOptions overrides that turn one optimization on, on top of its reference's options. An
+# optional "reference" entry names the variant it is checked and timed against (default 'eager'; see
+# models.step.variant_options): tf32 against fp32; triton-qknorm against an eager QK-norm model; cuda-graph
+# against a step that already has its prerequisites, so only the graph is measured; triton-rope against the
+# eager RoPE of the same fused model. A variant that names itself is a reference model of its own.
 VARIANTS: dict[str, dict] = {
     "fp32": {"precision": "fp32"},  # a de-optimization: fp32 against the bf16-autocast baseline
-    "tf32": {"precision": "tf32", "baseline": {"precision": "fp32"}},
+    "tf32": {"precision": "tf32", "reference": "fp32"},
     "fp16-scaler": {"precision": "fp16"},
     "triton-norm": {"norm": "triton"},
     "triton-swiglu": {"mlp": "triton"},
-    "triton-qknorm": {"qk_norm": "triton", "baseline": {"qk_norm": "eager"}},
+    # The eager model with QK-norm: a model of its own (its own reference, as eager is), triton-qknorm's reference.
+    "qknorm": {"qk_norm": "eager", "reference": "qknorm"},
+    "triton-qknorm": {"qk_norm": "triton", "reference": "qknorm"},
     "liger-norm": {"norm": "liger"},
     "liger-swiglu": {"mlp": "liger"},
     "chunked-ce": {"loss": "chunked"},
@@ -38,9 +46,10 @@ VARIANTS: dict[str, dict] = {
     "sdpa-causal": {"attn_mask": "is_causal"},
     "fused-proj": {"fused_proj": True},  # one GEMM for q, k, v and one for gate, up
     # RoPE in Triton out of the packed q/k/v projection, against the eager RoPE of the same fused model.
-    "triton-rope": {"rope": "triton", "baseline": {"fused_proj": True}},
-    "cuda-graph": {"cuda_graph": True,
-                   "baseline": {"optimizer": "fused", "item_sync": False, "attn_mask": "is_causal"}},
+    "triton-rope": {"rope": "triton", "reference": "fused-proj"},
+    # What a captured step needs: capturable fused AdamW, no item sync, is_causal (no mask built on the host).
+    "graph-prereqs": {"optimizer": "fused", "item_sync": False, "attn_mask": "is_causal"},
+    "cuda-graph": {"cuda_graph": True, "reference": "graph-prereqs"},
     "compile-default": {"compile": "default"},
     "compile-reduce-overhead": {"compile": "reduce-overhead"},
     "compile-max-autotune": {"compile": "max-autotune"},
@@ -71,11 +80,66 @@ VARIANTS: dict[str, dict] = {
 }
 
 
+# Option -> the options it needs set as the combination sets them (models.step.validate's rules, as data;
+# tests/test_step.py holds them to validate): setting one of those back to the baseline's removes it too.
+NEEDS: dict[str, tuple[str, ...]] = {"rope": ("fused_proj",), "cuda_graph": ("item_sync",)}
+ABLATED = "best-kernels"  # the combination whose leave-one-out ablation the Ablation<size> grids measure
+
+
+def reference(name: str) -> str:
+    """The variant that ``name`` is checked and timed against: its entry's "reference", else 'eager'."""
+    return "eager" if name == "eager" else VARIANTS[name].get("reference", "eager")
+
+
+def switches(name: str) -> dict[str, Any]:
+    """The StepOptions overrides of ``name`` on top of its reference's options ({} for 'eager')."""
+    return {} if name == "eager" else {k: v for k, v in VARIANTS[name].items() if k != "reference"}
+
+
+def switch_name(option: str, value: Any) -> str:
+    """The variant that sets ``option`` to ``value`` and nothing else ('triton-norm' for norm='triton'), else
+    'option=value'."""
+    return next((name for name in VARIANTS if switches(name) == {option: value}), f"{option}={value}")
+
+
+def _needing(options: dict[str, Any], option: str) -> list[str]:
+    """The options of ``options`` that need ``option`` (NEEDS), directly or through one another, in order."""
+    gone = {option}
+    while more := {k for k in options if k not in gone and gone & set(NEEDS.get(k, ()))}:
+        gone |= more
+    return [k for k in options if k in gone - {option}]
+
+
+def leave_one_out(best: str) -> dict[str, tuple[str, ...]]:
+    """``<best>-without-<switch>`` for each option that ``best`` sets -> the options it sets back to the
+    baseline's: that one, then those that need it (:data:`NEEDS`), which the combination cannot keep."""
+    options = switches(best)
+    return {f"{best}-without-{switch_name(k, v)}": (k, *_needing(options, k)) for k, v in options.items()}
+
+
+ABLATION = leave_one_out(ABLATED)
+
+
+def ablation_note(name: str) -> str:
+    """What the variant ``name`` of :data:`ABLATION` leaves out of best-kernels, in words."""
+    first, *rest = ABLATION[name]
+    options = switches(ABLATED)
+    note = f"{ABLATED} without {switch_name(first, options[first])}"
+    if rest:
+        needing = ", ".join(switch_name(k, options[k]) for k in rest)
+        note += f"; also without {needing}, which {'needs' if len(rest) == 1 else 'need'} it"
+    return note
+
+
+VARIANTS.update({name: {k: v for k, v in switches(ABLATED).items() if k not in removed}
+                 for name, removed in ABLATION.items()})
+
+# The single switches, each reference that is not eager right before the switches measured against it.
 SWITCHES = [
-    "triton-norm", "liger-norm", "triton-swiglu", "liger-swiglu", "triton-qknorm",
+    "triton-norm", "liger-norm", "triton-swiglu", "liger-swiglu", "qknorm", "triton-qknorm",
     "chunked-ce", "fused-ce", "liger-flce", "checkpoint", "foreach-stats", "foreach-adamw", "fused-adamw",
     "adamw-8bit", "master-adamw", "no-item-sync", "cached-mask", "sdpa-causal", "fused-proj", "triton-rope",
-    "cuda-graph",
+    "graph-prereqs", "cuda-graph",
 ]
 # 'best' last: at 61d5c0a it lost the CUDA context at 500M and 1B, and a lost context ends its grid.
 BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-master", "best-fused", "best-kernels",
@@ -87,15 +151,18 @@ STEP_VARIANTS: dict[str, list[str]] = {
     # What a CPU runs (Triton through the interpreter is too slow for a timed step).
     "tiny": ["eager", "chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync",
              "cached-mask", "sdpa-causal", "fused-proj"],
-    # The quick suite: the switches of our best combinations, one at a time, and the two best combinations
-    # with the fewest compiles (inductor's alone, and ours); three compiled cases in all.
+    # The quick suite: the switches of our best combinations, one at a time (with cuda-graph's reference, one
+    # eager-like step), and the two best combinations with the fewest compiles (inductor's alone, and ours);
+    # three compiled cases in all.
     "quick": ["eager", "triton-norm", "triton-swiglu", "fused-ce", "foreach-stats", "fused-adamw", "master-adamw",
-              "no-item-sync", "sdpa-causal", "fused-proj", "cuda-graph", "compile-default", "best-compile-graph",
-              "best-kernels"],
+              "no-item-sync", "sdpa-causal", "fused-proj", "graph-prereqs", "cuda-graph", "compile-default",
+              "best-compile-graph", "best-kernels"],
     # The max-autotune modes last: their autotuning can take minutes on a cold cache.
     "100M": ["eager", *SWITCHES, *BEST, *COMPILE_MODES],
     "500M": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST],
     "1B": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST],
     # bench_precision: fp32 with TF32 off/on, bf16 autocast (the baseline), fp16 autocast + GradScaler.
     "precision": ["fp32", "tf32", "eager", "fp16-scaler"],
+    # bench_step.Ablation<size>: best-kernels, each of its switches left out in turn, and eager.
+    "ablation": ["eager", ABLATED, *ABLATION],
 }

@@ -18,12 +18,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# asv --bench selections per suite. The grid sizes inside each class follow OPTBENCH_SUITE too.
+# asv --bench selections per suite. The grid sizes inside each class follow OPTBENCH_SUITE too. The
+# leave-one-out ablations of best-kernels (bench_step.Ablation<size>, ~30 compiled steps) are a suite of their
+# own, not part of 'full' (already over 20 minutes on an H100): they attribute a code state's best step, not
+# track commits; one size: --select '^bench_step\.Ablation1B'.
 SUITES: dict[str, list[str]] = {
     "cpu": [r"^bench_cpu\.", r"^bench_step\.StepTiny"],
     "quick": [r"^bench_kernels\.(AddRMSNorm|SwiGLU|QKVRope|LinearCrossEntropy)", r"^bench_step\.Step100M",
               r"^bench_precision\.Matmul"],
     "full": [r"^bench_kernels\.", r"^bench_step\.Step(100M|500M|1B)", r"^bench_precision\."],
+    "ablation": [r"^bench_step\.Ablation(100M|500M|1B)"],
 }
 SUBCOMMANDS = {
     "compare": "optbench.compare",

@@ -52,7 +52,7 @@ from kernels.registry import OPS
 from kernels.shapes import IMPLS, QUICK_SHAPES, SHAPES
 from models.config import CONFIGS, ModelConfig, flops_per_token, param_count
 from models.step import BASELINE, StepOptions, UnsupportedOptions, validate, variant_options
-from models.variants import STEP_VARIANTS
+from models.variants import STEP_VARIANTS, reference
 from optbench.cli import SUITES
 from optbench.hardware import DTYPES, PROFILES, HardwareProfile, lookup
 from optbench.roofline import Ceilings, floor_ms
@@ -71,6 +71,7 @@ STEP_BENCHMARKS: dict[str, tuple[str, str]] = {  # asv benchmark -> (model size,
     "bench_step.StepTiny": ("tiny", "tiny"), "bench_step.Step100M": ("100M", "100M"),
     "bench_step.Step500M": ("500M", "500M"), "bench_step.Step1B": ("1B", "1B"),
     "bench_precision.Step100M": ("100M", "precision"),
+    **{f"bench_step.Ablation{size}": (size, "ablation") for size in ("100M", "500M", "1B")},
 }
 QUICK_STEP_BENCHMARK = "bench_step.Step100M"  # measures the 'quick' grid in the quick suite
 MATMUL_BENCHMARK, MATMUL_N = "bench_precision.Matmul", 8192  # one N^3 product per precision mode (DTYPES)
@@ -288,8 +289,7 @@ def baseline_notes(profile: HardwareProfile, size: str) -> list[str]:
 
 def step_pair(profile: HardwareProfile, size: str, variant: str) -> tuple[StepOptions, StepOptions]:
     """(reference, candidate) options of ``variant`` on top of this machine's baseline."""
-    base = base_options(profile, size)
-    return (base, base) if variant == "eager" else variant_options(variant, base)
+    return variant_options(variant, base_options(profile, size))
 
 
 def _triton_users(options: StepOptions) -> list[str]:
@@ -311,15 +311,15 @@ def _validate_reason(profile: HardwareProfile, *options: StepOptions) -> str | N
 
 def step_skip_reason(profile: HardwareProfile, size: str, variant: str) -> str | None:
     """Why the training step of ``size`` with ``variant`` cannot run on ``profile``; None if it can."""
-    reference, candidate = step_pair(profile, size, variant)
+    reference_options, candidate = step_pair(profile, size, variant)
     what = f"{size}/{variant}"
-    same = variant != "eager" and candidate == reference
-    return _first(_precision_reason(profile, reference.precision, f"{what}'s reference"),
+    same = reference(variant) != variant and candidate == reference_options
+    return _first(_precision_reason(profile, reference_options.precision, f"{what}'s reference"),
                   _precision_reason(profile, candidate.precision, what),
                   _triton_reason(profile, _triton_users(candidate)),
                   f"same as eager: {variant} changes nothing on this machine's baseline" if same else None,
-                  _validate_reason(profile, reference, candidate),
-                  _step_memory_reason(profile, size, reference),
+                  _validate_reason(profile, reference_options, candidate),
+                  _step_memory_reason(profile, size, reference_options),
                   _step_memory_reason(profile, size, candidate))
 
 
@@ -450,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="optbench plan", description=main.__doc__)
     p.add_argument("--gpu", choices=sorted({*GPU_ALIASES, *PROFILES}),
                    help="hardware profile ('h100' = 'h100-sxm'); default: this machine, or what it emulates")
-    p.add_argument("--suite", choices=["quick", "full"], default="full")
+    p.add_argument("--suite", choices=["quick", "full", "ablation"], default="full")
     p.add_argument("--markdown", action="store_true", help="summary and skipped cases as Markdown")
     args = p.parse_args(argv)
     if args.gpu:

@@ -17,7 +17,8 @@ import torch
 from kernels.registry import OPS
 from kernels.shapes import IMPLS, QUICK_SHAPES, SHAPES
 from models.config import CONFIGS, flops_per_token, param_count
-from models.variants import STEP_VARIANTS, VARIANTS
+from models.step import validate
+from models.variants import ABLATED, ABLATION, STEP_VARIANTS, VARIANTS, ablation_note, reference, switch_name, switches
 from optbench import plan as P
 from optbench.cli import SUITES
 from optbench.hardware import PROFILES
@@ -33,7 +34,7 @@ def _rows(profile, suite="full") -> dict[tuple[str, tuple], P.PlanRow]:
     return {(r.benchmark, tuple(r.params.items())): r for r in P.plan(profile, suite)}
 
 
-@pytest.mark.parametrize("suite", ["quick", "full"])
+@pytest.mark.parametrize("suite", ["quick", "full", "ablation"])
 @pytest.mark.parametrize("key", list(PROFILES))
 def test_every_profile_plans(key, suite):
     rows = P.plan(PROFILES[key], suite)
@@ -67,7 +68,7 @@ def _asv_cases(suite: str, monkeypatch) -> set[tuple[str, tuple]]:
     return cases
 
 
-@pytest.mark.parametrize("suite", ["quick", "full"])
+@pytest.mark.parametrize("suite", ["quick", "full", "ablation"])
 def test_rows_are_the_suites_cases(suite, monkeypatch):
     rows = P.plan(H100, suite)
     keys = [(r.benchmark, tuple(r.params.items())) for r in rows]
@@ -76,7 +77,7 @@ def test_rows_are_the_suites_cases(suite, monkeypatch):
 
 
 def test_rows_follow_the_data_modules():
-    rows = P.plan(H100, "full")
+    rows = P.plan(H100, "full") + P.plan(H100, "ablation")
     for bench, op in P.KERNEL_BENCHMARKS.items():
         got = {(r.params["shape"], r.params["impl"]) for r in rows if r.benchmark == bench}
         assert got == set(itertools.product(SHAPES[op], IMPLS[op]))
@@ -145,9 +146,44 @@ def test_batch_halves_until_the_estimate_fits():
     assert P.base_options(A100_40, "1B").batch_size < 8 <= P.base_options(A100_40, "500M").batch_size
 
 
-def test_h100_runs_the_full_suite():
-    skipped = [r for r in P.plan(H100, "full") if r.action == "skip"]
+@pytest.mark.parametrize("suite", ["full", "ablation"])
+def test_h100_runs_the_suite(suite):
+    skipped = [r for r in P.plan(H100, suite) if r.action == "skip"]
     assert not skipped, skipped
+
+
+def test_each_grid_times_each_variants_reference():
+    """A speedup divides by the variant's own reference measured in the same grid (the quick grid too)."""
+    for grid, variants in STEP_VARIANTS.items():
+        for variant in variants:
+            assert reference(variant) in variants, (grid, variant)
+    assert [reference(v) for v in ("triton-qknorm", "cuda-graph", "triton-rope", "tf32", ABLATED)] == \
+        ["qknorm", "graph-prereqs", "fused-proj", "fp32", "eager"]
+    assert P.step_pair(H100, "100M", "qknorm")[0].qk_norm == "eager"  # triton-qknorm's reference has QK-norm
+    assert P.step_skip_reason(H100, "100M", "qknorm") is None  # a reference model: checked against itself
+
+
+def test_ablation_leaves_out_one_switch_and_what_needs_it():
+    best = P.step_pair(H100, "1B", ABLATED)[1]
+    assert list(ABLATION) == [f"{ABLATED}-without-{switch_name(k, v)}" for k, v in switches(ABLATED).items()]
+    assert STEP_VARIANTS["ablation"] == ["eager", ABLATED, *ABLATION]
+    for name, removed in ABLATION.items():
+        reference_options, options = P.step_pair(H100, "1B", name)
+        assert reference_options == P.BASELINE  # checked against eager, as best-kernels is
+        changed = {f.name for f in dataclasses.fields(best) if getattr(options, f.name) != getattr(best, f.name)}
+        assert changed == set(removed), name
+        assert all(getattr(options, k) == getattr(P.BASELINE, k) for k in removed), name
+        validate(options, "cuda", H100)
+        for kept in removed[1:]:  # keeping a switch that needs the removed one is refused, as NEEDS says
+            with pytest.raises(P.UnsupportedOptions):
+                validate(options.replace(**{kept: getattr(best, kept)}), "cuda", H100)
+        assert ablation_note(name).startswith(f"{ABLATED} without {switch_name(removed[0], getattr(best, removed[0]))}")
+    assert ABLATION[f"{ABLATED}-without-fused-proj"] == ("fused_proj", "rope")
+    assert "also without triton-rope, which needs it" in ablation_note(f"{ABLATED}-without-fused-proj")
+    assert ABLATION[f"{ABLATED}-without-no-item-sync"] == ("item_sync", "cuda_graph")
+    for name in STEP_VARIANTS["ablation"]:  # a CPU runs them through Triton's interpreter or says why not
+        reason = P.step_skip_reason(PROFILES["cpu"], "100M", name)
+        assert reason is None or reason.split(":", 1)[0] in CATEGORIES, (name, reason)
 
 
 def test_old_architecture_skips_triton():

@@ -22,6 +22,7 @@ from models.step import (
     validate,
     variant_options,
 )
+from models.variants import ABLATION, reference
 
 TINY = CONFIGS["tiny"]
 SMALL = dict(batch_size=2, seq_len=32)
@@ -32,12 +33,12 @@ NEEDS = {"triton-norm": "kernels.rmsnorm", "triton-swiglu": "kernels.swiglu",
          "triton-qknorm": "kernels.qknorm", "triton-rope": "kernels.rope", "fused-ce": "kernels.fused_linear_ce",
          "liger-norm": "liger_kernel", "liger-swiglu": "liger_kernel", "liger-flce": "liger_kernel",
          "best": "kernels.fused_linear_ce", "adamw-8bit": "bitsandbytes"}
-CPU_FP32 = ["chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync", "cached-mask",
+CPU_FP32 = ["qknorm", "chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync", "cached-mask",
             "sdpa-causal", "fused-proj", "triton-norm", "triton-swiglu", "triton-qknorm", "triton-rope", "fused-ce",
             "compile-default", "compile-max-autotune-no-cudagraphs", "compile-regional"]
 CPU_BF16 = ["fp16-scaler", "chunked-ce", "fused-ce", "triton-norm", "triton-swiglu", "triton-qknorm", "triton-rope",
             "master-adamw"]
-GPU_ONLY = ["tf32", "liger-norm", "liger-swiglu", "liger-flce", "fused-adamw", "cuda-graph",
+GPU_ONLY = ["tf32", "liger-norm", "liger-swiglu", "liger-flce", "fused-adamw", "graph-prereqs", "cuda-graph",
             "compile-reduce-overhead", "compile-max-autotune", "best", "best-inductor", "best-graph",
             "best-compile-graph", "best-master", "best-fused", "best-kernels", "best-regional",
             "adamw-8bit"]
@@ -78,15 +79,16 @@ def test_gpu_switch_matches_bf16_baseline(name):
 
 
 def test_every_variant_is_one_known_switch():
-    assert sorted(CPU_FP32 + GPU_ONLY + ["fp16-scaler", "fp32", "master-adamw"]) == sorted(VARIANTS)
+    assert sorted(CPU_FP32 + GPU_ONLY + ["fp16-scaler", "fp32", "master-adamw", *ABLATION]) == sorted(VARIANTS)
     fields = {f.name for f in dataclasses.fields(StepOptions)}
     for name, overrides in VARIANTS.items():
-        assert set(overrides) - {"baseline"} <= fields and set(overrides.get("baseline", {})) <= fields
-        reference, candidate = variant_options(name)
-        assert reference != candidate, name
-    reference, candidate = variant_options("cuda-graph")
-    assert (reference.optimizer, reference.item_sync, reference.attn_mask) == ("fused", False, "is_causal")
-    assert dataclasses.replace(candidate, cuda_graph=False) == reference
+        assert set(overrides) - {"reference"} <= fields and reference(name) in {"eager", *VARIANTS}
+        reference_options, candidate = variant_options(name)
+        assert (reference_options == candidate) == (reference(name) == name), name  # a reference model is both
+    reference_options, candidate = variant_options("cuda-graph")
+    assert (reference_options.optimizer, reference_options.item_sync, reference_options.attn_mask) == \
+        ("fused", False, "is_causal")
+    assert dataclasses.replace(candidate, cuda_graph=False) == reference_options
     validate(candidate, "cuda", H100)  # the bundled prerequisites make it valid
     assert set(TOLERANCES) == {"fp32", "tf32", "bf16", "fp16"}
 
