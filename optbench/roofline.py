@@ -1,4 +1,5 @@
-"""Roofline: how close a timed kernel gets to the compute and bandwidth ceilings of a device."""
+"""Roofline: how close a timed kernel gets to the compute and bandwidth ceilings of a device, and which
+times beat its floor (a measurement problem where the L2 was cold)."""
 
 from __future__ import annotations
 
@@ -130,3 +131,9 @@ def roofline(flops: float, bytes_moved: float, time_ms: float, ceilings: Ceiling
         floor_ratio=time_ms / floor if floor else None,
         bound=("compute" if compute_ms >= memory_ms else "memory") if floor else None,
     )
+
+
+def below_floor(floor_ratio: float | None) -> bool:
+    """Whether a time at ``floor_ratio`` x its roofline floor is at or under the floor. A cold-L2 device time
+    there is a measurement problem (its data comes from HBM); a warm-L2 one may be L2 bandwidth."""
+    return floor_ratio is not None and floor_ratio <= 1.0

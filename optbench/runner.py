@@ -42,6 +42,9 @@ class Work:
     """What one case measures once its inputs are built.
 
     ``timed`` maps a metric name (e.g. ``"fwd"``, ``"fwdbwd"``, ``"step"``) to the callable timed for it;
+    ``rotation`` maps a metric to that callable over each of several input sets (``timed``'s first), which the
+    device time rotates over for a cold L2 (:func:`optbench.timing.measure`; the first set alone gives the
+    warm-L2 figure); a metric without one is timed on its one callable;
     ``memory`` names the metrics whose peak extra memory is measured (after ``before_memory``, e.g. dropping
     gradients so that their allocation counts, and with the bytes already allocated recorded beside it as
     ``mem_base_bytes``); ``check`` runs before any timing
@@ -59,6 +62,7 @@ class Work:
     graph: bool = True
     before_memory: Callable[[], None] | None = None
     timing: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> keywords of timing.measure
+    rotation: dict[str, tuple[Callable[[], Any], ...]] = field(default_factory=dict)  # metric -> one per set
 
 
 @dataclass
@@ -314,7 +318,8 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, start: float
             rec["check_seconds"] = round(time.perf_counter() - t0, 3)  # includes compilation and autotuning
         for name, fn in work.timed.items():
             phase = f"timing {name!r}"
-            rec["metrics"][name] = measure(fn, device=device, graph=work.graph, **work.timing.get(name, {})).to_dict()
+            rec["metrics"][name] = measure(work.rotation.get(name, fn), device=device, graph=work.graph,
+                                           **work.timing.get(name, {})).to_dict()
             if str(device).startswith("cuda"):  # the clock, power and heat the figure was taken at
                 rec.setdefault("gpu_state", {})[name] = gpu_state()
             if name in work.memory:

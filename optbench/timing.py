@@ -1,11 +1,12 @@
-"""The one timing primitive of optbench: repeated wall-clock and device timings of a callable."""
+"""The one timing primitive of optbench: repeated wall-clock and device timings of a callable, or of a
+rotation of callables over input sets (one per set) for device times with a cold L2."""
 
 from __future__ import annotations
 
 import bisect
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ _MAX_CALLS_PER_SAMPLE = 10_000  # ...but at most this many calls
 _REPLAY_MS = 0.5  # a graph replay holds enough calls to last about this long...
 _MAX_CALLS_PER_GRAPH = 1_000  # ...but at most this many calls
 _MARK = "optbench::measure-call"  # profiler range around one call in the profiler fallback
+_L2_MARGIN = 2  # a cold set: this many L2 sizes of other sets' data are read between two calls on it
 
 
 @dataclass(frozen=True)
@@ -86,20 +88,75 @@ class Timing:
 
 @dataclass(frozen=True)
 class Measurement:
-    """Device time and wall time of one callable."""
+    """Device time and wall time of one callable (or rotation), ms per call.
 
-    device: Timing | None  # None on CPU
+    ``device``: over the rotation (a cold L2 where the caller's input sets exceed it, :func:`rotation_sets`);
+    ``device_warm``: back-to-back calls on the first input set alone (its data warm in L2 where it fits; the
+    same timing as ``device`` for one set); ``wall``: synchronized perf_counter over the rotation.
+    ``device`` and ``device_warm`` are None on CPU; ``device_warm`` also with graph=False.
+    """
+
+    device: Timing | None
     wall: Timing
+    device_warm: Timing | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return {"device": self.device.to_dict() if self.device else None, "wall": self.wall.to_dict()}
+        """JSON-able form: {'device', 'device_warm', 'wall'}, a Timing dict or None each."""
+        return {clock: timing.to_dict() if timing else None
+                for clock, timing in (("device", self.device), ("device_warm", self.device_warm),
+                                      ("wall", self.wall))}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
-        """Inverse of to_dict."""
-        device = data.get("device")
-        return cls(device=Timing.from_dict(device) if device else None, wall=Timing.from_dict(data["wall"]))
+        """Inverse of to_dict (a dict without 'device_warm' gives None)."""
+        def timing(clock: str) -> Timing | None:
+            return Timing.from_dict(data[clock]) if data.get(clock) else None
+
+        return cls(device=timing("device"), wall=Timing.from_dict(data["wall"]), device_warm=timing("device_warm"))
+
+
+def l2_cache_bytes(device: str | torch.device) -> int:
+    """L2 cache size of a CUDA device, bytes."""
+    return int(torch.cuda.get_device_properties(torch.device(device)).L2_cache_size)
+
+
+def rotation_sets(set_bytes: int, l2_bytes: int) -> int:
+    """How many input sets of ``set_bytes`` each a rotation needs for cold-L2 calls on an ``l2_bytes`` cache.
+
+    Between two calls on one set the other sets are read, at least 2x the L2 in all: 1 + ceil(2 L2 / set).
+    One set where it alone is at least 2x the L2 (a call then evicts its own data before it reads it again).
+    """
+    if set_bytes <= 0 or l2_bytes < 0:
+        raise ValueError(f"need set_bytes > 0 and l2_bytes >= 0, got {set_bytes}, {l2_bytes}")
+    flushing = _L2_MARGIN * l2_bytes
+    return 1 if set_bytes >= flushing else 1 + math.ceil(flushing / set_bytes)
+
+
+class _Rotation:
+    """A callable that calls its callables in turn, one per call, and keeps each one's last output until its
+    next call, so that every input set writes its outputs to memory of its own."""
+
+    def __init__(self, fns: Sequence[Callable[[], object]]):
+        if not fns:
+            raise ValueError("a rotation needs at least one callable")
+        self.fns = tuple(fns)
+        self._outputs: list[object] = [None] * len(self.fns)
+        self._next = 0
+
+    @property
+    def period(self) -> int:
+        """Calls per round: one per input set."""
+        return len(self.fns)
+
+    def __call__(self) -> None:
+        i = self._next
+        self._outputs[i] = None  # freed first: its memory serves this set's next output
+        self._outputs[i] = self.fns[i]()
+        self._next = (i + 1) % self.period
+
+    def release(self) -> None:
+        """Drop the kept outputs (e.g. those allocated in a graph's memory pool)."""
+        self._outputs = [None] * self.period
 
 
 def sync_clock() -> float:
@@ -126,67 +183,73 @@ class _Budget:
 
 
 def measure(
-    fn: Callable[[], object],
+    fn: Callable[[], object] | Sequence[Callable[[], object]],
     *,
     device: str | torch.device = "cpu",
     warmup_ms: float = 25.0,
     rep_ms: float = 100.0,
     min_reps: int = 10,
     max_reps: int = 1000,
-    flush_l2: bool = False,
     graph: bool = True,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Measurement:
     """Time fn: wall milliseconds per call always, device milliseconds per call on CUDA.
 
-    fn is first called at least 3 times and until warmup_ms of wall time passed. A wall sample
-    repeats fn until it lasts about 1 ms (synchronizing CUDA around it, timed with `clock`, seconds);
-    samples are taken until rep_ms is spent, at least min_reps and at most max_reps of them.
-    Device time: with graph=True, replays of a CUDA graph of k back-to-back calls (k so that a
-    replay lasts about 0.5 ms; 1 for long calls) timed with CUDA events; if fn cannot be captured,
-    the per-call sum of device-kernel durations from torch.profiler, and if that fails, CUDA
-    events around each eager call. Where the graph was timed, eager calls timed by events are
-    measured too and the faster median is kept (for long calls the launch gaps the graph removes are
-    negligible, and a graph may execute some operations, like copies, differently). With graph=False
-    (whole training steps, whose wall time is the primary figure) each wall sample is also bracketed
-    by CUDA events, so one set of calls gives both clocks.
-    flush_l2 (CUDA, graph=True only) overwrites a buffer of twice the L2 size before each device
-    sample; with k > 1 only the first call of a replay starts from a cold L2, so it is only meaningful
-    for long calls.
+    fn is one callable, or a rotation: one callable per input set, called in turn (the first set after the
+    last), each keeping its last output until its next call. With sets sized by :func:`rotation_sets`, every
+    call finds its inputs out of L2 and ``device`` is a cold-L2 time; ``device_warm`` times the first set alone.
+    The rotation is called at least 3 times, at least once per set, and until warmup_ms of wall time passed.
+    A wall sample repeats it until it lasts about 1 ms (synchronizing CUDA around it, timed with `clock`,
+    seconds); samples are taken until rep_ms is spent, at least min_reps and at most max_reps of them.
+    Device time: with graph=True, replays of a CUDA graph of k back-to-back calls (k a multiple of the sets,
+    so that a replay lasts about 0.5 ms; one round for long calls) timed with CUDA events: no host launch gap
+    is in the figure. If the calls cannot be captured, the per-call sum of device-kernel durations from
+    torch.profiler, and if that fails, CUDA events around each eager call. Where the graph was timed, eager
+    calls over the same rotation timed by events are measured too and the faster median is kept (for long
+    calls the launch gaps the graph removes are negligible, and a graph may execute some operations, like
+    copies, differently). With graph=False (whole training steps, whose wall time is the primary figure)
+    each wall sample is also bracketed by CUDA events, so one set of calls gives both clocks.
     Raises RuntimeError if a median comes out as 0 (nothing measurable was timed).
     """
     if min_reps < 1 or max_reps < min_reps:
         raise ValueError(f"need 1 <= min_reps <= max_reps, got {min_reps}, {max_reps}")
-    if flush_l2 and not graph:
-        raise ValueError("flush_l2 needs graph=True: with graph=False the device samples are the wall samples")
+    sets = tuple(fn) if isinstance(fn, Sequence) else (fn,)
+    rotation = _Rotation(sets)
     budget = _Budget(rep_ms, min_reps, max_reps)
     dev = torch.device(device)
     if dev.type == "cpu":
-        estimate_ms = _warm_up(fn, _no_sync, clock, warmup_ms)
-        return Measurement(device=None, wall=_wall_timing(fn, _no_sync, clock, estimate_ms, budget)[1])
+        estimate_ms = _warm_up(rotation, _no_sync, clock, warmup_ms)
+        return Measurement(device=None, wall=_wall_timing(rotation, _no_sync, clock, estimate_ms, budget)[1])
     if dev.type != "cuda":
         raise ValueError(f"measure() supports cpu and cuda devices, not {dev.type!r}")
     with torch.cuda.device(dev):
         sync = torch.cuda.synchronize
-        estimate_ms = _warm_up(fn, sync, clock, warmup_ms)
+        estimate_ms = _warm_up(rotation, sync, clock, warmup_ms)
         if not graph:
-            device_timing, wall = _wall_timing(fn, sync, clock, estimate_ms, budget, events=True)
+            device_timing, wall = _wall_timing(rotation, sync, clock, estimate_ms, budget, events=True)
             return Measurement(device=_nonzero(device_timing), wall=wall)
         # Device samples come right after the warm-up, as in triton's do_bench, and before the wall
         # samples, so that power-limited kernels are timed from a comparable thermal state.
-        flush = _l2_flusher() if flush_l2 else None
-        timing = _graph_timing(fn, budget, flush)
-        if timing is None:
-            timing = _profiler_timing(fn, budget.reps(estimate_ms))
-        if timing is None or timing.method == "cuda-graph":
-            # A graph can run the same work differently (a device copy becomes a copy-engine node, measured
-            # 23% slower than the copy kernel eager calls use on an H100): keep the faster of the two.
-            events = Timing(tuple(_event_samples(fn, budget.reps(estimate_ms), flush, 1)), "cuda-events")
-            if timing is None or events.median_ms < timing.median_ms:
-                timing = events
-        del flush
-        _, wall = _wall_timing(fn, sync, clock, estimate_ms, budget)
-        return Measurement(device=_nonzero(timing), wall=wall)
+        cold = _device_timing(rotation, budget, estimate_ms)
+        warm = cold if len(sets) == 1 else _device_timing(_Rotation(sets[:1]), budget, estimate_ms)
+        _, wall = _wall_timing(rotation, sync, clock, estimate_ms, budget)
+        return Measurement(device=cold, wall=wall, device_warm=warm)
+
+
+def _device_timing(rotation: _Rotation, budget: _Budget, estimate_ms: float) -> Timing:
+    """Device ms per call of the rotation: graph replays, else the profiler; the faster of that and eager calls
+    timed by events, where the graph was timed or the profiler failed."""
+    timing = _graph_timing(rotation, budget)
+    if timing is None:
+        timing = _profiler_timing(rotation, budget.reps(estimate_ms))
+    if timing is None or timing.method == "cuda-graph":
+        # A graph can run the same work differently (a device copy becomes a copy-engine node, measured
+        # 23% slower than the copy kernel eager calls use on an H100): keep the faster of the two.
+        events = Timing(tuple(_event_samples(rotation, budget.reps(estimate_ms), 1)), "cuda-events")
+        if timing is None or events.median_ms < timing.median_ms:
+            timing = events
+    rotation.release()
+    return _nonzero(timing)
 
 
 def _no_sync() -> None:
@@ -202,15 +265,16 @@ def _nonzero(timing: Timing) -> Timing:
 
 
 def _warm_up(
-    fn: Callable[[], object], sync: Callable[[], None], clock: Callable[[], float], warmup_ms: float
+    rotation: _Rotation, sync: Callable[[], None], clock: Callable[[], float], warmup_ms: float
 ) -> float:
-    """Call fn (synchronized) >= 3 times and for >= warmup_ms; return the fastest call, ms."""
+    """Call the rotation (synchronized) >= 3 times, once per set at least, and for >= warmup_ms; return the
+    fastest call, ms."""
     sync()
     start = clock()
     calls, fastest_ms, now = 0, math.inf, start
-    while calls < _WARMUP_CALLS or (now - start) * 1e3 < warmup_ms:
+    while calls < max(_WARMUP_CALLS, rotation.period) or (now - start) * 1e3 < warmup_ms:
         before = clock()
-        fn()
+        rotation()
         sync()
         now = clock()
         fastest_ms = min(fastest_ms, (now - before) * 1e3)
@@ -254,22 +318,11 @@ def _wall_timing(
     return device, _nonzero(Timing(tuple(samples), "perf-counter"))
 
 
-def _l2_flusher() -> Callable[[], object]:
-    """A callable that overwrites 2x the current device's L2 cache (256 MiB if unknown)."""
-    l2_bytes = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0)
-    buffer = torch.empty(2 * l2_bytes if l2_bytes > 0 else 256 << 20, dtype=torch.uint8, device="cuda")
-    return buffer.zero_
-
-
-def _event_samples(
-    launch: Callable[[], object], reps: int, flush: Callable[[], object] | None, calls_per_launch: int
-) -> list[float]:
+def _event_samples(launch: Callable[[], object], reps: int, calls_per_launch: int) -> list[float]:
     """Device ms per call of reps back-to-back launches, each bracketed by CUDA events."""
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for start, end in zip(starts, ends, strict=True):
-        if flush is not None:
-            flush()
         start.record()
         launch()
         end.record()
@@ -317,27 +370,35 @@ def _capture(fn: Callable[[], object], calls: int, stream: torch.cuda.Stream) ->
     return graph
 
 
-def _graph_timing(
-    fn: Callable[[], object], budget: _Budget, flush: Callable[[], object] | None
-) -> Timing | None:
-    """Device ms per call from CUDA-graph replays timed by events; None if fn cannot be captured."""
+def graph_calls(round_ms: float, period: int) -> int:
+    """Calls in one captured graph: whole rounds of ``period`` calls (one per input set) lasting ``round_ms``
+    each, enough rounds for about 0.5 ms and at most about 1000 calls, one round at least."""
+    if period < 1:
+        raise ValueError(f"need period >= 1, got {period}")
+    wanted = math.ceil(_REPLAY_MS / round_ms) if round_ms > 0 else 1
+    return period * max(1, min(_MAX_CALLS_PER_GRAPH // period, wanted))
+
+
+def _graph_timing(rotation: _Rotation, budget: _Budget) -> Timing | None:
+    """Device ms per call from replays of a CUDA graph of whole rounds of the rotation, timed by events;
+    None if it cannot be captured."""
     stream = _capture_stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm up on the capture stream, as PyTorch requires
-        for _ in range(_WARMUP_CALLS):
-            fn()
+        for _ in range(max(_WARMUP_CALLS, rotation.period)):
+            rotation()
     torch.cuda.current_stream().wait_stream(stream)
-    graph = _capture(fn, 1, stream)
+    graph = _capture(rotation, rotation.period, stream)
     if graph is None:
         return None
-    call_ms = float(np.median(_event_samples(graph.replay, _WARMUP_CALLS, None, 1)))
-    calls = max(1, min(_MAX_CALLS_PER_GRAPH, math.ceil(_REPLAY_MS / call_ms))) if call_ms > 0 else 1
-    if calls > 1:
+    round_ms = float(np.median(_event_samples(graph.replay, _WARMUP_CALLS, 1)))
+    calls = graph_calls(round_ms, rotation.period)
+    if calls > rotation.period:
         del graph
-        graph = _capture(fn, calls, stream)
+        graph = _capture(rotation, calls, stream)
         if graph is None:
             return None
-    samples = _event_samples(graph.replay, budget.reps(calls * call_ms), flush, calls)
+    samples = _event_samples(graph.replay, budget.reps(calls * round_ms / rotation.period), calls)
     return Timing(tuple(samples), "cuda-graph")
 
 

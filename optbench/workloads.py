@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from optbench.runner import Work, WrongResult
+
+if TYPE_CHECKING:
+    from kernels.registry import Op
 
 # Relative-error tolerance of an optimized kernel against its eager baseline run in higher precision,
 # per input dtype: bf16 keeps 8 bits of mantissa (rounding ~4e-3 per op, a few ops deep), fp16 11 bits.
@@ -80,10 +83,62 @@ def grad_stats_errors(fn: Callable[..., torch.Tensor], baseline: Callable[..., t
     return [stats_err, max(rel_err(g.grad, r.grad) for g, r in zip(got_params, ref_params))]
 
 
+InputSet = tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...] | None]  # (inputs, output gradients or None)
+
+
+def set_bytes(input_set: InputSet) -> int:
+    """Bytes of one input set: its inputs, the gradients they carry, and its output gradients."""
+    inputs, out_grad = input_set
+    tensors = [*inputs, *(t.grad for t in inputs if t.grad is not None), *(out_grad or ())]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def input_sets(op: Op, dims: dict[str, int], dtype: torch.dtype, device: str, gen: torch.Generator,
+               fn: Callable[..., Any], l2_bytes: int) -> list[InputSet]:
+    """Fresh random input sets of ``op`` (with output gradients where it has a backward, shaped like ``fn``'s
+    outputs), drawn from ``gen`` one after another: as many as a cold-L2 rotation on an ``l2_bytes`` cache
+    needs (:func:`optbench.timing.rotation_sets`). Set 0 is drawn first, as a single set would be."""
+    from optbench.timing import rotation_sets
+
+    inputs = op.make_inputs(dims, dtype, device, gen)
+    outs = _as_tuple(fn(*inputs)) if op.backward else ()
+
+    def out_grad() -> tuple[torch.Tensor, ...] | None:
+        if not op.backward:
+            return None
+        return tuple(torch.ones((), device=device) if op.loss_like else torch.randn(
+            o.shape, generator=gen, device=device, dtype=torch.float32).to(o.dtype) for o in outs)
+
+    sets = [(inputs, out_grad())]
+    count = rotation_sets(set_bytes(sets[0]), l2_bytes)
+    sets += [(op.make_inputs(dims, dtype, device, gen), out_grad()) for _ in range(count - 1)]
+    return sets
+
+
+def _timed_calls(fn: Callable[..., Any], input_set: InputSet) -> dict[str, Callable[[], Any]]:
+    """fwd (and fwdbwd where the set has output gradients) of ``fn`` on one input set."""
+    inputs, out_grad = input_set
+    leaves = [t for t in inputs if t.requires_grad]
+
+    def fwd() -> Any:
+        return fn(*inputs)
+
+    def fwdbwd() -> None:
+        for t in leaves:
+            t.grad = None
+        torch.autograd.backward(_as_tuple(fn(*inputs)), out_grad)
+
+    return {"fwd": fwd} if out_grad is None else {"fwd": fwd, "fwdbwd": fwdbwd}
+
+
 def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0) -> Work:
-    """One kernel op at one shape and implementation: checked against eager, then fwd and fwd+bwd timed."""
+    """One kernel op at one shape and implementation: checked against eager on input set 0, then fwd and fwd+bwd
+    timed over a rotation of input sets (a cold L2; set 0 alone for the warm-L2 figure). ``info`` records the
+    bytes of one set (``set_bytes``), the device's L2 (``l2_bytes``), whether a set fits in it (``fits_l2``)
+    and the number of sets rotated (``input_sets``)."""
     from kernels.registry import OPS
     from optbench.plan import kernel_dtype, kernel_skip_reason
+    from optbench.timing import l2_cache_bytes
 
     op = OPS[op_name]
     require_cuda(device, f"{op.name} at {shape}")
@@ -96,14 +151,12 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
             raise NotImplementedError("liger-kernel is not installed") from exc
     dims = op.shapes[shape]
     gen = torch.Generator(device=device).manual_seed(seed)
-    inputs = op.make_inputs(dims, dtype, device, gen)
     fn = op.impl(impl, dims)
     baseline = op.impl(op.impls[0], dims)
+    l2_bytes = l2_cache_bytes(device)
+    sets = input_sets(op, dims, dtype, device, gen, fn, l2_bytes)
+    inputs, out_grad = sets[0]
     leaves = [t for t in inputs if t.requires_grad]
-    out_grad = None
-    if op.backward:
-        out_grad = tuple(torch.ones((), device=device) if op.loss_like else torch.randn(
-            o.shape, generator=gen, device=device, dtype=torch.float32).to(o.dtype) for o in _as_tuple(fn(*inputs)))
 
     def check() -> dict[str, Any]:
         ref_dtype = torch.float64 if dtype == torch.float32 else torch.float32
@@ -122,43 +175,41 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
             raise WrongResult(f"{op.name}/{impl} at {shape}: rel. errors {errs} over tolerance {tol}")
         return result
 
-    def fwd() -> torch.Tensor:
-        return fn(*inputs)
-
-    def fwdbwd() -> None:
-        for t in leaves:
-            t.grad = None
-        torch.autograd.backward(_as_tuple(fn(*inputs)), out_grad)
-
-    timed = {"fwd": fwd, "fwdbwd": fwdbwd} if op.backward else {"fwd": fwd}
-    timed = plant_slowdown(f"{op.name}/{impl}", timed)
+    per_set = [_timed_calls(fn, s) for s in sets]
+    rotation = plant_slowdown(f"{op.name}/{impl}", {m: tuple(calls[m] for calls in per_set) for m in per_set[0]})
     itemsize = dtype.itemsize
     def drop_grads() -> None:
         for t in leaves:
             t.grad = None
 
-    return Work(timed=timed, check=check, memory=tuple(timed)[-1:], before_memory=drop_grads, flops=op.flops(dims),
-                bytes=op.bytes(dims, itemsize), info={"dtype": str(dtype), "dims": dims})
+    one_set = set_bytes(sets[0])
+    return Work(timed={m: fns[0] for m, fns in rotation.items()}, rotation=rotation, check=check,
+                memory=tuple(rotation)[-1:], before_memory=drop_grads, flops=op.flops(dims),
+                bytes=op.bytes(dims, itemsize),
+                info={"dtype": str(dtype), "dims": dims, "set_bytes": one_set, "l2_bytes": l2_bytes,
+                      "fits_l2": one_set <= l2_bytes, "input_sets": len(sets)})
 
 
 PLANT_ENV = "OPTBENCH_PLANT_SLOWDOWN"
 
 
-def plant_slowdown(name: str, timed: dict[str, Callable[[], Any]]) -> dict[str, Callable[[], Any]]:
+def plant_slowdown(name: str, rotation: dict[str, tuple[Callable[[], Any], ...]]
+                   ) -> dict[str, tuple[Callable[[], Any], ...]]:
     """For the regression gate's own check only: ``OPTBENCH_PLANT_SLOWDOWN="rmsnorm/triton=0.10"``
-    makes that case's timed callables 10% slower on the device (a GPU spin after each call)."""
+    makes that case's timed callables (one per input set) 10% slower on the device (a GPU spin after each
+    call, sized on the cold-L2 device time)."""
     spec = os.environ.get(PLANT_ENV, "")
     target, _, fraction = spec.partition("=")
     if target != name or not torch.cuda.is_available():
-        return timed
+        return rotation
     from optbench.timing import measure
 
     probe = lambda: torch.cuda._sleep(1_000_000)  # noqa: E731
     cycles_per_ms = 1_000_000 / measure(probe, device="cuda").device.median_ms
     slowed = {}
-    for metric, fn in timed.items():
-        cycles = int(float(fraction) * measure(fn, device="cuda").device.median_ms * cycles_per_ms)
-        slowed[metric] = lambda fn=fn, cycles=cycles: (fn(), torch.cuda._sleep(cycles))[0]
+    for metric, fns in rotation.items():
+        cycles = int(float(fraction) * measure(fns, device="cuda").device.median_ms * cycles_per_ms)
+        slowed[metric] = tuple(lambda fn=fn, cycles=cycles: (fn(), torch.cuda._sleep(cycles))[0] for fn in fns)
     return slowed
 
 
@@ -198,7 +249,8 @@ def matmul_work(n: int, mode: str, device: str, seed: int = 0) -> Work:
                 info={"dtype": mode, "dims": {"n": n}})
 
 
-# Reference (loss, gradients) of each baseline step, kept on the host so that a 1B candidate has the GPU.
+# (size, reference options, candidate precision) -> models.step.Baseline: the high-precision reference run
+# (on the host, so that a 1B candidate has the GPU) and the eager step's errors against it.
 _REFERENCES: dict[tuple, Any] = {}
 _KEEP_REFERENCES = 3  # a grid's variants use the baseline and two others (triton-qknorm's, cuda-graph's)
 
@@ -223,31 +275,28 @@ STEP_WARMUP_MS, STEP_REP_MS = 2000.0, 1000.0
 def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
     """One training step of ``size`` with ``variant`` on: checked against its baseline, then timed."""
     from models.config import CONFIGS
-    from models.step import UnsupportedOptions, build_step, check_against, reference_of
+    from models.step import UnsupportedOptions, baseline_of, build_step, check_against
     from optbench.plan import baseline_notes, step_skip_reason
 
     profile = machine_profile(device)
     skip_if(step_skip_reason(profile, size, variant))
     reference, options = step_options(size, variant, device)
-    config = CONFIGS[size]
+    config, key = CONFIGS[size], (size, reference, options.precision)
     try:
-        if (size, reference) not in _REFERENCES:
-            while len(_REFERENCES) >= _KEEP_REFERENCES:  # oldest first: a 1B reference is 4.4 GB of host memory
+        if key not in _REFERENCES:
+            while len(_REFERENCES) >= _KEEP_REFERENCES:  # oldest first: a 1B reference is 8.8 GB of host memory
                 del _REFERENCES[next(iter(_REFERENCES))]
-            ref_step = build_step(config, reference, device, seed, profile=profile)
-            _REFERENCES[(size, reference)] = reference_of(ref_step, host=True)
-            del ref_step
+            _REFERENCES[key] = baseline_of(lambda opts: build_step(config, opts, device, seed, profile=profile),
+                                           reference, options.precision, host=True)
         step = build_step(config, options, device, seed, profile=profile)
     except UnsupportedOptions as exc:
         raise NotImplementedError(str(exc)) from exc
 
     def check() -> dict[str, Any]:
-        result = check_against(_REFERENCES[(size, reference)], step)
-        out = {"loss_rel": result.loss_rel, "grad_rel": result.grad_rel, "worst_param": result.worst_param,
-               "tolerance": list(result.tolerance)}
+        result = check_against(_REFERENCES[key], step)
         if not result.ok:
-            raise WrongResult(f"step {size}/{variant}: {out}")
-        return out
+            raise WrongResult(f"step {size}/{variant}: {result.record()}")
+        return result.record()
 
     steady = {"step": {"warmup_ms": STEP_WARMUP_MS, "rep_ms": STEP_REP_MS}} if str(device).startswith("cuda") else {}
     return Work(timed={"step": step, "forward": step.forward_loss}, check=check, memory=("step",),

@@ -82,3 +82,13 @@ def test_measure_ceilings_on_gpu():
     c = measure_ceilings()
     assert torch.backends.cuda.matmul.allow_tf32 == flag
     assert c.source == "measured" and c.bandwidth_gbps > 0 and c.peak("fp32") > 0
+
+
+def test_a_time_at_or_under_its_floor_is_below_it():
+    from optbench.roofline import below_floor
+
+    floor = floor_ms(0, 4e9, CEIL, "bf16")  # 4 ms
+    assert below_floor(roofline(0, 4e9, 0.8 * floor, CEIL, "bf16").floor_ratio)
+    assert below_floor(roofline(0, 4e9, floor, CEIL, "bf16").floor_ratio)  # at the floor: not reachable either
+    assert not below_floor(roofline(0, 4e9, 1.01 * floor, CEIL, "bf16").floor_ratio)
+    assert not below_floor(roofline(1e12, 1e9, 1.0, CEIL, "tf32").floor_ratio)  # no floor known: nothing to say
