@@ -3,7 +3,9 @@
 Pages under ``html/optbench/``, one chart per machine each (an emulated machine is labelled "(emulated)"
 and never shares a panel with a real one):
 
-- ``speedup.html``: training-step speedup of each optimization vs eager, per model size (wall clock);
+- ``speedup.html``: training-step speedup of each optimization vs its own reference (models.variants.reference:
+  eager unless the variant names another), per model size (wall clock); the leave-one-out ablation of
+  best-kernels per size;
 - ``memory.html``: peak device memory of one training step per optimization and size (GiB);
 - ``throughput.html``: tokens/s and MFU per size (wall clock); MFU = step FLOPs / step seconds / the
   hardware profile's peak TFLOPS for the step's precision (bf16 unless the record says otherwise); none for
@@ -40,6 +42,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from kernels.shapes import IMPLS
+from models.variants import ABLATED, ABLATION, VARIANTS, ablation_note, reference
 from optbench.compare import COLUMNS, OK, compare, compared, resolve, rows, shown, timing, verdict
 from optbench.store import MACHINE_KEY, ResultStore, results_dir, write_text_atomic
 
@@ -54,8 +57,10 @@ DTYPE_KEYS = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16"
 README_START, README_END = "<!-- headline:start -->", "<!-- headline:end -->"
 
 PAGES: dict[str, tuple[str, str]] = {
-    "speedup": ("Training-step speedup vs eager",
-                "Wall clock, ms per optimizer step: eager median / optimization median; higher is better."),
+    "speedup": ("Training-step speedup vs each variant's reference, and the ablation of best-kernels",
+                "Wall clock, ms per optimizer step: reference median / optimization median, both from one run, "
+                "each variant's reference named under its bars (eager for the best-* combinations); higher is "
+                "better. Then per size, best-kernels with each switch left out in turn, from one run."),
     "memory": ("Peak memory per training step",
                "Peak device memory above the starting point during one optimizer step, GiB (a peak: no "
                "clock)."),
@@ -71,8 +76,9 @@ PAGES: dict[str, tuple[str, str]] = {
                  "warm-L2 time (back-to-back calls on one input set), which may beat the floor where the data "
                  "fits in L2 (shapes marked 'fits L2'). n/a for an emulated run."),
     "history": ("Headline numbers over commits",
-                "Speedup vs eager per commit, ordered by the date of the records: training steps by wall "
-                "clock, kernels by device time (geometric mean over shapes)."),
+                "Speedup per commit, ordered by the date of the records: training steps vs each variant's "
+                "reference (named in the legend) by wall clock, kernels vs eager by device time (geometric mean "
+                "over shapes)."),
     "compare": ("Two commits side by side",
                 "optbench.compare: time medians by each record's primary clock with asv's rank test, peak "
                 "memory beyond the threshold; head/base changes of the significant ones."),
@@ -154,13 +160,25 @@ def _size_order(size: str) -> float:
     return float(m[1]) * (1e6 if m[2] == "M" else 1e9) if m else 0.0
 
 
-def steps(run: Run) -> dict[str, dict[str, dict]]:
-    """ok training-step records with a wall time by size ('Tiny', '100M', ...; smallest first), variant."""
+def _step_grid(run: Run, grid: str) -> dict[str, dict[str, dict]]:
+    """ok records of the asv classes ``bench_step.<grid><size>`` with a wall time, by size (smallest first),
+    then variant."""
     found: dict[str, dict[str, dict]] = defaultdict(dict)
+    prefix = STEP + grid
     for rec in run.records.values():
-        if rec.get("benchmark", "").startswith(STEP) and rec["status"] == OK and timing(rec, "step", "wall"):
-            found[rec["benchmark"].removeprefix(STEP + "Step")][rec["params"]["variant"]] = rec
+        if rec.get("benchmark", "").startswith(prefix) and rec["status"] == OK and timing(rec, "step", "wall"):
+            found[rec["benchmark"].removeprefix(prefix)][rec["params"]["variant"]] = rec
     return {size: found[size] for size in sorted(found, key=_size_order)}
+
+
+def steps(run: Run) -> dict[str, dict[str, dict]]:
+    """ok training-step records (bench_step.Step*) with a wall time by size ('Tiny', '100M', ...), variant."""
+    return _step_grid(run, "Step")
+
+
+def ablations(run: Run) -> dict[str, dict[str, dict]]:
+    """ok records of the leave-one-out ablation grids (bench_step.Ablation*) by size, then variant."""
+    return _step_grid(run, "Ablation")
 
 
 def step_ms(rec: dict) -> float:
@@ -173,10 +191,48 @@ def step_iqr_ms(rec: dict) -> float:
     return timing(rec, "step", "wall")[1]["iqr_ms"]
 
 
-def step_speedups(run: Run) -> dict[str, dict[str, float]]:
-    """Speedup vs eager (eager ms / variant ms, wall clock) by size, then variant."""
-    return {size: {v: step_ms(by_v["eager"]) / step_ms(rec) for v, rec in by_v.items() if v != "eager"}
-            for size, by_v in steps(run).items() if "eager" in by_v and len(by_v) > 1}
+def step_reference(variant: str) -> str | None:
+    """The variant a step variant is timed against (models.variants.reference); None where the variant is no
+    longer defined (its reference unknown)."""
+    return reference(variant) if variant == "eager" or variant in VARIANTS else None
+
+
+def step_speedups(run: Run) -> dict[str, dict[str, float | None]]:
+    """Speedup of each variant vs its own reference measured in the same run (reference median ms / variant
+    median ms, wall clock) by size, then variant; None (n/a) where that reference was not measured there or is
+    unknown. Variants that are their own reference (eager, qknorm) have no entry."""
+    found = {size: {v: step_ms(by_v[ref]) / step_ms(rec) if (ref := step_reference(v)) in by_v else None
+                    for v, rec in by_v.items() if step_reference(v) != v}
+             for size, by_v in steps(run).items()}
+    return {size: speedups for size, speedups in found.items() if speedups}
+
+
+def _vs(variant: str) -> str:
+    """'<variant> vs <its reference>' ('vs ?' where the variant is no longer defined)."""
+    return f"{variant} vs {step_reference(variant) or '?'}"
+
+
+def ablation_rows(by_variant: dict[str, dict]) -> list[list[str]]:
+    """One size's leave-one-out table (ABLATION_HEADER): best-kernels, best-kernels without each switch (and what
+    needs it), eager; ms per step as median [IQR]; worth = ms without / ms of best-kernels (>1: the switch
+    helps), n/a where either was not measured."""
+    best = by_variant.get(ABLATED)
+
+    def row(variant: str, label: str) -> list[str]:
+        rec = by_variant.get(variant)
+        if rec is None:
+            return [label, "not measured", "n/a"]
+        worth = "—" if variant == ABLATED else f"{step_ms(rec) / step_ms(best):.2f}×" if best else "n/a"
+        return [label, f"{step_ms(rec):.1f} [{step_iqr_ms(rec):.1f}]", worth]
+
+    return [row(ABLATED, f"{ABLATED} (every switch)"),
+            *(row(v, ablation_note(v).removeprefix(f"{ABLATED} ")) for v in ABLATION),
+            row("eager", "eager (no switch)")]
+
+
+ABLATION_HEADER = ["step", "ms per step [IQR]", f"worth inside {ABLATED} (ms without / ms of {ABLATED})"]
+ABLATION_CAPTION = (f"wall clock, median ms per optimizer step [IQR], every row from one run; worth: the step "
+                    f"without the switch over {ABLATED}, >1× means the switch helps; eager's: all of them")
 
 
 def step_peaks(run: Run) -> dict[str, dict[str, float]]:
@@ -394,9 +450,57 @@ def _step_chart(history: list[Run], extract: Callable[[Run], dict], what: str, y
     return [fig]
 
 
+def _named_speedups(run: Run) -> dict[str, dict[str, float]]:
+    """step_speedups keyed '<variant> vs <reference>', NaN (no bar) for n/a."""
+    return {size: {_vs(v): math.nan if x is None else x for v, x in speedups.items()}
+            for size, speedups in step_speedups(run).items()}
+
+
+def ablation_parts(history: list[Run]) -> list[Part]:
+    """Per size, the leave-one-out table of best-kernels from the run that measured the most of it."""
+    found = _by_size(fullest(history, ablations))
+    if not found:
+        return [note(f"No leave-one-out ablation of {ABLATED} (optbench run --suite ablation).")]
+    return [f"<h3>Leave-one-out ablation of {escape(ABLATED)}</h3><p>{escape(ABLATION_CAPTION)}.</p>",
+            *(f"<h4>{escape(_at(size, run))}</h4>" + html_table(ABLATION_HEADER, ablation_rows(by_v))
+              for size, run, by_v in found)]
+
+
 def speedup_parts(history: list[Run]) -> list[Part]:
-    return _step_chart(history, step_speedups, "training-step speedup vs eager — wall clock, ms per step "
-                       "(eager / optimized)", "speedup vs eager (×)", ref=1.0)
+    chart = _step_chart(history, _named_speedups, "training-step speedup vs each variant's own reference "
+                        "(named under its bars), measured in the same run — wall clock, ms per step (reference / "
+                        "optimized); no bar: reference not measured in that run", "speedup vs its reference (×)",
+                        ref=1.0)
+    return [*chart, *ablation_parts(history)]
+
+
+def _step_rows(found: list[tuple[str, Run, object]]) -> list[list[str]]:
+    """The step table's rows, a column per (size, run) of found: variants that are their own reference (eager
+    first), ms per step [IQR]; then each other variant vs its reference (named in its row): the speedup and its
+    ms per step, 'n/a' where the reference was not measured in that run, '–' where the variant was not."""
+    measured = [(steps(run).get(size, {}), step_speedups(run).get(size, {})) for size, run, _ in found]
+    variants = sorted(dict.fromkeys(v for by_v, _ in measured for v in by_v),
+                      key=lambda v: (v != "eager", step_reference(v) != v))
+
+    def cell(variant: str, by_v: dict[str, dict], speedups: dict[str, float | None]) -> str:
+        if variant not in by_v:
+            return "–"
+        rec = by_v[variant]
+        if step_reference(variant) == variant:
+            return f"{step_ms(rec):.1f} ms [{step_iqr_ms(rec):.1f}]"
+        x = speedups[variant]
+        return f"{'n/a' if x is None else f'{x:.2f}×'} ({step_ms(rec):.1f} ms)"
+
+    return [[f"{v} (ms per step [IQR])" if step_reference(v) == v else _vs(v),
+             *(cell(v, by_v, speedups) for by_v, speedups in measured)] for v in variants]
+
+
+def _ablation_markdown(history: list[Run]) -> tuple[list[str], dict[str, str]]:
+    """Markdown leave-one-out tables per size (:func:`ablation_rows`) and the {commit: date} they come from."""
+    found = _by_size(fullest(history, ablations))
+    parts = [f"Leave-one-out ablation of {ABLATED} at {size} @ `{run.commit[:8]}` ({ABLATION_CAPTION}):\n\n"
+             + md_table(ABLATION_HEADER, ablation_rows(by_v)) for size, run, by_v in found]
+    return parts, {run.commit: run.date for _, run, _ in found}
 
 
 def memory_parts(history: list[Run]) -> list[Part]:
@@ -487,17 +591,18 @@ def history_parts(history: list[Run]) -> list[Part]:
     for i, run in enumerate(history):
         for size, variants in step_speedups(run).items():
             for variant, value in variants.items():
-                panels[f"step {size} (wall clock)"][variant][i] = value
+                if value is not None:
+                    panels[f"step {size} (wall clock)"][_vs(variant)][i] = value
         for op, impls in kernel_speedups(run).items():
             for impl, values in impls.items():
                 panels[f"{op} (device time, geomean over shapes)"][impl][i] = \
                     statistics.geometric_mean(values)
     if not panels:
         return [note("No headline numbers in any commit.")]
-    fig, axes = _figure(f"{history[-1].label}\nspeedup vs eager over commits (×) — steps: wall clock; "
-                        "kernels: device time", len(panels), ncols=3)
+    fig, axes = _figure(f"{history[-1].label}\nspeedup over commits (×) — steps: wall clock, vs each variant's "
+                        "reference (legend); kernels: device time, vs eager", len(panels), ncols=3)
     for ax, (title, series) in zip(axes, sorted(panels.items(), key=lambda kv: not kv[0].startswith("step"))):
-        _lines(ax, commits, series, title, "speedup vs eager (×)")
+        _lines(ax, commits, series, title, "speedup (×)")
     return [fig]
 
 
@@ -627,20 +732,20 @@ def md_table(header: Sequence[str], body: list[Sequence[str]]) -> str:
 def _headline(history: list[Run]) -> str:
     """Step and kernel tables of one machine, each size and kernel from the run measuring the most of it."""
     parts, used = [f"**{history[-1].label}**"], {}
-    found = _by_size(fullest(history, step_speedups))
+    found = _by_size(fullest(history, steps))
     if found:
-        variants = list(dict.fromkeys(v for _, _, speedups in found for v in speedups))
-        eager = ["eager (ms per step [IQR])",
-                 *(f"{step_ms(steps(run)[size]['eager']):.1f} ms [{step_iqr_ms(steps(run)[size]['eager']):.1f}]"
-                   for size, run, _ in found)]
-        body = [eager, *([v, *(f"{x[v]:.2f}× ({step_ms(steps(run)[size][v]):.1f} ms)" if v in x else "–"
-                               for size, run, x in found)] for v in variants)]
-        parts += ["Training-step speedup vs eager, and ms per optimizer step (wall clock; a host-bound eager step, "
-                  "as at 100M, moves within and between runs, see its IQR: there compare the optimized steps' own "
+        body = _step_rows(found)
+        parts += ["Training-step speedup of each variant vs its own reference, named in its row (the best-* "
+                  "combinations vs eager), reference median / variant median from one run, and ms per optimizer "
+                  "step (wall clock; n/a: the reference was not measured in that run; a host-bound eager step, as "
+                  "at 100M, moves within and between runs, see its IQR: there compare the optimized steps' own "
                   "times):",
                   md_table(["optimization", *(f"{size} @ `{run.commit[:8]}`" for size, run, _ in found)],
                            body)]
         used.update((run.commit, run.date) for _, run, _ in found)
+    ablation, ablation_used = _ablation_markdown(history)
+    parts += ablation
+    used.update(ablation_used)
     ops = fullest(history, kernel_speedups)
     if ops:
         body = [[op, impl, f"{statistics.geometric_mean(v):.2f}×", f"{min(v):.2f}–{max(v):.2f}×",

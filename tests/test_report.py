@@ -7,8 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
-from synthetic_results import commit, report_store
+from synthetic_results import commit, record, report_store, samples, save
 
+from models.variants import ABLATED, ABLATION
 from optbench import report
 from optbench.hardware import lookup
 
@@ -99,10 +100,10 @@ def test_headline_table(store):
     best = report.step_ms(step["eager"]) / report.step_ms(step["best"])
     assert "| optimization | 100M @ `fffffff3` | 1B @ `fffffff3` |" in table
     ms = report.step_ms(step["best"])
-    assert re.search(rf"\| best \| {best:.2f}× \({ms:.1f} ms\) \| [\d.]+× \([\d.]+ ms\) \|", table)
+    assert re.search(rf"\| best vs eager \| {best:.2f}× \({ms:.1f} ms\) \| [\d.]+× \([\d.]+ ms\) \|", table)
     eager_ms, eager_iqr = report.step_ms(step["eager"]), report.step_iqr_ms(step["eager"])
     assert f"| eager (ms per step [IQR]) | {eager_ms:.1f} ms [{eager_iqr:.1f}] |" in table
-    for row in ("| triton-norm |", "| RMSNorm | triton |", "| GradStats | foreach |"):
+    for row in ("| triton-norm vs eager |", "| RMSNorm | triton |", "| GradStats | foreach |"):
         assert row in table
     assert f"`{commit(3)[:12]}` (2025-01-03T12:00:00+00:00)" in table
     assert "StepTiny" not in table and "| Tiny @" in report.headline_table(store, "cpu-host")
@@ -157,6 +158,81 @@ def test_asv_publish_skips_a_foreign_results_dir(tmp_path, capsys):
 def test_main_with_an_empty_store_still_writes_the_index(asv_calls, tmp_path):
     assert report.main(["--results", str(tmp_path / "none"), "--html", str(tmp_path / "html")]) == 0
     assert "No optbench results" in (tmp_path / "html" / "optbench" / "speedup.html").read_text()
+
+
+def _step(benchmark: str, variant: str, ms: float, seed: int) -> dict:
+    return record(benchmark, {"variant": variant}, times={"step": (None, samples(ms, seed))},
+                  info={"tokens": 8192, "primary_clock": "wall"})
+
+
+def test_speedups_divide_by_each_variants_own_reference(tmp_path):
+    """cuda-graph against graph-prereqs and triton-rope against fused-proj, measured in the same run; n/a (never
+    a ratio to eager) where the reference was not measured (qknorm) or is unknown (a retired variant)."""
+    times = {"eager": 100.0, "graph-prereqs": 80.0, "cuda-graph": 60.0, "fused-proj": 90.0, "triton-rope": 85.0,
+             "triton-qknorm": 95.0, "retired-variant": 70.0, "best-kernels": 40.0}
+    store = report.ResultStore(tmp_path / "results")
+    save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00",
+         [_step("bench_step.Step500M", v, ms, i) for i, (v, ms) in enumerate(times.items())])
+    run = report.runs(store)["h100-sxm"][-1]
+    ms = {v: report.step_ms(rec) for v, rec in report.steps(run)["500M"].items()}
+    speedups = report.step_speedups(run)["500M"]
+    assert speedups["cuda-graph"] == pytest.approx(ms["graph-prereqs"] / ms["cuda-graph"])
+    assert speedups["triton-rope"] == pytest.approx(ms["fused-proj"] / ms["triton-rope"])
+    assert speedups["graph-prereqs"] == pytest.approx(ms["eager"] / ms["graph-prereqs"])
+    assert speedups["best-kernels"] == pytest.approx(ms["eager"] / ms["best-kernels"])
+    assert speedups["triton-qknorm"] is None and speedups["retired-variant"] is None and "eager" not in speedups
+    table = report.headline_table(store)
+    assert f"| cuda-graph vs graph-prereqs | {speedups['cuda-graph']:.2f}× ({ms['cuda-graph']:.1f} ms) |" in table
+    assert f"| triton-qknorm vs qknorm | n/a ({ms['triton-qknorm']:.1f} ms) |" in table
+    assert "| retired-variant vs ? | n/a (" in table
+    assert table.index("| eager (ms per step [IQR]) |") < table.index("| graph-prereqs vs eager |")
+    history = report.runs(store)["h100-sxm"]
+    assert set(report._named_speedups(run)["500M"]) >= {"cuda-graph vs graph-prereqs", "triton-qknorm vs qknorm"}
+    assert report.speedup_parts(history)  # the chart draws n/a as no bar
+
+
+def _ablation_store(root, missing: str) -> report.ResultStore:
+    """One run of the 100M ablation grid: eager 100 ms, best-kernels 40 ms, the i-th switch left out 40 + 2i ms;
+    ``missing`` not measured; plus a Step100M grid."""
+    times = {"eager": 100.0, ABLATED: 40.0, **{v: 40.0 + 2 * i for i, v in enumerate(ABLATION, 1)}}
+    records = [_step("bench_step.Ablation100M", v, ms, i) for i, (v, ms) in enumerate(times.items()) if v != missing]
+    records += [_step("bench_step.Step100M", "eager", 100.0, 50), _step("bench_step.Step100M", ABLATED, 41.0, 51)]
+    store = report.ResultStore(root)
+    save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", records)
+    return store
+
+
+def test_ablation_table(tmp_path):
+    missing = f"{ABLATED}-without-triton-norm"
+    store = _ablation_store(tmp_path / "results", missing)
+    run = report.runs(store)["h100-sxm"][-1]
+    assert list(report.steps(run)) == ["100M"] and list(report.ablations(run)) == ["100M"]  # not a size 'Ablation100M'
+    by_variant = report.ablations(run)["100M"]
+    rows = {row[0]: row[1:] for row in report.ablation_rows(by_variant)}
+    best = by_variant[ABLATED]
+    assert rows[f"{ABLATED} (every switch)"] == [f"{report.step_ms(best):.1f} [{report.step_iqr_ms(best):.1f}]", "—"]
+    without = by_variant[f"{ABLATED}-without-fused-proj"]
+    worth = report.step_ms(without) / report.step_ms(best)
+    assert worth > 1
+    assert rows["without fused-proj; also without triton-rope, which needs it"] == \
+        [f"{report.step_ms(without):.1f} [{report.step_iqr_ms(without):.1f}]", f"{worth:.2f}×"]
+    assert rows["without triton-norm"] == ["not measured", "n/a"]
+    eager = report.step_ms(by_variant["eager"]) / report.step_ms(best)
+    assert rows["eager (no switch)"][1] == f"{eager:.2f}×"
+    assert len(rows) == len(ABLATION) + 2
+    table = report.headline_table(store)
+    assert f"Leave-one-out ablation of {ABLATED} at 100M @ `{commit(1)[:8]}`" in table
+    assert f"| without fused-proj; also without triton-rope, which needs it | {report.step_ms(without):.1f} [" in table
+    parts = report.speedup_parts(report.runs(store)["h100-sxm"])
+    html = "".join(p for p in parts if isinstance(p, str))
+    assert f"Leave-one-out ablation of {ABLATED}" in html
+    assert "<td>without triton-norm</td><td>not measured</td>" in html
+
+
+def test_ablation_needs_best_kernels_in_the_same_run(tmp_path):
+    store = _ablation_store(tmp_path / "results", ABLATED)
+    rows = report.ablation_rows(report.ablations(report.runs(store)["h100-sxm"][-1])["100M"])
+    assert rows[0][1:] == ["not measured", "n/a"] and all(row[2] == "n/a" for row in rows[1:])
 
 
 def test_an_emulated_run_reports_no_mfu_and_no_roofline_fraction(store, published):
