@@ -86,8 +86,9 @@ class Noise:
 
 
     def at_least(self, sigma: float) -> Noise:
-        """This noise, or ``sigma`` (source 'within run') where that is larger."""
-        return self if sigma <= self.sigma else Noise(sigma, self.df, "within run")
+        """This noise, or ``sigma`` (source 'within run', from a run's many samples: the normal quantile) where
+        that is larger."""
+        return self if sigma <= self.sigma else Noise(sigma, 0, "within run")
 
 
 PRIOR = Noise(PRIOR_SIGMA, 0, "prior")
