@@ -26,7 +26,7 @@ SUITES: dict[str, list[str]] = {
     "cpu": [r"^bench_cpu\.", r"^bench_step\.StepTiny"],
     "quick": [r"^bench_kernels\.(AddRMSNorm|SwiGLU|QKVRope|LinearCrossEntropy)", r"^bench_step\.Step100M",
               r"^bench_precision\.Matmul"],
-    "full": [r"^bench_kernels\.", r"^bench_step\.Step(100M|500M|1B)", r"^bench_precision\."],
+    "full": [r"^bench_kernels\.", r"^bench_step\.Step(100M|500M|1B)", r"^bench_precision\.", r"^bench_anchors\."],
     "ablation": [r"^bench_step\.Ablation(100M|500M|1B)"],
 }
 SUBCOMMANDS = {

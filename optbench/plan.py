@@ -53,6 +53,7 @@ from kernels.shapes import IMPLS, QUICK_SHAPES, SHAPES
 from models.config import CONFIGS, ModelConfig, flops_per_token, param_count
 from models.step import BASELINE, StepOptions, UnsupportedOptions, validate, variant_options
 from models.variants import STEP_VARIANTS, reference
+from optbench.anchors import ANCHOR_BENCHMARK, ANCHOR_SIZES
 from optbench.cli import SUITES
 from optbench.hardware import DTYPES, PROFILES, HardwareProfile, lookup
 from optbench.roofline import Ceilings, floor_ms
@@ -323,6 +324,14 @@ def step_skip_reason(profile: HardwareProfile, size: str, variant: str) -> str |
                   _step_memory_reason(profile, size, candidate))
 
 
+def anchor_skip_reason(profile: HardwareProfile, size: str) -> str | None:
+    """Why the HF + torch.compile anchor of ``size`` (optbench.anchors) cannot run on ``profile``: it needs CUDA
+    and bf16, and what our compiled step of the size needs (Triton, memory at the baseline's batch)."""
+    what = f"the HF anchor at {size}"
+    return _first(_cuda_reason(profile, what), _precision_reason(profile, "bf16", what),
+                  step_skip_reason(profile, size, "compile-default"))
+
+
 def _step_note(profile: HardwareProfile, size: str, variant: str) -> str:
     causal = step_pair(profile, size, variant)[1].attn_mask == "is_causal"
     if causal and profile.compute_capability and not profile.flash_attention:
@@ -345,8 +354,9 @@ def expected_floor_ms(profile: HardwareProfile, benchmark: str, params: dict[str
     if benchmark == MATMUL_BENCHMARK:
         n, itemsize = int(params["n"]), 2 if params["mode"] in ("bf16", "fp16") else 4
         return floor_ms(2.0 * n**3, 3.0 * n * n * itemsize, ceilings, params["mode"])
-    size = STEP_BENCHMARKS[benchmark][0]
-    options = step_pair(profile, size, params["variant"])[1]
+    size, variant = (params["size"], "eager") if benchmark == ANCHOR_BENCHMARK else \
+        (STEP_BENCHMARKS[benchmark][0], params["variant"])
+    options = step_pair(profile, size, variant)[1]
     flops = flops_per_token(CONFIGS[size], options.seq_len) * options.batch_size * options.seq_len
     return floor_ms(flops, 0.0, ceilings, options.precision)
 
@@ -357,6 +367,8 @@ def skip_reason(profile: HardwareProfile, benchmark: str, params: dict[str, str]
         return kernel_skip_reason(profile, KERNEL_BENCHMARKS[benchmark], params["shape"], params["impl"])
     if benchmark == MATMUL_BENCHMARK:
         return matmul_skip_reason(profile, params["mode"])
+    if benchmark == ANCHOR_BENCHMARK:
+        return anchor_skip_reason(profile, params["size"])
     return step_skip_reason(profile, STEP_BENCHMARKS[benchmark][0], params["variant"])
 
 
@@ -368,6 +380,7 @@ def suite_cases(suite: str) -> list[tuple[str, dict[str, str]]]:
     cases += [(name, {"variant": v}) for name, (_, grid) in STEP_BENCHMARKS.items()
               for v in STEP_VARIANTS["quick" if quick and name == QUICK_STEP_BENCHMARK else grid]]
     cases += [(MATMUL_BENCHMARK, {"n": str(MATMUL_N), "mode": mode}) for mode in DTYPES]
+    cases += [(ANCHOR_BENCHMARK, {"size": size}) for size in ANCHOR_SIZES]
     return [(name, params) for name, params in cases if any(re.search(rx, name) for rx in SUITES[suite])]
 
 

@@ -43,6 +43,7 @@ from matplotlib.figure import Figure
 
 from kernels.shapes import IMPLS
 from models.variants import ABLATED, ABLATION, VARIANTS, ablation_note, reference
+from optbench.anchors import ANCHOR_BENCHMARK
 from optbench.compare import COLUMNS, OK, compare, compared, resolve, rows, shown, timing, verdict
 from optbench.store import MACHINE_KEY, ResultStore, results_dir, write_text_atomic
 
@@ -729,19 +730,71 @@ def md_table(header: Sequence[str], body: list[Sequence[str]]) -> str:
     return "\n".join("| " + " | ".join(row) + " |" for row in [header, ["---"] * len(header), *body])
 
 
+def anchor_steps(run: Run) -> dict[str, dict]:
+    """ok HF anchor records (optbench.anchors) with a wall time, by size."""
+    return {rec["params"]["size"]: rec for rec in run.records.values()
+            if rec.get("benchmark") == ANCHOR_BENCHMARK and rec["status"] == OK and timing(rec, "step", "wall")}
+
+
+def _run_of(rec: dict) -> str:
+    """The optbench run of a record: its run id, else (records from before run ids) its date."""
+    return rec.get("run") or rec.get("date", "")
+
+
+def hf_ratio(run: Run, size: str) -> tuple[float, str, str] | None:
+    """(x HF, our variant, where) at ``size`` in ``run``: the HF anchor's median wall ms per step over that of our
+    fastest variant; where: 'same run' where both records come from one optbench run, else 'another run, same
+    day' or 'another run of the commit'. None where ``run`` has no anchor or none of our steps at ``size``."""
+    anchor, ours = anchor_steps(run).get(size), steps(run).get(size, {})
+    if anchor is None or not ours:
+        return None
+    variant = min(ours, key=lambda v: step_ms(ours[v]))
+    rec = ours[variant]
+    where = "same run" if _run_of(rec) == _run_of(anchor) else \
+        "another run, same day" if rec.get("date", "")[:10] == anchor.get("date", "")[:10] else \
+        "another run of the commit"
+    return step_ms(anchor) / step_ms(rec), variant, where
+
+
+def _x_hf_cell(ratio: tuple[float, str, str] | None) -> str:
+    if ratio is None:
+        return "n/a"
+    x, variant, where = ratio
+    return f"{x:.2f}× vs {variant}" + ("" if where == "same run" else f" ({where})")
+
+
+def _hf_rows(found: list[tuple[str, Run, object]]) -> tuple[list[list[str]], str]:
+    """The step table's HF rows (the anchor's ms per step, x HF) per column, and the note naming the HF setup;
+    ([], '') where no column's run measured the anchor."""
+    anchors = [anchor_steps(run).get(size) for size, run, _ in found]
+    if not any(anchors):
+        return [], ""
+    ratios = [hf_ratio(run, size) for size, run, _ in found]
+    hf = ["HF + torch.compile (ms per step [IQR])",
+          *(f"{step_ms(a):.1f} ms [{step_iqr_ms(a):.1f}]" if a else "n/a" for a in anchors)]
+    x_hf = ["× HF (HF ms / our fastest's ms)", *map(_x_hf_cell, ratios)]
+    setups = dict.fromkeys(f"{a['info'].get('setup')} (transformers {a['info'].get('transformers')})"
+                           for a in anchors if a)
+    note = (f"× HF: the median wall-clock ms per step of `{ANCHOR_BENCHMARK}` ({'; '.join(setups)}) over that of "
+            "our fastest variant at the size, named in the cell: both of the column's commit, from one run unless the "
+            "cell says otherwise; n/a where the anchor was not measured at that commit.")
+    return [hf, x_hf], note
+
+
 def _headline(history: list[Run]) -> str:
     """Step and kernel tables of one machine, each size and kernel from the run measuring the most of it."""
     parts, used = [f"**{history[-1].label}**"], {}
     found = _by_size(fullest(history, steps))
     if found:
         body = _step_rows(found)
+        hf_rows, hf_note = _hf_rows(found)
         parts += ["Training-step speedup of each variant vs its own reference, named in its row (the best-* "
                   "combinations vs eager), reference median / variant median from one run, and ms per optimizer "
                   "step (wall clock; n/a: the reference was not measured in that run; a host-bound eager step, as "
                   "at 100M, moves within and between runs, see its IQR: there compare the optimized steps' own "
                   "times):",
                   md_table(["optimization", *(f"{size} @ `{run.commit[:8]}`" for size, run, _ in found)],
-                           body)]
+                           body + hf_rows), *([hf_note] if hf_note else [])]
         used.update((run.commit, run.date) for _, run, _ in found)
     ablation, ablation_used = _ablation_markdown(history)
     parts += ablation
@@ -763,7 +816,8 @@ def _headline(history: list[Run]) -> str:
 
 def headline_table(store: ResultStore, machine: str | None = None) -> str:
     """Markdown headline of each real GPU machine (or of ``machine``), from its newest runs: step speedup vs
-    eager per optimization and size (wall clock), kernel speedups vs eager (device time)."""
+    eager per optimization and size (wall clock) with the HF anchor's step and x HF where measured
+    (:func:`hf_ratio`), kernel speedups vs eager (device time)."""
     chosen = [h for m, h in runs(store).items()
               if (m == machine if machine else h[-1].info.get("gpu_name") and not h[-1].emulated)]
     if not chosen:

@@ -54,7 +54,7 @@ def _asv_cases(suite: str, monkeypatch) -> set[tuple[str, tuple]]:
     monkeypatch.syspath_prepend(str(ROOT))
     monkeypatch.setenv("OPTBENCH_SUITE", suite)
     cases = set()
-    for name in ("bench_kernels", "bench_step", "bench_precision"):  # fresh imports, undone after the test
+    for name in ("bench_kernels", "bench_step", "bench_precision", "bench_anchors"):  # fresh imports, undone after
         monkeypatch.setitem(sys.modules, f"benchmarks.{name}", None)
         del sys.modules[f"benchmarks.{name}"]
         module = importlib.import_module(f"benchmarks.{name}")

@@ -1,0 +1,52 @@
+"""Anchors: the training step as users of other stacks run it, timed as ours is (optbench.anchors).
+
+Per size: wall-clock ms per optimizer step of transformers' LlamaForCausalLM under torch.compile with fused
+AdamW and bf16 autocast (``optbench.anchors.HF_SETUP``), device ms per step, ms per forward+loss, and peak
+device memory (MiB). The report's "x HF" divides its median step by our fastest variant's, from one run.
+Each case is checked to train (finite loss near ln(vocab) at init, falling over steps on one batch, every
+parameter updated) before it is timed.
+"""
+
+from __future__ import annotations
+
+from optbench.anchors import ANCHOR_SIZES
+
+from .common import Grid, unit
+
+
+class HFCompileStep(Grid):
+    """HF Llama + torch.compile at our 100M/500M/1B shapes, B and S of our step's baseline on the machine."""
+
+    params = [ANCHOR_SIZES]
+    param_names = ["size"]
+    version = 1
+
+    def cases(self):
+        from functools import partial
+
+        from optbench.anchors import hf_step_work
+        from optbench.runner import Case
+
+        from .common import device
+
+        dev = device()
+        return [Case({"size": s}, partial(hf_step_work, s, dev)) for s in self.params[0]]
+
+    def setup_cache(self):
+        return self.measure_grid()
+
+    @unit("ms")
+    def track_step_ms(self, records, size):
+        return self.metric_ms(records, (size,), "step", "wall")
+
+    @unit("ms")
+    def track_step_device_ms(self, records, size):
+        return self.metric_ms(records, (size,), "step", "device")
+
+    @unit("ms")
+    def track_forward_ms(self, records, size):
+        return self.metric_ms(records, (size,), "forward", "wall")
+
+    @unit("MB")
+    def track_step_peak_mb(self, records, size):
+        return self.peak_mb(records, (size,), "step")
