@@ -132,6 +132,7 @@ class Change:
     runs: tuple[int, int] = (1, 1)  # runs with this metric at base and at head
     noise: Noise | None = None  # a time's run-to-run noise on this machine
     detectable: float | None = None  # the smallest relative change this comparison flags
+    method_changed: bool = False  # the clock measures something else at head (e.g. cold-L2 device time): not gated
 
 
 def timing(record: dict, metric: str, clock: str | None = None) -> tuple[str, dict] | None:
@@ -278,6 +279,12 @@ def compare_runs(base: Sequence[StoredRun], head: Sequence[StoredRun], noise: No
                 logs = [[math.log(m[series]) for m in side if series in m] for side in medians]
                 if not (logs[0] and logs[1] and timing(b, metric, clock) and timing(h, metric, clock)):
                     continue
+                if _device_method(b, clock) != _device_method(h, clock):
+                    changes.append(Change(**common, metric=metric, quantity="time", clock=clock,
+                                          base=_summary(timing(b, metric, clock)[1]),
+                                          head=_summary(timing(h, metric, clock)[1]), ratio=None, significant=False,
+                                          regression=False, improvement=False, method_changed=True))
+                    continue
                 model = noise.noise(series).at_least(_within_run_sigma(base, head, series))
                 detectable = model.detectable(len(logs[0]), len(logs[1]), threshold)
                 diff = statistics.fmean(logs[1]) - statistics.fmean(logs[0])
@@ -290,6 +297,12 @@ def compare_runs(base: Sequence[StoredRun], head: Sequence[StoredRun], noise: No
                                       noise=model, detectable=detectable))
         changes += _memory_changes(base, head, key, common, threshold)
     return changes
+
+
+def _device_method(rec: dict, clock: str) -> str | None:
+    """What a device clock of ``rec`` measures (``info.device_clock``; None: the method before it was recorded);
+    None for other clocks."""
+    return rec.get("info", {}).get("device_clock") if clock.startswith("device") else None
 
 
 def _memory_changes(base: Sequence[StoredRun], head: Sequence[StoredRun], key: str, common: dict,
@@ -436,7 +449,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             console.print(f"{title}: no change beyond what each metric's noise lets it detect, in {len(mine)} "
                           "metrics")
-        times = [c for c in mine if c.quantity == "time"]
+        changed = sum(c.method_changed for c in mine)
+        if changed:
+            console.print(f"note: {changed} time metrics are not compared on {machine}: their clock measures another "
+                          "thing at head (e.g. cold-L2 kernel device time, `info.device_clock`)")
+        times = [c for c in mine if c.quantity == "time" and not c.method_changed]
         if times:
             own = sum(c.noise is not None and c.noise.source == "own" for c in times)
             console.print(f"{machine}: {len(times)} time metrics; smallest detectable change: median "

@@ -86,6 +86,10 @@ def grad_stats_errors(fn: Callable[..., torch.Tensor], baseline: Callable[..., t
 InputSet = tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...] | None]  # (inputs, output gradients or None)
 
 
+# What a kernel record's ``device`` clock measures; records without it hold warm-L2 back-to-back replays there.
+DEVICE_CLOCK = "cold-l2"
+
+
 def set_bytes(input_set: InputSet) -> int:
     """Bytes of one input set: its inputs, the gradients they carry, and its output gradients."""
     inputs, out_grad = input_set
@@ -186,8 +190,8 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
     return Work(timed={m: fns[0] for m, fns in rotation.items()}, rotation=rotation, check=check,
                 memory=tuple(rotation)[-1:], before_memory=drop_grads, flops=op.flops(dims),
                 bytes=op.bytes(dims, itemsize),
-                info={"dtype": str(dtype), "dims": dims, "set_bytes": one_set, "l2_bytes": l2_bytes,
-                      "fits_l2": one_set <= l2_bytes, "input_sets": len(sets)})
+                info={"dtype": str(dtype), "dims": dims, "device_clock": DEVICE_CLOCK, "set_bytes": one_set,
+                      "l2_bytes": l2_bytes, "fits_l2": one_set <= l2_bytes, "input_sets": len(sets)})
 
 
 PLANT_ENV = "OPTBENCH_PLANT_SLOWDOWN"

@@ -221,3 +221,17 @@ def test_noise_needs_degrees_of_freedom():
     model = cmp.NoiseModel({("k|a=1", "step", "wall"): (0.01, 1), ("k|a=2", "step", "wall"): (0.03, 3)})
     assert model.noise(("k|a=1", "step", "wall")).source == "benchmark"
     assert model.noise(("k|a=2", "step", "wall")) == cmp.Noise(0.1, 3, "own")
+
+
+def test_a_device_clock_that_measures_another_thing_is_not_gated(store, capsys):
+    """Records of the cold-L2 method (info.device_clock) against older warm-L2 ones: the device clocks are
+    listed as not compared, the wall clocks are still gated."""
+    history(store)
+    cold = [{**r, "info": {**r["info"], "device_clock": "cold-l2"}} for r in kernels(1000, level=1.5)]
+    write(store, kernels(0), cold)
+    changes = [c for c in cmp.compare(store, BASE, HEAD) if c.quantity == "time"]
+    assert {c.clock for c in changes if c.method_changed} == {"device"}
+    assert not [c for c in changes if c.method_changed and c.significant]
+    assert {c.clock for c in changes if c.regression} == {"wall"}
+    run_main(store)
+    assert "12 time metrics are not compared" in capsys.readouterr().out
