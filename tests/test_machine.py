@@ -8,7 +8,7 @@ from optbench import machine
 from optbench.machine import machine_info, machine_name
 
 KEYS = {
-    "gpu_name", "gpu_count", "driver", "cuda", "torch", "triton", "python", "cpu", "num_cpu", "ram_gb",
+    "gpu_name", "gpu_count", "gpu_uuid", "driver", "cuda", "torch", "triton", "python", "cpu", "num_cpu", "ram_gb",
     "os", "hostname", "profile", "sm_clock_mhz", "mem_clock_mhz", "date",
 }
 
@@ -45,7 +45,7 @@ def test_machine_info_reads_nvidia_smi_for_cuda_device_0(monkeypatch):
     info = machine_info()
     assert info["gpu_name"] == "NVIDIA H100 80GB HBM3" and info["gpu_count"] == 8
     assert info["profile"] == "h100-sxm"
-    assert info["driver"] == "580.1"
+    assert info["driver"] == "580.1" and info["gpu_uuid"] == "GPU-bbb"
     assert info["sm_clock_mhz"] == 1980 and info["mem_clock_mhz"] is None
 
 
