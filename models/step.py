@@ -3,8 +3,9 @@
 The defaults of ``StepOptions`` are the eager baseline, the seeds' slow training loop: bf16 autocast,
 eager kernels, full-logits cross-entropy, a Python loop for gradient statistics and AdamW, ``loss.item()``
 every step, and a causal mask rebuilt on every forward. :data:`VARIANTS` names the overrides that turn one
-switch on; :func:`build_step` builds a :class:`TrainStep` (model, AdamW, fixed random batch) and
-:func:`check_against` compares two of them after one step from the same init and batch.
+switch on; :func:`build_step` builds a :class:`TrainStep` (model, AdamW, fixed random batch).
+:func:`check_against` checks a candidate step against a high-precision reference run from the same init and
+batch (:func:`baseline_of`), with tolerances from the eager step's own error against it, in the same run.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from models.config import ModelConfig, flops_per_token
 from models.model import Decoder
 from models.variants import VARIANTS, reference, switches  # noqa: F401 (VARIANTS: re-exported)
 
-LR, WEIGHT_DECAY, MAX_GRAD_NORM = 1e-4, 0.1, 1.0
+LR, WEIGHT_DECAY, MAX_GRAD_NORM = 1e-4, 0.1, 1.0  # what a step trains with (TrainStep.hyper)
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 GRAPHED_COMPILE_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that use CUDA graphs
 
-Precision = Literal["fp32", "tf32", "bf16", "fp16"]
+Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16"]
 KernelImpl = Literal["eager", "triton", "liger"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
@@ -44,13 +45,14 @@ class UnsupportedOptions(ValueError):
 class StepOptions:
     """Switches of one training step; the defaults are the eager baseline."""
 
-    precision: Precision = "bf16"  # bf16/fp16: autocast (fp16 with a GradScaler); tf32: fp32, TF32 matmuls
+    # bf16/fp16: autocast (fp16 with a GradScaler); tf32: fp32, TF32 matmuls; fp64: the check's reference
+    precision: Precision = "bf16"
     norm: KernelImpl = "eager"  # RMSNorm layers
     mlp: KernelImpl = "eager"  # SwiGLU activation
     qk_norm: Literal["eager", "triton"] | None = None  # None: the model has no QK-norm
     loss: Literal["eager", "chunked", "fused", "liger"] = "eager"  # LM head + cross-entropy
     checkpoint_every: int = 0  # activation checkpointing of every k-th block; 0: off
-    grad_stats: Literal["none", "loop", "foreach"] = "loop"  # grad/param norms and clipping at MAX_GRAD_NORM
+    grad_stats: Literal["none", "loop", "foreach"] = "loop"  # grad/param norms and clipping (Hyper.max_grad_norm)
     # AdamW foreach=False / foreach=True / fused=True / bitsandbytes' AdamW8bit (1-byte moment states) /
     # 'master': bf16 matmul weights in the model, fp32 master weights in our one-pass Triton AdamW (kernels.adamw)
     optimizer: Literal["loop", "foreach", "fused", "adamw8bit", "master"] = "loop"
@@ -75,21 +77,15 @@ class StepOptions:
 
 BASELINE = StepOptions()
 
-# (loss_rtol, grad_rtol) of a candidate against its reference, per precision; a pair of precisions uses the
-# looser one. The loss is checked before and after the update (one AdamW step moves it by ~4% at 500M, so
-# 1e-3 catches a wrong or missing update). fp32: only the summation order differs (blocked kernels, chunked
-# logits, foreach reductions), ~1e-7 per op: 1e-5 / 1e-4. tf32 rounds matmul inputs to 10 mantissa bits
-# (2^-11) on one side only: 1e-3 / 2e-2. bf16/fp16 autocast: both sides round to 8 (bf16) or 11 (fp16) bits
-# but at different places, and the eager reference's own backward is not deterministic (atomics in the
-# masked SDPA and embedding backward): 1e-3 / 5e-2. Measured on an H100 at 500M, B8 S1024 (2026-11-22):
-# loss <= 7e-5 everywhere; gradients 1.0e-2 for variants with the reference's exact math (the noise floor),
-# <= 2.1e-2 for Triton kernels and torch.compile, 2.9e-2 fp16 vs bf16, 2.8e-3 tf32 vs fp32.
-TOLERANCES: dict[str, tuple[float, float]] = {
-    "fp32": (1e-5, 1e-4),
-    "tf32": (1e-3, 2e-2),
-    "bf16": (1e-3, 5e-2),
-    "fp16": (1e-3, 5e-2),
-}
+
+@dataclass(frozen=True)
+class Hyper:
+    """AdamW's learning rate and decoupled weight decay, and the global gradient L2 norm clipped to."""
+
+    lr: float
+    weight_decay: float
+    max_grad_norm: float
+
 
 
 def variant_options(name: str, base: StepOptions = BASELINE) -> tuple[StepOptions, StepOptions]:
@@ -148,6 +144,9 @@ def validate(options: StepOptions, device: str | torch.device, profile: Any = No
         if options.compile in GRAPHED_COMPILE_MODES:
             problems.append(f"compile={options.compile!r} uses CUDA graphs; use 'default' or "
                             "'max-autotune-no-cudagraphs' on a CPU")
+    if options.precision == "fp64" and {options.norm, options.mlp, options.qk_norm, options.loss,
+                                        options.rope} & {"triton", "liger", "fused"}:
+        problems.append("precision='fp64' (the check's reference) runs eager kernels only")
     if options.optimizer == "master" and options.precision != "bf16":
         problems.append("optimizer='master' keeps bf16 weights for bf16 autocast: it needs precision='bf16'")
     if options.precision == "bf16":
@@ -214,17 +213,24 @@ def clips_in_optimizer(options: StepOptions) -> bool:
             and options.precision != "fp16")
 
 
-def _adamw(model: Decoder, kind: str, capturable: bool) -> torch.optim.Optimizer | MasterAdamW:
-    params = list(model.parameters())
+def _adamw(model: Decoder, kind: str, capturable: bool, hyper: Hyper) -> torch.optim.Optimizer | MasterAdamW:
+    params, lr, weight_decay = list(model.parameters()), hyper.lr, hyper.weight_decay
     if kind == "master":  # the matmul weights become bf16; the embedding and norm weights stay fp32
         linear = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
-        return MasterAdamW(params, linear, lr=LR, weight_decay=WEIGHT_DECAY)
+        return MasterAdamW(params, linear, lr=lr, weight_decay=weight_decay)
     if kind == "adamw8bit":
         import bitsandbytes
 
-        return bitsandbytes.optim.AdamW8bit(params, lr=LR, weight_decay=WEIGHT_DECAY)
+        return bitsandbytes.optim.AdamW8bit(params, lr=lr, weight_decay=weight_decay)
     impl = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[kind]
-    return torch.optim.AdamW(params, lr=LR, weight_decay=WEIGHT_DECAY, capturable=capturable, **impl)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, capturable=capturable, **impl)
+
+
+def _set_hyper(optimizer: torch.optim.Optimizer | MasterAdamW, hyper: Hyper) -> None:
+    """Give ``optimizer`` the learning rate and weight decay of ``hyper`` from its next step on."""
+    groups = [vars(optimizer)] if isinstance(optimizer, MasterAdamW) else optimizer.param_groups
+    for group in groups:
+        group.update(lr=hyper.lr, weight_decay=hyper.weight_decay)
 
 
 def _model_loss(model: Decoder, loss: Callable[[Tensor, Tensor, Tensor], Tensor], idx: Tensor,
@@ -237,7 +243,8 @@ def _model_loss(model: Decoder, loss: Callable[[Tensor, Tensor, Tensor], Tensor]
 class TrainStep:
     """A decoder, its AdamW and one fixed random batch; calling it runs one optimizer step as options say.
 
-    ``stats`` holds the last step's {'grad_norm', 'param_norm'} (device tensors) when grad_stats is on.
+    ``stats`` holds the last step's {'grad_norm', 'param_norm'} (device tensors) when grad_stats is on;
+    ``hyper`` what it trains with (:meth:`tuned` changes it). precision 'fp64' runs the model in float64.
     """
 
     def __init__(self, config: ModelConfig, options: StepOptions, device: str | torch.device, seed: int):
@@ -248,9 +255,12 @@ class TrainStep:
             self.model = Decoder(self.config, norm_impl=options.norm, mlp_impl=options.mlp,
                                  qk_norm_impl=options.qk_norm or "eager", attn_mask=options.attn_mask,
                                  fused_proj=options.fused_proj, rope_impl=options.rope)
+        if options.precision == "fp64":
+            self.model.double()
         self.model.checkpoint_every = options.checkpoint_every
         self.params = list(self.model.parameters())
-        self.optimizer = _adamw(self.model, options.optimizer, capturable=options.cuda_graph)
+        self.hyper = Hyper(LR, WEIGHT_DECAY, MAX_GRAD_NORM)
+        self.optimizer = _adamw(self.model, options.optimizer, options.cuda_graph, self.hyper)
         gen = torch.Generator(self.device).manual_seed(seed)
         shape = (options.batch_size, options.seq_len + 1)
         tokens = torch.randint(0, config.vocab_size, shape, generator=gen, device=self.device)
@@ -310,6 +320,30 @@ class TrainStep:
         return self.model.unfused({name: p.grad.detach().clone() if divisor is None else p.grad.detach().float()
                                    / divisor for name, p in named if p.grad is not None})
 
+    def weights(self) -> dict[str, Tensor]:
+        """The weights the optimizer updates (the fp32 masters of bf16 ones), live, by parameter name of the
+        unfused model."""
+        named = dict(self.model.named_parameters())
+        return self.model.unfused(dict(zip(named, self.optimizer.masters)) if self._master else named)
+
+    @contextmanager
+    def tuned(self, hyper: Hyper) -> Iterator[None]:
+        """Train with ``hyper`` inside the block, then with the previous one again; a graphed step is captured
+        again on entry and exit (its warm-up steps leave weights and optimizer state as they were)."""
+        previous = self.hyper
+        self._tune(hyper)
+        try:
+            yield
+        finally:
+            self._tune(previous)
+
+    def _tune(self, hyper: Hyper) -> None:
+        self.hyper = hyper
+        _set_hyper(self.optimizer, hyper)
+        if self._graph is not None:
+            self._graph = self._graph_loss = None  # frees the old graph's memory pool before the new capture
+            self._capture()
+
     @contextmanager
     def _matmul_precision(self) -> Iterator[None]:
         """TF32 matmuls on (precision 'tf32') or off (any other) for forward, backward and optimizer."""
@@ -337,13 +371,13 @@ class TrainStep:
             if self._clip_in_optimizer:
                 # The fused AdamW divides each gradient by its grad_scale (writing it back) in the same pass
                 # as the update: one read and write of every gradient fewer than a separate clip.
-                self.optimizer.grad_scale = 1.0 / clip_coefficient(self.stats["grad_norm"], MAX_GRAD_NORM)
+                self.optimizer.grad_scale = 1.0 / clip_coefficient(self.stats["grad_norm"], self.hyper.max_grad_norm)
                 if self._master:
                     self._grad_divisor = self.optimizer.grad_scale
             elif self.options.grad_stats == "foreach":  # reuses the norm the statistics just took
-                clip(self.params, MAX_GRAD_NORM, self.stats["grad_norm"])
+                clip(self.params, self.hyper.max_grad_norm, self.stats["grad_norm"])
             else:  # the seeds' loop takes the norm a second time
-                clip(self.params, MAX_GRAD_NORM)
+                clip(self.params, self.hyper.max_grad_norm)
         self.scaler.step(self.optimizer)
         if self.stats is not None and "param_norm" not in self.stats:
             self.stats["param_norm"] = self.optimizer.param_norm()
@@ -386,67 +420,161 @@ def build_step(config: ModelConfig, options: StepOptions, device: str | torch.de
     return TrainStep(config, options, device, seed)
 
 
+# The check runs CHECK_STEPS optimizer steps under CHECK from one init and batch (TrainStep.tuned: what is
+# timed trains with its own hyper). Adam's first step is ~lr * sign(g), blind to the gradients' scale, so the
+# first step's clipped gradients and pre-clip norm are compared too; CHECK clips far under the init gradient
+# norm (0.8 tiny at B2 S128; baseline_of refuses a reference that does not clip), and its weight decay, 20 at
+# the training lr (0.2% per step), moves each weight by 6e-3 relative in 3 steps: 11x the bf16 eager step's
+# own worst weight error on tiny (6e-4, from gradients' signs flipped by rounding), where the tolerance is
+# 2.5x. Bias-corrected Adam barely depends on betas in 3 steps: dropped momentum (beta1 0) shows, at 4.4x.
+# CHECK_FLOOR, the least tolerance: 16 fp32 roundings (2^-24 each), the spread of an fp32 reduction summed
+# in another order (tiny's foreach gradient norm: 3.6e-7 from fp64, the loop's 6.6e-8); a bug moves far more.
+# A scalar's eager error is one draw of its rounding noise, at times near 0 by chance (a candidate as noisy
+# exceeds 2.5x of it one time in four: |X/Y| of two normals), so the scalars' tolerance is no less than what
+# bounds them: the gradient norm's, the gradients' (a norm is within any relative error its vector is); the
+# loss's, UNIT_ROUNDOFF / sqrt(tokens) (the mean of per-token losses each rounded at the precision's unit).
+CHECK_STEPS = 3
+CHECK = Hyper(lr=LR, weight_decay=20.0, max_grad_norm=0.01)
+CHECK_FACTOR, CHECK_FLOOR = 2.5, 1e-6
+UNIT_ROUNDOFF = {"fp64": 2.0**-53, "fp32": 2.0**-24, "tf32": 2.0**-11, "fp16": 2.0**-11, "bf16": 2.0**-8}
+
+
 @dataclass(frozen=True)
-class CheckResult:
-    """Candidate vs reference after one step from one init and batch, as relative differences.
+class Reference:
+    """What a freshly built step did in the check: the first step's loss, gradients as its optimizer used
+    them (unscaled and clipped; by parameter name of the unfused model) and gradient norm before clipping
+    (None without grad_stats), and the weights after CHECK_STEPS steps (fp32 masters of bf16 weights)."""
 
-    ``loss_rel``: the step's loss; ``grad_rel``: the worst parameter's gradient (``worst_param``);
-    ``after_loss_rel``: the loss at the updated weights, which checks the optimizer step too.
-    """
+    precision: str
+    loss: Tensor
+    grads: dict[str, Tensor]
+    grad_norm: Tensor | None
+    weights: dict[str, Tensor]
 
-    loss_rel: float
-    grad_rel: float
-    worst_param: str
-    after_loss_rel: float
-    tolerance: tuple[float, float]  # (loss_rtol, grad_rtol)
+    def copy_to(self, device: str | torch.device) -> Reference:
+        """A copy of every tensor on ``device``."""
+        def copy(t: Tensor) -> Tensor:
+            return t.detach().to(device, copy=True)
 
-    @property
-    def ok(self) -> bool:
-        loss_rtol, grad_rtol = self.tolerance
-        return max(self.loss_rel, self.after_loss_rel) <= loss_rtol and self.grad_rel <= grad_rtol
+        return Reference(self.precision, copy(self.loss), {k: copy(v) for k, v in self.grads.items()},
+                         None if self.grad_norm is None else copy(self.grad_norm),
+                         {k: copy(v) for k, v in self.weights.items()})
+
+
+def _record(step: TrainStep) -> Reference:
+    """Run the check on freshly built ``step``; its weights in the record are the step's own (live)."""
+    if step.loss_history:
+        raise ValueError("the check needs a freshly built step (same init, no step taken)")
+    with step.tuned(CHECK):
+        loss = step()
+        grads = step.grads()
+        grad_norm = None if step.stats is None else step.stats["grad_norm"].detach().clone()
+        for _ in range(CHECK_STEPS - 1):
+            step()
+    return Reference(step.options.precision, loss, grads, grad_norm, step.weights())
+
+
+def reference_of(step: TrainStep, host: bool = False) -> Reference:
+    """Run the check on freshly built ``step`` and keep a copy of what it did, on the host with ``host=True``
+    (so that the GPU is free for the candidate: a 1B step and its reference do not both fit on 80 GB)."""
+    return _record(step).copy_to("cpu" if host else step.device)
 
 
 def _rel(out: Tensor, ref: Tensor) -> float:
-    """||out - ref|| / ||ref|| in float64; inf when out is not finite."""
-    out, ref = out.detach().double(), ref.detach().double()
+    """||out - ref|| / ||ref|| in float64 on out's device; inf when out is not finite."""
+    out, ref = out.detach().double(), ref.detach().to(out.device, torch.float64)
     if not torch.isfinite(out).all():
         return float("inf")
     return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
-@dataclass(frozen=True)
-class Reference:
-    """What a freshly built step did in one optimizer step: its loss, its gradients (by parameter name),
-    and the loss at the updated weights. Held on the host with ``host=True``, so the GPU is free for the
-    candidate (a 1B step and its reference do not both fit beside each other on an 80 GB card)."""
-
-    precision: str
-    loss: Tensor
-    grads: dict[str, Tensor]
-    after_loss: Tensor
-
-
-def reference_of(step: TrainStep, host: bool = False) -> Reference:
-    """Run one step of a freshly built ``step`` and record it (see :class:`Reference`)."""
-    if step.loss_history:
-        raise ValueError("a reference needs a freshly built step (same init, no step taken)")
-    move = (lambda t: t.cpu()) if host else (lambda t: t)
-    loss = move(step())
-    grads = {name: move(g) for name, g in step.grads().items()}
-    return Reference(step.options.precision, loss, grads, move(step.forward_loss().clone()))
-
-
-def check_against(baseline: TrainStep | Reference, candidate: TrainStep) -> CheckResult:
-    """Run one step of ``candidate`` (freshly built with the baseline's seed) and compare its loss, its
-    gradients and its loss after the update with the baseline's. The tolerance is the looser of the two
-    precisions' :data:`TOLERANCES`."""
-    ref = baseline if isinstance(baseline, Reference) else reference_of(baseline)
-    got = reference_of(candidate)
-    if ref.grads.keys() != got.grads.keys():
+def _errors(ref: Reference, got: Reference) -> tuple[dict[str, float], dict[str, str]]:
+    """Relative errors of ``got`` against ``ref``: 'loss', 'grad_norm' (where ``ref`` has one; inf where only
+    ``ref`` has), 'grads' and 'weights' (the worst parameter's); and the worst parameters' names."""
+    if ref.grads.keys() != got.grads.keys() or ref.weights.keys() != got.weights.keys():
         raise ValueError(f"parameters differ: {sorted(ref.grads.keys() ^ got.grads.keys())}")
-    errors = {name: _rel(got.grads[name], ref.grads[name].to(got.grads[name].device)) for name in ref.grads}
-    worst = max(errors, key=errors.__getitem__)
-    after = _rel(got.after_loss, ref.after_loss.to(got.after_loss.device))
-    tol_b, tol_c = TOLERANCES[ref.precision], TOLERANCES[candidate.options.precision]
-    tolerance = (max(tol_b[0], tol_c[0]), max(tol_b[1], tol_c[1]))
-    return CheckResult(_rel(got.loss, ref.loss.to(got.loss.device)), errors[worst], worst, after, tolerance)
+    errors, worst = {"loss": _rel(got.loss, ref.loss)}, {}
+    if ref.grad_norm is not None:
+        errors["grad_norm"] = float("inf") if got.grad_norm is None else _rel(got.grad_norm, ref.grad_norm)
+    for quantity in ("grads", "weights"):
+        ours, theirs = getattr(got, quantity), getattr(ref, quantity)
+        per_param = {name: _rel(ours[name], theirs[name]) for name in theirs}
+        worst[quantity] = max(per_param, key=per_param.__getitem__)
+        errors[quantity] = per_param[worst[quantity]]
+    return errors, worst
+
+
+def high_precision(reference: StepOptions, precision: str) -> StepOptions:
+    """The options of the check's high-precision reference for a candidate in ``precision`` against
+    ``reference``: float64 where either is fp32, else fp32 (TF32 off)."""
+    return reference.replace(precision="fp64" if "fp32" in (reference.precision, precision) else "fp32")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What a candidate in ``precision`` is checked against: the high-precision reference and the errors
+    against it of the eager step (the reference options in ``precision``), measured in the same run."""
+
+    reference: Reference
+    precision: str
+    eager: dict[str, float]
+    tokens: int  # per step
+
+
+def _tolerance(eager: dict[str, float], precision: str, tokens: int) -> dict[str, float]:
+    """Per quantity: CHECK_FACTOR times the eager step's error, at least CHECK_FLOOR; for the scalars, at least
+    the bound above (the gradients' tolerance for their norm, UNIT_ROUNDOFF / sqrt(tokens) for the loss)."""
+    tolerance = {quantity: max(CHECK_FACTOR * error, CHECK_FLOOR) for quantity, error in eager.items()}
+    tolerance["loss"] = max(tolerance["loss"], UNIT_ROUNDOFF[precision] / tokens**0.5)
+    if "grad_norm" in tolerance:
+        tolerance["grad_norm"] = max(tolerance["grad_norm"], tolerance["grads"])
+    return tolerance
+
+
+def baseline_of(build: Callable[[StepOptions], TrainStep], reference: StepOptions, precision: str,
+                host: bool = False) -> Baseline:
+    """Run the check on ``high_precision(reference, precision)`` and on ``reference`` in ``precision``, each
+    built fresh by ``build``, and measure the latter against the former (kept on the host with ``host``)."""
+    ref = reference_of(build(high_precision(reference, precision)), host)
+    if ref.grad_norm is not None and not float(ref.grad_norm) > CHECK.max_grad_norm:
+        raise ValueError(f"the check's clip ({CHECK.max_grad_norm}) does not engage: gradient norm "
+                         f"{float(ref.grad_norm):.3g} at init, so a skipped clip would pass")
+    eager, _ = _errors(ref, _record(build(reference.replace(precision=precision))))
+    return Baseline(ref, precision, eager, reference.batch_size * reference.seq_len)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """A candidate's relative errors against the high-precision reference (``errors``, per quantity of
+    :func:`_errors`) beside the eager step's (``eager``); it passes when each is within ``tolerance``
+    (:func:`_tolerance`). ``worst``: the parameter of the worst grads and weights error."""
+
+    errors: dict[str, float]
+    eager: dict[str, float]
+    tolerance: dict[str, float]
+    worst: dict[str, str]
+    reference: str  # the high-precision reference's precision
+    precision: str  # the candidate's and eager step's
+
+    @property
+    def ok(self) -> bool:
+        return all(self.errors[quantity] <= tolerance for quantity, tolerance in self.tolerance.items())
+
+    def record(self) -> dict[str, Any]:
+        """The check's record: errors, the eager step's errors and the tolerances, per quantity."""
+        return {"errors": self.errors, "eager_errors": self.eager, "tolerance": self.tolerance,
+                "worst_param": self.worst, "reference": self.reference, "precision": self.precision,
+                "factor": CHECK_FACTOR, "floor": CHECK_FLOOR, "steps": CHECK_STEPS,
+                "hyper": dataclasses.asdict(CHECK)}
+
+
+def check_against(baseline: Baseline, candidate: TrainStep) -> CheckResult:
+    """Run the check on freshly built ``candidate`` (the baseline's seed, precision and batch) and compare it
+    with the baseline's reference."""
+    if candidate.options.precision != baseline.precision:
+        raise ValueError(f"a {candidate.options.precision} candidate against a {baseline.precision} baseline")
+    if candidate.tokens_per_step != baseline.tokens:
+        raise ValueError(f"{candidate.tokens_per_step} tokens per step against a baseline of {baseline.tokens}")
+    errors, worst = _errors(baseline.reference, _record(candidate))
+    tolerance = _tolerance(baseline.eager, baseline.precision, baseline.tokens)
+    return CheckResult(errors, baseline.eager, tolerance, worst, baseline.reference.precision, baseline.precision)

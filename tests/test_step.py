@@ -1,22 +1,28 @@
-"""The training step: each switch matches its eager reference after one step (on a CPU through the Triton
-interpreter; the GPU-only switches too when CUDA is there); what a CPU cannot run, and combinations that
-cannot work, are refused at build time."""
+"""The training step: each switch passes the check against its reference (on a CPU through the Triton
+interpreter; the GPU-only switches too when CUDA is there) and the check refuses planted bugs; what a CPU
+cannot run, and combinations that cannot work, are refused at build time."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from models.config import CONFIGS, flops_per_token
+from models import step as step_mod
+from models.config import CONFIGS, ModelConfig, flops_per_token
 from models.step import (
     BASELINE,
-    TOLERANCES,
+    CHECK,
     VARIANTS,
+    Baseline,
+    CheckResult,
     StepOptions,
+    TrainStep,
     UnsupportedOptions,
+    baseline_of,
     build_step,
     check_against,
     validate,
@@ -45,11 +51,22 @@ GPU_ONLY = ["tf32", "liger-norm", "liger-swiglu", "liger-flce", "fused-adamw", "
 H100 = SimpleNamespace(key="h100", supports_bf16=True, supports_tf32=True)
 
 
-def _check(name: str, base: StepOptions, device: str = DEVICE):
+@functools.cache
+def _baseline(reference: StepOptions, precision: str, device: str = DEVICE, config: ModelConfig = TINY) -> Baseline:
+    """The check's baseline, measured once per test session (before any test plants a bug)."""
+    return baseline_of(lambda options: build_step(config, options, device), reference, precision)
+
+
+def _check_options(reference: StepOptions, candidate: StepOptions, device: str = DEVICE,
+                   config: ModelConfig = TINY) -> CheckResult:
+    baseline = _baseline(reference, candidate.precision, device, config)
+    return check_against(baseline, build_step(config, candidate, device))
+
+
+def _check(name: str, base: StepOptions, device: str = DEVICE) -> CheckResult:
     if name in NEEDS:
         pytest.importorskip(NEEDS[name], reason=f"{NEEDS[name]} does not import")
-    reference, candidate = variant_options(name, base)
-    return check_against(build_step(TINY, reference, device), build_step(TINY, candidate, device))
+    return _check_options(*variant_options(name, base), device)
 
 
 @pytest.mark.parametrize("name", CPU_FP32)
@@ -90,7 +107,6 @@ def test_every_variant_is_one_known_switch():
         ("fused", False, "is_causal")
     assert dataclasses.replace(candidate, cuda_graph=False) == reference_options
     validate(candidate, "cuda", H100)  # the bundled prerequisites make it valid
-    assert set(TOLERANCES) == {"fp32", "tf32", "bf16", "fp16"}
 
 
 @pytest.mark.parametrize("changes, reason", [
@@ -168,16 +184,107 @@ def test_no_item_sync_keeps_losses_on_device():
     assert step.loss_history == [loss.item() for loss in losses]
 
 
-def test_check_against_catches_a_wrong_step():
-    base = BASELINE.replace(precision="fp32", **SMALL)
-    assert not check_against(build_step(TINY, base), build_step(TINY, base, seed=1)).ok
-    lr_wrong = build_step(TINY, base)
-    lr_wrong.optimizer.param_groups[0]["lr"] *= 10
-    result = check_against(build_step(TINY, base), lr_wrong)
-    assert result.grad_rel == 0 and not result.ok  # caught by the loss after the update
-    with pytest.raises(ValueError, match="fresh"):
-        check_against(lr_wrong, build_step(TINY, base))
+def _skip_clipping(monkeypatch) -> None:
+    """Steps built from now on compute the gradient statistics but never clip."""
+    grad_stats_fns = step_mod._grad_stats_fns
+    monkeypatch.setattr(step_mod, "_grad_stats_fns", lambda kind: (grad_stats_fns(kind)[0], lambda *args: None))
 
+
+def _drop_loss_scale(monkeypatch) -> None:
+    """Steps built from now on backpropagate N times the mean loss (its value unchanged): a backward that
+    forgets the 1/N of the mean over N tokens."""
+    loss_fn = step_mod._loss_fn
+
+    def unscaled(kind: str):
+        loss = loss_fn(kind)
+
+        def summed_backward(hidden, weight, target):
+            mean = loss(hidden, weight, target)
+            return mean + (target.numel() - 1) * (mean - mean.detach())
+
+        return summed_backward
+
+    monkeypatch.setattr(step_mod, "_loss_fn", unscaled)
+
+
+def _override_optimizer(step: TrainStep, **group) -> TrainStep:
+    """``step`` with ``group`` written into its AdamW's param groups at every step (after the check's tuning;
+    nothing changes for an empty ``group``)."""
+    optimizer_step = step.optimizer.step
+
+    def overridden(*args, **kwargs):
+        for param_group in step.optimizer.param_groups:
+            param_group.update(group)
+        return optimizer_step(*args, **kwargs)
+
+    step.optimizer.step = overridden
+    return step
+
+
+# Planted bug -> (what plants it in the steps built after it, AdamW settings the candidate's optimizer forces,
+# the quantity that catches it). Clipped gradients are blind to a lost 1/N; Adam's update to their scale.
+MUTATIONS = {
+    "skipped-clip": (_skip_clipping, {}, "grads"),
+    "no-weight-decay": (None, {"weight_decay": 0.0}, "weights"),
+    "no-1/N-loss-scale": (_drop_loss_scale, {}, "grad_norm"),
+    "no-momentum": (None, {"betas": (0.0, 0.999)}, "weights"),
+    "lr-x10": (None, {"lr": 10 * CHECK.lr}, "weights"),
+}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("bug", list(MUTATIONS))
+def test_check_refuses_a_planted_bug(bug, precision, monkeypatch):
+    base = BASELINE.replace(precision=precision, **SMALL)
+    baseline = _baseline(base, precision)
+    plant, optimizer_group, caught_by = MUTATIONS[bug]
+    if plant is not None:
+        plant(monkeypatch)
+    result = check_against(baseline, _override_optimizer(build_step(TINY, base, DEVICE), **optimizer_group))
+    assert not result.ok, result
+    assert result.errors[caught_by] > result.tolerance[caught_by], result
+
+
+def test_check_is_measured_against_a_higher_precision():
+    """fp64 under fp32 (the eager fp32 step's own error is then not 0), fp32 under bf16; the tolerance comes
+    from the eager step's error, with a floor; another batch fails; a used step is refused."""
+    fp32 = BASELINE.replace(precision="fp32", **SMALL)
+    assert step_mod.high_precision(fp32, "fp32").precision == step_mod.high_precision(fp32.replace(
+        precision="bf16"), "fp32").precision == "fp64"
+    assert step_mod.high_precision(fp32.replace(precision="bf16"), "bf16").precision == "fp32"
+    baseline = _baseline(fp32, "fp32")
+    assert baseline.reference.precision == "fp64" and baseline.reference.grads["lm_head.weight"].dtype == torch.float64
+    assert all(0 < error < 1e-5 for error in baseline.eager.values()), baseline.eager
+    result = check_against(baseline, build_step(TINY, fp32, DEVICE))
+    assert result.ok and result.tolerance["weights"] == max(2.5 * baseline.eager["weights"], 1e-6)
+    assert set(result.record()["errors"]) == {"loss", "grad_norm", "grads", "weights"}
+    assert not check_against(baseline, build_step(TINY, fp32, DEVICE, seed=1)).ok
+    used = build_step(TINY, fp32, DEVICE)
+    used()
+    with pytest.raises(ValueError, match="fresh"):
+        check_against(baseline, used)
+
+
+def test_check_settings_clip_and_leave_what_is_timed():
+    """The check clips (the reference's norm at init is over CHECK's threshold, which baseline_of enforces) and
+    a step checked trains with its own settings afterwards."""
+    base = BASELINE.replace(precision="fp32", **SMALL)
+    assert float(_baseline(base, "fp32").reference.grad_norm) > 10 * CHECK.max_grad_norm
+    step = build_step(TINY, base, DEVICE)
+    check_against(_baseline(base, "fp32"), step)
+    assert step.hyper == step_mod.Hyper(step_mod.LR, step_mod.WEIGHT_DECAY, step_mod.MAX_GRAD_NORM)
+    assert {(g["lr"], g["weight_decay"]) for g in step.optimizer.param_groups} == {
+        (step_mod.LR, step_mod.WEIGHT_DECAY)}
+
+
+def test_fused_adamw_clipping_in_its_pass_passes_the_check():
+    """foreach statistics + torch's fused AdamW, clipping through its grad_scale (TrainStep built directly:
+    validate() keeps fused AdamW off CPUs, but torch's runs on one)."""
+    base = BASELINE.replace(precision="fp32", **SMALL)
+    options = base.replace(grad_stats="foreach", optimizer="fused")
+    assert step_mod.clips_in_optimizer(options)
+    result = check_against(_baseline(base, "fp32"), TrainStep(TINY, options, DEVICE, 0))
+    assert result.ok, result
 
 
 def test_clipping_inside_the_fused_adamw_matches_a_separate_clip(monkeypatch):
@@ -242,8 +349,7 @@ def test_our_kernels_under_torch_compile_match_the_eager_step(monkeypatch):
     kernels = dict(norm="triton", mlp="triton", qk_norm="triton", loss="fused", grad_stats="foreach",
                    item_sync=False, attn_mask="is_causal")
     reference = base.replace(qk_norm="eager")
-    result = check_against(build_step(TINY, reference, DEVICE),
-                           build_step(TINY, reference.replace(**kernels, compile="default"), DEVICE))
+    result = _check_options(reference, reference.replace(**kernels, compile="default"))
     assert result.ok, result
     step = build_step(TINY, base.replace(**kernels), DEVICE)
     explained = torch._dynamo.explain(_model_loss)(step.model, step._loss, step.idx, step.targets)
@@ -262,8 +368,7 @@ def test_regional_compilation_compiles_one_block_graph_whatever_the_depth():
         config = dataclasses.replace(TINY, n_layers=n_layers)
         torch._dynamo.reset()
         torch._dynamo.utils.counters.clear()
-        result = check_against(build_step(config, base, DEVICE),
-                               build_step(config, base.replace(compile="default", compile_scope="blocks"), DEVICE))
+        result = _check_options(base, base.replace(compile="default", compile_scope="blocks"), config=config)
         assert result.ok, result
         graphs.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
     assert graphs[0] == graphs[1] <= 4
@@ -280,6 +385,6 @@ def test_fused_projections_with_master_weights_under_compile_match_the_eager_ste
     pytest.importorskip("triton")
     base = BASELINE.replace(attn_mask="is_causal", grad_stats="foreach", **SMALL)
     candidate = base.replace(fused_proj=True, optimizer="master", item_sync=False, compile="default", **kernels)
-    result = check_against(build_step(TINY, base, DEVICE), build_step(TINY, candidate, DEVICE))
+    result = _check_options(base, candidate)
     assert result.ok, result
-    assert result.worst_param in dict(build_step(TINY, base, DEVICE).model.named_parameters())
+    assert set(result.worst.values()) <= dict(build_step(TINY, base, DEVICE).model.named_parameters()).keys()
