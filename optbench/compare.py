@@ -12,7 +12,8 @@ record, metric and clock (``device``, ``wall``, ...):
   mean log medians), pooled within segments (runs of one commit are an A/A set and never split). Lent machines
   of one kind differ: runs from several of them (each run records its GPU UUID) enter the estimate, so it
   holds across machines. A metric with fewer than :data:`MIN_DF` degrees of freedom of its own borrows the
-  pooled estimate of its benchmark's other parameter combinations, and without that, :data:`PRIOR_SIGMA`.
+  median estimate of its benchmark's parameter combinations (at least :data:`MIN_DF` of them, its degrees of
+  freedom taken as their number), and without that, :data:`PRIOR_SIGMA`.
 - The smallest detectable change of a comparison is ``exp(max(log(1 + threshold), q * sigma * sqrt(1/n_base +
   1/n_head))) - 1``, with q Student's t quantile at 1 - :data:`ALPHA` for sigma's degrees of freedom (the
   normal quantile for the prior). A change beyond it is a regression (slower) or an improvement (faster).
@@ -101,8 +102,8 @@ def _within_run_sigma(base: Sequence[StoredRun], head: Sequence[StoredRun], seri
     key, metric, clock = series
     spreads = [0.0]
     for run in (*base, *head):
-        t = ((run.records.get(key) or {}).get("metrics") or {}).get(metric, {}) or {}
-        t = t.get(clock)
+        rec = run.records.get(key)
+        t = timing_of(rec, metric, clock) if rec and rec.get("status") == OK else None
         if t and t.get("median_ms", 0) > 0:
             spreads.append((t["q75_ms"] - t["q25_ms"]) / t["median_ms"] / IQR_PER_SIGMA)
     return max(spreads)
@@ -168,8 +169,25 @@ def resolve(store: ResultStore, machine: str, ref: str) -> str | None:
     return None
 
 
+def series_clock(rec: dict, clock: str) -> str:
+    """The clock a record's timing belongs to by method: a graph-replayed ``device`` time of a record that predates
+    ``info.device_clock`` (a kernel's, back-to-back on one input set) is what newer records call ``device_warm``,
+    so its history informs that clock's noise."""
+    info = rec.get("info", {})
+    return "device_warm" if clock == "device" and "dims" in info and "device_clock" not in info else clock
+
+
+def timing_of(rec: dict, metric: str, clock: str) -> dict | None:
+    """The Timing dict of ``metric`` that belongs to the series clock ``clock`` (:func:`series_clock`), or None."""
+    for name, t in ((rec.get("metrics") or {}).get(metric) or {}).items():
+        if t and series_clock(rec, name) == clock:
+            return t
+    return None
+
+
 def run_medians(run: StoredRun) -> dict[Series, float]:
-    """Median ms of every timed (metric, clock) of the run's ok records, by series."""
+    """Median ms of every timed (metric, clock) of the run's ok records, by series (clocks by method:
+    :func:`series_clock`)."""
     found = {}
     for key, rec in run.results().items():
         if rec.get("status") != OK:
@@ -177,14 +195,15 @@ def run_medians(run: StoredRun) -> dict[Series, float]:
         for metric, clocks in (rec.get("metrics") or {}).items():
             for clock, t in (clocks or {}).items():
                 if t and t.get("median_ms", 0) > 0:
-                    found[(key, metric, clock)] = t["median_ms"]
+                    found[(key, metric, series_clock(rec, clock))] = t["median_ms"]
     return found
 
 
 def _segments(means: list[float]) -> list[list[int]]:
-    """Indices of ``means`` cut at the change points asv's step detection finds (one segment if it cannot)."""
-    if len(means) < 3:
-        return [list(range(len(means)))]
+    """Indices of ``means`` cut at the change points asv's step detection finds (one per commit where there are
+    too few commits to look for one)."""
+    if len(means) < 3:  # too few to find a change point: only the runs of one commit count as alike
+        return [[i] for i in range(len(means))]
     from asv.step_detect import detect_steps
 
     steps = detect_steps(means)
@@ -226,20 +245,21 @@ class NoiseModel:
         return cls(fit_noise(history))
 
     def __post_init__(self) -> None:
-        pooled: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0])
+        sigmas: dict[tuple[str, str, str], list[float]] = defaultdict(list)
         for (key, metric, clock), (ss, df) in self.fitted.items():
-            total = pooled[(key.split("|")[0], metric, clock)]
-            total[0] += ss
-            total[1] += df
-        self._pooled = {k: (ss, int(df)) for k, (ss, df) in pooled.items()}
+            if df > 0:
+                sigmas[(key.split("|")[0], metric, clock)].append(math.sqrt(ss / df))
+        # The median over the benchmark's parameter combinations: one combination whose history holds a change
+        # the step detection could not see does not set everyone's noise.
+        self._pooled = {k: (statistics.median(v), len(v)) for k, v in sigmas.items()}
 
     def noise(self, series: Series) -> Noise:
         ss, df = self.fitted.get(series, (0.0, 0))
         if df >= MIN_DF:
             return Noise(math.sqrt(ss / df), df, "own")
         key, metric, clock = series
-        ss, df = self._pooled.get((key.split("|")[0], metric, clock), (0.0, 0))
-        return Noise(math.sqrt(ss / df), df, "benchmark") if df >= MIN_DF else PRIOR
+        sigma, count = self._pooled.get((key.split("|")[0], metric, clock), (0.0, 0))
+        return Noise(sigma, count, "benchmark") if count >= MIN_DF else PRIOR
 
 
 def _summary(t: dict) -> Summary:
@@ -274,35 +294,31 @@ def compare_runs(base: Sequence[StoredRun], head: Sequence[StoredRun], noise: No
             continue
         assert b is not None and h is not None
         for metric, clocks in (h.get("metrics") or {}).items():
-            for clock in clocks or {}:
+            for clock in dict.fromkeys(series_clock(h, c) for c in clocks or {}):
+                tb, th = timing_of(b, metric, clock), timing_of(h, metric, clock)
+                if th is None:
+                    continue
+                if tb is None:
+                    if clock == "device" and timing(b, metric, "device"):  # base measured another thing under it
+                        changes.append(Change(**common, metric=metric, quantity="time", clock=clock,
+                                              base=_summary(timing(b, metric, "device")[1]), head=_summary(th),
+                                              ratio=None, significant=False, regression=False, improvement=False,
+                                              method_changed=True))
+                    continue
                 series = (key, metric, clock)
                 logs = [[math.log(m[series]) for m in side if series in m] for side in medians]
-                if not (logs[0] and logs[1] and timing(b, metric, clock) and timing(h, metric, clock)):
-                    continue
-                if _device_method(b, clock) != _device_method(h, clock):
-                    changes.append(Change(**common, metric=metric, quantity="time", clock=clock,
-                                          base=_summary(timing(b, metric, clock)[1]),
-                                          head=_summary(timing(h, metric, clock)[1]), ratio=None, significant=False,
-                                          regression=False, improvement=False, method_changed=True))
+                if not (logs[0] and logs[1]):
                     continue
                 model = noise.noise(series).at_least(_within_run_sigma(base, head, series))
                 detectable = model.detectable(len(logs[0]), len(logs[1]), threshold)
                 diff = statistics.fmean(logs[1]) - statistics.fmean(logs[0])
                 significant = abs(diff) > math.log1p(detectable)
-                changes.append(Change(**common, metric=metric, quantity="time", clock=clock,
-                                      base=_summary(timing(b, metric, clock)[1]),
-                                      head=_summary(timing(h, metric, clock)[1]), ratio=math.exp(diff),
-                                      significant=significant, regression=significant and diff > 0,
-                                      improvement=significant and diff < 0, runs=(len(logs[0]), len(logs[1])),
-                                      noise=model, detectable=detectable))
+                changes.append(Change(**common, metric=metric, quantity="time", clock=clock, base=_summary(tb),
+                                      head=_summary(th), ratio=math.exp(diff), significant=significant,
+                                      regression=significant and diff > 0, improvement=significant and diff < 0,
+                                      runs=(len(logs[0]), len(logs[1])), noise=model, detectable=detectable))
         changes += _memory_changes(base, head, key, common, threshold)
     return changes
-
-
-def _device_method(rec: dict, clock: str) -> str | None:
-    """What a device clock of ``rec`` measures (``info.device_clock``; None: the method before it was recorded);
-    None for other clocks."""
-    return rec.get("info", {}).get("device_clock") if clock.startswith("device") else None
 
 
 def _memory_changes(base: Sequence[StoredRun], head: Sequence[StoredRun], key: str, common: dict,

@@ -88,8 +88,8 @@ def _kernels(n: int) -> list[dict]:
     for op, (shapes, impls) in KERNEL_IMPLS.items():
         for s, (shape, ms) in enumerate(shapes.items()):
             for i, (impl, rel) in enumerate(impls.items()):
-                if (n, shape, impl) == (3, "16384x4096", "triton"):  # a regression at commit 3
-                    rel *= 1.1
+                if (n, shape, impl) == (3, "16384x4096", "triton"):  # a regression at commit 3, beyond the
+                    rel *= 1.3  # 24% that one run a side without history can show (compare.PRIOR_SIGMA)
                 metrics = ("fwd",) if op == "GradStats" else ("fwd", "fwdbwd")
                 times = {m: (samples(ms * rel * (1 + 2 * j), n + s + i + j),
                              samples(ms * rel * (1 + 2 * j) + 0.01, n)) for j, m in enumerate(metrics)}

@@ -218,8 +218,10 @@ def test_a_run_whose_samples_drift_is_no_more_repeatable_than_they_are(store):
 def test_noise_needs_degrees_of_freedom():
     model = cmp.NoiseModel({("k|a=1", "step", "wall"): (0.01, 1)})
     assert model.noise(("k|a=1", "step", "wall")) == cmp.PRIOR
-    model = cmp.NoiseModel({("k|a=1", "step", "wall"): (0.01, 1), ("k|a=2", "step", "wall"): (0.03, 3)})
-    assert model.noise(("k|a=1", "step", "wall")).source == "benchmark"
+    fitted = {("k|a=1", "step", "wall"): (0.01, 1), ("k|a=2", "step", "wall"): (0.03, 3),
+              ("k|a=3", "step", "wall"): (0.02, 2), ("k|a=4", "step", "wall"): (5.0, 1)}  # a=4: a change
+    model = cmp.NoiseModel(fitted)
+    assert model.noise(("k|a=1", "step", "wall")) == cmp.Noise(0.1, 4, "benchmark")  # the median, not a=4's
     assert model.noise(("k|a=2", "step", "wall")) == cmp.Noise(0.1, 3, "own")
 
 
@@ -227,8 +229,9 @@ def test_a_device_clock_that_measures_another_thing_is_not_gated(store, capsys):
     """Records of the cold-L2 method (info.device_clock) against older warm-L2 ones: the device clocks are
     listed as not compared, the wall clocks are still gated."""
     history(store)
-    cold = [{**r, "info": {**r["info"], "device_clock": "cold-l2"}} for r in kernels(1000, level=1.5)]
-    write(store, kernels(0), cold)
+    warm = [{**r, "info": {"dims": {}}} for r in kernels(0)]  # a kernel record from before device_clock
+    cold = [{**r, "info": {"dims": {}, "device_clock": "cold-l2"}} for r in kernels(1000, level=1.5)]
+    write(store, warm, cold)
     changes = [c for c in cmp.compare(store, BASE, HEAD) if c.quantity == "time"]
     assert {c.clock for c in changes if c.method_changed} == {"device"}
     assert not [c for c in changes if c.method_changed and c.significant]
