@@ -45,7 +45,7 @@ from kernels.shapes import IMPLS
 from models.variants import ABLATED, ABLATION, VARIANTS, ablation_note, reference
 from optbench.anchors import ANCHOR_BENCHMARK
 from optbench.compare import COLUMNS, OK, compare, compared, resolve, rows, shown, timing, verdict
-from optbench.store import MACHINE_KEY, ResultStore, results_dir, write_text_atomic
+from optbench.store import DEVICE_CLOCK, MACHINE_KEY, ResultStore, results_dir, write_text_atomic
 
 if TYPE_CHECKING:
     from optbench.hardware import HardwareProfile
@@ -285,11 +285,13 @@ def kernel_metric(rec: dict) -> str:
 
 
 def kernels(run: Run) -> dict[tuple[str, str], dict[str, dict]]:
-    """ok kernel records with a device time, by (op, shape) and implementation."""
+    """ok kernel records with a device time measured with a cold L2 (``info.device_clock``; older records timed
+    warm-L2 replays and, in full grids, a torch.compile baseline compiled for another shape), by (op, shape) and
+    implementation."""
     found: dict[tuple[str, str], dict[str, dict]] = defaultdict(dict)
     for rec in run.records.values():
         if rec.get("benchmark", "").startswith(KERNEL) and rec["status"] == OK and \
-                timing(rec, kernel_metric(rec), "device"):
+                rec.get("info", {}).get("device_clock") == DEVICE_CLOCK and timing(rec, kernel_metric(rec), "device"):
             op = rec["benchmark"].removeprefix(KERNEL)
             found[op, rec["params"]["shape"]][rec["params"]["impl"]] = rec
     return dict(found)

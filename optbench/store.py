@@ -36,6 +36,9 @@ MACHINE_KEY = "__machine__"
 RECORDS_DIR = "optbench"
 RUN_ENV = "OPTBENCH_RUN_ID"  # set by `optbench run` for every process of one run
 LEGACY_RUN = "legacy-"  # run ids of the records of an old-layout file: "legacy-<date, digits and T>"
+# What a kernel record's ``device`` clock measures (``info.device_clock``): graph replays over input sets rotated
+# through more than the L2. Kernel records without it hold warm-L2 replays of one set there.
+DEVICE_CLOCK = "cold-l2"
 # What a case's record says while the case runs; a later write of the same run replaces it (runner.run_grid).
 IN_PROGRESS = "the process died while measuring this case"
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from optbench.runner import Work, WrongResult
+from optbench.store import DEVICE_CLOCK
 
 if TYPE_CHECKING:
     from kernels.registry import Op
@@ -84,10 +85,6 @@ def grad_stats_errors(fn: Callable[..., torch.Tensor], baseline: Callable[..., t
 
 
 InputSet = tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...] | None]  # (inputs, output gradients or None)
-
-
-# What a kernel record's ``device`` clock measures; records without it hold warm-L2 back-to-back replays there.
-DEVICE_CLOCK = "cold-l2"
 
 
 def set_bytes(input_set: InputSet) -> int:

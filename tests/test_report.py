@@ -262,7 +262,7 @@ def _floor_run(tmp_path, cold_ratios: dict[str, float], fits_l2: bool | None = T
     for impl, ratio in cold_ratios.items():
         rec = record("bench_kernels.RMSNorm", {"shape": "8192x768", "impl": impl},
                      times={"fwd": ([ratio * floor_ms] * 5, [0.1] * 5)}, flops={"fwd": 1.0},
-                     bytes_={"fwd": moved}, info={"dtype": "torch.bfloat16",
+                     bytes_={"fwd": moved}, info={"dtype": "torch.bfloat16", "device_clock": "cold-l2",
                                                   **({} if fits_l2 is None else {"fits_l2": fits_l2})})
         rec["metrics"]["fwd"]["device_warm"] = timing([ratio * floor_ms / 2] * 5)
         records.append(rec)
@@ -290,6 +290,13 @@ def test_a_cold_time_at_or_under_its_floor_is_a_measurement_problem_not_a_bar(tm
     warm = sorted(y for line in ax.lines if line.get_marker() == "_" for y in line.get_ydata())
     assert warm == pytest.approx([0.4, 0.5, 1.0])
     assert [t.get_text() for t in ax.get_xticklabels()] == ["8192x768\nfits L2"]
+
+
+def test_kernel_records_from_before_cold_l2_timing_are_not_shown(tmp_path):
+    history = _floor_run(tmp_path, {"eager": 3.0})
+    for rec in history[-1].records.values():
+        rec.get("info", {}).pop("device_clock", None)
+    assert report.kernels(history[-1]) == {} and report.floor_ratios(history[-1]) == {}
 
 
 def test_a_roofline_without_problems_has_no_list_and_old_records_have_no_warm_figure(tmp_path):
