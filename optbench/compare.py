@@ -11,9 +11,10 @@ record, metric and clock (``device``, ``wall``, ...):
   segments at the change points asv's step detection finds (``asv.step_detect.detect_steps`` on the commits'
   mean log medians), pooled within segments (runs of one commit are an A/A set and never split). Lent machines
   of one kind differ: runs from several of them (each run records its GPU UUID) enter the estimate, so it
-  holds across machines. A metric with fewer than :data:`MIN_DF` degrees of freedom of its own borrows the
-  median estimate of its benchmark's parameter combinations (at least :data:`MIN_DF` of them, its degrees of
-  freedom taken as their number), and without that, :data:`PRIOR_SIGMA`.
+  holds across machines. A metric with fewer than :data:`MIN_DF` degrees of freedom of its own borrows that of
+  its other device clock (cold- and warm-L2 time the same kernels on the same machines), else the median
+  estimate of its benchmark's parameter combinations (at least :data:`MIN_DF` of them, its degrees of freedom
+  taken as their number), else :data:`PRIOR_SIGMA`. It is never below the spread of a compared run's samples.
 - The smallest detectable change of a comparison is ``exp(max(log(1 + threshold), q * sigma * sqrt(1/n_base +
   1/n_head))) - 1``, with q Student's t quantile at 1 - :data:`ALPHA` for sigma's degrees of freedom (the
   normal quantile for the prior). A change beyond it is a regression (slower) or an improvement (faster).
@@ -34,7 +35,7 @@ import math
 import statistics
 import subprocess
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,7 @@ MIN_DF = 3  # degrees of freedom a metric's own noise estimate needs before it i
 PRIOR_SIGMA = 0.05  # run-to-run sigma of a log median assumed where history says nothing (5%)
 
 Series = tuple[str, str, str]  # (record key, metric, clock)
+SIBLING_CLOCKS = {"device": "device_warm", "device_warm": "device"}  # one kernel's cold- and warm-L2 device times
 
 
 class Summary(NamedTuple):
@@ -63,7 +65,8 @@ class Summary(NamedTuple):
 @dataclass(frozen=True)
 class Noise:
     """Run-to-run noise of one metric: sigma of a run's log median, its degrees of freedom (0: the prior) and
-    where it comes from ('own', 'benchmark' (pooled over the benchmark's parameters) or 'prior')."""
+    where it comes from ('own', 'other clock', 'benchmark' (the benchmark's parameters), 'within run' or
+    'prior')."""
 
     sigma: float
     df: int
@@ -258,6 +261,9 @@ class NoiseModel:
         if df >= MIN_DF:
             return Noise(math.sqrt(ss / df), df, "own")
         key, metric, clock = series
+        ss, df = self.fitted.get((key, metric, SIBLING_CLOCKS.get(clock, "")), (0.0, 0))
+        if df >= MIN_DF:  # the same kernels timed on the same machines, by the other device method
+            return Noise(math.sqrt(ss / df), df, "other clock")
         sigma, count = self._pooled.get((key.split("|")[0], metric, clock), (0.0, 0))
         return Noise(sigma, count, "benchmark") if count >= MIN_DF else PRIOR
 
@@ -471,12 +477,12 @@ def main(argv: list[str] | None = None) -> int:
                           "thing at head (e.g. cold-L2 kernel device time, `info.device_clock`)")
         times = [c for c in mine if c.quantity == "time" and not c.method_changed]
         if times:
-            own = sum(c.noise is not None and c.noise.source == "own" for c in times)
+            sources = Counter(c.noise.source for c in times if c.noise is not None)
             console.print(f"{machine}: {len(times)} time metrics; smallest detectable change: median "
                           f"{statistics.median(c.detectable for c in times):.1%}, ≤ 10% in "
-                          f"{sum(c.detectable <= 0.10 for c in times)}; noise from the metric's own history in "
-                          f"{own}, from its benchmark in {sum(c.noise.source == 'benchmark' for c in times)}, "
-                          f"assumed ({PRIOR_SIGMA:.0%} per run) in {sum(c.noise.source == 'prior' for c in times)}")
+                          f"{sum(c.detectable <= 0.10 for c in times)}; noise from "
+                          + ", ".join(f"{source} {n}" for source, n in sources.most_common())
+                          + f" (prior: {PRIOR_SIGMA:.0%} per run)")
         lost = sum(c.base_status == OK and c.head_status == MISSING for c in mine)
         if lost:
             console.print(f"note: {lost} results of the base commit are missing at head on {machine}")

@@ -81,7 +81,7 @@ def test_without_history_the_prior_noise_hides_a_ten_percent_change(store, capsy
     assert not [c for c in changes if c.regression]
     assert all(c.noise.source == "prior" and c.detectable > 0.2 for c in changes)
     assert run_main(store) == 0
-    assert "assumed (5% per run) in 24" in capsys.readouterr().out
+    assert "noise from prior 24" in capsys.readouterr().out
 
 
 def test_ten_percent_slower_is_a_regression_in_that_key_only(store, capsys):
@@ -223,6 +223,8 @@ def test_noise_needs_degrees_of_freedom():
     model = cmp.NoiseModel(fitted)
     assert model.noise(("k|a=1", "step", "wall")) == cmp.Noise(0.1, 4, "benchmark")  # the median, not a=4's
     assert model.noise(("k|a=2", "step", "wall")) == cmp.Noise(0.1, 3, "own")
+    kernel = cmp.NoiseModel({("r|s=1", "fwd", "device_warm"): (0.03, 3), ("r|s=1", "fwd", "device"): (0.0, 1)})
+    assert kernel.noise(("r|s=1", "fwd", "device")) == cmp.Noise(0.1, 3, "other clock")
 
 
 def test_a_device_clock_that_measures_another_thing_is_not_gated(store, capsys):
