@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from optbench.anchors import ANCHOR_SIZES
 
-from .common import Grid, unit
+from .common import Grid, _StepMetrics
 
 
-class HFCompileStep(Grid):
+class HFCompileStep(_StepMetrics, Grid):
     """HF Llama + torch.compile at our 100M/500M/1B shapes, B and S of our step's baseline on the machine."""
 
     params = [ANCHOR_SIZES]
@@ -35,18 +35,3 @@ class HFCompileStep(Grid):
     def setup_cache(self):
         return self.measure_grid()
 
-    @unit("ms")
-    def track_step_ms(self, records, size):
-        return self.metric_ms(records, (size,), "step", "wall")
-
-    @unit("ms")
-    def track_step_device_ms(self, records, size):
-        return self.metric_ms(records, (size,), "step", "device")
-
-    @unit("ms")
-    def track_forward_ms(self, records, size):
-        return self.metric_ms(records, (size,), "forward", "wall")
-
-    @unit("MB")
-    def track_step_peak_mb(self, records, size):
-        return self.peak_mb(records, (size,), "step")

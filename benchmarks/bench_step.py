@@ -13,12 +13,12 @@ import os
 
 from models.variants import STEP_VARIANTS
 
-from .common import Grid, unit
+from .common import Grid, _StepMetrics
 
 SUITE = os.environ.get("OPTBENCH_SUITE", "full")
 
 
-class _Step(Grid):
+class _Step(_StepMetrics, Grid):
     size = ""
     param_names = ["variant"]
     version = 2  # 2: steps timed after 2 s of steps, at the GPU's power-steady clock (optbench.workloads)
@@ -33,22 +33,6 @@ class _Step(Grid):
 
         dev = device()
         return [Case({"variant": v}, partial(step_work, self.size, v, dev)) for v in self.params[0]]
-
-    @unit("ms")
-    def track_step_ms(self, records, variant):
-        return self.metric_ms(records, (variant,), "step", "wall")
-
-    @unit("ms")
-    def track_step_device_ms(self, records, variant):
-        return self.metric_ms(records, (variant,), "step", "device")
-
-    @unit("ms")
-    def track_forward_ms(self, records, variant):
-        return self.metric_ms(records, (variant,), "forward", "wall")
-
-    @unit("MB")
-    def track_step_peak_mb(self, records, variant):
-        return self.peak_mb(records, (variant,), "step")
 
 
 class StepTiny(_Step):

@@ -96,3 +96,24 @@ def unit(name: str):
         fn.unit = name
         return fn
     return mark
+
+
+class _StepMetrics:
+    """The track methods of a training-step grid (ours or an anchor's): wall and device ms per optimizer step,
+    wall ms per forward+loss, peak MiB per step."""
+
+    @unit("ms")
+    def track_step_ms(self, records, *params):
+        return self.metric_ms(records, params, "step", "wall")
+
+    @unit("ms")
+    def track_step_device_ms(self, records, *params):
+        return self.metric_ms(records, params, "step", "device")
+
+    @unit("ms")
+    def track_forward_ms(self, records, *params):
+        return self.metric_ms(records, params, "forward", "wall")
+
+    @unit("MB")
+    def track_step_peak_mb(self, records, *params):
+        return self.peak_mb(records, params, "step")
