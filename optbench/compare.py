@@ -176,8 +176,8 @@ def series_clock(rec: dict, clock: str) -> str:
     """The clock a record's timing belongs to by method: a graph-replayed ``device`` time of a record that predates
     ``info.device_clock`` (a kernel's, back-to-back on one input set) is what newer records call ``device_warm``,
     so its history informs that clock's noise."""
-    info = rec.get("info", {})
-    return "device_warm" if clock == "device" and "dims" in info and "device_clock" not in info else clock
+    old_kernel = rec.get("benchmark", "").startswith("bench_kernels.") and "device_clock" not in rec.get("info", {})
+    return "device_warm" if clock == "device" and old_kernel else clock
 
 
 def timing_of(rec: dict, metric: str, clock: str) -> dict | None:
@@ -371,8 +371,8 @@ def compare(store: ResultStore, base: str, head: str, machines: Iterable[str] | 
             threshold: float = 0.05, base_runs: Sequence[str] | None = None,
             head_runs: Sequence[str] | None = None) -> list[Change]:
     """Every change from ``base`` to ``head`` (commit-ish or stored prefix) on each machine with both, the noise
-    estimated from every stored run but head's (``base_runs``/``head_runs``: run id prefixes to keep; with
-    ``base == head``, two sets of runs of one commit, an A/A comparison).
+    estimated from every stored run but the compared head runs (``base_runs``/``head_runs``: run id prefixes to
+    keep; with ``base == head``, two sets of runs of one commit, an A/A comparison).
 
     Non-significant changes are included (``significant`` False), and records on one side only (missing).
     """
@@ -384,7 +384,7 @@ def compare(store: ResultStore, base: str, head: str, machines: Iterable[str] | 
         old = select_runs(store.runs(machine, b), base_runs)
         new = select_runs(store.runs(machine, h), head_runs)
         if b == h:
-            old = [r for r in old if r not in new]
+            old = [r for r in old if r.run_id not in {n.run_id for n in new}]
         if not old or not new:
             continue
         noise = NoiseModel.of(history_runs(store, machine, leave_out=[r.run_id for r in new]))
@@ -452,6 +452,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     store = ResultStore(args.results)
+    if args.base == args.head and not (args.base_run and args.head_run):
+        print("optbench compare: comparing a commit with itself needs --base-run and --head-run (an A/A "
+              "comparison of two sets of its runs)", file=sys.stderr)
+        return 2
     changes = compare(store, args.base, args.head, args.machine, args.threshold, args.base_run, args.head_run)
     console = Console(width=None if sys.stdout.isatty() else 200)
     if not any(map(compared, changes)):

@@ -90,8 +90,8 @@ def merge_tree(src: Path, dest: Path) -> list[str]:
                 continue
             known = {r.run_id: r.records for r in store.runs(machine, commit)}
             for run in runs:
-                if known.get(run.run_id) != run.records and (stored := store.add_run(run)) is not None:
-                    changed.append(str(store.path(machine, commit, stored).relative_to(dest)))
+                if known.get(run.run_id) != run.records:
+                    changed += [str(store.path(machine, commit, i).relative_to(dest)) for i in store.add_run(run)]
         elif target.exists() and len(rel.parts) == 2 and rel.suffix == ".json" and rel.name != "machine.json":
             # asv's results of one commit and environment on one machine
             merged = merge_asv_results(json.loads(target.read_text()), json.loads(path.read_text()))

@@ -81,8 +81,8 @@ PAGES: dict[str, tuple[str, str]] = {
                 "reference (named in the legend) by wall clock, kernels vs eager by device time (geometric mean "
                 "over shapes)."),
     "compare": ("Two commits side by side",
-                "optbench.compare: time medians by each record's primary clock with asv's rank test, peak "
-                "memory beyond the threshold; head/base changes of the significant ones."),
+                "optbench.compare: each time's runs against its run-to-run noise, peak memory beyond the "
+                "threshold; head/base of the changes beyond what each metric's noise lets the gate detect."),
 }
 
 PAGE = Template("""<!doctype html>
@@ -91,7 +91,7 @@ PAGE = Template("""<!doctype html>
 body { font-family: sans-serif; max-width: 1500px; margin: 1em auto; padding: 0 1em; }
 img { max-width: 100%; } .note { color: #555; }
 table { border-collapse: collapse; font-size: small; } td, th { border: 1px solid #ccc; padding: 2px 6px; }
-.REGRESSION { color: #b00; font-weight: bold; } .improvement { color: #070; } .changed { color: #a60; }
+.REGRESSION { color: #b00; font-weight: bold; } .improvement { color: #070; }
 </style>
 <script>
 // On load: body data-images-ok="1" when every image decoded, data-errors = count of script/resource errors.
@@ -149,9 +149,10 @@ class Run:
 
 
 def runs(store: ResultStore) -> dict[str, list[Run]]:
-    """Runs of each machine, oldest first by record date (ISO, UTC); real GPUs, then emulated, then CPUs."""
-    found = {m: sorted((Run(m, c, store.load(m, c)) for c in store.commits(m)), key=lambda r: r.date)
-             for m in store.machines()}
+    """Each machine's commits (the latest record of each case over the commit's runs), oldest first by the date
+    of the commit's first run (a later rerun of an old commit does not make it the newest); real GPUs, then
+    emulated, then CPUs."""
+    found = {m: [Run(m, c, store.load(m, c)) for c in store.commits(m)] for m in store.machines()}
     return dict(sorted(((m, h) for m, h in found.items() if h),
                        key=lambda mh: (not mh[1][-1].info.get("gpu_name"), mh[1][-1].emulated, mh[0])))
 
@@ -201,8 +202,10 @@ def step_reference(variant: str) -> str | None:
 def step_speedups(run: Run) -> dict[str, dict[str, float | None]]:
     """Speedup of each variant vs its own reference measured in the same run (reference median ms / variant
     median ms, wall clock) by size, then variant; None (n/a) where that reference was not measured there or is
-    unknown. Variants that are their own reference (eager, qknorm) have no entry."""
-    found = {size: {v: step_ms(by_v[ref]) / step_ms(rec) if (ref := step_reference(v)) in by_v else None
+    unknown, or measured in another run of the commit. Variants that are their own reference (eager, qknorm) have
+    no entry."""
+    found = {size: {v: step_ms(by_v[ref]) / step_ms(rec)
+                    if (ref := step_reference(v)) in by_v and _run_of(by_v[ref]) == _run_of(rec) else None
                     for v, rec in by_v.items() if step_reference(v) != v}
              for size, by_v in steps(run).items()}
     return {size: speedups for size, speedups in found.items() if speedups}
@@ -216,14 +219,15 @@ def _vs(variant: str) -> str:
 def ablation_rows(by_variant: dict[str, dict]) -> list[list[str]]:
     """One size's leave-one-out table (ABLATION_HEADER): best-kernels, best-kernels without each switch (and what
     needs it), eager; ms per step as median [IQR]; worth = ms without / ms of best-kernels (>1: the switch
-    helps), n/a where either was not measured."""
+    helps), n/a where either was not measured or they come from different runs."""
     best = by_variant.get(ABLATED)
 
     def row(variant: str, label: str) -> list[str]:
         rec = by_variant.get(variant)
         if rec is None:
             return [label, "not measured", "n/a"]
-        worth = "—" if variant == ABLATED else f"{step_ms(rec) / step_ms(best):.2f}×" if best else "n/a"
+        same = best is not None and _run_of(best) == _run_of(rec)
+        worth = "—" if variant == ABLATED else f"{step_ms(rec) / step_ms(best):.2f}×" if same else "n/a"
         return [label, f"{step_ms(rec):.1f} [{step_iqr_ms(rec):.1f}]", worth]
 
     return [row(ABLATED, f"{ABLATED} (every switch)"),
@@ -633,7 +637,7 @@ def compare_parts(store: ResultStore, pair: tuple[str, str] | None, history: lis
     listed = [c for c in changes if shown(c)]
     parts: list[Part] = [f"<p>{escape(base[:12])} → {escape(head[:12])}: {len(listed)} of "
                          f"{sum(map(compared, changes))} metrics with results at both commits changed "
-                         "significantly or fail at head.</p>"]
+                         "beyond what their noise lets the gate detect, or fail at head.</p>"]
     if listed:
         parts.append(html_table(COLUMNS, rows(listed), [verdict(c) for c in listed]))
     ratios = sorted((c for c in listed if c.ratio is not None and math.isfinite(c.ratio) and c.ratio > 0),

@@ -128,14 +128,6 @@ class StoredRun:
         dates = [r.get("date") or "" for k, r in self.records.items() if k != MACHINE_KEY]
         return min(dates, default=self.records.get(MACHINE_KEY, {}).get("date") or "")
 
-    @property
-    def instance(self) -> str | None:
-        """Which physical machine ran it: the GPU's UUID, else the host name of a CPU-only run; None where the
-        record predates the UUID (every lent GPU machine reports the host name 'vm')."""
-        if self.info.get("gpu_uuid"):
-            return self.info["gpu_uuid"]
-        return self.info.get("hostname") if not self.info.get("gpu_name") else None
-
     def results(self) -> dict[str, dict]:
         """The benchmark records (without special records such as ``__machine__``)."""
         return {k: r for k, r in self.records.items() if not k.startswith("__")}
@@ -211,41 +203,43 @@ class ResultStore:
         if len(kept) < len(records):
             write_text_atomic(path, records_text(kept))
 
-    def add_run(self, run: StoredRun) -> str | None:
-        """Store a run from elsewhere (``optbench merge``) without changing any stored record; returns the run id
-        it was stored under, or None when every record was here already.
+    def add_run(self, run: StoredRun) -> list[str]:
+        """Store a run from elsewhere (``optbench merge``) without changing any stored record; returns the run ids
+        whose files it wrote (none when every record was here already).
 
         A new run id is copied as it is. Where the run id is here already (two snapshots of one run), records of
-        new keys join it and an in-progress placeholder gives way to the finished record; any other record that
+        new keys join it and an in-progress placeholder gives way to the finished record (an older snapshot's
+        placeholder is not stored beside a finished record); any other record that
         differs (or any record of a run read from an old-layout file, which is never rewritten) is stored as a
         run of its own, ``<run id>~<hash of its records>``."""
         known = next((r for r in self.runs(run.machine, run.commit) if r.run_id == run.run_id), None)
         joinable = not run.run_id.startswith(LEGACY_RUN)
         if known is None and joinable:
             write_text_atomic(self.path(run.machine, run.commit, run.run_id), records_text(run.records.values()))
-            return run.run_id
+            return [run.run_id]
         have = known.records if known is not None else {}
         joined, apart = dict(have), {}
         for key, rec in run.records.items():
             old = have.get(key)
-            if old == rec:
+            if old == rec or (old is not None and _in_progress(rec)):  # an older snapshot's placeholder
                 continue
             if joinable and (old is None or _in_progress(old)):
                 joined[key] = rec
             else:
                 apart[key] = rec
-        stored = None
+        stored = []
         if joined != have:
             write_text_atomic(self.path(run.machine, run.commit, run.run_id), records_text(joined.values()))
-            stored = run.run_id
+            stored.append(run.run_id)
         if set(apart) - {MACHINE_KEY}:
             if MACHINE_KEY in run.records:
                 apart[MACHINE_KEY] = run.records[MACHINE_KEY]
             text = records_text(apart.values())
-            stored = f"{run.run_id}~{hashlib.sha256(text.encode()).hexdigest()[:8]}"
-            target = self.path(run.machine, run.commit, stored)
+            apart_id = f"{run.run_id}~{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+            target = self.path(run.machine, run.commit, apart_id)
             if not target.exists():
                 write_text_atomic(target, text)
+                stored.append(apart_id)
         return stored
 
 

@@ -253,7 +253,7 @@ def matmul_work(n: int, mode: str, device: str, seed: int = 0) -> Work:
 # (size, reference options, candidate precision) -> models.step.Baseline: the high-precision reference run
 # (on the host, so that a 1B candidate has the GPU) and the eager step's errors against it.
 _REFERENCES: dict[tuple, Any] = {}
-_KEEP_REFERENCES = 3  # a grid's variants use the baseline and two others (triton-qknorm's, cuda-graph's)
+_KEEP_REFERENCES = 3  # the least recently used goes first: most variants use eager's, kept by its use
 
 
 def step_options(size: str, variant: str, device: str):
@@ -284,8 +284,10 @@ def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
     reference, options = step_options(size, variant, device)
     config, key = CONFIGS[size], (size, reference, options.precision)
     try:
-        if key not in _REFERENCES:
-            while len(_REFERENCES) >= _KEEP_REFERENCES:  # oldest first: a 1B reference is 8.8 GB of host memory
+        if key in _REFERENCES:
+            _REFERENCES[key] = _REFERENCES.pop(key)  # now the most recently used
+        else:
+            while len(_REFERENCES) >= _KEEP_REFERENCES:  # a 1B reference is 8.8 GB of host memory
                 del _REFERENCES[next(iter(_REFERENCES))]
             _REFERENCES[key] = baseline_of(lambda opts: build_step(config, opts, device, seed, profile=profile),
                                            reference, options.precision, host=True)

@@ -31,7 +31,7 @@ def kernels(seed: int, slower: tuple[str, str] | None = None, peak_scale: float 
                      for m, f in (("fwd", 1.0), ("fwdbwd", 3.0))}
             peak = int(100 * MiB * (1 + i) * (peak_scale if impl == "triton" else 1.0))
             out.append(record("bench_kernels.RMSNorm", {"shape": shape, "impl": impl}, times=times,
-                              peak={"fwdbwd": peak}))
+                              peak={"fwdbwd": peak}, info={"device_clock": "cold-l2"}))
     return out
 
 
@@ -231,8 +231,8 @@ def test_a_device_clock_that_measures_another_thing_is_not_gated(store, capsys):
     """Records of the cold-L2 method (info.device_clock) against older warm-L2 ones: the device clocks are
     listed as not compared, the wall clocks are still gated."""
     history(store)
-    warm = [{**r, "info": {"dims": {}}} for r in kernels(0)]  # a kernel record from before device_clock
-    cold = [{**r, "info": {"dims": {}, "device_clock": "cold-l2"}} for r in kernels(1000, level=1.5)]
+    warm = [{**r, "info": {}} for r in kernels(0)]  # kernel records from before device_clock
+    cold = kernels(1000, level=1.5)
     write(store, warm, cold)
     changes = [c for c in cmp.compare(store, BASE, HEAD) if c.quantity == "time"]
     assert {c.clock for c in changes if c.method_changed} == {"device"}

@@ -104,3 +104,14 @@ def test_two_snapshots_of_one_run_join_and_a_differing_record_is_kept_apart(tmp_
     assert runs["r1"]["bench_step.Step100M|variant=best"]["status"] == "ok"  # the placeholder gave way
     apart = [r for k, r in runs.items() if k.startswith("r1~")]
     assert len(apart) == 1 and list(apart[0]) == ["bench_step.Step100M|variant=eager"]  # 99 ms kept beside 80 ms
+
+
+def test_an_older_snapshots_placeholder_does_not_shadow_the_finished_record(tmp_path):
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    placeholder = {**step("best", 1.0, 0), "status": "crashed", "reason": "the process died while measuring "
+                   "this case; later cases of its grid were not measured in that run"}
+    save(ResultStore(dest), "h100-sxm", SHA, "2026-01-01T00:00:00+00:00", [step("best", 20.0, 2)], run_id="r1")
+    save(ResultStore(src), "h100-sxm", SHA, "2026-01-01T00:00:00+00:00", [placeholder], run_id="r1")
+    assert merge.merge_tree(src, dest) == []
+    assert [r.run_id for r in ResultStore(dest).runs("h100-sxm", SHA)] == ["r1"]
+    assert ResultStore(dest).load("h100-sxm", SHA)["bench_step.Step100M|variant=best"]["status"] == "ok"

@@ -307,3 +307,18 @@ def test_a_roofline_without_problems_has_no_list_and_old_records_have_no_warm_fi
     assert ratio.warm is None and ratio.fits_l2 is None and not ratio.suspect
     (fig,) = report.roofline_parts(history)
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["8192x768"]
+
+
+def test_a_speedup_needs_its_reference_from_the_same_run(tmp_path):
+    """A rerun of one variant gives no ratio against the reference of an earlier run of the commit."""
+    from synthetic_results import record, samples, save
+
+    def step(variant: str, ms: float) -> dict:
+        return record("bench_step.Step100M", {"variant": variant}, times={"step": (None, samples(ms, 1))},
+                      info={"primary_clock": "wall"})
+
+    store = report.ResultStore(tmp_path / "results")
+    save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", [step("eager", 100.0), step("fused-ce", 90.0)])
+    assert report.step_speedups(report.runs(store)["h100-sxm"][-1])["100M"]["fused-ce"] == pytest.approx(1.11, 0.02)
+    save(store, "h100-sxm", commit(1), "2025-01-02T12:00:00+00:00", [step("fused-ce", 50.0)])
+    assert report.step_speedups(report.runs(store)["h100-sxm"][-1])["100M"]["fused-ce"] is None

@@ -388,3 +388,14 @@ def test_fused_projections_with_master_weights_under_compile_match_the_eager_ste
     result = _check_options(base, candidate)
     assert result.ok, result
     assert set(result.worst.values()) <= dict(build_step(TINY, base, DEVICE).model.named_parameters()).keys()
+
+
+def test_a_tolerance_never_exceeds_its_precisions_ceiling():
+    """fp16-scaler's reference in its own precision is the candidate itself: without a ceiling, a broken
+    GradScaler path (errors of order 1) would pass against 2.5x its own error."""
+    from models.step import CHECK_CEILING, _tolerance
+
+    broken = {"loss": 0.5, "grads": 0.8, "grad_norm": 0.9, "weights": 0.7}
+    assert _tolerance(broken, "fp16", 16384) == dict.fromkeys(broken, CHECK_CEILING["fp16"])
+    quiet = {"loss": 1e-5, "grads": 2e-2, "grad_norm": 1e-4, "weights": 1e-3}
+    assert _tolerance(quiet, "bf16", 8192)["grads"] == pytest.approx(5e-2)  # 2.5x, below the ceiling
