@@ -24,6 +24,7 @@ from torch import Tensor
 
 from kernels.adamw import MasterAdamW
 from kernels.grad_stats import clip_coefficient
+from kernels.numerics import rel_err
 from models.config import ModelConfig, flops_per_token
 from models.model import Decoder
 from models.variants import VARIANTS, reference, switches  # noqa: F401 (VARIANTS: re-exported)
@@ -484,25 +485,17 @@ def reference_of(step: TrainStep, host: bool = False) -> Reference:
     return _record(step).copy_to("cpu" if host else step.device)
 
 
-def _rel(out: Tensor, ref: Tensor) -> float:
-    """||out - ref|| / ||ref|| in float64 on out's device; inf when out is not finite."""
-    out, ref = out.detach().double(), ref.detach().to(out.device, torch.float64)
-    if not torch.isfinite(out).all():
-        return float("inf")
-    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
-
-
 def _errors(ref: Reference, got: Reference) -> tuple[dict[str, float], dict[str, str]]:
     """Relative errors of ``got`` against ``ref``: 'loss', 'grad_norm' (where ``ref`` has one; inf where only
     ``ref`` has), 'grads' and 'weights' (the worst parameter's); and the worst parameters' names."""
     if ref.grads.keys() != got.grads.keys() or ref.weights.keys() != got.weights.keys():
         raise ValueError(f"parameters differ: {sorted(ref.grads.keys() ^ got.grads.keys())}")
-    errors, worst = {"loss": _rel(got.loss, ref.loss)}, {}
+    errors, worst = {"loss": rel_err(got.loss, ref.loss)}, {}
     if ref.grad_norm is not None:
-        errors["grad_norm"] = float("inf") if got.grad_norm is None else _rel(got.grad_norm, ref.grad_norm)
+        errors["grad_norm"] = float("inf") if got.grad_norm is None else rel_err(got.grad_norm, ref.grad_norm)
     for quantity in ("grads", "weights"):
         ours, theirs = getattr(got, quantity), getattr(ref, quantity)
-        per_param = {name: _rel(ours[name], theirs[name]) for name in theirs}
+        per_param = {name: rel_err(ours[name], theirs[name]) for name in theirs}
         worst[quantity] = max(per_param, key=per_param.__getitem__)
         errors[quantity] = per_param[worst[quantity]]
     return errors, worst

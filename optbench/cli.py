@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from optbench.store import REPO_ROOT as ROOT
 
 # asv --bench selections per suite. The grid sizes inside each class follow OPTBENCH_SUITE too. The
 # leave-one-out ablations of best-kernels (bench_step.Ablation<size>, ~30 compiled steps) are a suite of their

@@ -45,12 +45,12 @@ from kernels.shapes import IMPLS
 from models.variants import ABLATED, ABLATION, VARIANTS, ablation_note, reference
 from optbench.anchors import ANCHOR_BENCHMARK
 from optbench.compare import COLUMNS, OK, compare, compared, resolve, rows, shown, timing, verdict
-from optbench.store import DEVICE_CLOCK, MACHINE_KEY, ResultStore, results_dir, write_text_atomic
+from optbench.store import DEVICE_CLOCK, MACHINE_KEY, REPO_ROOT, ResultStore, results_dir, write_text_atomic
 
 if TYPE_CHECKING:
     from optbench.hardware import HardwareProfile
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 GiB = 2**30
 STEP, KERNEL = "bench_step.", "bench_kernels."
 BASELINE_IMPLS = {impls[0] for impls in IMPLS.values()}

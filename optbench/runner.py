@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from optbench.store import IN_PROGRESS, MACHINE_KEY, ResultStore, current_run_id, record_key
+from optbench.store import IN_PROGRESS, MACHINE_KEY, REPO_ROOT, ResultStore, current_run_id, record_key
 
 
 class WrongResult(AssertionError):
@@ -75,10 +75,9 @@ class Case:
 
 # Paths whose changes leave the measured code as it was: results, docs and notes committed after a run.
 UNMEASURED_PATHS = ("results", "docs", "NOTES.md", "README.md")
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def measured_commit(ref: str = "HEAD", cwd: str = _REPO) -> str:
+def measured_commit(ref: str = "HEAD", cwd: str | Path = REPO_ROOT) -> str:
     """The newest commit at or before ``ref`` that changed anything outside :data:`UNMEASURED_PATHS`: the
     commit whose code ``ref`` measures. Results are stored under it, so runs of one code state in several
     sessions add up even where results or notes were committed between them."""

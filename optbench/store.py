@@ -32,6 +32,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+REPO_ROOT = Path(__file__).resolve().parent.parent  # the work tree: results/, benchmarks/, asv.conf.json
 MACHINE_KEY = "__machine__"
 RECORDS_DIR = "optbench"
 RUN_ENV = "OPTBENCH_RUN_ID"  # set by `optbench run` for every process of one run
@@ -46,7 +47,7 @@ IN_PROGRESS = "the process died while measuring this case"
 def results_dir() -> Path:
     """Root of the results tree: ``$OPTBENCH_RESULTS`` or ``results/`` at the repository root."""
     env = os.environ.get("OPTBENCH_RESULTS")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "results"
+    return Path(env) if env else REPO_ROOT / "results"
 
 
 def record_key(benchmark: str, params: Mapping[str, Any]) -> str:

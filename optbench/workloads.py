@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from kernels.numerics import rel_err
 from optbench.runner import Work, WrongResult
 from optbench.store import DEVICE_CLOCK
 
@@ -21,14 +22,6 @@ if TYPE_CHECKING:
 # Relative-error tolerance of an optimized kernel against its eager baseline run in higher precision,
 # per input dtype: bf16 keeps 8 bits of mantissa (rounding ~4e-3 per op, a few ops deep), fp16 11 bits.
 KERNEL_RTOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref|| / ||ref|| in float64; inf when out has a NaN or Inf."""
-    out, ref = out.detach().double(), ref.detach().double()
-    if not torch.isfinite(out).all():
-        return float("inf")
-    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
 def machine_profile(device: str):

@@ -7,14 +7,10 @@ import types
 import pytest
 import torch
 
+from kernels.numerics import rel_err
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref|| / ||ref|| in float64 (NaN when out holds NaN)."""
-    out, ref = out.detach().double(), ref.detach().double().to(out.device)
-    return ((out - ref).norm() / ref.norm()).item()
 
 
 def assert_rel_close(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str) -> None:
