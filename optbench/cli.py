@@ -44,6 +44,10 @@ SUBCOMMANDS = {
 # What asv needs after the grids of a run with a time budget: the remaining classes' quick skips, its track
 # processes and writing the results (a 9e238a7 run killed at its job limit wrote no asv results).
 ASV_WRAP_UP_S = 60.0
+# The shortest --time-budget that can measure a case: the wrap-up, asv's start-up before the first grid (about
+# 30 s on an H100 runner) and the 30 s a case needs left to start (optbench.runner). On an H100, 110 s measured
+# nothing and 130 s measured three kernel cases.
+MIN_TIME_BUDGET_S = ASV_WRAP_UP_S + 60.0
 
 
 def git_commit(ref: str = "HEAD") -> str:
@@ -124,6 +128,9 @@ def run(argv: list[str]) -> int:
                    help="end the run within SECONDS (e.g. a runner's job limit): no case starts, and a running one "
                         f"stops, {ASV_WRAP_UP_S:g} s before it, so asv still writes what was measured")
     args = p.parse_args(argv)
+    if args.time_budget is not None and args.time_budget < MIN_TIME_BUDGET_S:
+        p.error(f"--time-budget {args.time_budget:g} s cannot measure anything: at least {MIN_TIME_BUDGET_S:g} s "
+                f"({ASV_WRAP_UP_S:g} s of it are kept for asv to write its results)")
 
     import torch
 

@@ -410,3 +410,11 @@ def test_a_case_the_alarm_cannot_interrupt_is_hard_stopped_by_the_watchdog(tmp_p
     assert stored["next"]["status"] == "ok"
     assert stored["stuck"]["status"] == "timeout" and stored["stuck"]["seconds"] < 25
     assert "the alarm could not interrupt it: the process was ended 0.6 s after the budget" in stored["stuck"]["reason"]
+
+
+def test_a_time_budget_too_short_to_measure_anything_is_refused_before_any_work(capsys):
+    from optbench import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.run(["--time-budget", "110", "--no-html"])
+    assert exit_.value.code == 2 and "cannot measure anything" in capsys.readouterr().err
