@@ -4,7 +4,8 @@ where that is not eager), the best combinations; and per size the leave-one-out 
 Per variant: wall-clock ms per optimizer step (synchronized; host overhead such as per-step ``.item()``
 or Python loops counts, as it does in training), device ms per step, ms per forward+loss, and peak
 device memory (MiB). Tokens/s and MFU are derived at report time. Each variant is checked against its
-reference (same init and batch, one step: loss and every gradient) before it is timed.
+reference before it is timed: same init and batch, 3 optimizer steps (loss, clipped gradients, gradient norm,
+every weight) against a higher-precision step, within 2.5x of the eager step's own error (models.step).
 """
 
 from __future__ import annotations
