@@ -139,6 +139,7 @@ class ResultStore:
 
     def __init__(self, root: Path | str | None = None) -> None:
         self.root = Path(root) if root is not None else results_dir()
+        self._runs: dict[tuple[str, str], list[StoredRun]] = {}  # read once per store; a write here clears it
 
     def _dir(self, machine: str) -> Path:
         return self.root / machine / RECORDS_DIR
@@ -169,7 +170,12 @@ class ResultStore:
         return found[0]
 
     def runs(self, machine: str, commit: str) -> list[StoredRun]:
-        """Every run of ``commit`` on ``machine`` that holds a record, oldest first."""
+        """Every run of ``commit`` on ``machine`` that holds a record, oldest first (read once per store object)."""
+        if (machine, commit) not in self._runs:
+            self._runs[(machine, commit)] = self._read_runs(machine, commit)
+        return self._runs[(machine, commit)]
+
+    def _read_runs(self, machine: str, commit: str) -> list[StoredRun]:
         found = [StoredRun(machine, commit, p.stem, records) for p in (self._dir(machine) / commit).glob("*.jsonl")
                  if (records := read_records(p))]
         legacy = self.legacy_path(machine, commit)
@@ -192,7 +198,7 @@ class ResultStore:
         merged = read_records(path) if path.exists() else {}
         for rec in records:
             merged[rec["key"]] = dict(rec)
-        write_text_atomic(path, records_text(merged.values()))
+        self._write(path, records_text(merged.values()))
 
     def drop(self, machine: str, commit: str, keys: Iterable[str], run_id: str | None = None) -> None:
         """Remove the records with ``keys`` from one run's file (default: this process's run)."""
@@ -202,7 +208,11 @@ class ResultStore:
         records, dropped = read_records(path), set(keys)
         kept = [rec for key, rec in records.items() if key not in dropped]
         if len(kept) < len(records):
-            write_text_atomic(path, records_text(kept))
+            self._write(path, records_text(kept))
+
+    def _write(self, path: Path, text: str) -> None:
+        self._runs.clear()
+        write_text_atomic(path, text)
 
     def add_run(self, run: StoredRun) -> list[str]:
         """Store a run from elsewhere (``optbench merge``) without changing any stored record; returns the run ids
@@ -216,7 +226,7 @@ class ResultStore:
         known = next((r for r in self.runs(run.machine, run.commit) if r.run_id == run.run_id), None)
         joinable = not run.run_id.startswith(LEGACY_RUN)
         if known is None and joinable:
-            write_text_atomic(self.path(run.machine, run.commit, run.run_id), records_text(run.records.values()))
+            self._write(self.path(run.machine, run.commit, run.run_id), records_text(run.records.values()))
             return [run.run_id]
         have = known.records if known is not None else {}
         joined, apart = dict(have), {}
@@ -230,7 +240,7 @@ class ResultStore:
                 apart[key] = rec
         stored = []
         if joined != have:
-            write_text_atomic(self.path(run.machine, run.commit, run.run_id), records_text(joined.values()))
+            self._write(self.path(run.machine, run.commit, run.run_id), records_text(joined.values()))
             stored.append(run.run_id)
         if set(apart) - {MACHINE_KEY}:
             if MACHINE_KEY in run.records:
@@ -239,7 +249,7 @@ class ResultStore:
             apart_id = f"{run.run_id}~{hashlib.sha256(text.encode()).hexdigest()[:8]}"
             target = self.path(run.machine, run.commit, apart_id)
             if not target.exists():
-                write_text_atomic(target, text)
+                self._write(target, text)
                 stored.append(apart_id)
         return stored
 
