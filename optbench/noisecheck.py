@@ -69,11 +69,11 @@ def audit(store: ResultStore, machine: str, factor: float = 1.15, spread: float 
             if not others:
                 continue
             noise = NoiseModel.of(history_runs(store, machine, leave_out=[head.run_id]))
-            times = [c for c in compare_runs(others, [head], noise, threshold) if c.quantity == "time"]
+            times = [c for c in compare_runs(others, [head], noise, threshold) if c.quantity == "time" and c.gated]
             result.aa_metrics += len(times)
             result.aa_flagged += [_label(c) for c in times if c.significant]
         changes = compare_runs(runs, [planted(r, factor) for r in runs], everything, threshold)
-        for c in (c for c in changes if c.quantity == "time"):
+        for c in (c for c in changes if c.quantity == "time" and c.gated):
             result.planted_metrics += 1
             result.planted_flagged += c.regression
             if c.noise is not None and c.noise.aa_spread() < spread:
