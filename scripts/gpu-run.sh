@@ -4,8 +4,9 @@
 #   scripts/gpu-run.sh [optbench arguments]      (default: run --suite full)
 #   scripts/gpu-run.sh pytest [pytest arguments]  (e.g. the pytest-benchmark twin, benchmarks/test_pytest_kernels.py)
 #
-# With $OUT set (a lent machine's hand-back folder), results/ is packed into $OUT/results.tgz after the
-# command; `optbench merge results.tgz` folds it into the checkout's results/.
+# With $OUT set (a lent machine's hand-back folder), results/ (optbench's records, and asv's own tree that
+# asv.conf.json names, results/asv/) is packed into $OUT/results.tgz after the command; `optbench merge
+# results.tgz` folds it into the checkout's results/.
 #
 # A copied work tree arrives with an empty .git: the history comes from .bundle/optbench.bundle
 # (made by `nox -s bundle`), so that asv can record results under the real commit hash. Python

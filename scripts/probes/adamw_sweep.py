@@ -1,12 +1,19 @@
-"""Sweep of the master-weights AdamW pass's launch shape at the 1B model's parameter set (H100).
+"""Probe (CUDA): sweep of the master-weights AdamW pass's launch shape at a model's parameter set.
 
 Times one whole optimizer pass (every parameter tensor, as MasterAdamW.step launches them) by
-optbench.timing.measure (CUDA-graph replay + events), for block sizes, warps and cache hints; beside it
+optbench.core.timing.measure (CUDA-graph replay + events), for block sizes, warps and cache hints; beside it
 torch's fused AdamW over fp32 weights and gradients (32 bytes/param) and a 1 GiB device copy (ceiling).
-Checks each variant against kernels.adamw.adamw_reference in float64 on one odd-sized tensor first.
+Checks each variant against kernels.adamw.adamw_reference in float64 on one odd-sized tensor first. Prints one
+JSON line per variant.
+
+Run from the repository root: ``python3 -m scripts.probes.adamw_sweep 1B``. Output of its 2026-11-24 run (H100):
+results/h100-sxm/adamw-sweep-2026-11-24/ (``sweep-*.log``; that run's per-program sum-of-squares buffer was sized
+for 2048-element blocks and stopped the sweep at block 1024: each launch shape now gets a buffer of its own).
 """
+
 import json
 import sys
+from functools import partial
 
 import torch
 import triton
@@ -15,7 +22,7 @@ import triton.language as tl
 from kernels.adamw import MasterAdamW, adamw_reference
 from models.config import CONFIGS
 from models.model import Decoder
-from optbench.timing import measure
+from optbench.core.timing import measure
 
 
 @triton.jit
@@ -54,12 +61,17 @@ def _kernel(MASTER, GRAD, EXP_AVG, EXP_AVG_SQ, WEIGHT, SCALARS, SUMSQ, n, lr_dec
         tl.store(WEIGHT + offs, p.to(WEIGHT.dtype.element_ty), mask=mask)
 
 
-def run_pass(opt, block, warps, hint, norm):
+def sumsq_buffer(opt, block):
+    """The per-program sum-of-squares buffer of one pass over ``opt``'s tensors in ``block``-element programs."""
+    return torch.zeros(sum(triton.cdiv(master.numel(), block) for master in opt.masters), device="cuda")
+
+
+def run_pass(opt, block, warps, hint, norm, sumsq):
     start = 0
     for p, master, m, v in zip(opt.params, opt.masters, opt.exp_avgs, opt.exp_avg_sqs):
         n = master.numel()
         programs = triton.cdiv(n, block)
-        _kernel[(programs,)](master, p.grad, m, v, p, opt._scalars, opt._sumsq[start:], n, 1 - 1e-5, 0.9, 0.999,
+        _kernel[(programs,)](master, p.grad, m, v, p, opt._scalars, sumsq[start:], n, 1 - 1e-5, 0.9, 0.999,
                              1e-8, BLOCK=block, HINT=hint, NORM=norm, num_warps=warps)
         start += programs
 
@@ -105,27 +117,26 @@ def main():
 
     buf = torch.empty(2**28, device="cuda")  # 1 GiB
     dst = torch.empty_like(buf)
-    report("copy-1GiB", measure(lambda: dst.copy_(buf), device="cuda"), 2 * buf.numel() * 4)
+    report("copy-1GiB", measure(partial(dst.copy_, buf), device="cuda"), 2 * buf.numel() * 4)
     del buf, dst
     report("ours-current(MasterAdamW.step)", measure(opt.step, device="cuda"), bytes_)
     for block, warps, hint in [(2048, 8, False), (1024, 4, False), (4096, 8, False), (4096, 16, False),
                                (8192, 16, False), (2048, 8, True), (4096, 8, True), (1024, 8, False),
                                (512, 4, False)]:
         err = check(block, warps, hint)
-        t = measure(lambda: run_pass(opt, block, warps, hint, True), device="cuda")
+        t = measure(partial(run_pass, opt, block, warps, hint, True, sumsq_buffer(opt, block)), device="cuda")
         report(f"block{block}-warps{warps}{'-hint' if hint else ''}", t, bytes_, err)
-    t = measure(lambda: run_pass(opt, 2048, 8, False, False), device="cuda")
+    t = measure(partial(run_pass, opt, 2048, 8, False, False, sumsq_buffer(opt, 2048)), device="cuda")
     report("block2048-warps8-no-param-norm (diagnostic)", t, bytes_)
     # one flat launch over the same element count (diagnostic: the per-tensor launches' cost)
     flat = [torch.randn(n, device="cuda"), torch.randn(n, device="cuda"), torch.rand(n, device="cuda")]
     fg = torch.randn(n, device="cuda").bfloat16()
     fw = torch.empty(n, device="cuda", dtype=torch.bfloat16)
     sums = torch.zeros(triton.cdiv(n, 2048), device="cuda")
-
-    def flat_pass():
-        _kernel[(triton.cdiv(n, 2048),)](flat[0], fg, flat[1], flat[2], fw, opt._scalars, sums, n, 1 - 1e-5, 0.9,
-                                         0.999, 1e-8, BLOCK=2048, HINT=False, NORM=True, num_warps=8)
+    flat_pass = partial(_kernel[(triton.cdiv(n, 2048),)], flat[0], fg, flat[1], flat[2], fw, opt._scalars, sums, n,
+                        1 - 1e-5, 0.9, 0.999, 1e-8, BLOCK=2048, HINT=False, NORM=True, num_warps=8)
     report("flat-one-launch-block2048 (diagnostic)", measure(flat_pass, device="cuda"), n * 30)
+    del flat_pass
     del flat, fg, fw
     # torch's fused AdamW over fp32 weights and grads of the same shapes (what best-compile-graph runs)
     ps = [torch.nn.Parameter(m.detach().clone()) for m in opt.masters]
