@@ -1,4 +1,4 @@
-"""optbench.compare on synthetic stores in tmp_path (test data, not measurements)."""
+"""optbench.core.compare on synthetic stores in tmp_path (test data, not measurements)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import random
 import pytest
 from synthetic_results import commit, record, samples, save
 
-from optbench import compare as cmp
-from optbench.store import ResultStore
+from optbench.core import compare as cmp
+from optbench.core.records import Record
+from optbench.core.store import ResultStore
 
 BASE, HEAD = commit(1), commit(2)
 SHAPES = ["8192x768", "16384x768", "16384x4096"]
@@ -116,7 +117,7 @@ def test_a_kernels_host_wall_time_is_reported_not_gated(store, capsys):
     assert changes and all(c.clock == "wall" and not c.gated and not c.regression for c in changes)
     assert run_main(store) == 0
     assert "slower (not gated)" in capsys.readouterr().out
-    assert cmp.gated_clock({"info": {"primary_clock": "wall"}}, "wall")
+    assert cmp.gated_clock(Record.of({"info": {"primary_clock": "wall"}}), "wall")
 
 
 def test_a_real_change_in_history_is_not_counted_as_noise(store):

@@ -1,4 +1,4 @@
-"""optbench.report on a synthetic store in tmp_path (test data, not measurements)."""
+"""optbench.reporting.report on a synthetic store in tmp_path (test data, not measurements)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from synthetic_results import commit, record, report_store, samples, save
 
 from models.variants import ABLATED, ABLATION
-from optbench import report
-from optbench.hardware import lookup
+from optbench.core.hardware import lookup
+from optbench.reporting import report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -77,9 +77,9 @@ def test_runs_are_ordered_by_record_date(store):
 
 def test_mfu_uses_the_profile_peak(store):
     rec = report.steps(report.runs(store)["h100-sxm"][-1])["1B"]["best"]
-    seconds = rec["metrics"]["step"]["wall"]["median_ms"] / 1e3
-    assert report.mfu(rec, lookup("h100-sxm")) == pytest.approx(rec["flops"]["step"] / seconds / 989.4e12)
-    assert report.tokens_per_s(rec) == pytest.approx(rec["info"]["tokens"] / seconds)
+    seconds = rec.timing("step", "wall").median_ms / 1e3
+    assert report.mfu(rec, lookup("h100-sxm")) == pytest.approx(rec.flops["step"] / seconds / 989.4e12)
+    assert report.tokens_per_s(rec) == pytest.approx(rec.info["tokens"] / seconds)
     assert report.mfu(rec, lookup("cpu")) is None
 
 
@@ -106,7 +106,7 @@ def test_headline_table(store):
     for row in ("| triton-norm vs eager |", "| RMSNorm | triton |", "| GradStats | foreach |"):
         assert row in table
     assert f"`{commit(3)[:12]}` (2025-01-03T12:00:00+00:00)" in table
-    assert "StepTiny" not in table and "| Tiny @" in report.headline_table(store, "cpu-host")
+    assert "StepTiny" not in table and "| tiny @" in report.headline_table(store, "cpu-host")
 
 
 def test_a_later_partial_run_does_not_hide_a_fuller_one(tmp_path):
@@ -251,9 +251,11 @@ def test_an_emulated_run_reports_no_mfu_and_no_roofline_fraction(store, publishe
     assert not any("roofline-h100-sxm-emulating-t4" in p.name for p in images(out / "roofline.html"))
 
 
-def _floor_run(tmp_path, cold_ratios: dict[str, float], fits_l2: bool | None = True) -> list:
+def _floor_run(tmp_path, cold_ratios: dict[str, float], fits_l2: bool | None = True, device_clock: bool = True,
+               warm: bool = True) -> list:
     """An H100 run of RMSNorm 8192x768 fwd with cold-L2 device times at the given multiples of its HBM floor
-    (warm: half of each), per implementation."""
+    (warm: half of each, unless not ``warm``), per implementation; records from before cold-L2 timing (no
+    ``info.device_clock``) unless ``device_clock``."""
     from synthetic_results import record, save, timing
 
     moved = 2.0 * 8192 * 768 * 2
@@ -262,9 +264,11 @@ def _floor_run(tmp_path, cold_ratios: dict[str, float], fits_l2: bool | None = T
     for impl, ratio in cold_ratios.items():
         rec = record("bench_kernels.RMSNorm", {"shape": "8192x768", "impl": impl},
                      times={"fwd": ([ratio * floor_ms] * 5, [0.1] * 5)}, flops={"fwd": 1.0},
-                     bytes_={"fwd": moved}, info={"dtype": "torch.bfloat16", "device_clock": "cold-l2",
+                     bytes_={"fwd": moved}, info={"dtype": "torch.bfloat16",
+                                                  **({"device_clock": "cold-l2"} if device_clock else {}),
                                                   **({} if fits_l2 is None else {"fits_l2": fits_l2})})
-        rec["metrics"]["fwd"]["device_warm"] = timing([ratio * floor_ms / 2] * 5)
+        if warm:
+            rec["metrics"]["fwd"]["device_warm"] = timing([ratio * floor_ms / 2] * 5)
         records.append(rec)
     store = report.ResultStore(tmp_path / "results")
     save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", records)
@@ -293,16 +297,12 @@ def test_a_cold_time_at_or_under_its_floor_is_a_measurement_problem_not_a_bar(tm
 
 
 def test_kernel_records_from_before_cold_l2_timing_are_not_shown(tmp_path):
-    history = _floor_run(tmp_path, {"eager": 3.0})
-    for rec in history[-1].records.values():
-        rec.get("info", {}).pop("device_clock", None)
+    history = _floor_run(tmp_path, {"eager": 3.0}, device_clock=False)
     assert report.kernels(history[-1]) == {} and report.floor_ratios(history[-1]) == {}
 
 
 def test_a_roofline_without_problems_has_no_list_and_old_records_have_no_warm_figure(tmp_path):
-    history = _floor_run(tmp_path, {"eager": 3.0}, fits_l2=None)
-    for rec in history[-1].records.values():
-        rec.get("metrics", {}).get("fwd", {}).pop("device_warm", None)
+    history = _floor_run(tmp_path, {"eager": 3.0}, fits_l2=None, warm=False)
     ratio = report.floor_ratios(history[-1])["RMSNorm fwd"]["8192x768"]["eager"]
     assert ratio.warm is None and ratio.fits_l2 is None and not ratio.suspect
     (fig,) = report.roofline_parts(history)

@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from optbench.store import ResultStore, StoredRun
+from optbench.core.records import OK, Record, TimingView
+from optbench.core.store import ResultStore, StoredRun
 
-OK = "ok"
 MISSING = "missing"
 COLUMNS = ("benchmark", "params", "metric", "clock", "base", "head", "head/base", "runs", "detectable", "verdict")
 ALPHA = 1e-3  # one-sided false-alarm rate of one metric's verdict
@@ -108,10 +108,10 @@ def _within_run_sigma(base: Sequence[StoredRun], head: Sequence[StoredRun], seri
     key, metric, clock = series
     spreads = [0.0]
     for run in (*base, *head):
-        rec = run.records.get(key)
-        t = timing_of(rec, metric, clock) if rec and rec.get("status") == OK else None
-        if t and t.get("median_ms", 0) > 0:
-            spreads.append((t["q75_ms"] - t["q25_ms"]) / t["median_ms"] / IQR_PER_SIGMA)
+        rec = Record.of(run.records[key]) if key in run.records else None
+        t = timing_of(rec, metric, clock) if rec and rec.ok else None
+        if t and t.median_ms > 0:
+            spreads.append(t.iqr_ms / t.median_ms / IQR_PER_SIGMA)
     return max(spreads)
 
 
@@ -143,19 +143,6 @@ class Change:
     gated: bool = True  # False: reported only (host wall time of a record timed on the device: :func:`gated_clock`)
 
 
-def timing(record: dict, metric: str, clock: str | None = None) -> tuple[str, dict] | None:
-    """(clock, Timing dict) of ``metric``: by ``clock`` if given, else by the record's primary clock with
-    wall as the fallback where that is null; None where there is no such timing."""
-    clocks = record.get("metrics", {}).get(metric) or {}
-    if clock is not None:
-        return (clock, clocks[clock]) if clocks.get(clock) else None
-    primary = record.get("info", {}).get("primary_clock", "device")
-    for name in (primary, "wall"):
-        if clocks.get(name):
-            return name, clocks[name]
-    return None
-
-
 def git_commit(ref: str) -> str | None:
     """Full hash of a commit-ish in the repository of this file, or None where git cannot resolve it."""
     try:
@@ -176,42 +163,42 @@ def resolve(store: ResultStore, machine: str, ref: str) -> str | None:
     return None
 
 
-def series_clock(rec: dict, clock: str) -> str:
+def series_clock(rec: Record, clock: str) -> str:
     """The clock a record's timing belongs to by method: a graph-replayed ``device`` time of a record that predates
     ``info.device_clock`` (a kernel's, back-to-back on one input set) is what newer records call ``device_warm``,
     so its history informs that clock's noise."""
-    old_kernel = rec.get("benchmark", "").startswith("bench_kernels.") and "device_clock" not in rec.get("info", {})
+    old_kernel = rec.benchmark.startswith("bench_kernels.") and "device_clock" not in rec.info
     return "device_warm" if clock == "device" and old_kernel else clock
 
 
-def timing_of(rec: dict, metric: str, clock: str) -> dict | None:
-    """The Timing dict of ``metric`` that belongs to the series clock ``clock`` (:func:`series_clock`), or None."""
-    for name, t in ((rec.get("metrics") or {}).get(metric) or {}).items():
-        if t and series_clock(rec, name) == clock:
-            return t
-    return None
+def timing_of(rec: Record, metric: str, clock: str) -> TimingView | None:
+    """The timing of ``metric`` that belongs to the series clock ``clock`` (:func:`series_clock`), or None."""
+    name = next((name for name in rec.clocks(metric) if series_clock(rec, name) == clock), None)
+    return rec.timing(metric, name) if name else None
 
 
-def gated_clock(rec: dict, clock: str) -> bool:
+def gated_clock(rec: Record, clock: str) -> bool:
     """Whether a clock of a record decides the gate: every clock but the wall time of a record whose primary clock
     is its device time (a kernel's). That wall time measures host launch overhead (at small shapes twice the device
     time) and spreads more than 5% between two lent H100s (0.089 vs 0.164 ms for compiled QKVRope at 100M); the
     device times of the same work gate, and a wall change is still reported. A step's primary clock is its wall
     time (what training pays), so a step's wall time gates."""
-    return clock != "wall" or rec.get("info", {}).get("primary_clock", "device") == "wall"
+    return clock != "wall" or rec.primary_clock == "wall"
 
 
 def run_medians(run: StoredRun) -> dict[Series, float]:
     """Median ms of every timed (metric, clock) of the run's ok records, by series (clocks by method:
     :func:`series_clock`)."""
     found = {}
-    for key, rec in run.results().items():
-        if rec.get("status") != OK:
+    for key, data in run.results().items():
+        rec = Record.of(data)
+        if not rec.ok:
             continue
-        for metric, clocks in (rec.get("metrics") or {}).items():
-            for clock, t in (clocks or {}).items():
-                if t and t.get("median_ms", 0) > 0:
-                    found[(key, metric, series_clock(rec, clock))] = t["median_ms"]
+        for metric in rec.metrics:
+            for clock in rec.clocks(metric):
+                t = rec.timing(metric, clock)
+                if t.median_ms > 0:
+                    found[(key, metric, series_clock(rec, clock))] = t.median_ms
     return found
 
 
@@ -281,12 +268,12 @@ class NoiseModel:
         return Noise(sigma, count, "benchmark") if count >= MIN_DF else PRIOR
 
 
-def _summary(t: dict) -> Summary:
-    return Summary(t["median_ms"], t["q25_ms"], t["q75_ms"])
+def _summary(t: TimingView) -> Summary:
+    return Summary(t.median_ms, t.q25_ms, t.q75_ms)
 
 
-def _latest(runs: Sequence[StoredRun], key: str) -> dict | None:
-    return next((run.records[key] for run in reversed(runs) if key in run.records), None)
+def _latest(runs: Sequence[StoredRun], key: str) -> Record | None:
+    return next((Record.of(run.records[key]) for run in reversed(runs) if key in run.records), None)
 
 
 def compare_runs(base: Sequence[StoredRun], head: Sequence[StoredRun], noise: NoiseModel,
@@ -301,8 +288,8 @@ def compare_runs(base: Sequence[StoredRun], head: Sequence[StoredRun], noise: No
         b, h = _latest(base, key), _latest(head, key)
         rec = h or b
         assert rec is not None
-        common = dict(where, key=key, benchmark=rec["benchmark"], params=rec.get("params", {}))
-        sb, sh = (r["status"] if r else MISSING for r in (b, h))
+        common = dict(where, key=key, benchmark=rec.benchmark, params=dict(rec.params))
+        sb, sh = (r.status if r else MISSING for r in (b, h))
         if sb != OK or sh != OK:
             if sb == sh == "skipped":
                 continue
@@ -312,15 +299,16 @@ def compare_runs(base: Sequence[StoredRun], head: Sequence[StoredRun], noise: No
                                   improvement=significant and sh == OK, base_status=sb, head_status=sh))
             continue
         assert b is not None and h is not None
-        for metric, clocks in (h.get("metrics") or {}).items():
-            for clock in dict.fromkeys(series_clock(h, c) for c in clocks or {}):
+        for metric in h.metrics:
+            for clock in dict.fromkeys(series_clock(h, c) for c in h.clocks(metric)):
                 tb, th = timing_of(b, metric, clock), timing_of(h, metric, clock)
                 if th is None:
                     continue
                 if tb is None:
-                    if clock == "device" and timing(b, metric, "device"):  # base measured another thing under it
+                    other = b.timing(metric, "device")
+                    if clock == "device" and other:  # base measured another thing under it
                         changes.append(Change(**common, metric=metric, quantity="time", clock=clock,
-                                              base=_summary(timing(b, metric, "device")[1]), head=_summary(th),
+                                              base=_summary(other), head=_summary(th),
                                               ratio=None, significant=False, regression=False, improvement=False,
                                               method_changed=True))
                     continue
@@ -348,11 +336,10 @@ def _memory_changes(base: Sequence[StoredRun], head: Sequence[StoredRun], key: s
     def peaks(runs: Sequence[StoredRun]) -> dict[str, list[float]]:
         found: dict[str, list[float]] = defaultdict(list)
         for run in runs:
-            rec = run.records.get(key)
-            if rec and rec.get("status") == OK:
-                for metric, value in (rec.get("peak_mem_bytes") or {}).items():
-                    if value is not None:
-                        found[metric].append(value)
+            rec = Record.of(run.records[key]) if key in run.records else None
+            if rec and rec.ok:
+                for metric, value in rec.peaks().items():
+                    found[metric].append(value)
         return found
 
     pb, ph = peaks(base), peaks(head)

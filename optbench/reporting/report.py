@@ -14,7 +14,7 @@ and never shares a panel with a real one):
   bytes/bandwidth), with the warm-L2 time beside it; a cold time at or below the floor is listed as a
   measurement problem, not drawn; none for an emulated run;
 - ``history.html``: the headline speedups over the commits of each machine;
-- ``compare.html``: two commits side by side (optbench.compare): table and chart of head/base changes.
+- ``compare.html``: two commits side by side (optbench.core.compare): table and chart of head/base changes.
 
 A commit's run may hold part of the suite only, so each model size (steps) and each kernel panel comes
 from the run that measured the most of it (variants, implementations, shapes), the newest of those by the
@@ -30,31 +30,29 @@ import re
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from html import escape
 from pathlib import Path
 from string import Template
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from kernels.shapes import IMPLS
 from models.variants import ABLATED, ABLATION, VARIANTS, ablation_note, reference
-from optbench.anchors import ANCHOR_BENCHMARK
-from optbench.compare import COLUMNS, OK, compare, compared, resolve, rows, shown, timing, verdict
-from optbench.store import DEVICE_CLOCK, MACHINE_KEY, REPO_ROOT, ResultStore, results_dir, write_text_atomic
+from optbench.core.compare import COLUMNS, compare, compared, resolve, rows, shown, verdict
+from optbench.core.records import Record
+from optbench.core.store import DEVICE_CLOCK, MACHINE_KEY, REPO_ROOT, ResultStore, results_dir, write_text_atomic
+from optbench.suite import catalog
+from optbench.suite.catalog import ANCHOR_BENCHMARK
 
 if TYPE_CHECKING:
-    from optbench.hardware import HardwareProfile
+    from optbench.core.hardware import HardwareProfile
 
 ROOT = REPO_ROOT
 GiB = 2**30
-STEP, KERNEL = "bench_step.", "bench_kernels."
-BASELINE_IMPLS = {impls[0] for impls in IMPLS.values()}
-DTYPE_KEYS = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
 README_START, README_END = "<!-- headline:start -->", "<!-- headline:end -->"
 
 PAGES: dict[str, tuple[str, str]] = {
@@ -81,7 +79,7 @@ PAGES: dict[str, tuple[str, str]] = {
                 "reference (named in the legend) by wall clock, kernels vs eager by device time (geometric mean "
                 "over shapes)."),
     "compare": ("Two commits side by side",
-                "optbench.compare: each time's runs against its run-to-run noise, peak memory beyond the "
+                "optbench.core.compare: each time's runs against its run-to-run noise, peak memory beyond the "
                 "threshold; head/base of the changes beyond what each metric's noise lets the gate detect."),
 }
 
@@ -117,15 +115,15 @@ class Run:
 
     machine: str
     commit: str
-    records: dict[str, dict]
+    records: dict[str, Record]
 
     @property
-    def info(self) -> dict:
-        return self.records.get(MACHINE_KEY, {}).get("info", {})
+    def info(self) -> Mapping[str, Any]:
+        return self.records[MACHINE_KEY].info if MACHINE_KEY in self.records else {}
 
     @property
     def date(self) -> str:
-        return self.records.get(MACHINE_KEY, {}).get("date", "")
+        return self.records[MACHINE_KEY].date if MACHINE_KEY in self.records else ""
 
     @property
     def emulated(self) -> bool:
@@ -140,7 +138,7 @@ class Run:
 
     def profile(self) -> HardwareProfile | None:
         """Hardware profile of the run (the emulated one where emulating); None if unknown."""
-        from optbench import hardware
+        from optbench.core import hardware
 
         try:
             return hardware.lookup(self.info.get("emulate") or self.info.get("profile") or "cpu")
@@ -152,7 +150,8 @@ def runs(store: ResultStore) -> dict[str, list[Run]]:
     """Each machine's commits (the latest record of each case over the commit's runs), oldest first by the date
     of the commit's first run (a later rerun of an old commit does not make it the newest); real GPUs, then
     emulated, then CPUs."""
-    found = {m: [Run(m, c, store.load(m, c)) for c in store.commits(m)] for m in store.machines()}
+    found = {m: [Run(m, c, {k: Record.of(r) for k, r in store.load(m, c).items()}) for c in store.commits(m)]
+             for m in store.machines()}
     return dict(sorted(((m, h) for m, h in found.items() if h),
                        key=lambda mh: (not mh[1][-1].info.get("gpu_name"), mh[1][-1].emulated, mh[0])))
 
@@ -162,35 +161,35 @@ def _size_order(size: str) -> float:
     return float(m[1]) * (1e6 if m[2] == "M" else 1e9) if m else 0.0
 
 
-def _step_grid(run: Run, grid: str) -> dict[str, dict[str, dict]]:
-    """ok records of the asv classes ``bench_step.<grid><size>`` with a wall time, by size (smallest first),
-    then variant."""
-    found: dict[str, dict[str, dict]] = defaultdict(dict)
-    prefix = STEP + grid
+def _step_grid(run: Run, role: str) -> dict[str, dict[str, Record]]:
+    """ok records of the step grids of ``role`` (``optbench.suite.catalog.Benchmark.role``) with a wall time, by
+    size (smallest first), then variant."""
+    found: dict[str, dict[str, Record]] = defaultdict(dict)
     for rec in run.records.values():
-        if rec.get("benchmark", "").startswith(prefix) and rec["status"] == OK and timing(rec, "step", "wall"):
-            found[rec["benchmark"].removeprefix(prefix)][rec["params"]["variant"]] = rec
+        entry = catalog.BENCHMARKS.get(rec.benchmark)
+        if entry and entry.role == role and rec.ok and rec.timing("step", "wall"):
+            found[entry.size][rec.params["variant"]] = rec
     return {size: found[size] for size in sorted(found, key=_size_order)}
 
 
-def steps(run: Run) -> dict[str, dict[str, dict]]:
-    """ok training-step records (bench_step.Step*) with a wall time by size ('Tiny', '100M', ...), variant."""
-    return _step_grid(run, "Step")
+def steps(run: Run) -> dict[str, dict[str, Record]]:
+    """ok training-step records of the variant grids with a wall time by size ('tiny', '100M', ...), variant."""
+    return _step_grid(run, "variants")
 
 
-def ablations(run: Run) -> dict[str, dict[str, dict]]:
+def ablations(run: Run) -> dict[str, dict[str, Record]]:
     """ok records of the leave-one-out ablation grids (bench_step.Ablation*) by size, then variant."""
-    return _step_grid(run, "Ablation")
+    return _step_grid(run, "ablation")
 
 
-def step_ms(rec: dict) -> float:
+def step_ms(rec: Record) -> float:
     """Median wall-clock ms per optimizer step."""
-    return timing(rec, "step", "wall")[1]["median_ms"]
+    return rec.timing("step", "wall").median_ms
 
 
-def step_iqr_ms(rec: dict) -> float:
+def step_iqr_ms(rec: Record) -> float:
     """Interquartile range of the wall-clock ms per optimizer step within its run."""
-    return timing(rec, "step", "wall")[1]["iqr_ms"]
+    return rec.timing("step", "wall").iqr_ms
 
 
 def step_reference(variant: str) -> str | None:
@@ -216,7 +215,7 @@ def _vs(variant: str) -> str:
     return f"{variant} vs {step_reference(variant) or '?'}"
 
 
-def ablation_rows(by_variant: dict[str, dict]) -> list[list[str]]:
+def ablation_rows(by_variant: dict[str, Record]) -> list[list[str]]:
     """One size's leave-one-out table (ABLATION_HEADER): best-kernels, best-kernels without each switch (and what
     needs it), eager; ms per step as median [IQR]; worth = ms without / ms of best-kernels (>1: the switch
     helps), n/a where either was not measured or they come from different runs."""
@@ -242,22 +241,25 @@ ABLATION_CAPTION = (f"wall clock, median ms per optimizer step [IQR], every row 
 
 def step_peaks(run: Run) -> dict[str, dict[str, float]]:
     """Peak device memory of one training step, GiB, by size, then variant."""
-    found = {size: {v: rec["peak_mem_bytes"]["step"] / GiB for v, rec in variants.items()
-                    if (rec.get("peak_mem_bytes") or {}).get("step") is not None}
+    found = {size: {v: rec.peak_bytes("step") / GiB for v, rec in variants.items()
+                    if rec.peak_bytes("step") is not None}
              for size, variants in steps(run).items()}
     return {size: peaks for size, peaks in found.items() if peaks}
 
 
-def _dtype(rec: dict) -> str:
+def _dtype(rec: Record) -> str:
     """Peak key of a record: info['precision'] ('bf16', ...), info['dtype'] ('torch.bfloat16'), else bf16."""
-    info = rec.get("info", {})
-    return info["precision"] if info.get("precision") in DTYPE_KEYS.values() else \
-        DTYPE_KEYS.get(info.get("dtype", ""), "bf16")
+    from optbench.core.hardware import DTYPES, dtype_name
+
+    info = rec.info
+    if info.get("precision") in DTYPES:
+        return info["precision"]
+    return dtype_name(info["dtype"]) if info.get("dtype") else "bf16"
 
 
-def tokens_per_s(rec: dict) -> float | None:
+def tokens_per_s(rec: Record) -> float | None:
     """Tokens per second of a training step (wall clock); None without info['tokens']."""
-    tokens = rec.get("info", {}).get("tokens")
+    tokens = rec.info.get("tokens")
     return tokens / (step_ms(rec) / 1e3) if tokens else None
 
 
@@ -276,40 +278,41 @@ def _emulated_note(run: Run, what: str) -> str:
                                       what=what))
 
 
-def mfu(rec: dict, profile: HardwareProfile | None) -> float | None:
+def mfu(rec: Record, profile: HardwareProfile | None) -> float | None:
     """Model FLOPs utilization of a step: flops['step'] / wall seconds / the profile's peak at its dtype."""
     peak = profile.peak_tflops.get(_dtype(rec)) if profile else None
-    flops = rec.get("flops", {}).get("step")
+    flops = rec.flops.get("step")
     return flops / (step_ms(rec) / 1e3) / (peak * 1e12) if peak and flops else None
 
 
-def kernel_metric(rec: dict) -> str:
+def kernel_metric(rec: Record) -> str:
     """'fwdbwd' where the kernel has a backward, else 'fwd'."""
-    return "fwdbwd" if "fwdbwd" in rec.get("metrics", {}) else "fwd"
+    return "fwdbwd" if "fwdbwd" in rec.metrics else "fwd"
 
 
-def kernels(run: Run) -> dict[tuple[str, str], dict[str, dict]]:
+def kernels(run: Run) -> dict[tuple[str, str], dict[str, Record]]:
     """ok kernel records with a device time measured with a cold L2 (``info.device_clock``; older records timed
     warm-L2 replays and, in full grids, a torch.compile baseline compiled for another shape), by (op, shape) and
     implementation."""
-    found: dict[tuple[str, str], dict[str, dict]] = defaultdict(dict)
+    found: dict[tuple[str, str], dict[str, Record]] = defaultdict(dict)
     for rec in run.records.values():
-        if rec.get("benchmark", "").startswith(KERNEL) and rec["status"] == OK and \
-                rec.get("info", {}).get("device_clock") == DEVICE_CLOCK and timing(rec, kernel_metric(rec), "device"):
-            op = rec["benchmark"].removeprefix(KERNEL)
-            found[op, rec["params"]["shape"]][rec["params"]["impl"]] = rec
+        if catalog.kind(rec.benchmark) == "kernel" and rec.ok and rec.info.get("device_clock") == DEVICE_CLOCK \
+                and rec.timing(kernel_metric(rec), "device"):
+            op = rec.benchmark.split(".", 1)[1]
+            found[op, rec.params["shape"]][rec.params["impl"]] = rec
     return dict(found)
 
 
-def _device_ms(rec: dict, metric: str) -> float:
-    return timing(rec, metric, "device")[1]["median_ms"]
+def _device_ms(rec: Record, metric: str) -> float:
+    return rec.timing(metric, "device").median_ms
 
 
 def kernel_speedups(run: Run) -> dict[str, dict[str, list[float]]]:
     """Per op and implementation, speedups vs the op's baseline (eager, or loop) over shapes (device time)."""
     found: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for (op, _), impls in kernels(run).items():
-        base = next((rec for impl, rec in impls.items() if impl in BASELINE_IMPLS), None)
+        baseline = catalog.KERNELS[catalog.benchmark(next(iter(impls.values())).benchmark).op].impls[0]
+        base = impls.get(baseline)
         for impl, rec in impls.items():
             if base is not None and rec is not base:
                 metric = kernel_metric(rec)
@@ -329,7 +332,7 @@ class FloorRatio:
     @property
     def suspect(self) -> bool:
         """A cold time at or below the floor: a measurement problem, not a speed."""
-        from optbench.roofline import below_floor
+        from optbench.core.roofline import below_floor
 
         return below_floor(self.cold)
 
@@ -337,7 +340,7 @@ class FloorRatio:
 def floor_ratios(run: Run) -> dict[str, dict[str, dict[str, FloorRatio]]]:
     """Time / roofline floor by 'op metric', shape and implementation ({} without known ceilings, and for an
     emulated run: :func:`peak_profile`)."""
-    from optbench.roofline import Ceilings, floor_ms
+    from optbench.core.roofline import Ceilings, floor_ms
 
     profile = peak_profile(run)
     if profile is None:
@@ -346,16 +349,16 @@ def floor_ratios(run: Run) -> dict[str, dict[str, dict[str, FloorRatio]]]:
     found: dict[str, dict[str, dict[str, FloorRatio]]] = defaultdict(lambda: defaultdict(dict))
     for (op, shape), impls in kernels(run).items():
         for impl, rec in impls.items():
-            for metric in rec["metrics"]:
-                flops, moved = rec.get("flops", {}).get(metric), rec.get("bytes", {}).get(metric)
-                if flops is None or moved is None or not timing(rec, metric, "device"):
+            for metric in rec.metrics:
+                flops, moved = rec.flops.get(metric), rec.bytes_moved.get(metric)
+                if flops is None or moved is None or not rec.timing(metric, "device"):
                     continue
                 floor = floor_ms(flops, moved, ceilings, _dtype(rec))
                 if floor:
-                    warm = timing(rec, metric, "device_warm")
+                    warm = rec.timing(metric, "device_warm")
                     found[f"{op} {metric}"][shape][impl] = FloorRatio(
-                        _device_ms(rec, metric) / floor, warm[1]["median_ms"] / floor if warm else None,
-                        rec.get("info", {}).get("fits_l2"))
+                        _device_ms(rec, metric) / floor, warm.median_ms / floor if warm else None,
+                        rec.info.get("fits_l2"))
     return {panel: dict(shapes) for panel, shapes in found.items()}
 
 
@@ -489,7 +492,7 @@ def _step_rows(found: list[tuple[str, Run, object]]) -> list[list[str]]:
     variants = sorted(dict.fromkeys(v for by_v, _ in measured for v in by_v),
                       key=lambda v: (v != "eager", step_reference(v) != v))
 
-    def cell(variant: str, by_v: dict[str, dict], speedups: dict[str, float | None]) -> str:
+    def cell(variant: str, by_v: dict[str, Record], speedups: dict[str, float | None]) -> str:
         if variant not in by_v:
             return "–"
         rec = by_v[variant]
@@ -675,7 +678,7 @@ def _section(run: Run, parts: list[Part], out: Path, stem: str) -> str:
 def write_page(out: Path, name: str, found: dict[str, list[Run]],
                chart: Callable[[list[Run]], list[Part]]) -> None:
     """One page: its description, then per machine the parts chart() gives for its runs."""
-    from optbench.hardware import slugify
+    from optbench.core.hardware import slugify
 
     title, description = PAGES[name]
     body = [f"<p>{escape(description)}</p>"]
@@ -697,7 +700,7 @@ def write_index(out: Path, found: dict[str, list[Run]]) -> None:
 
 def asv_publish(results: Path, html: Path) -> None:
     """asv's site into html (asv empties it first); a printed note instead where asv has nothing to do."""
-    from optbench.cli import asv
+    from optbench.core.asv_atomic import asv
 
     if results.resolve() != (ROOT / "results").resolve():
         print(f"optbench report: asv publish skipped: asv reads asv.conf.json's results_dir, not {results}")
@@ -736,15 +739,15 @@ def md_table(header: Sequence[str], body: list[Sequence[str]]) -> str:
     return "\n".join("| " + " | ".join(row) + " |" for row in [header, ["---"] * len(header), *body])
 
 
-def anchor_steps(run: Run) -> dict[str, dict]:
-    """ok HF anchor records (optbench.anchors) with a wall time, by size."""
-    return {rec["params"]["size"]: rec for rec in run.records.values()
-            if rec.get("benchmark") == ANCHOR_BENCHMARK and rec["status"] == OK and timing(rec, "step", "wall")}
+def anchor_steps(run: Run) -> dict[str, Record]:
+    """ok HF anchor records (optbench.suite.anchors) with a wall time, by size."""
+    return {rec.params["size"]: rec for rec in run.records.values()
+            if rec.benchmark == ANCHOR_BENCHMARK and rec.ok and rec.timing("step", "wall")}
 
 
-def _run_of(rec: dict) -> str:
+def _run_of(rec: Record) -> str:
     """The optbench run of a record: its run id, else (records from before run ids) its date."""
-    return rec.get("run") or rec.get("date", "")
+    return rec.run or rec.date
 
 
 def hf_ratio(run: Run, size: str) -> tuple[float, str, str] | None:
@@ -757,7 +760,7 @@ def hf_ratio(run: Run, size: str) -> tuple[float, str, str] | None:
     variant = min(ours, key=lambda v: step_ms(ours[v]))
     rec = ours[variant]
     where = "same run" if _run_of(rec) == _run_of(anchor) else \
-        "another run, same day" if rec.get("date", "")[:10] == anchor.get("date", "")[:10] else \
+        "another run, same day" if rec.date[:10] == anchor.date[:10] else \
         "another run of the commit"
     return step_ms(anchor) / step_ms(rec), variant, where
 
@@ -779,7 +782,7 @@ def _hf_rows(found: list[tuple[str, Run, object]]) -> tuple[list[list[str]], str
     hf = ["HF + torch.compile (ms per step [IQR])",
           *(f"{step_ms(a):.1f} ms [{step_iqr_ms(a):.1f}]" if a else "n/a" for a in anchors)]
     x_hf = ["× HF (HF ms / our fastest's ms)", *map(_x_hf_cell, ratios)]
-    setups = dict.fromkeys(f"{a['info'].get('setup')} (transformers {a['info'].get('transformers')})"
+    setups = dict.fromkeys(f"{a.info.get('setup')} (transformers {a.info.get('transformers')})"
                            for a in anchors if a)
     note = (f"× HF: the median wall-clock ms per step of `{ANCHOR_BENCHMARK}` ({'; '.join(setups)}) over that of "
             "our fastest variant at the size, named in the cell: both of the column's commit, from one run unless the "

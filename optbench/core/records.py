@@ -1,0 +1,97 @@
+"""The one typed reader of stored records: what :mod:`optbench.core.runner` writes, read back by name.
+
+A record is a JSON object (one line of a run's file, :mod:`optbench.core.store`); :meth:`Record.of` views it
+without copying and tolerates records of any age: a missing field reads as empty, a clock stored as null (no
+device on a CPU) or absent (``device_warm`` before cold-L2 timing) reads as no timing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+OK = "ok"
+
+
+@dataclass(frozen=True)
+class TimingView:
+    """One clock's timing of one metric (a ``Timing.to_dict()``), ms per call; the quartiles default to the
+    median and the samples to none where a record lacks them."""
+
+    median_ms: float
+    q25_ms: float
+    q75_ms: float
+    samples_ms: tuple[float, ...] = ()
+    method: str = ""
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> TimingView:
+        median = data.get("median_ms", 0.0)
+        return cls(median, data.get("q25_ms", median), data.get("q75_ms", median),
+                   tuple(data.get("samples_ms", ())), data.get("method", ""))
+
+    @property
+    def iqr_ms(self) -> float:
+        """Interquartile range of the samples, ms."""
+        return self.q75_ms - self.q25_ms
+
+
+@dataclass(frozen=True)
+class Record:
+    """One stored record. ``run`` is the run id ('' for records from before run ids), ``date`` the ISO 8601
+    time its run started; ``flops``/``bytes_moved`` map a metric to the work of one call (for the roofline)."""
+
+    key: str
+    benchmark: str
+    params: Mapping[str, str]
+    status: str
+    reason: str
+    info: Mapping[str, Any]
+    run: str
+    date: str
+    flops: Mapping[str, float]
+    bytes_moved: Mapping[str, float]
+    _timings: Mapping[str, Mapping[str, Mapping[str, Any] | None] | None] = field(repr=False)
+    _peaks: Mapping[str, float | None] = field(repr=False)
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> Record:
+        """The view of one stored record (a dict as read from the store)."""
+        return cls(key=data.get("key", ""), benchmark=data.get("benchmark", ""), params=data.get("params") or {},
+                   status=data.get("status", ""), reason=data.get("reason", ""), info=data.get("info") or {},
+                   run=data.get("run") or "", date=data.get("date") or "", flops=data.get("flops") or {},
+                   bytes_moved=data.get("bytes") or {}, _timings=data.get("metrics") or {},
+                   _peaks=data.get("peak_mem_bytes") or {})
+
+    @property
+    def ok(self) -> bool:
+        """Whether the case was checked and measured."""
+        return self.status == OK
+
+    @property
+    def primary_clock(self) -> str:
+        """The clock the record's figure is read by: ``info.primary_clock``, device time where unset."""
+        return self.info.get("primary_clock", "device")
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """Names of the timed metrics, in stored order (one may have no timing by any clock)."""
+        return tuple(self._timings)
+
+    def clocks(self, metric: str) -> tuple[str, ...]:
+        """The clocks with a timing of ``metric`` ('device', 'device_warm', 'wall'), in stored order."""
+        return tuple(clock for clock, t in (self._timings.get(metric) or {}).items() if t)
+
+    def timing(self, metric: str, clock: str) -> TimingView | None:
+        """``metric`` timed by ``clock``; None where it was not (a null or missing clock, a missing metric)."""
+        t = (self._timings.get(metric) or {}).get(clock)
+        return TimingView.of(t) if t else None
+
+    def peaks(self) -> dict[str, float]:
+        """Peak extra device memory of each metric that has one, bytes."""
+        return {metric: value for metric, value in self._peaks.items() if value is not None}
+
+    def peak_bytes(self, metric: str) -> float | None:
+        """Peak extra device memory during ``metric``, bytes; None where not measured."""
+        return self._peaks.get(metric)
