@@ -9,7 +9,7 @@ from functools import cache
 
 import torch
 
-from optbench.timing import sync_clock
+from optbench.core.timing import sync_clock
 
 
 class _CPUTimed:

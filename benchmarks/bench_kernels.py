@@ -8,35 +8,24 @@ Each case is checked against the eager baseline run in higher precision before i
 
 from __future__ import annotations
 
-import os
-
-from kernels.shapes import IMPLS, QUICK_SHAPES, SHAPES
-
-from .common import Grid, unit
-
-SUITE = os.environ.get("OPTBENCH_SUITE", "full")
-
-
-def _grid(op: str) -> list[list[str]]:
-    """shape x impl of ``op`` in this suite (the quick suite: one shape)."""
-    return [QUICK_SHAPES[op] if SUITE == "quick" else list(SHAPES[op]), list(IMPLS[op])]
+from .common import Grid, grid, unit
 
 
 class _Kernel(Grid):
-    op = ""
     param_names = ["shape", "impl"]
     version = 2  # 2: device time with a cold L2 (1: back-to-back calls on one input set, a warm L2)
 
     def cases(self):
         from functools import partial
 
-        from optbench.runner import Case
-        from optbench.workloads import kernel_work
+        from optbench.core.runner import Case
+        from optbench.suite import catalog
+        from optbench.suite.workloads import kernel_work
 
         from .common import device
 
-        dev = device()
-        return [Case({"shape": s, "impl": i}, partial(kernel_work, self.op, s, i, dev))
+        dev, op = device(), catalog.benchmark(self.benchmark_name()).op
+        return [Case({"shape": s, "impl": i}, partial(kernel_work, op, s, i, dev))
                 for s in self.params[0] for i in self.params[1]]
 
     @unit("ms")
@@ -71,8 +60,7 @@ class _KernelWithBackward(_Kernel):
 
 
 class RMSNorm(_KernelWithBackward):
-    op = "rmsnorm"
-    params = _grid(op)
+    params = grid(__module__, __qualname__)
 
     def setup_cache(self):
         return self.measure_grid()
@@ -81,24 +69,21 @@ class RMSNorm(_KernelWithBackward):
 class AddRMSNorm(_KernelWithBackward):
     """The residual add and the RMSNorm after it (x fp32, y and the norm's output bf16), fused or not."""
 
-    op = "add_rmsnorm"
-    params = _grid(op)
+    params = grid(__module__, __qualname__)
 
     def setup_cache(self):
         return self.measure_grid()
 
 
 class SwiGLU(_KernelWithBackward):
-    op = "swiglu"
-    params = _grid(op)
+    params = grid(__module__, __qualname__)
 
     def setup_cache(self):
         return self.measure_grid()
 
 
 class QKNorm(_KernelWithBackward):
-    op = "qknorm"
-    params = _grid(op)
+    params = grid(__module__, __qualname__)
 
     def setup_cache(self):
         return self.measure_grid()
@@ -107,16 +92,14 @@ class QKNorm(_KernelWithBackward):
 class QKVRope(_KernelWithBackward):
     """RoPE of q and k out of one packed q/k/v projection output (B=8, S=1024), and its packed gradient."""
 
-    op = "qkv_rope"
-    params = _grid(op)
+    params = grid(__module__, __qualname__)
 
     def setup_cache(self):
         return self.measure_grid()
 
 
 class LinearCrossEntropy(_KernelWithBackward):
-    op = "linear_ce"
-    params = _grid(op)
+    params = grid(__module__, __qualname__)
 
     def setup_cache(self):
         return self.measure_grid()
@@ -125,8 +108,7 @@ class LinearCrossEntropy(_KernelWithBackward):
 class GradStats(_Kernel):
     """Gradient norm + parameter norm + clipping over all of a model's parameters (fp32)."""
 
-    op = "grad_stats"
-    params = _grid(op)
+    params = grid(__module__, __qualname__)
 
     def setup_cache(self):
         return self.measure_grid()

@@ -1,27 +1,24 @@
 """Precision modes: TF32 on/off for fp32 matmuls and fp32 training, bf16 autocast vs fp16 + GradScaler.
 
 Matmul: device ms per 8192^3 product (TFLOP/s derived at report time). Step (100M, B=8, S=1024):
-wall-clock ms per optimizer step and peak memory. The seeds claim TF32 gives 10-30%; these measure it.
+wall-clock ms per optimizer step and peak memory: what TF32 gains over fp32 and what bf16 gains over fp16.
 """
 
 from __future__ import annotations
 
-from models.variants import STEP_VARIANTS
-
-from .bench_step import _Step
-from .common import Grid, unit
+from .common import Grid, StepGrid, grid, unit
 
 
 class Matmul(Grid):
-    params = [["8192"], ["fp32", "tf32", "bf16", "fp16"]]
+    params = grid(__module__, __qualname__)
     param_names = ["n", "mode"]
     version = 1
 
     def cases(self):
         from functools import partial
 
-        from optbench.runner import Case
-        from optbench.workloads import matmul_work
+        from optbench.core.runner import Case
+        from optbench.suite.workloads import matmul_work
 
         from .common import device
 
@@ -37,9 +34,8 @@ class Matmul(Grid):
         return self.metric_ms(records, (n, mode), "mm")
 
 
-class Step100M(_Step):
-    size = "100M"
-    params = [STEP_VARIANTS["precision"]]
+class Step100M(StepGrid):
+    params = grid(__module__, __qualname__)
 
     def setup_cache(self):
         return self.measure_grid()

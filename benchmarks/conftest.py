@@ -1,7 +1,7 @@
 """pytest-benchmark's saved runs carry optbench's machine record (GPU name, driver, CUDA, torch, triton),
 which its own ``machine_info`` (CPU and Python only) lacks, and are named after the commit whose code they
-measure (:func:`optbench.runner.measured_commit`), as optbench's own results are: a run is marked dirty
-only where code differs from HEAD, not results, docs or notes (:data:`optbench.runner.UNMEASURED_PATHS`)."""
+measure (:func:`optbench.core.runner.measured_commit`), as optbench's own results are: a run is marked dirty
+only where code differs from HEAD, not results, docs or notes (:data:`optbench.core.runner.UNMEASURED_PATHS`)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ ROOT = str(Path(__file__).resolve().parents[1])  # the work tree whose code the 
 
 
 def pytest_benchmark_update_machine_info(config: Any, machine_info: dict[str, Any]) -> None:
-    from optbench.machine import machine_info as optbench_machine_info
+    from optbench.core.machine import machine_info as optbench_machine_info
 
     machine_info["optbench"] = optbench_machine_info()
 
 
 def code_differs(repo: str = ROOT) -> bool:
     """Whether tracked files of the work tree at ``repo`` differ from HEAD outside UNMEASURED_PATHS."""
-    from optbench.runner import UNMEASURED_PATHS
+    from optbench.core.runner import UNMEASURED_PATHS
 
     excludes = [f":(exclude){path}" for path in UNMEASURED_PATHS]
     done = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", ".", *excludes], cwd=repo, capture_output=True)
@@ -41,7 +41,7 @@ def measured_commit_info(repo: str = ROOT, project_name: str | None = None) -> d
     ``subprocess.CalledProcessError`` outside a git work tree: a saved run must name its code."""
     from pytest_benchmark.utils import get_commit_info
 
-    from optbench.runner import measured_commit
+    from optbench.core.runner import measured_commit
 
     commit = measured_commit(cwd=repo)
     committed, authored = _git(repo, "show", "-s", "--format=%cI %aI", commit).split()

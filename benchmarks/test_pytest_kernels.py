@@ -1,4 +1,4 @@
-"""The kernel benchmarks under pytest-benchmark: the same work as bench_kernels (optbench.workloads).
+"""The kernel benchmarks under pytest-benchmark: the same work as bench_kernels (optbench.suite.workloads).
 
     pytest benchmarks/test_pytest_kernels.py --benchmark-only \
         --benchmark-storage=results/<machine>/pytest-benchmark --benchmark-autosave
@@ -14,16 +14,16 @@ is named after the commit whose code it measures and is dirty only where code di
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from kernels.shapes import IMPLS, QUICK_SHAPES, SHAPES
-from optbench.timing import sync_clock
+from optbench.core.settings import current
+from optbench.core.timing import sync_clock
+from optbench.suite import catalog
 
-SUITE = os.environ.get("OPTBENCH_SUITE", "full")
-CASES = [(op, shape, impl) for op in SHAPES for shape in (QUICK_SHAPES[op] if SUITE == "quick" else SHAPES[op])
-         for impl in IMPLS[op]]
+# The kernel cases of the run's suite (the full grid outside the quick suite), as the asv classes measure them.
+SUITE = "quick" if current().suite == "quick" else "full"
+CASES = [(b.op, case["shape"], case["impl"]) for b in catalog.BENCHMARKS.values() if b.kind == "kernel"
+         for case in b.cases(SUITE)]
 
 
 @pytest.mark.parametrize(("op", "shape", "impl"), CASES, ids=["/".join(c) for c in CASES])
@@ -31,10 +31,10 @@ CASES = [(op, shape, impl) for op in SHAPES for shape in (QUICK_SHAPES[op] if SU
 def test_kernel(benchmark, op: str, shape: str, impl: str) -> None:
     import torch
 
-    from optbench.hardware import detect
-    from optbench.roofline import Ceilings, roofline
-    from optbench.timing import measure
-    from optbench.workloads import kernel_work
+    from optbench.core.hardware import detect
+    from optbench.core.roofline import Ceilings, roofline
+    from optbench.core.timing import measure
+    from optbench.suite.workloads import kernel_work
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     try:

@@ -110,7 +110,7 @@ def _allowed(hint: Any) -> tuple[Any, ...]:
 def validate(options: StepOptions, device: str | torch.device, profile: Any = None) -> None:
     """Raise UnsupportedOptions listing every reason ``options`` cannot run on ``device``.
 
-    ``profile`` (optional, e.g. optbench.hardware.HardwareProfile) has ``supports_bf16``, ``supports_tf32``
+    ``profile`` (optional, e.g. optbench.core.hardware.HardwareProfile) has ``supports_bf16``, ``supports_tf32``
     and ``key``; without it, a CUDA device's own capabilities are asked.
     """
     problems = []
@@ -377,7 +377,7 @@ class TrainStep:
                     self._grad_divisor = self.optimizer.grad_scale
             elif self.options.grad_stats == "foreach":  # reuses the norm the statistics just took
                 clip(self.params, self.hyper.max_grad_norm, self.stats["grad_norm"])
-            else:  # the seeds' loop takes the norm a second time
+            else:  # the loop implementation takes the norm a second time
                 clip(self.params, self.hyper.max_grad_norm)
         self.scaler.step(self.optimizer)
         if self.stats is not None and "param_norm" not in self.stats:
@@ -440,7 +440,7 @@ CHECK_FACTOR, CHECK_FLOOR = 2.5, 1e-6
 UNIT_ROUNDOFF = {"fp64": 2.0**-53, "fp32": 2.0**-24, "tf32": 2.0**-11, "fp16": 2.0**-11, "bf16": 2.0**-8}
 # The most a step in each precision may be off, whatever its eager step measured: where the candidate is the
 # eager step in its own precision (fp32, tf32, fp16-scaler), 2.5x its own error would pass anything finite. About
-# 5x of bf16 steps' largest error on an H100 (gradients 4.4e-2 at 1B, fdbf98c), scaled by the unit roundoff.
+# 5x of bf16 steps' largest error on an H100 (gradients 4.4e-2 at 1B), scaled by the unit roundoff.
 CHECK_CEILING = {"fp64": 1e-9, "fp32": 1e-3, "tf32": 5e-2, "fp16": 5e-2, "bf16": 0.3}
 
 

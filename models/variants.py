@@ -1,5 +1,5 @@
-"""The training step's variants and which ones each benchmark grid measures: plain data, importable
-without torch (asv reads the grids in processes that never need torch).
+"""The training step's variants: plain data, importable without torch (which variants each benchmark grid
+measures is in ``optbench.suite.catalog``).
 
 A variant is one optimization switched on from its reference (:func:`reference`), itself a variant: 'eager'
 (the baseline ``models.step.BASELINE``) unless its entry names another. 'eager' and the reference models (a
@@ -73,7 +73,7 @@ VARIANTS: dict[str, dict] = {
     # best-fused with our Triton kernels: the RMSNorm adds the residual in its pass and, backward, writes the
     # residual gradient in fp32 and bf16 at once (inductor casts it in a pass of its own); SwiGLU and RoPE read
     # the packed gate/up and q/k/v outputs in place and write their gradients in one piece (inductor
-    # concatenates the parts' gradients in passes of their own). Our best at every size since 0ba10f3.
+    # concatenates the parts' gradients in passes of their own).
     "best-kernels": {**_FUSED, "norm": "triton", "mlp": "triton", "rope": "triton"},
     # best-compile-graph with regional compilation: compile time that does not grow with depth.
     "best-regional": {**_COMPILE_GRAPH, "compile_scope": "blocks"},
@@ -133,36 +133,3 @@ def ablation_note(name: str) -> str:
 
 VARIANTS.update({name: {k: v for k, v in switches(ABLATED).items() if k not in removed}
                  for name, removed in ABLATION.items()})
-
-# The single switches, each reference that is not eager right before the switches measured against it.
-SWITCHES = [
-    "triton-norm", "liger-norm", "triton-swiglu", "liger-swiglu", "qknorm", "triton-qknorm",
-    "chunked-ce", "fused-ce", "liger-flce", "checkpoint", "foreach-stats", "foreach-adamw", "fused-adamw",
-    "adamw-8bit", "master-adamw", "no-item-sync", "cached-mask", "sdpa-causal", "fused-proj", "triton-rope",
-    "graph-prereqs", "cuda-graph",
-]
-# 'best' last: at 61d5c0a it lost the CUDA context at 500M and 1B, and a lost context ends its grid.
-BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-master", "best-fused", "best-kernels",
-        "best-regional", "best"]
-COMPILE_MODES = ["compile-default", "compile-regional", "compile-reduce-overhead", "compile-max-autotune",
-                 "compile-max-autotune-no-cudagraphs"]
-
-STEP_VARIANTS: dict[str, list[str]] = {
-    # What a CPU runs (Triton through the interpreter is too slow for a timed step).
-    "tiny": ["eager", "chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync",
-             "cached-mask", "sdpa-causal", "fused-proj"],
-    # The quick suite: the switches of our best combinations, one at a time (with cuda-graph's reference, one
-    # eager-like step), and the two best combinations with the fewest compiles (inductor's alone, and ours);
-    # three compiled cases in all.
-    "quick": ["eager", "triton-norm", "triton-swiglu", "fused-ce", "foreach-stats", "fused-adamw", "master-adamw",
-              "no-item-sync", "sdpa-causal", "fused-proj", "graph-prereqs", "cuda-graph", "compile-default",
-              "best-compile-graph", "best-kernels"],
-    # The max-autotune modes last: their autotuning can take minutes on a cold cache.
-    "100M": ["eager", *SWITCHES, *BEST, *COMPILE_MODES],
-    "500M": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST],
-    "1B": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST],
-    # bench_precision: fp32 with TF32 off/on, bf16 autocast (the baseline), fp16 autocast + GradScaler.
-    "precision": ["fp32", "tf32", "eager", "fp16-scaler"],
-    # bench_step.Ablation<size>: best-kernels, each of its switches left out in turn, and eager.
-    "ablation": ["eager", ABLATED, *ABLATION],
-}

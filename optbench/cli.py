@@ -2,13 +2,14 @@
 plan what a GPU can run, check the timer and the gate.
 
 ``optbench run`` benchmarks the current commit on whatever device is here (the CPU suite without a
-GPU), stores results under ``results/<machine>/`` and writes HTML under ``html/``. The other
-commands are those of their modules (``optbench <command> --help``).
+GPU), stores results under ``results/<machine>/`` (asv's under ``results/asv/<machine>/``) and writes HTML
+under ``html/``. The other commands are those of their modules (``optbench <command> --help``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import subprocess
@@ -16,28 +17,20 @@ import sys
 import time
 from pathlib import Path
 
-from optbench.store import REPO_ROOT as ROOT
+from optbench.core.asv_atomic import asv
+from optbench.core.settings import Settings, current
+from optbench.core.store import REPO_ROOT as ROOT
+from optbench.suite.catalog import SUITES, asv_pattern
 
-# asv --bench selections per suite. The grid sizes inside each class follow OPTBENCH_SUITE too. The
-# leave-one-out ablations of best-kernels (bench_step.Ablation<size>, ~30 compiled steps) are a suite of their
-# own, not part of 'full' (already over 20 minutes on an H100): they attribute a code state's best step, not
-# track commits; one size: --select '^bench_step\.Ablation1B'.
-SUITES: dict[str, list[str]] = {
-    "cpu": [r"^bench_cpu\.", r"^bench_step\.StepTiny"],
-    "quick": [r"^bench_kernels\.(AddRMSNorm|SwiGLU|QKVRope|LinearCrossEntropy)", r"^bench_step\.Step100M",
-              r"^bench_precision\.Matmul"],
-    "full": [r"^bench_kernels\.", r"^bench_step\.Step(100M|500M|1B)", r"^bench_precision\.", r"^bench_anchors\."],
-    "ablation": [r"^bench_step\.Ablation(100M|500M|1B)"],
-}
 SUBCOMMANDS = {
-    "compare": "optbench.compare",
-    "report": "optbench.report",
-    "history": "optbench.history",
-    "calibrate": "optbench.calibrate",
-    "profile": "optbench.profile",
-    "plan": "optbench.plan",
-    "noisecheck": "optbench.noisecheck",
-    "merge": "optbench.merge",
+    "compare": "optbench.core.compare",
+    "report": "optbench.reporting.report",
+    "history": "optbench.reporting.history",
+    "calibrate": "optbench.core.calibrate",
+    "profile": "optbench.profiling.profile",
+    "plan": "optbench.suite.plan",
+    "noisecheck": "optbench.core.noisecheck",
+    "merge": "optbench.core.merge",
 }
 
 
@@ -45,15 +38,15 @@ SUBCOMMANDS = {
 # processes and writing the results (a 9e238a7 run killed at its job limit wrote no asv results).
 ASV_WRAP_UP_S = 60.0
 # The shortest --time-budget that can measure a case: the wrap-up, asv's start-up before the first grid (about
-# 30 s on an H100 runner) and the 30 s a case needs left to start (optbench.runner). On an H100, 110 s measured
+# 30 s on an H100 runner) and the 30 s a case needs left to start (optbench.core.runner). On an H100, 110 s measured
 # nothing and 130 s measured three kernel cases.
 MIN_TIME_BUDGET_S = ASV_WRAP_UP_S + 60.0
 
 
 def git_commit(ref: str = "HEAD") -> str:
-    """The commit whose code ``ref`` has (``optbench.runner.measured_commit``: commits of results and notes
+    """The commit whose code ``ref`` has (``optbench.core.runner.measured_commit``: commits of results and notes
     alone are skipped); a clear error where the work tree has no git history."""
-    from optbench.runner import measured_commit
+    from optbench.core.runner import measured_commit
 
     try:
         return measured_commit(ref, cwd=str(ROOT))
@@ -63,29 +56,25 @@ def git_commit(ref: str = "HEAD") -> str:
             "A copied work tree has no history: restore it from a bundle (scripts/gpu-run.sh does).") from exc
 
 
-def bench_env(suite: str, machine: str) -> dict[str, str]:
-    """Environment of the asv processes: where results go, the run id they share, the suite size, persistent
-    compile caches."""
-    from optbench.store import RUN_ENV, new_run_id
+def bench_env(settings: Settings) -> dict[str, str]:
+    """Environment of the asv processes: the run's settings (``optbench.core.settings``, read back there), a
+    run id they share, persistent compile caches."""
+    from optbench.core.store import new_run_id
 
     cache = ROOT / ".cache"
+    if settings.run_id is None:
+        settings = dataclasses.replace(settings, run_id=new_run_id())
     env = dict(os.environ)
-    env.setdefault(RUN_ENV, new_run_id())
-    env.update(OPTBENCH_MACHINE=machine, OPTBENCH_SUITE=suite, OPTBENCH_RESULTS=str(ROOT / "results"),
-               TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"),
+    env.update(settings.env())
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
     env["ASV_PYTHONPATH"] = env["PYTHONPATH"]  # asv drops PYTHONPATH for its benchmark processes, not this
     return env
 
 
-def asv(args: list[str], env: dict[str, str] | None = None) -> int:
-    """Runs asv (with its JSON writer made atomic) in the repository root; returns its exit code."""
-    return subprocess.run([sys.executable, "-m", "optbench.asv_atomic", *args], cwd=ROOT, env=env).returncode
-
-
 def register_machine(machine: str) -> None:
     """Writes asv's machine file for ``machine`` with the GPU named beside the CPU."""
-    from optbench.machine import machine_info
+    from optbench.core.machine import machine_info
 
     info = machine_info()
     cpu = str(info.get("cpu") or platform.processor() or "unknown cpu")
@@ -96,17 +85,19 @@ def register_machine(machine: str) -> None:
 
 
 def _asv_results(machine: str, commit: str) -> dict[Path, dict]:
-    """asv's result files of ``commit`` on ``machine`` as they are now (one per environment)."""
+    """asv's result files of ``commit`` on ``machine`` as they are now (one per environment), in asv's tree."""
     import json
 
-    return {path: json.loads(path.read_text()) for path in (ROOT / "results" / machine).glob(f"{commit[:8]}-*.json")}
+    from optbench.core.store import asv_results_dir
+
+    return {path: json.loads(path.read_text()) for path in (asv_results_dir() / machine).glob(f"{commit[:8]}-*.json")}
 
 
 def _keep_earlier_cases(earlier: dict[Path, dict], machine: str, commit: str) -> None:
     """asv rewrites a benchmark's whole parameter grid, writing null for the cases a ``--select`` left out:
     put back what an earlier run of the same commit measured there, so that partial runs add up."""
-    from optbench.merge import merge_asv_results
-    from optbench.store import write_json_atomic
+    from optbench.core.merge import merge_asv_results
+    from optbench.core.store import write_json_atomic
 
     for path, now in _asv_results(machine, commit).items():
         if path in earlier:
@@ -134,27 +125,26 @@ def run(argv: list[str]) -> int:
 
     import torch
 
-    from optbench.machine import machine_name
+    from optbench.core.machine import machine_name
 
     suite = args.suite
     if suite == "auto":
         suite = "full" if torch.cuda.is_available() else "cpu"
     machine = machine_name(emulate=args.emulate)
     commit = git_commit(args.commit)
-    env = bench_env(suite, machine)
     if args.emulate:
-        from optbench.emulate import emulate_env
+        from optbench.core.emulate import emulate_env
 
-        env.update(emulate_env(args.emulate))
+        emulate_env(args.emulate)  # refuses a target this GPU cannot emulate
+    deadline = time.time() + args.time_budget - ASV_WRAP_UP_S if args.time_budget else None
+    settings = dataclasses.replace(current(), suite=suite, deadline=deadline, results=ROOT / "results",
+                                   machine=machine, emulate=args.emulate)
+    if args.select:
+        settings = dataclasses.replace(settings, select=args.select)
+    env = bench_env(settings)
     register_machine(machine)
     print(f"optbench: suite {suite!r} on {machine} for {commit[:12]}", flush=True)
-    if args.select:
-        env["OPTBENCH_SELECT"] = args.select
-    if args.time_budget:
-        from optbench.runner import RUN_DEADLINE_ENV
-
-        env[RUN_DEADLINE_ENV] = f"{time.time() + args.time_budget - ASV_WRAP_UP_S:.0f}"
-    selection = [arg for regex in SUITES[suite] for arg in ("--bench", regex)]
+    selection = ["--bench", asv_pattern(suite)]
     earlier = _asv_results(machine, commit)
     started = time.perf_counter()
     code = asv(["run", "--environment", f"existing:{sys.executable}", "--set-commit-hash", commit,
@@ -163,7 +153,7 @@ def run(argv: list[str]) -> int:
     print(f"optbench: suite {suite!r} on {machine} took {time.perf_counter() - started:.0f} s (asv exit {code})",
           flush=True)
     if not args.no_html:
-        from optbench.report import publish
+        from optbench.reporting.report import publish
 
         publish()
     return code
@@ -173,7 +163,7 @@ def machine(argv: list[str]) -> int:
     """``optbench machine``: prints this machine's info and results-folder name."""
     import json
 
-    from optbench.machine import machine_info, machine_name
+    from optbench.core.machine import machine_info, machine_name
 
     print(json.dumps({"name": machine_name(), **machine_info()}, indent=1))
     return 0

@@ -9,7 +9,7 @@ import random
 import statistics
 from typing import Any
 
-from optbench.store import MACHINE_KEY, ResultStore, record_key
+from optbench.core.store import MACHINE_KEY, ResultStore, record_key
 
 H100 = "NVIDIA H100 80GB HBM3"
 

@@ -1,4 +1,4 @@
-"""The HF + torch.compile anchor (optbench.anchors, bench_anchors.HFCompileStep) without transformers: its shapes
+"""The HF + torch.compile anchor (optbench.suite.anchors, bench_anchors.HFCompileStep) without transformers: its shapes
 against the stored anchor script, its skips, the check that refuses a step that does not train (on stub
 models), the work timed as our step is (transformers replaced by a stub), and the report's x HF on synthetic
 stores (test data, not measurements)."""
@@ -17,15 +17,16 @@ from synthetic_results import _steps, commit, record, samples, save
 
 from models.config import CONFIGS, flops_per_token, param_count
 from models.step import BASELINE
-from optbench import anchors, report
-from optbench import plan as P
-from optbench.hardware import PROFILES
-from optbench.runner import WrongResult
-from optbench.store import ResultStore, record_key
-from optbench.workloads import STEP_REP_MS, STEP_WARMUP_MS
+from optbench.core.hardware import PROFILES
+from optbench.core.runner import WrongResult
+from optbench.core.store import ResultStore, record_key
+from optbench.reporting import report
+from optbench.suite import anchors, catalog
+from optbench.suite import plan as P
+from optbench.suite.workloads import STEP_REP_MS, STEP_WARMUP_MS
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "results/h100-sxm/anchors/2026-11-24c-hf-compile-steady/hf_compile_step_steady.py"
+SCRIPT = ROOT / "scripts/probes/hf_compile_step_steady.py"
 H100 = PROFILES["h100-sxm"]
 
 
@@ -50,7 +51,7 @@ def _script_shapes() -> tuple[dict[str, dict[str, int]], dict[str, int]]:
 
 def test_the_anchor_shapes_are_the_anchor_scripts():
     sizes, common = _script_shapes()
-    assert list(sizes) == anchors.ANCHOR_SIZES
+    assert list(sizes) == catalog.ANCHOR_SIZES
     for size, shape in sizes.items():
         ours = anchors.hf_shape(CONFIGS[size])
         assert ours == {**shape, "vocab_size": common["vocab_size"]}, size
@@ -59,7 +60,7 @@ def test_the_anchor_shapes_are_the_anchor_scripts():
 
 
 def test_anchor_skip_reasons():
-    for size in anchors.ANCHOR_SIZES:
+    for size in catalog.ANCHOR_SIZES:
         assert P.anchor_skip_reason(H100, size) is None
         assert P.anchor_skip_reason(PROFILES["cpu"], size).startswith("no CUDA:")
         assert P.anchor_skip_reason(PROFILES["t4"], size).startswith("no bf16:")  # the anchor is bf16
@@ -70,10 +71,10 @@ def test_anchor_skip_reasons():
 
 
 def test_the_plan_lists_the_anchor_in_the_full_suite_only():
-    full = [r for r in P.plan(H100, "full") if r.benchmark == anchors.ANCHOR_BENCHMARK]
-    assert [r.params["size"] for r in full] == anchors.ANCHOR_SIZES
+    full = [r for r in P.plan(H100, "full") if r.benchmark == catalog.ANCHOR_BENCHMARK]
+    assert [r.params["size"] for r in full] == catalog.ANCHOR_SIZES
     assert all(r.action == "run" and r.floor_ms > 0 for r in full)
-    assert not [r for r in P.plan(H100, "quick") if r.benchmark == anchors.ANCHOR_BENCHMARK]
+    assert not [r for r in P.plan(H100, "quick") if r.benchmark == catalog.ANCHOR_BENCHMARK]
 
 
 def test_hf_step_work_skips_on_a_cpu():
@@ -82,7 +83,7 @@ def test_hf_step_work_skips_on_a_cpu():
 
 
 def test_hf_step_work_skips_without_transformers(monkeypatch):
-    monkeypatch.setattr("optbench.workloads.machine_profile", lambda device: H100)
+    monkeypatch.setattr("optbench.suite.workloads.machine_profile", lambda device: H100)
     monkeypatch.setattr(anchors, "find_spec", lambda name: None)
     with pytest.raises(NotImplementedError, match="transformers"):
         anchors.hf_step_work("100M", "cuda")
@@ -94,7 +95,7 @@ def test_an_unselected_grid_builds_nothing(monkeypatch):
     monkeypatch.setenv("OPTBENCH_SELECT", "^nothing-matches$")
     monkeypatch.setattr(HFCompileStep, "cases", lambda self: pytest.fail("built cases for an unselected grid"))
     records = HFCompileStep().measure_grid()
-    assert set(records) == {record_key(anchors.ANCHOR_BENCHMARK, {"size": s}) for s in anchors.ANCHOR_SIZES}
+    assert set(records) == {record_key(catalog.ANCHOR_BENCHMARK, {"size": s}) for s in catalog.ANCHOR_SIZES}
 
 
 # --- the check on stub models -------------------------------------------------------------------------------
@@ -188,7 +189,7 @@ def stub_transformers(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers.models.llama", module.models.llama)
     monkeypatch.setitem(sys.modules, "transformers.models.llama.modeling_llama", modeling)
     monkeypatch.setattr(anchors, "find_spec", lambda name: True)
-    monkeypatch.setattr("optbench.workloads.machine_profile", lambda device: H100)
+    monkeypatch.setattr("optbench.suite.workloads.machine_profile", lambda device: H100)
     monkeypatch.setattr(torch, "compile", lambda model: model)
     monkeypatch.setattr(StubLlama, "built", [])
 
@@ -216,7 +217,7 @@ def test_the_model_gets_the_sizes_shape(stub_transformers):
 # --- x HF in the report -------------------------------------------------------------------------------------
 
 def _anchor(size: str, ms: float, seed: int) -> dict:
-    return record(anchors.ANCHOR_BENCHMARK, {"size": size}, times={"step": (None, samples(ms, seed))},
+    return record(catalog.ANCHOR_BENCHMARK, {"size": size}, times={"step": (None, samples(ms, seed))},
                   info={"tokens": 8192, "primary_clock": "wall", "setup": anchors.HF_SETUP, "transformers": "5.0"})
 
 
@@ -252,7 +253,7 @@ def test_x_hf_is_the_anchors_median_over_our_fastest_from_one_run(tmp_path):
     hf_ms, hf_iqr = (report.step_ms(report.anchor_steps(run)["100M"]),
                      report.step_iqr_ms(report.anchor_steps(run)["100M"]))
     assert f"| HF + torch.compile (ms per step [IQR]) | {hf_ms:.1f} ms [{hf_iqr:.1f}] | n/a |" in table
-    assert anchors.HF_SETUP in table and "transformers 5.0" in table and anchors.ANCHOR_BENCHMARK in table
+    assert anchors.HF_SETUP in table and "transformers 5.0" in table and catalog.ANCHOR_BENCHMARK in table
 
 
 @pytest.mark.parametrize(("anchor_date", "where"), [("2025-01-01T15:00:00+00:00", "another run, same day"),
@@ -267,7 +268,7 @@ def test_x_hf_says_when_the_anchor_came_from_another_run(tmp_path, anchor_date, 
 def test_no_hf_rows_without_an_anchor(tmp_path, failed):
     store = _hf_store(tmp_path, anchor_date=None)
     if failed:  # a case that did not measure is no anchor
-        save(store, "h100-sxm", commit(1), STEPS_DATE, [record(anchors.ANCHOR_BENCHMARK, {"size": "100M"},
+        save(store, "h100-sxm", commit(1), STEPS_DATE, [record(catalog.ANCHOR_BENCHMARK, {"size": "100M"},
                                                               status=failed)])
     run = report.runs(store)["h100-sxm"][-1]
     assert report.hf_ratio(run, "100M") is None and report.anchor_steps(run) == {}

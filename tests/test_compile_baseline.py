@@ -1,6 +1,6 @@
 """The ``compile`` kernel baselines are compiled for each shape alone, as a user compiles a model.
 
-A recording backend stands in for inductor (kernels.registry.COMPILE_BACKEND): it keeps each graph dynamo
+A recording backend stands in for inductor (optbench.suite.ops.COMPILE_BACKEND): it keeps each graph dynamo
 hands it and runs it eagerly, so these tests are quick on a CPU.
 """
 
@@ -12,8 +12,8 @@ from functools import cache
 import pytest
 import torch
 
-from kernels import registry
 from kernels.rmsnorm import rms_norm_eager
+from optbench.suite import ops as registry
 
 # Small stand-ins for each op's grid: several shapes measured one after another in one process.
 SHAPES = {

@@ -1,4 +1,4 @@
-"""optbench.emulate: the emulated profile, the environment of an emulated run, and what apply_emulation
+"""optbench.core.emulate: the emulated profile, the environment of an emulated run, and what apply_emulation
 does to a CUDA process (here with torch.cuda faked) or, without CUDA, does not."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from optbench import emulate as E
-from optbench import plan as P
-from optbench.hardware import PROFILES
+from optbench.core import emulate as E
+from optbench.core.hardware import PROFILES
+from optbench.suite import plan as P
 
 
 def test_active_profile_without_emulation(monkeypatch):

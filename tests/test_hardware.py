@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from optbench import hardware
-from optbench.hardware import DTYPES, PROFILES, detect, key_for, lookup
+from optbench.core import hardware
+from optbench.core.hardware import DTYPES, PROFILES, detect, key_for, lookup
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -16,23 +16,18 @@ def test_profile_keys():
 
 def test_vendor_peaks():
     h100 = PROFILES["h100-sxm"]
-    assert h100.peak("bf16") == 989.4 and h100.mem_bw_gbps == 3350.0 and h100.compute_capability == (9, 0)
+    assert h100.peak_tflops["bf16"] == 989.4 and h100.mem_bw_gbps == 3350.0 and h100.compute_capability == (9, 0)
     t4 = PROFILES["t4"]
-    assert t4.peak("bf16") is None and t4.peak("tf32") is None and t4.peak("fp16") == 65.0
+    assert t4.peak_tflops["bf16"] is None and t4.peak_tflops["tf32"] is None and t4.peak_tflops["fp16"] == 65.0
     assert not (t4.supports_bf16 or t4.supports_tf32 or t4.flash_attention)
-    assert PROFILES["rtx5090"].peak("bf16") == 209.5
+    assert PROFILES["rtx5090"].peak_tflops["bf16"] == 209.5
     assert PROFILES["h200"].mem_bw_gbps == 4800.0
 
 
 def test_cpu_profile_has_no_peaks():
     cpu = PROFILES["cpu"]
-    assert all(cpu.peak(d) is None for d in DTYPES)
+    assert all(cpu.peak_tflops[d] is None for d in DTYPES) and cpu.mem_bw_gbps is None
     assert cpu.compute_capability is None and not cpu.triton
-
-
-def test_peak_rejects_unknown_dtype():
-    with pytest.raises(KeyError):
-        PROFILES["h100-sxm"].peak("fp8")
 
 
 @pytest.mark.parametrize(
@@ -86,7 +81,7 @@ def test_detect_unknown_gpu_reads_capabilities_from_torch(monkeypatch):
     )
     p = detect()
     assert p.key == "nvidia-l4" and p.name == "NVIDIA L4"
-    assert all(p.peak(d) is None for d in DTYPES) and p.mem_bw_gbps is None
+    assert all(p.peak_tflops[d] is None for d in DTYPES) and p.mem_bw_gbps is None
     assert p.compute_capability == (8, 9) and p.supports_bf16 and p.supports_tf32
     assert p.flash_attention and p.triton and p.mem_gb == 24.0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import subprocess
@@ -14,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from optbench import hardware, machine
-from optbench.compare import compare
-from optbench.roofline import Ceilings, floor_ms, roofline
-from optbench.runner import RUN_DEADLINE_ENV, Case, Work, WrongResult, run_grid
-from optbench.store import MACHINE_KEY, ResultStore, record_key
-from optbench.timing import Timing
+from optbench.core import hardware, machine
+from optbench.core.compare import compare
+from optbench.core.roofline import Ceilings, floor_ms, roofline
+from optbench.core.runner import RUN_DEADLINE_ENV, Case, Work, WrongResult, run_grid
+from optbench.core.store import MACHINE_KEY, ResultStore, record_key
+from optbench.core.timing import Timing
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -107,14 +108,14 @@ def test_a_work_sets_the_timers_budgets_per_metric(tmp_path, monkeypatch):
 
 
 def test_steps_on_a_gpu_are_timed_at_a_power_steady_clock():
-    from optbench.workloads import STEP_WARMUP_MS, step_work
+    from optbench.suite.workloads import STEP_WARMUP_MS, step_work
 
     assert STEP_WARMUP_MS >= 1000  # an H100 reaches its power cap about a second into sustained steps
     assert step_work("tiny", "eager", "cpu").timing == {}  # a CPU has no boost to wait out
 
 
 def test_a_case_that_loses_the_cuda_context_ends_the_grid_and_keeps_what_was_measured(tmp_path, monkeypatch):
-    from optbench import runner
+    from optbench.core import runner
 
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "c" * 40)
@@ -164,8 +165,8 @@ def test_gate_is_quiet_on_noise_and_flags_a_planted_slowdown(tmp_path):
 
 
 def test_asv_discovers_the_suite():
-    out = subprocess.run([sys.executable, "-m", "optbench.asv_atomic", "check", "-E", f"existing:{sys.executable}"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "optbench.core.asv_atomic", "check", "-E",
+                          f"existing:{sys.executable}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -200,7 +201,7 @@ def test_a_case_over_its_budget_is_stopped_even_inside_a_long_call_and_the_grid_
 def test_the_deadline_restores_an_outer_timer():
     import signal
 
-    from optbench.runner import deadline
+    from optbench.core.runner import deadline
 
     fired = []
     previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(True))
@@ -222,7 +223,7 @@ def _grid_classes():
     from benchmarks.common import Grid
 
     return [cls for module in (bench_kernels, bench_precision, bench_step) for cls in vars(module).values()
-            if isinstance(cls, type) and issubclass(cls, Grid) and "setup_cache" in vars(cls)]
+            if isinstance(cls, type) and issubclass(cls, Grid) and not inspect.isabstract(cls)]
 
 
 @pytest.mark.parametrize("cls", _grid_classes(), ids=lambda c: c.benchmark_name())
@@ -241,7 +242,7 @@ def test_a_grid_not_selected_returns_its_skips_without_building_cases(cls, monke
 def test_results_belong_to_the_commit_whose_code_was_measured(tmp_path):
     """Commits that only add results, docs or notes do not change what a run measures: a later session's run
     of the same code is stored under the same commit, and adds up with the earlier one."""
-    from optbench.runner import measured_commit
+    from optbench.core.runner import measured_commit
 
     def git(*args):
         return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
@@ -268,8 +269,8 @@ def test_a_run_with_a_time_budget_stops_in_time_and_stores_nothing_it_did_not_me
     """--time-budget: a case running when the run's budget ends is stopped and, as its timeout says nothing
     about the case, skipped as not measured (its placeholder removed from the store); later cases are skipped
     unmeasured and not stored (a later run fills them in), and a grid that starts after the end builds no cases."""
-    from optbench import runner
-    from optbench.runner import NOT_STARTED
+    from optbench.core import runner
+    from optbench.core.runner import NOT_STARTED
 
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "d" * 40)
@@ -298,7 +299,7 @@ def test_a_run_with_a_time_budget_stops_in_time_and_stores_nothing_it_did_not_me
 def test_a_case_needs_a_minimum_of_the_runs_time_budget_left_to_start(tmp_path, monkeypatch):
     """With less than 30 s of the run's budget left, a case with a longer budget is not started (nor stored);
     one whose own budget fits in what is left still runs."""
-    from optbench.runner import _MIN_CASE_S, NOT_STARTED, out_of_run_time
+    from optbench.core.runner import _MIN_CASE_S, NOT_STARTED, out_of_run_time
 
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "e" * 40)
@@ -325,7 +326,7 @@ def test_the_store_drops_records_by_key(tmp_path):
 def test_a_case_that_ends_stops_its_watchdog(monkeypatch):
     """Whether a case ends in time or by its alarm, its watchdog thread is gone when it returns and never fires
     into what comes after."""
-    from optbench import runner
+    from optbench.core import runner
 
     monkeypatch.setattr(runner, "HARD_STOP_GRACE_S", 1.0)  # room for the alarm and teardown on a loaded CI machine
     fired = []
@@ -346,7 +347,7 @@ def test_a_case_that_ends_stops_its_watchdog(monkeypatch):
 
 
 def test_the_watchdog_restarts_inductors_compile_workers_after_killing_them(monkeypatch):
-    from optbench import runner
+    from optbench.core import runner
 
     restarted = []
     async_compile = type(sys)("torch._inductor.async_compile")
@@ -358,9 +359,9 @@ def test_the_watchdog_restarts_inductors_compile_workers_after_killing_them(monk
 
 _UNINTERRUPTIBLE_GRID = """
     import signal, subprocess, sys, time
-    from optbench import runner
-    from optbench.runner import Case, Work, run_grid
-    from optbench.store import ResultStore
+    from optbench.core import runner
+    from optbench.core.runner import Case, Work, run_grid
+    from optbench.core.store import ResultStore
 
     runner.HARD_STOP_GRACE_S = 0.3
     runner._restart_compile_workers = lambda: print("compile workers restarted")
@@ -389,7 +390,7 @@ def test_a_case_the_alarm_cannot_interrupt_is_hard_stopped_by_the_watchdog(tmp_p
     """A case blocked in C past its budget: the watchdog kills the child process it waits on, so that the alarm
     lands and the grid goes on; a case that stays blocked ends the process, with its timeout stored. In a
     child process, which the watchdog ends."""
-    from optbench.runner import HARD_STOP_EXIT
+    from optbench.core.runner import HARD_STOP_EXIT
 
     script = tmp_path / "grid.py"
     script.write_text(textwrap.dedent(_UNINTERRUPTIBLE_GRID))

@@ -7,8 +7,8 @@ import torch
 from kernel_numerics import DEVICE, assert_rel_close, requires_cuda
 
 from kernels import grad_stats as gs
-from kernels.registry import GRAD_STATS
-from optbench.workloads import KERNEL_RTOL, grad_stats_errors
+from optbench.suite.ops import GRAD_STATS
+from optbench.suite.workloads import KERNEL_RTOL, grad_stats_errors
 
 # Relative-error tolerance: fp32 for the norms (fp32 accumulation of any dtype); clipped gradients are
 # rounded to their own dtype.

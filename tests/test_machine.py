@@ -4,8 +4,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from optbench import machine
-from optbench.machine import machine_info, machine_name
+from optbench.core import machine
+from optbench.core.machine import machine_info, machine_name
 
 KEYS = {
     "gpu_name", "gpu_count", "gpu_uuid", "driver", "cuda", "torch", "triton", "python", "cpu", "num_cpu", "ram_gb",

@@ -9,8 +9,8 @@ import tarfile
 import pytest
 from synthetic_results import commit, record, samples, save
 
-from optbench import merge
-from optbench.store import ResultStore
+from optbench.core import merge, store
+from optbench.core.store import ResultStore, asv_results_dir
 
 SHA = commit(7)
 COLUMNS = ["result", "params", "version", "started_at", "duration", "samples"]
@@ -22,6 +22,15 @@ def asv_file(values: list[float | None]) -> dict:
             "results": {"bench_step.Step100M.track_step_ms": [values, params, "1", 0, 1.0, [None, None]]}}
 
 
+def write_asv_file(root, values: list[float | None], old_layout: bool = False):
+    """asv's results of SHA on h100-sxm in the results root ``root``: in asv's tree, or (``old_layout``) where
+    asv wrote them before it had one, beside optbench's records in the machine folder."""
+    path = (root if old_layout else asv_results_dir(root)) / "h100-sxm" / f"{SHA[:8]}-existing-py.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asv_file(values)))
+    return path
+
+
 def step(variant: str, ms: float, seed: int) -> dict:
     return record("bench_step.Step100M", {"variant": variant}, times={"step": (None, samples(ms, seed))})
 
@@ -31,7 +40,7 @@ def test_two_partial_runs_of_one_commit_merge(tmp_path):
     save(ResultStore(first), "h100-sxm", SHA, "2026-01-01T00:00:00+00:00", [step("eager", 80.0, 1)])
     save(ResultStore(second), "h100-sxm", SHA, "2026-01-01T01:00:00+00:00", [step("best", 20.0, 2)])
     for root, values in ((first, [80.0, None]), (second, [math.nan, 20.0])):
-        (root / "h100-sxm" / f"{SHA[:8]}-existing-py.json").write_text(json.dumps(asv_file(values)))
+        write_asv_file(root, values)
     (second / "h100-sxm" / "profiles" / "p").mkdir(parents=True)
     (second / "h100-sxm" / "profiles" / "p" / "report.md").write_text("# a report")
     with tarfile.open(tmp_path / "b.tgz", "w:gz") as tar:  # what a device call hands back
@@ -41,9 +50,40 @@ def test_two_partial_runs_of_one_commit_merge(tmp_path):
 
     records = ResultStore(dest).load("h100-sxm", SHA)
     assert {r["params"]["variant"] for k, r in records.items() if not k.startswith("__")} == {"eager", "best"}
-    merged = json.loads((dest / "h100-sxm" / f"{SHA[:8]}-existing-py.json").read_text())
+    merged = json.loads((dest / "asv" / "h100-sxm" / f"{SHA[:8]}-existing-py.json").read_text())
     assert merged["results"]["bench_step.Step100M.track_step_ms"][0] == [80.0, 20.0]
     assert (dest / "h100-sxm" / "profiles" / "p" / "report.md").read_text() == "# a report"
+
+
+def test_a_tarball_of_the_old_layout_puts_asvs_files_into_asvs_tree(tmp_path):
+    """A results tree from before asv had a tree of its own (asv's files in the machine folders, benchmarks.json
+    at the root) merges them into ``asv/``, beside what is there: the machine folders keep none of asv's files."""
+    old, dest = tmp_path / "old" / "results", tmp_path / "dest" / "results"
+    save(ResultStore(old), "h100-sxm", SHA, "2026-01-01T01:00:00+00:00", [step("best", 20.0, 2)])
+    write_asv_file(old, [None, 20.0], old_layout=True)
+    (old / "h100-sxm" / "machine.json").write_text('{"machine": "h100-sxm", "version": 1}')
+    (old / "benchmarks.json").write_text('{"version": 2}')
+    (old / "h100-sxm" / "profiles" / "p").mkdir(parents=True)
+    (old / "h100-sxm" / "profiles" / "p" / "report.json").write_text("{}")  # not asv's: stays where it is
+    with tarfile.open(tmp_path / "old.tgz", "w:gz") as tar:
+        tar.add(old, arcname="results")
+    write_asv_file(dest, [80.0, None])  # what the checkout holds: 'eager' measured by an earlier run
+
+    assert merge.main([str(tmp_path / "old.tgz"), "--into", str(dest)]) == 0
+
+    asv = asv_results_dir(dest)
+    merged = json.loads((asv / "h100-sxm" / f"{SHA[:8]}-existing-py.json").read_text())
+    assert merged["results"]["bench_step.Step100M.track_step_ms"][0] == [80.0, 20.0]
+    assert json.loads((asv / "h100-sxm" / "machine.json").read_text())["machine"] == "h100-sxm"
+    assert json.loads((asv / "benchmarks.json").read_text()) == {"version": 2}
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*.json")) == [
+        "asv/benchmarks.json", f"asv/h100-sxm/{SHA[:8]}-existing-py.json", "asv/h100-sxm/machine.json",
+        "h100-sxm/profiles/p/report.json"]
+    assert {r["params"]["variant"] for k, r in ResultStore(dest).load("h100-sxm", SHA).items()
+            if not k.startswith("__")} == {"best"}
+    before = {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()}
+    merge.merge_tree(old, dest)  # merging it again changes nothing
+    assert {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()} == before
 
 
 def test_a_later_measurement_wins_and_null_never_erases():
@@ -54,10 +94,9 @@ def test_a_later_measurement_wins_and_null_never_erases():
 def test_a_selected_run_keeps_the_cases_an_earlier_run_of_the_commit_measured(tmp_path, monkeypatch):
     from optbench import cli
 
-    monkeypatch.setattr(cli, "ROOT", tmp_path)
-    path = tmp_path / "results" / "h100-sxm" / f"{SHA[:8]}-existing-py.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(asv_file([80.0, None])))  # a first --select run measured 'eager'
+    monkeypatch.setattr(store, "REPO_ROOT", tmp_path)  # where asv.conf.json's results_dir is
+    path = write_asv_file(tmp_path / "results", [80.0, None])  # a first --select run measured 'eager'
+    assert path.parent == tmp_path / "results" / "asv" / "h100-sxm"
     earlier = cli._asv_results("h100-sxm", SHA)
     path.write_text(json.dumps(asv_file([None, 20.0])))  # asv's rewrite by a second one, selecting 'best'
     cli._keep_earlier_cases(earlier, "h100-sxm", SHA)

@@ -1,4 +1,4 @@
-"""optbench.plan: what each machine runs and skips, the step baseline per machine, the memory estimate
+"""optbench.suite.plan: what each machine runs and skips, the step baseline per machine, the memory estimate
 (checked against the H100 peaks stored in results/), datasheet floors, and rows that are exactly the asv
 suite's cases."""
 
@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels.registry import OPS
-from kernels.shapes import IMPLS, QUICK_SHAPES, SHAPES
 from models.config import CONFIGS, flops_per_token, param_count
 from models.step import validate
-from models.variants import ABLATED, ABLATION, STEP_VARIANTS, VARIANTS, ablation_note, reference, switch_name, switches
-from optbench import plan as P
-from optbench.cli import SUITES
-from optbench.hardware import PROFILES
-from optbench.store import ResultStore
+from models.variants import ABLATED, ABLATION, VARIANTS, ablation_note, reference, switch_name, switches
+from optbench.core.hardware import PROFILES
+from optbench.core.roofline import Ceilings
+from optbench.core.store import ResultStore
+from optbench.suite import plan as P
+from optbench.suite.catalog import KERNELS, STEP_GRIDS, asv_pattern
+from optbench.suite.ops import OPS
 
 ROOT = Path(__file__).resolve().parent.parent
 T4, H100, A100_40 = PROFILES["t4"], PROFILES["h100-sxm"], PROFILES["a100-40gb"]
@@ -62,7 +62,7 @@ def _asv_cases(suite: str, monkeypatch) -> set[tuple[str, tuple]]:
             if not (isinstance(cls, type) and cls.__module__ == module.__name__ and cls.params):
                 continue
             bench = cls.benchmark_name()
-            if any(re.search(rx, bench) for rx in SUITES[suite]):
+            if re.search(asv_pattern(suite), f"{bench}.track_x"):
                 combos = itertools.product(*cls.params)
                 cases |= {(bench, tuple(zip(cls.param_names, combo))) for combo in combos}
     return cases
@@ -76,23 +76,22 @@ def test_rows_are_the_suites_cases(suite, monkeypatch):
     assert set(keys) == _asv_cases(suite, monkeypatch)
 
 
-def test_rows_follow_the_data_modules():
+def test_rows_follow_the_catalog():
     rows = P.plan(H100, "full") + P.plan(H100, "ablation")
-    for bench, op in P.KERNEL_BENCHMARKS.items():
-        got = {(r.params["shape"], r.params["impl"]) for r in rows if r.benchmark == bench}
-        assert got == set(itertools.product(SHAPES[op], IMPLS[op]))
-    for bench, (_, grid) in P.STEP_BENCHMARKS.items():
-        if bench != "bench_step.StepTiny":
-            assert [r.params["variant"] for r in rows if r.benchmark == bench] == STEP_VARIANTS[grid]
+    for op in KERNELS.values():
+        got = {(r.params["shape"], r.params["impl"]) for r in rows if r.benchmark == op.benchmark}
+        assert got == set(itertools.product(op.shapes, op.impls))
+    assert [r.params["variant"] for r in rows if r.benchmark == "bench_step.Step1B"] == STEP_GRIDS["1B"]
+    assert [r.params["variant"] for r in rows if r.benchmark == "bench_step.Ablation500M"] == STEP_GRIDS["ablation"]
     quick = P.plan(H100, "quick")
     norm_shapes = {r.params["shape"] for r in quick if r.benchmark == "bench_kernels.AddRMSNorm"}
-    assert norm_shapes == set(QUICK_SHAPES["add_rmsnorm"])
-    step_variants = [r.params["variant"] for r in quick if r.benchmark == P.QUICK_STEP_BENCHMARK]
-    assert step_variants == STEP_VARIANTS["quick"]
+    assert norm_shapes == {KERNELS["add_rmsnorm"].quick_shape}
+    step_variants = [r.params["variant"] for r in quick if r.benchmark == "bench_step.Step100M"]
+    assert step_variants == STEP_GRIDS["quick"]
 
 
 def test_t4_skips_bf16_and_tf32():
-    for shape, impl in itertools.product(SHAPES["rmsnorm"], IMPLS["rmsnorm"]):
+    for shape, impl in itertools.product(KERNELS["rmsnorm"].shapes, KERNELS["rmsnorm"].impls):
         assert P.kernel_skip_reason(T4, "rmsnorm", shape, impl) is None  # measured in fp16 there
     assert P.kernel_dtype(T4, "swiglu") == torch.float16 and P.kernel_dtype(H100, "swiglu") == torch.bfloat16
     assert P.kernel_dtype(T4, "grad_stats") == torch.float32
@@ -119,7 +118,7 @@ def test_t4_step_baseline_is_fp16_with_grad_scaler():
 
 
 def test_1b_does_not_fit_16_gb():
-    for variant in STEP_VARIANTS["1B"]:
+    for variant in STEP_GRIDS["1B"]:
         reason = P.step_skip_reason(T4, "1B", variant)
         assert reason and reason.split(":")[0] in ("memory", "no bf16", "unsupported"), (variant, reason)
     reason = P.step_skip_reason(T4, "1B", "eager")
@@ -154,7 +153,7 @@ def test_h100_runs_the_suite(suite):
 
 def test_each_grid_times_each_variants_reference():
     """A speedup divides by the variant's own reference measured in the same grid (the quick grid too)."""
-    for grid, variants in STEP_VARIANTS.items():
+    for grid, variants in STEP_GRIDS.items():
         for variant in variants:
             assert reference(variant) in variants, (grid, variant)
     assert [reference(v) for v in ("triton-qknorm", "cuda-graph", "triton-rope", "tf32", ABLATED)] == \
@@ -166,7 +165,7 @@ def test_each_grid_times_each_variants_reference():
 def test_ablation_leaves_out_one_switch_and_what_needs_it():
     best = P.step_pair(H100, "1B", ABLATED)[1]
     assert list(ABLATION) == [f"{ABLATED}-without-{switch_name(k, v)}" for k, v in switches(ABLATED).items()]
-    assert STEP_VARIANTS["ablation"] == ["eager", ABLATED, *ABLATION]
+    assert STEP_GRIDS["ablation"] == ["eager", ABLATED, *ABLATION]
     for name, removed in ABLATION.items():
         reference_options, options = P.step_pair(H100, "1B", name)
         assert reference_options == P.BASELINE  # checked against eager, as best-kernels is
@@ -181,7 +180,7 @@ def test_ablation_leaves_out_one_switch_and_what_needs_it():
     assert ABLATION[f"{ABLATED}-without-fused-proj"] == ("fused_proj", "rope")
     assert "also without triton-rope, which needs it" in ablation_note(f"{ABLATED}-without-fused-proj")
     assert ABLATION[f"{ABLATED}-without-no-item-sync"] == ("item_sync", "cuda_graph")
-    for name in STEP_VARIANTS["ablation"]:  # a CPU runs them through Triton's interpreter or says why not
+    for name in STEP_GRIDS["ablation"]:  # a CPU runs them through Triton's interpreter or says why not
         reason = P.step_skip_reason(PROFILES["cpu"], "100M", name)
         assert reason is None or reason.split(":", 1)[0] in CATEGORIES, (name, reason)
 
@@ -239,15 +238,16 @@ def test_memory_estimate_bounds_stored_h100_peaks():
 
 
 def test_datasheet_floors():
-    mm = P.expected_floor_ms(H100, P.MATMUL_BENCHMARK, {"n": "8192", "mode": "bf16"})
-    assert mm == pytest.approx(2 * 8192**3 / (H100.peak("bf16") * 1e12) * 1e3)
+    peaks = Ceilings.from_profile(H100)
+    mm = P.expected_floor_ms(H100, "bench_precision.Matmul", {"n": "8192", "mode": "bf16"})
+    assert mm == pytest.approx(2 * 8192**3 / (peaks.peak("bf16") * 1e12) * 1e3)
     step = P.expected_floor_ms(H100, "bench_step.Step1B", {"variant": "eager"})
-    assert step == pytest.approx(flops_per_token(CONFIGS["1B"], 1024) * 8 * 1024 / (H100.peak("bf16") * 1e9))
+    assert step == pytest.approx(flops_per_token(CONFIGS["1B"], 1024) * 8 * 1024 / (peaks.peak("bf16") * 1e9))
     op = OPS["rmsnorm"]
     dims = op.shapes["16384x4096"]
     rms = P.expected_floor_ms(H100, "bench_kernels.RMSNorm", {"shape": "16384x4096", "impl": "triton"})
-    assert rms == pytest.approx(op.bytes(dims, 2)["fwdbwd"] / (H100.mem_bw_gbps * 1e6))  # memory-bound
-    assert P.expected_floor_ms(T4, P.MATMUL_BENCHMARK, {"n": "8192", "mode": "bf16"}) is None
+    assert rms == pytest.approx(op.bytes(dims, 2)["fwdbwd"] / (peaks.bandwidth_gbps * 1e6))  # memory-bound
+    assert P.expected_floor_ms(T4, "bench_precision.Matmul", {"n": "8192", "mode": "bf16"}) is None
 
 
 def test_main_prints_a_plan(capsys):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from optbench import profile
+from optbench.profiling import profile
 
 PNG = b"\x89PNG\r\n\x1a\n"
 RUN = ["--size", "tiny", "--device", "cpu", "--steps", "2", "--warmup", "1"]

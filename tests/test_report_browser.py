@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from synthetic_results import report_store
 
-from optbench import report
+from optbench.reporting import report
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--enable-logging=stderr", "--v=0",

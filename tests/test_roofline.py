@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from optbench.hardware import PROFILES
-from optbench.roofline import Ceilings, floor_ms, measure_ceilings, roofline
+from optbench.core.hardware import PROFILES
+from optbench.core.roofline import Ceilings, copy_probe, floor_ms, matmul_probe, measure_ceilings, roofline
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -14,6 +14,37 @@ def test_from_profile():
     c = Ceilings.from_profile(PROFILES["h100-sxm"])
     assert c.source == "profile:h100-sxm"
     assert c.peak("bf16") == 989.4 and c.bandwidth_gbps == 3350.0
+
+
+def test_peak_is_the_one_lookup():
+    # a profile's peaks are read through Ceilings: the dtype's TFLOP/s, None where unsupported, KeyError otherwise
+    t4 = Ceilings.from_profile(PROFILES["t4"])
+    assert t4.peak("fp16") == 65.0 and t4.peak("bf16") is None and t4.bandwidth_gbps == 320.0
+    with pytest.raises(KeyError):
+        Ceilings.from_profile(PROFILES["h100-sxm"]).peak("fp8")
+    assert not hasattr(PROFILES["h100-sxm"], "peak")  # no second lookup on the profile
+
+
+def test_probes_count_their_work():
+    copy = copy_probe("cpu", "bf16", nbytes=4096)
+    assert (copy.flops, copy.bytes_moved, copy.dtype) == (0.0, 8192.0, "bf16")
+    out = copy.fn()
+    assert out.dtype == torch.bfloat16 and out.numel() == 2048
+    mm = matmul_probe("fp32", "cpu", n=16)
+    assert (mm.flops, mm.bytes_moved, mm.dtype) == (2.0 * 16**3, 3.0 * 16 * 16 * 4, "fp32")
+    assert mm.fn().shape == (16, 16)
+    assert matmul_probe("bf16", "cpu", n=8).bytes_moved == 3.0 * 8 * 8 * 2
+
+
+def test_calibrate_times_the_roofline_probes(monkeypatch):
+    from optbench.core import calibrate
+    from optbench.core import roofline as R
+
+    made = []
+    monkeypatch.setattr(R, "copy_probe", lambda device, dtype="fp32": made.append(("copy", dtype)) or "copy")
+    monkeypatch.setattr(R, "matmul_probe", lambda dtype, device: made.append(("matmul", dtype)) or "mm")
+    assert calibrate.cases("cpu") == {"matmul_bf16_8192": "mm", "copy_1GiB": "copy"}
+    assert sorted(made) == [("copy", "bf16"), ("matmul", "bf16")]
 
 
 def test_compute_bound_kernel():
@@ -85,7 +116,7 @@ def test_measure_ceilings_on_gpu():
 
 
 def test_a_time_at_or_under_its_floor_is_below_it():
-    from optbench.roofline import below_floor
+    from optbench.core.roofline import below_floor
 
     floor = floor_ms(0, 4e9, CEIL, "bf16")  # 4 ms
     assert below_floor(roofline(0, 4e9, 0.8 * floor, CEIL, "bf16").floor_ratio)

@@ -1,10 +1,13 @@
-"""optbench.store: one file per run, never touched by another run (synthetic records)."""
+"""optbench.core.store: one file per run, never touched by another run (synthetic records)."""
 
 from __future__ import annotations
 
+import json
+import os
+
 from synthetic_results import commit, record, samples
 
-from optbench.store import LEGACY_RUN, ResultStore
+from optbench.core.store import LEGACY_RUN, REPO_ROOT, ResultStore, asv_results_dir
 
 SHA = commit(3)
 
@@ -33,3 +36,18 @@ def test_an_old_layout_file_reads_as_one_run_per_process(tmp_path):
     runs = store.runs("cpu", SHA)
     assert [r.run_id for r in runs] == [f"{LEGACY_RUN}20260101T000000", f"{LEGACY_RUN}20260102T000000"]
     assert store.commits("cpu") == [SHA]
+
+
+def test_asvs_tree_holds_only_what_asv_can_load():
+    """asv reads every folder under its results_dir that holds a .json file as a machine's, and warns for each
+    one without a machine.json (profiles, anchors, pytest-benchmark: issue 20). Its results_dir is asv's tree
+    alone, and the results tree holds no asv file outside it."""
+    conf = json.loads((REPO_ROOT / "asv.conf.json").read_text())
+    asv = asv_results_dir()
+    assert (REPO_ROOT / conf["results_dir"]).resolve() == asv.resolve()
+    for folder, _, files in os.walk(asv):
+        if folder != str(asv) and any(f.endswith(".json") for f in files):
+            assert "machine.json" in files, folder
+    results = REPO_ROOT / "results"
+    assert [p for p in [*results.glob("*.json"), *results.glob("*/*.json")] if p.parent != asv] == []
+    assert {p.parent.name for p in asv.glob("*/machine.json")} >= {"h100-sxm"}  # the H100's history is there

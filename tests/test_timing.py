@@ -8,8 +8,8 @@ import weakref
 import pytest
 import torch
 
-from optbench import timing
-from optbench.timing import Measurement, Timing, graph_calls, measure, rotation_sets, sync_clock
+from optbench.core import timing
+from optbench.core.timing import Measurement, Timing, graph_calls, measure, rotation_sets, sync_clock
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -173,7 +173,7 @@ def test_captures_follow_one_another_in_a_process():
     """A forward, its forward+backward, then the forward again after an uncapturable callable: every one is
     captured (with one memory pool shared by all captures, 9e238a7, the later captures failed on an H100 and
     the kernel suite fell back to profiler timings)."""
-    from optbench.timing import _Budget, _graph_timing, _Rotation
+    from optbench.core.timing import _Budget, _graph_timing, _Rotation
 
     lin = torch.nn.Linear(256, 256, device="cuda")
     x = torch.randn(64, 256, device="cuda", requires_grad=True)
@@ -371,23 +371,24 @@ def test_the_graph_rotates_over_every_set_on_a_gpu():
 def test_a_cold_copy_is_not_faster_than_hbm_allows():
     """An 8 MiB copy fits in any H100's L2: warm, it may beat HBM; over a rotation of sets sized by
     rotation_sets its device time cannot beat the profile's HBM bandwidth."""
-    from optbench.hardware import detect
+    from optbench.core.hardware import detect
+    from optbench.core.roofline import Ceilings
 
     n_bytes = 8 << 20
     count = rotation_sets(2 * n_bytes, timing.l2_cache_bytes("cuda"))
     pairs = [(torch.rand(n_bytes // 4, device="cuda"), torch.empty(n_bytes // 4, device="cuda")) for _ in range(count)]
     m = measure([lambda s=s, d=d: d.copy_(s) for s, d in pairs], device="cuda")
-    floor_ms = 2 * n_bytes / (detect().mem_bw_gbps * 1e9) * 1e3
+    floor_ms = 2 * n_bytes / (Ceilings.from_profile(detect()).bandwidth_gbps * 1e9) * 1e3
     assert m.device.median_ms > floor_ms
     assert math.isfinite(m.device_warm.median_ms)
 
 
 @pytest.mark.parametrize("op_name", ["rmsnorm", "linear_ce"])
 def test_a_kernel_case_draws_the_sets_its_rotation_needs(op_name):
-    """optbench.workloads.input_sets on a CPU: set 0 is the single set drawn before, then fresh random sets up
+    """optbench.suite.workloads.input_sets on a CPU: set 0 is the single set drawn before, then fresh random sets up
     to rotation_sets of one set's bytes (inputs and output gradients)."""
-    from kernels.registry import OPS
-    from optbench.workloads import input_sets, set_bytes
+    from optbench.suite.ops import OPS
+    from optbench.suite.workloads import input_sets, set_bytes
 
     op = OPS[op_name]
     dims = {"rows": 64, "hidden": 32} if op_name == "rmsnorm" else {"tokens": 16, "hidden": 8, "vocab": 24}

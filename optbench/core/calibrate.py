@@ -1,8 +1,9 @@
 """``optbench calibrate``: checks optbench's timer against ``triton.testing.do_bench`` on this GPU.
 
-On a bf16 8192^3 matmul and a 1 GiB device-to-device copy (random data), it prints both medians,
-their difference, and the achieved TFLOP/s and GB/s against the hardware profile's peaks, and
-stores the table in the result store as the record ``__calibration__`` of this machine and commit.
+On roofline's two ceiling probes (``optbench.core.roofline``), a bf16 8192^3 matmul and a 1 GiB
+device-to-device copy of random data, it prints both medians, their difference, and the achieved TFLOP/s and
+GB/s against the hardware profile's peaks, and stores the table in the result store as the record
+``__calibration__`` of this machine and commit. Exit status 1 where a difference exceeds ``--tolerance-pct``.
 """
 
 from __future__ import annotations
@@ -13,33 +14,29 @@ import json
 from typing import Any
 
 
-def cases(device: str) -> dict[str, tuple[Any, float, float, str]]:
-    """name -> (callable, FLOPs, bytes, dtype) of the two calibration workloads."""
-    import torch
+def cases(device: str) -> dict[str, Any]:
+    """name -> :class:`optbench.core.roofline.Probe` of the two calibration workloads: roofline's matmul probe
+    in bf16 ('matmul_bf16_<N>') and its copy probe of bf16 data ('copy_<GiB>GiB')."""
+    from optbench.core.roofline import COPY_BYTES, MATMUL_N, copy_probe, matmul_probe
 
-    n = 8192
-    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    src = torch.randn(2**29, device=device, dtype=torch.bfloat16)  # 1 GiB
-    dst = torch.empty_like(src)
-    return {"matmul_bf16_8192": (lambda: a @ b, 2.0 * n**3, 3.0 * n * n * 2, "bf16"),
-            "copy_1GiB": (lambda: dst.copy_(src), 0.0, 2.0 * src.numel() * 2, "bf16")}
+    return {f"matmul_bf16_{MATMUL_N}": matmul_probe("bf16", device),
+            f"copy_{COPY_BYTES >> 30}GiB": copy_probe(device, "bf16")}
 
 
 def calibrate(device: str = "cuda") -> list[dict[str, Any]]:
     """One row per workload: our device median, do_bench's median, difference, roofline fractions."""
     from triton.testing import do_bench
 
-    from optbench.hardware import detect
-    from optbench.roofline import Ceilings, roofline
-    from optbench.timing import measure
+    from optbench.core.hardware import detect
+    from optbench.core.roofline import Ceilings, roofline
+    from optbench.core.timing import measure
 
     ceilings = Ceilings.from_profile(detect())
     rows = []
-    for name, (fn, flops, nbytes, dtype) in cases(device).items():
-        ours = measure(fn, device=device, warmup_ms=100, rep_ms=500).device
-        theirs = do_bench(fn, warmup=100, rep=500, return_mode="median")
-        r = roofline(flops, nbytes, ours.median_ms, ceilings, dtype)
+    for name, probe in cases(device).items():
+        ours = measure(probe.fn, device=device, warmup_ms=100, rep_ms=500).device
+        theirs = do_bench(probe.fn, warmup=100, rep=500, return_mode="median")
+        r = roofline(probe.flops, probe.bytes_moved, ours.median_ms, ceilings, probe.dtype)
         rows.append({"workload": name, "optbench_ms": ours.median_ms, "optbench_iqr_ms": ours.iqr_ms,
                      "method": ours.method, "do_bench_ms": theirs,
                      "diff_pct": 100.0 * (ours.median_ms - theirs) / theirs,
@@ -53,23 +50,20 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="optbench calibrate", description=__doc__.splitlines()[0])
     p.add_argument("--tolerance-pct", type=float, default=3.0, help="largest accepted difference")
     args = p.parse_args(argv)
-    from rich.console import Console
-    from rich.table import Table
-
-    from optbench.machine import machine_info
-    from optbench.runner import current_commit, current_machine
-    from optbench.store import ResultStore
+    from optbench.core.console import console, table
+    from optbench.core.machine import machine_info
+    from optbench.core.runner import current_commit, current_machine
+    from optbench.core.store import ResultStore
 
     rows = calibrate()
-    table = Table(title="optbench timer vs triton.testing.do_bench (device time, median)")
-    for col in ("workload", "optbench ms", "do_bench ms", "diff %", "TFLOP/s", "GB/s", "of profile peak"):
-        table.add_column(col)
+    cells = []
     for r in rows:
         frac = r["compute_frac_of_profile"] if r["tflops"] else r["bandwidth_frac_of_profile"]
-        table.add_row(r["workload"], f"{r['optbench_ms']:.4f}", f"{r['do_bench_ms']:.4f}", f"{r['diff_pct']:+.2f}",
+        cells.append((r["workload"], f"{r['optbench_ms']:.4f}", f"{r['do_bench_ms']:.4f}", f"{r['diff_pct']:+.2f}",
                       f"{r['tflops']:.1f}" if r["tflops"] else "-", f"{r['gbps']:.0f}",
-                      f"{frac:.1%}" if frac is not None else "unknown")
-    Console().print(table)
+                      f"{frac:.1%}" if frac is not None else "unknown"))
+    console().print(table(("workload", "optbench ms", "do_bench ms", "diff %", "TFLOP/s", "GB/s", "of profile peak"),
+                          cells, title="optbench timer vs triton.testing.do_bench (device time, median)"))
     commit, machine = current_commit(), current_machine()
     ResultStore().save(machine, commit, [{"key": "__calibration__", "commit": commit, "machine_info": machine_info(),
                                           "date": dt.datetime.now(dt.timezone.utc).isoformat(), "rows": rows}])

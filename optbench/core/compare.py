@@ -443,8 +443,7 @@ def shown(c: Change) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """``optbench compare BASE HEAD``: exit 1 on a regression, 2 when nothing was comparable."""
-    from rich.console import Console
-    from rich.table import Table
+    from optbench.core.console import console, table
 
     p = argparse.ArgumentParser(prog="optbench compare", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -464,41 +463,37 @@ def main(argv: list[str] | None = None) -> int:
               "comparison of two sets of its runs)", file=sys.stderr)
         return 2
     changes = compare(store, args.base, args.head, args.machine, args.threshold, args.base_run, args.head_run)
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    out = console()
     if not any(map(compared, changes)):
-        console.print(f"optbench compare: nothing to compare: no machine in {store.root} has results of one "
+        out.print(f"optbench compare: nothing to compare: no machine in {store.root} has results of one "
                       f"benchmark at both {args.base} and {args.head}", style="bold red")
         return 2
-    style = {"REGRESSION": "bold red", "improvement": "green"}
     for machine in dict.fromkeys(c.machine for c in changes):
         mine = [c for c in changes if c.machine == machine]
         listed = [c for c in mine if args.all or shown(c)]
         title = f"{machine}: {mine[0].base_commit[:12]} → {mine[0].head_commit[:12]}"
         if listed:
-            table = Table(*COLUMNS, title=title)
-            for c, row in zip(listed, rows(listed)):
-                table.add_row(*row, style=style.get(verdict(c)))
-            console.print(table)
+            out.print(table(COLUMNS, rows(listed), title=title, marks=[verdict(c) for c in listed]))
         else:
-            console.print(f"{title}: no change beyond what each metric's noise lets it detect, in {len(mine)} "
+            out.print(f"{title}: no change beyond what each metric's noise lets it detect, in {len(mine)} "
                           "metrics")
         changed = sum(c.method_changed for c in mine)
         if changed:
-            console.print(f"note: {changed} time metrics are not compared on {machine}: their clock measures another "
+            out.print(f"note: {changed} time metrics are not compared on {machine}: their clock measures another "
                           "thing at head (e.g. cold-L2 kernel device time, `info.device_clock`)")
         times = [c for c in mine if c.quantity == "time" and not c.method_changed]
         if times:
             sources = Counter(c.noise.source for c in times if c.noise is not None)
-            console.print(f"{machine}: {len(times)} time metrics; smallest detectable change: median "
+            out.print(f"{machine}: {len(times)} time metrics; smallest detectable change: median "
                           f"{statistics.median(c.detectable for c in times):.1%}, ≤ 10% in "
                           f"{sum(c.detectable <= 0.10 for c in times)}; noise from "
                           + ", ".join(f"{source} {n}" for source, n in sources.most_common())
                           + f" (prior: {PRIOR_SIGMA:.0%} per run)")
         lost = sum(c.base_status == OK and c.head_status == MISSING for c in mine)
         if lost:
-            console.print(f"note: {lost} results of the base commit are missing at head on {machine}")
+            out.print(f"note: {lost} results of the base commit are missing at head on {machine}")
     regressions = [c for c in changes if c.regression]
-    console.print(f"{len(regressions)} regressions beyond the threshold ({args.threshold:.0%}) and their noise",
+    out.print(f"{len(regressions)} regressions beyond the threshold ({args.threshold:.0%}) and their noise",
                   style="bold red" if regressions else "green")
     return 1 if regressions else 0
 

@@ -2,7 +2,7 @@
 
 What is emulated: the target's memory (the process's CUDA allocator is capped at the target's size), its
 missing features (FlashAttention and cuDNN attention need sm80+, TF32 needs sm80+: switched off), and its
-dtype restrictions, through the skip functions of ``optbench.plan``, which see the emulated profile from
+dtype restrictions, through the skip functions of ``optbench.suite.plan``, which see the emulated profile from
 ``active_profile()``. What is not: speed (SM count, clocks, bandwidth), the kernels cuBLAS, Triton and
 Liger-Kernel choose for the real architecture, and the CUDA context that the real card's memory also holds.
 An emulated run's timings are the host GPU's; its results are stored as '<real>-emulating-<target>'.
@@ -11,19 +11,19 @@ An emulated run's timings are the host GPU's; its results are stored as '<real>-
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import torch
 
-from optbench.hardware import HardwareProfile, detect, lookup
+from optbench.core.hardware import HardwareProfile, detect, lookup
+from optbench.core.settings import VARIABLES, current
 
-EMULATE_ENV = "OPTBENCH_EMULATE"
+EMULATE_ENV = VARIABLES["emulate"]
 
 
 def active_profile() -> HardwareProfile:
     """The profile benchmarks run under: the emulated one (``emulated_from`` = the real device's key) when
     $OPTBENCH_EMULATE names one, else the detected device's."""
-    real, key = detect(), os.environ.get(EMULATE_ENV)
+    real, key = detect(), current().emulate
     return dataclasses.replace(lookup(key), emulated_from=real.key) if key else real
 
 
@@ -45,7 +45,7 @@ def memory_fraction(target: HardwareProfile, total_bytes: int) -> float:
 def apply_emulation() -> HardwareProfile | None:
     """Restrict this process's GPU to the emulated profile; returns it, or None (nothing done) without CUDA
     or without $OPTBENCH_EMULATE. Call before the first CUDA allocation of every benchmark process."""
-    if not torch.cuda.is_available() or not os.environ.get(EMULATE_ENV):
+    if not torch.cuda.is_available() or not current().emulate:
         return None
     target = active_profile()
     device = torch.cuda.current_device()

@@ -12,6 +12,20 @@ from dataclasses import dataclass
 import torch
 
 DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")
+# Each precision name's torch dtype (tf32: fp32 tensors, TF32 matmuls) and each dtype's name, the one map of both.
+_TORCH_DTYPE_NAMES = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a precision name of :data:`DTYPES` ('tf32': torch.float32)."""
+    return getattr(torch, _TORCH_DTYPE_NAMES[name])
+
+
+def dtype_name(dtype: torch.dtype | str) -> str:
+    """'fp32', 'bf16' or 'fp16' of a torch dtype or its string ('torch.bfloat16'); KeyError for any other."""
+    text = str(dtype).removeprefix("torch.")
+    return next(k for k, v in _TORCH_DTYPE_NAMES.items() if v == text and k != "tf32")
+
 
 # Triton's README lists sm80+ as supported; Triton 3.x still compiles for sm75 (Turing) and PyTorch
 # inductor accepts sm70+, so sm75 (T4) counts as usable here. bf16/tf32 kernels still need sm80.
@@ -20,7 +34,11 @@ _TRITON_MIN_CC = (7, 5)
 
 @dataclass(frozen=True)
 class HardwareProfile:
-    """Peaks of one device: TFLOPS per dtype (None = unsupported or unknown), GB/s, GB of device memory."""
+    """Peaks of one device: TFLOPS per dtype (None = unsupported or unknown), GB/s, GB of device memory.
+
+    The tables are data; a peak is looked up in one place, ``optbench.core.roofline.Ceilings.from_profile(profile)
+    .peak(dtype)`` (TFLOP/s, KeyError for a dtype not in :data:`DTYPES`) and ``.bandwidth_gbps`` (GB/s).
+    """
 
     key: str
     name: str
@@ -33,12 +51,6 @@ class HardwareProfile:
     flash_attention: bool  # PyTorch SDPA flash kernels (sm80+)
     triton: bool  # Triton compiles for this architecture
     emulated_from: str | None = None
-
-    def peak(self, dtype: str) -> float | None:
-        """Peak dense TFLOPS for dtype ('fp32', 'tf32', 'bf16', 'fp16'); None if unsupported or unknown."""
-        if dtype not in DTYPES:
-            raise KeyError(f"unknown dtype {dtype!r}; expected one of {DTYPES}")
-        return self.peak_tflops.get(dtype)
 
 
 def _tflops(fp32: float | None, tf32: float | None, bf16: float | None, fp16: float | None) -> dict:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from optbench import hardware
+from optbench.core import hardware
 
 _CPU_NOISE = re.compile(r"\((r|tm)\)|\bcpu\b|\bprocessor\b|@.*$|\b\d+-core\b", re.IGNORECASE)
 _CPU_SLUG_CHARS = 32

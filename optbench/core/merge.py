@@ -8,12 +8,14 @@ copies every file the destination lacks and, for the files that several runs sha
   is, two snapshots of one run are joined, and no stored record is replaced; a record that differs from the
   stored one of its run is kept as a run of its own. Old-layout files (``<machine>/optbench/<commit>.jsonl``)
   are read as their runs and added the same way.
-- asv's results (``<machine>/<commit>-<env>.json``): merged benchmark by benchmark and parameter
+- asv's results (``asv/<machine>/<commit>-<env>.json``): merged benchmark by benchmark and parameter
   combination; a measured value replaces an unmeasured one (asv's null for a case skipped or not selected),
   and where two runs measured the same case, the later source wins: asv keeps one median per commit, and
   optbench's records keep every run's samples.
 
-``benchmarks.json`` (asv's list of benchmarks) is taken from the last source that has one.
+``asv/benchmarks.json`` (asv's list of benchmarks) is taken from the last source that has one. A tree of the
+old layout, with asv's files beside optbench's (``<machine>/machine.json``, ``<machine>/<commit>-<env>.json``,
+``benchmarks.json`` at its root), has them merged into asv's tree (``asv/``) all the same.
 """
 
 from __future__ import annotations
@@ -27,7 +29,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from optbench.store import RECORDS_DIR, ResultStore, StoredRun, read_records, results_dir, write_json_atomic
+from optbench.core.store import (
+    ASV_DIR,
+    RECORDS_DIR,
+    ResultStore,
+    StoredRun,
+    read_records,
+    results_dir,
+    write_json_atomic,
+)
 
 ASV_VALUE_COLUMNS = ("result", "stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number",
                      "stats_repeat", "samples", "profile")
@@ -69,12 +79,25 @@ def _records_file(rel: Path) -> tuple[str, str, str | None] | None:
     return (rel.parts[0], rel.parts[2], rel.stem) if len(rel.parts) == 4 else None
 
 
+def _asv_file(rel: Path) -> Path | None:
+    """Where an asv file of a results tree (path relative to its root) belongs in a results root, else None:
+    asv's tree (``asv/``) as it is; asv's files of the old layout (the JSON files directly in a machine folder,
+    ``benchmarks.json`` at the root) moved into it."""
+    if rel.parts[0] == ASV_DIR:
+        return rel
+    if rel.suffix == ".json" and (len(rel.parts) == 2 or rel.parts == ("benchmarks.json",)):
+        return Path(ASV_DIR, *rel.parts)
+    return None
+
+
 def merge_tree(src: Path, dest: Path) -> list[str]:
-    """Merge the results root ``src`` into ``dest``; returns what changed (relative paths)."""
+    """Merge the results root ``src`` into ``dest``; returns what changed (relative paths in ``dest``)."""
     changed = []
     store = ResultStore(dest)
     for path in sorted(p for p in src.rglob("*") if p.is_file()):
         rel = path.relative_to(src)
+        asv_file = _asv_file(rel)
+        rel = asv_file or rel
         target = dest / rel
         if target.exists() and target.read_bytes() == path.read_bytes():
             continue
@@ -92,7 +115,7 @@ def merge_tree(src: Path, dest: Path) -> list[str]:
             for run in runs:
                 if known.get(run.run_id) != run.records:
                     changed += [str(store.path(machine, commit, i).relative_to(dest)) for i in store.add_run(run)]
-        elif target.exists() and len(rel.parts) == 2 and rel.suffix == ".json" and rel.name != "machine.json":
+        elif asv_file and target.exists() and len(rel.parts) == 3 and rel.name != "machine.json":
             # asv's results of one commit and environment on one machine
             merged = merge_asv_results(json.loads(target.read_text()), json.loads(path.read_text()))
             write_json_atomic(target, merged)

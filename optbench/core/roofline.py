@@ -8,17 +8,20 @@ from dataclasses import dataclass
 
 import torch
 
-from optbench.hardware import DTYPES, HardwareProfile, detect
-from optbench.timing import measure
+from optbench.core.hardware import DTYPES, HardwareProfile, detect, torch_dtype
+from optbench.core.timing import measure
 
-_COPY_BYTES = 1 << 30  # bytes copied (and as many written) by the bandwidth probe
-_MATMUL_N = 8192  # the compute probe multiplies two N x N matrices
-_TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+COPY_BYTES = 1 << 30  # bytes copied (and as many written) by the bandwidth probe
+MATMUL_N = 8192  # the compute probe multiplies two N x N matrices
 
 
 @dataclass(frozen=True)
 class Ceilings:
-    """Peak TFLOPS per dtype (None = unknown/unsupported) and peak bandwidth in GB/s (1e9 B/s)."""
+    """Peak TFLOPS per dtype (None = unknown/unsupported) and peak bandwidth in GB/s (1e9 B/s).
+
+    The one lookup of a device's peaks: :meth:`peak` for TFLOP/s at a dtype, ``bandwidth_gbps`` for GB/s;
+    vendor peaks through :meth:`from_profile`, achievable ones through :func:`measure_ceilings`.
+    """
 
     tflops: dict[str, float | None]
     bandwidth_gbps: float | None
@@ -30,18 +33,47 @@ class Ceilings:
         return cls(dict(profile.peak_tflops), profile.mem_bw_gbps, f"profile:{profile.key}")
 
     def peak(self, dtype: str) -> float | None:
-        """Ceiling in TFLOPS for dtype ('fp32', 'tf32', 'bf16', 'fp16'); None if unknown."""
+        """Ceiling in TFLOPS for dtype ('fp32', 'tf32', 'bf16', 'fp16'); None if unknown or unsupported;
+        KeyError for any other dtype."""
         if dtype not in DTYPES:
             raise KeyError(f"unknown dtype {dtype!r}; expected one of {DTYPES}")
         return self.tflops.get(dtype)
 
 
+@dataclass(frozen=True)
+class Probe:
+    """One ceiling probe: ``fn()`` runs its work once on the probe's device; ``flops`` and ``bytes_moved`` count
+    that work (the inputs of :func:`roofline`), in precision ``dtype`` (one of :data:`DTYPES`)."""
+
+    fn: Callable[[], object]
+    flops: float
+    bytes_moved: float
+    dtype: str
+
+
+def copy_probe(device: str | torch.device, dtype: str = "fp32", nbytes: int = COPY_BYTES) -> Probe:
+    """Bandwidth probe: a device-to-device copy of ``nbytes`` of random ``dtype`` data into a preallocated
+    buffer; 0 FLOPs, bytes read plus written (2 x ``nbytes``, rounded down to whole elements)."""
+    src = torch.rand(nbytes // torch_dtype(dtype).itemsize, device=device, dtype=torch_dtype(dtype))
+    dst = torch.empty_like(src)
+    return Probe(lambda: dst.copy_(src), 0.0, 2.0 * src.numel() * src.element_size(), dtype)
+
+
+def matmul_probe(dtype: str, device: str | torch.device, n: int = MATMUL_N) -> Probe:
+    """Compute probe: an n x n x n matmul of random matrices in ``dtype`` into a preallocated output; 2 n^3
+    FLOPs, and the bytes of both inputs read once and the output written once (3 n^2 elements). For 'tf32' the
+    caller enables TF32 matmuls while it times ``fn`` (:func:`measure_ceilings` does)."""
+    a, b = (torch.randn(n, n, device=device, dtype=torch_dtype(dtype)) for _ in range(2))
+    out = torch.empty_like(a)
+    return Probe(lambda: torch.mm(a, b, out=out), 2.0 * n**3, 3.0 * n * n * a.element_size(), dtype)
+
+
 def measure_ceilings(device: str | torch.device = "cuda") -> Ceilings:
     """Achievable ceilings measured on a CUDA device (median device time, timing.measure).
 
-    Bandwidth: a 1 GiB device-to-device copy, counting bytes read plus written. Compute: an
-    8192^3 matmul of random matrices in bf16, fp16, fp32 with TF32 and fp32 without TF32 (the TF32
-    flag is restored afterwards); dtypes the device does not support natively are left None.
+    Bandwidth: :func:`copy_probe` (1 GiB, bytes read plus written). Compute: :func:`matmul_probe` (8192^3) in
+    bf16, fp16, fp32 with TF32 and fp32 without TF32 (the TF32 flag is restored afterwards); dtypes the device
+    does not support natively are left None.
     """
     dev = torch.device(device)
     if dev.type != "cuda":
@@ -59,21 +91,19 @@ def _device_ms(fn: Callable[[], object], dev: torch.device) -> float:
 
 
 def _copy_gbps(dev: torch.device) -> float:
-    src = torch.rand(_COPY_BYTES // 4, device=dev)
-    dst = torch.empty_like(src)
-    return 2 * _COPY_BYTES / _device_ms(lambda: dst.copy_(src), dev) / 1e6
+    probe = copy_probe(dev)
+    return probe.bytes_moved / _device_ms(probe.fn, dev) / 1e6
 
 
 def _matmul_tflops(dtype: str, dev: torch.device) -> float:
-    a, b = (torch.randn(_MATMUL_N, _MATMUL_N, device=dev, dtype=_TORCH_DTYPES[dtype]) for _ in range(2))
-    out = torch.empty_like(a)
+    probe = matmul_probe(dtype, dev)
     saved = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
     try:
-        ms = _device_ms(lambda: torch.mm(a, b, out=out), dev)
+        ms = _device_ms(probe.fn, dev)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved
-    return 2 * _MATMUL_N**3 / ms / 1e9
+    return probe.flops / ms / 1e9
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from optbench.store import IN_PROGRESS, MACHINE_KEY, REPO_ROOT, ResultStore, current_run_id, record_key
+from optbench.core import settings
+from optbench.core.store import IN_PROGRESS, MACHINE_KEY, REPO_ROOT, ResultStore, current_run_id, record_key
 
 
 class WrongResult(AssertionError):
@@ -43,14 +44,14 @@ class Work:
 
     ``timed`` maps a metric name (e.g. ``"fwd"``, ``"fwdbwd"``, ``"step"``) to the callable timed for it;
     ``rotation`` maps a metric to that callable over each of several input sets (``timed``'s first), which the
-    device time rotates over for a cold L2 (:func:`optbench.timing.measure`; the first set alone gives the
+    device time rotates over for a cold L2 (:func:`optbench.core.timing.measure`; the first set alone gives the
     warm-L2 figure); a metric without one is timed on its one callable;
     ``memory`` names the metrics whose peak extra memory is measured (after ``before_memory``, e.g. dropping
     gradients so that their allocation counts, and with the bytes already allocated recorded beside it as
     ``mem_base_bytes``); ``check`` runs before any timing
     and raises :class:`WrongResult` when the result is wrong; ``flops``/``bytes`` per metric feed the
     roofline (floor) at report time; ``info`` is free-form (dtype, tokens per call, ...); ``timing`` overrides
-    the timer's warm-up and sampling budgets per metric (:func:`optbench.timing.measure`).
+    the timer's warm-up and sampling budgets per metric (:func:`optbench.core.timing.measure`).
     """
 
     timed: dict[str, Callable[[], Any]]
@@ -89,8 +90,8 @@ def measured_commit(ref: str = "HEAD", cwd: str | Path = REPO_ROOT) -> str:
 
 def current_commit() -> str:
     """The commit being measured: asv's ``ASV_COMMIT``, else :func:`measured_commit` of HEAD, else 'unknown'."""
-    if os.environ.get("ASV_COMMIT"):
-        return os.environ["ASV_COMMIT"]
+    if settings.current().asv_commit:
+        return settings.current().asv_commit
     try:
         return measured_commit() or "unknown"
     except (OSError, subprocess.CalledProcessError):
@@ -99,9 +100,8 @@ def current_commit() -> str:
 
 def current_machine() -> str:
     """Results-folder name of this machine: ``$OPTBENCH_MACHINE`` (set by the CLI) or detected."""
-    from optbench.machine import machine_name
-
-    return os.environ.get("OPTBENCH_MACHINE") or machine_name(emulate=os.environ.get("OPTBENCH_EMULATE"))
+    from optbench.core.machine import machine_name
+    return settings.current().machine or machine_name(emulate=settings.current().emulate)
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -132,8 +132,8 @@ class CaseTimeout(BaseException):
     """A case ran past its time budget (raised from SIGALRM, wherever the case's Python code was).
 
     A BaseException, as KeyboardInterrupt is, so that library code's ``except Exception`` does not swallow
-    it: inductor's max-autotune treats a failing choice as slow and goes on, and with a TimeoutError the
-    100M max-autotune compile ran 5 minutes past its 240 s budget on an H100 (9e238a7)."""
+    it: inductor's max-autotune treats a failing choice as slow and goes on, so an Exception raised inside
+    its autotuning would only skip that choice and the compile would run on far past the budget."""
 
 
 _REFIRE_S = 5.0  # if library code swallows the first CaseTimeout, it is raised again this often
@@ -167,7 +167,7 @@ def deadline(seconds: float, what: str = "its budget") -> Iterator[None]:
 
 # How long past its budget a case may run before the watchdog kills this process's child processes, and as
 # long again before it ends the process. The alarm re-fires every few seconds, so a case still running this
-# long after its budget is blocked in C code (on a GPU, a 120 s max-autotune compile ran 262 s). Twice this is
+# long after its budget is blocked in C code (e.g. waiting on inductor's compile workers). Twice this is
 # the 60 s that ``optbench run --time-budget`` keeps after the run's deadline (cli.ASV_WRAP_UP_S), so that a
 # case cut by the run's deadline ends within the time budget even then.
 HARD_STOP_GRACE_S = 30.0
@@ -248,17 +248,17 @@ def _restart_compile_workers() -> None:
 
 # Epoch seconds after which no case of this run starts and a running one is stopped (``optbench run
 # --time-budget``): the run ends in time for asv to write its results, inside a runner's job limit.
-RUN_DEADLINE_ENV = "OPTBENCH_RUN_DEADLINE"
+RUN_DEADLINE_ENV = settings.VARIABLES["deadline"]
 # A case is not started with less than this (or its own budget, where smaller) left of the run's time budget:
 # cut short, it would show nothing. Small beside a case's budget (120-180 s), so that little of a run's budget
-# goes unused; a kernel case or an eager step fits in it (on an H100, 5-18 s at 1B).
+# goes unused, and large enough for a kernel case or an eager step up to 1B on an H100.
 _MIN_CASE_S = 30.0
 
 
 def run_time_left() -> float | None:
     """Seconds left of the run's time budget; None without one."""
-    value = os.environ.get(RUN_DEADLINE_ENV)
-    return float(value) - time.time() if value else None
+    deadline = settings.current().deadline
+    return deadline - time.time() if deadline is not None else None
 
 
 def out_of_run_time(budget_s: float = math.inf) -> bool:
@@ -302,9 +302,9 @@ def measure_case(case: Case, *, device: str, budget_s: float, budget_name: str =
 
 
 def _build_check_time(case: Case, rec: dict[str, Any], device: str, start: float) -> None:
-    from optbench.machine import gpu_state
-    from optbench.memory import peak_memory
-    from optbench.timing import measure
+    from optbench.core.machine import gpu_state
+    from optbench.core.memory import peak_memory
+    from optbench.core.timing import measure
 
     work, phase = None, "build"
     try:
@@ -355,8 +355,8 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
     """Measure every case of ``benchmark`` and save each record as it comes; returns records by key."""
     import torch
 
-    from optbench.emulate import apply_emulation
-    from optbench.machine import machine_info
+    from optbench.core.emulate import apply_emulation
+    from optbench.core.machine import machine_info
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if str(device).startswith("cuda"):
@@ -365,7 +365,7 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
     commit, machine = current_commit(), current_machine()
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     info = machine_info()
-    info["emulate"] = os.environ.get("OPTBENCH_EMULATE")
+    info["emulate"] = settings.current().emulate
     run = current_run_id()
     store.save(machine, commit, [{"key": MACHINE_KEY, "info": info, "date": now, "commit": commit, "run": run}])
     records: dict[str, dict[str, Any]] = {}

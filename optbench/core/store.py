@@ -1,12 +1,15 @@
 """The result store: optbench's measurement records, one JSON-lines file per run, never replaced.
 
-Layout (beside asv's own files, which asv writes into the same machine folders)::
+Layout (asv's files in a tree of their own, :func:`asv_results_dir`, which holds only what asv can load: asv
+reads every folder of its results_dir that holds a .json file as a machine's)::
 
-    results/<machine>/machine.json                        asv's machine file
-    results/<machine>/<commit[:8]>-<env>.json             asv's results (medians, for asv's HTML and history)
+    results/asv/<machine>/machine.json                    asv's machine file
+    results/asv/<machine>/<commit[:8]>-<env>.json         asv's results (medians, for asv's HTML and history)
+    results/asv/benchmarks.json                           asv's list of benchmarks
     results/<machine>/optbench/<commit>/<run id>.jsonl    optbench's records of one run: every sample, spread,
                                                           check, error and the full machine info (this module)
     results/<machine>/optbench/<commit>.jsonl             records of runs stored before run ids (read-only)
+    results/<machine>/<other>/                            profiles, anchors, pytest-benchmark runs, probe outputs
 
 A run is one ``optbench run`` (or one process where nothing set a run id): its records go to its own file, so
 a rerun, a merge or an interrupt of a later run never changes an earlier run's records; runs of one commit add
@@ -32,10 +35,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent  # the work tree: results/, benchmarks/, asv.conf.json
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the work tree: results/, benchmarks/, asv.conf.json
 MACHINE_KEY = "__machine__"
 RECORDS_DIR = "optbench"
-RUN_ENV = "OPTBENCH_RUN_ID"  # set by `optbench run` for every process of one run
+ASV_DIR = "asv"  # asv's tree in the results root (asv.conf.json "results_dir": "results/asv")
 LEGACY_RUN = "legacy-"  # run ids of the records of an old-layout file: "legacy-<date, digits and T>"
 # What a kernel record's ``device`` clock measures (``info.device_clock``): graph replays over input sets rotated
 # through more than the L2. Kernel records without it hold warm-L2 replays of one set there.
@@ -46,8 +49,15 @@ IN_PROGRESS = "the process died while measuring this case"
 
 def results_dir() -> Path:
     """Root of the results tree: ``$OPTBENCH_RESULTS`` or ``results/`` at the repository root."""
-    env = os.environ.get("OPTBENCH_RESULTS")
-    return Path(env) if env else REPO_ROOT / "results"
+    from optbench.core.settings import current
+
+    return current().results or REPO_ROOT / "results"
+
+
+def asv_results_dir(root: Path | str | None = None) -> Path:
+    """asv's own tree inside the results root ``root`` (machine files, results, ``benchmarks.json``). By default
+    the repository's, which asv.conf.json's ``results_dir`` names: asv writes there whatever the settings say."""
+    return (Path(root) if root is not None else REPO_ROOT / "results") / ASV_DIR
 
 
 def record_key(benchmark: str, params: Mapping[str, Any]) -> str:
@@ -67,7 +77,9 @@ def _process_run_id() -> str:
 
 def current_run_id() -> str:
     """The run this process belongs to: ``$OPTBENCH_RUN_ID`` (one ``optbench run``), else one per process."""
-    return os.environ.get(RUN_ENV) or _process_run_id()
+    from optbench.core.settings import current
+
+    return current().run_id or _process_run_id()
 
 
 def write_text_atomic(path: Path, text: str) -> None:

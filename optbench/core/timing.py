@@ -243,8 +243,8 @@ def _device_timing(rotation: _Rotation, budget: _Budget, estimate_ms: float) -> 
     if timing is None:
         timing = _profiler_timing(rotation, budget.reps(estimate_ms))
     if timing is None or timing.method == "cuda-graph":
-        # A graph can run the same work differently (a device copy becomes a copy-engine node, measured
-        # 23% slower than the copy kernel eager calls use on an H100): keep the faster of the two.
+        # A graph can run the same work differently (a device copy becomes a copy-engine node, which can be
+        # slower than the copy kernel eager calls launch): keep the faster of the two.
         events = Timing(tuple(_event_samples(rotation, budget.reps(estimate_ms), 1)), "cuda-events")
         if timing is None or events.median_ms < timing.median_ms:
             timing = events
@@ -334,14 +334,12 @@ _CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}
 
 
 def _capture_stream() -> torch.cuda.Stream:
-    """The one side stream every capture on the current device uses.
+    """The side stream every capture on the current device uses: one per device for the process's lifetime.
 
-    With a new stream per capture (until 61d5c0a), the memory allocated before each linear+CE case grew by
-    about 100 MB per case over the first 14 cases of a process, then stayed flat (cuBLAS keeps a workspace
-    per stream and PyTorch's stream pool wraps after 32: the suspected cause). Each capture still gets its
-    own private memory pool: with one pool shared by all captures (9e238a7), later captures failed on an
-    H100 (in the tests, the first capture after a failed one; in the kernel grid, 55 of 77 fwd+bwd
-    captures, taken after their forward's), and those timings fell back to the profiler."""
+    One stream, not one per capture: cuBLAS keeps a workspace per stream, so a stream per capture grows the
+    memory a process holds from case to case. Each capture still gets a private memory pool of its own
+    (:func:`_capture` passes none to share): captures that share a pool can fail after another capture, and
+    their timings then fall back to the profiler."""
     device = torch.cuda.current_device()
     if device not in _CAPTURE_STREAMS:
         _CAPTURE_STREAMS[device] = torch.cuda.Stream()

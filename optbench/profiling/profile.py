@@ -57,7 +57,8 @@ from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from models.step import StepOptions, TrainStep
-from optbench.store import write_json_atomic, write_text_atomic
+from optbench.core.console import console, table
+from optbench.core.store import write_json_atomic, write_text_atomic
 
 PHASES = ("forward", "backward", "optimizer", "data_movement", "other")
 HOST_PHASES = ("forward", "backward", "optimizer", "other")  # the segments' phases
@@ -110,7 +111,7 @@ def parse_options(pairs: Iterable[str]) -> dict[str, Any]:
 
 def step_options_for(size: str, variant: str | None, overrides: dict[str, Any], device: str) -> StepOptions:
     """The profiled step's options: the variant's candidate, or the device's baseline with ``overrides``."""
-    from optbench.workloads import step_options
+    from optbench.suite.workloads import step_options
 
     return step_options(size, variant or "eager", device)[1].replace(**overrides)
 
@@ -325,7 +326,7 @@ def device_split(p: Parsed) -> dict[str, float]:
 
 def time_figures(step: TrainStep, p: Parsed) -> dict[str, Any]:
     """Wall ms per step, the host (and device) split, GPU busy fraction, tokens/s, MFU of the dtype's peak."""
-    from optbench.hardware import detect
+    from optbench.core.hardware import detect
 
     start, cuda = p.line.ranges[0][0], step.device.type == "cuda"
     end = max([p.line.ranges[-1][1], *(e.time_range.end for e in p.device)])
@@ -644,10 +645,7 @@ def to_markdown(blocks: list[Block]) -> str:
         elif kind == "img":
             out.append(f"![{rest[0]}]({rest[1]})")
         else:
-            headers, rows = rest
-            lines = [headers, ["---"] * len(headers), *rows]
-            out.append("\n".join("| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |"
-                                 for row in lines))
+            out.append(table(*rest, "markdown"))
     return "\n\n".join(out) + "\n"
 
 
@@ -661,10 +659,7 @@ def to_html(blocks: list[Block]) -> str:
         elif kind == "img":
             out.append(f'<p><img src="{esc(rest[1])}" alt="{esc(rest[0])}"></p>')
         else:
-            headers, rows = rest
-            head = "".join(f"<th>{esc(str(h))}</th>" for h in headers)
-            body = "".join("<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>" for row in rows)
-            out.append(f"<table><tr>{head}</tr>{body}</table>")
+            out.append(table(*rest, "html"))
     title = esc(next(b[2] for b in blocks if b[0] == "h"))
     style = ("body{font-family:sans-serif;max-width:70em;margin:2em auto}table{border-collapse:collapse;"
              "margin:1em 0}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}")
@@ -779,16 +774,15 @@ def diff_markdown(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str]) 
 
 def run_diff(paths: list[str], out: str | None) -> int:
     """``--diff A B``: print the diff and write diff.md into ``out`` or B's folder."""
-    from rich.console import Console
     from rich.markdown import Markdown
 
     (a, _), (b, folder) = load_report(paths[0]), load_report(paths[1])
     text = diff_markdown(a, b, (paths[0], paths[1]))
     target = (Path(out) if out else folder) / "diff.md"
     write_text_atomic(target, text)
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    console.print(Markdown(text))
-    console.print(f"written: {target}")
+    terminal = console()
+    terminal.print(Markdown(text))
+    terminal.print(f"written: {target}")
     return 0
 
 
@@ -796,25 +790,21 @@ def run_diff(paths: list[str], out: str | None) -> int:
 
 def summary(report: dict[str, Any], folder: Path) -> None:
     """A short rich table of the headline figures."""
-    from rich.console import Console
-    from rich.table import Table
-
     m, t, s, mem = report["meta"], report["time"], report["smells"], report["memory"]
-    table = Table("figure", "per step", title=f"optbench profile: {m['size']} {m['name']} on {m['device']}")
-    for row in [("wall ms", fmt(t["wall_ms"])), ("tokens/s", fmt(t["tokens_per_s"])),
-                *((f"host {p} ms", fmt(v)) for p, v in t["host_ms"].items()),
-                ("GPU busy", fmt(t["gpu_busy_fraction"], "fraction")),
-                ("kernel launches" if t["device_ms"] is not None else "aten ops",
-                 fmt(report["launches"]["per_step"])),
-                ("host syncs", fmt(s["host_syncs"])),
-                ("aten::copy_ calls", fmt(s["copy_calls"]["aten::copy_"])),
-                ("small kernels", fmt(s["small_kernels"])),
-                ("activations", fmt(mem["activations_bytes"], "bytes")),
-                ("peak during backward", fmt(mem["peak_backward_bytes"], "bytes"))]:
-        table.add_row(*row)
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    console.print(table)
-    console.print(f"report: {folder}")
+    rows = [("wall ms", fmt(t["wall_ms"])), ("tokens/s", fmt(t["tokens_per_s"])),
+            *((f"host {p} ms", fmt(v)) for p, v in t["host_ms"].items()),
+            ("GPU busy", fmt(t["gpu_busy_fraction"], "fraction")),
+            ("kernel launches" if t["device_ms"] is not None else "aten ops",
+             fmt(report["launches"]["per_step"])),
+            ("host syncs", fmt(s["host_syncs"])),
+            ("aten::copy_ calls", fmt(s["copy_calls"]["aten::copy_"])),
+            ("small kernels", fmt(s["small_kernels"])),
+            ("activations", fmt(mem["activations_bytes"], "bytes")),
+            ("peak during backward", fmt(mem["peak_backward_bytes"], "bytes"))]
+    terminal = console()
+    terminal.print(table(("figure", "per step"), rows,
+                         title=f"optbench profile: {m['size']} {m['name']} on {m['device']}"))
+    terminal.print(f"report: {folder}")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -841,10 +831,10 @@ def main(argv: list[str] | None = None) -> int:
     """``optbench profile``: write a profiling report, or diff two (see the module's doc)."""
     from models.config import CONFIGS
     from models.step import UnsupportedOptions, build_step
-    from optbench.hardware import detect
-    from optbench.machine import machine_info
-    from optbench.runner import current_commit, current_machine
-    from optbench.store import results_dir
+    from optbench.core.hardware import detect
+    from optbench.core.machine import machine_info
+    from optbench.core.runner import current_commit, current_machine
+    from optbench.core.store import results_dir
 
     p = parser()
     args = p.parse_args(sys.argv[1:] if argv is None else argv)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from optbench.cli import ROOT
+from optbench.core.store import REPO_ROOT as ROOT
 
 
 def git(*args: str, cwd: Path = ROOT) -> str:
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("run_args", nargs=argparse.REMAINDER, help="passed to `optbench run` (e.g. --suite quick)")
     args = p.parse_args(argv)
     codes = [run_commit(c, args.run_args) for c in commits_in(args.range)]
-    from optbench.report import publish
+    from optbench.reporting.report import publish
 
     publish()
     return max(codes, default=0)

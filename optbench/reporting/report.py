@@ -30,7 +30,7 @@ import re
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from html import escape
@@ -43,6 +43,7 @@ from matplotlib.figure import Figure
 
 from models.variants import ABLATED, ABLATION, VARIANTS, ablation_note, reference
 from optbench.core.compare import COLUMNS, compare, compared, resolve, rows, shown, verdict
+from optbench.core.console import table
 from optbench.core.records import Record
 from optbench.core.store import DEVICE_CLOCK, MACHINE_KEY, REPO_ROOT, ResultStore, results_dir, write_text_atomic
 from optbench.suite import catalog
@@ -472,7 +473,7 @@ def ablation_parts(history: list[Run]) -> list[Part]:
     if not found:
         return [note(f"No leave-one-out ablation of {ABLATED} (optbench run --suite ablation).")]
     return [f"<h3>Leave-one-out ablation of {escape(ABLATED)}</h3><p>{escape(ABLATION_CAPTION)}.</p>",
-            *(f"<h4>{escape(_at(size, run))}</h4>" + html_table(ABLATION_HEADER, ablation_rows(by_v))
+            *(f"<h4>{escape(_at(size, run))}</h4>" + table(ABLATION_HEADER, ablation_rows(by_v), "html")
               for size, run, by_v in found)]
 
 
@@ -509,7 +510,7 @@ def _ablation_markdown(history: list[Run]) -> tuple[list[str], dict[str, str]]:
     """Markdown leave-one-out tables per size (:func:`ablation_rows`) and the {commit: date} they come from."""
     found = _by_size(fullest(history, ablations))
     parts = [f"Leave-one-out ablation of {ABLATED} at {size} @ `{run.commit[:8]}` ({ABLATION_CAPTION}):\n\n"
-             + md_table(ABLATION_HEADER, ablation_rows(by_v)) for size, run, by_v in found]
+             + table(ABLATION_HEADER, ablation_rows(by_v), "markdown") for size, run, by_v in found]
     return parts, {run.commit: run.date for _, run, _ in found}
 
 
@@ -590,8 +591,8 @@ def roofline_parts(history: list[Run]) -> list[Part]:
     return [fig, note(f"Measurement problems: {len(suspects)} cold-L2 device times at or below their roofline "
                       "floor (not drawn; ✗ in the chart). A time from HBM cannot beat the floor: the L2 was "
                       "warm or the byte count is wrong."),
-            html_table(["op metric @ commit", "shape", "implementation", "cold time / floor", "input set fits L2"],
-                       suspects)]
+            table(["op metric @ commit", "shape", "implementation", "cold time / floor", "input set fits L2"],
+                  suspects, "html")]
 
 
 def history_parts(history: list[Run]) -> list[Part]:
@@ -616,14 +617,6 @@ def history_parts(history: list[Run]) -> list[Part]:
     return [fig]
 
 
-def html_table(header: Sequence[str], body: list[Sequence[str]], classes: Sequence[str] = ()) -> str:
-    """An HTML table (a row's class from classes, where given)."""
-    cells = "".join(f"<th>{escape(h)}</th>" for h in header)
-    trs = [f'<tr class="{cls}">' + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
-           for row, cls in zip(body, [*classes, *[""] * (len(body) - len(classes))])]
-    return f"<table><tr>{cells}</tr>{''.join(trs)}</table>"
-
-
 def compare_parts(store: ResultStore, pair: tuple[str, str] | None, history: list[Run],
                   limit: int = 50) -> list[Part]:
     """Table and chart of base → head (default: the two newest commits by date) on one machine."""
@@ -642,7 +635,7 @@ def compare_parts(store: ResultStore, pair: tuple[str, str] | None, history: lis
                          f"{sum(map(compared, changes))} metrics with results at both commits changed "
                          "beyond what their noise lets the gate detect, or fail at head.</p>"]
     if listed:
-        parts.append(html_table(COLUMNS, rows(listed), [verdict(c) for c in listed]))
+        parts.append(table(COLUMNS, rows(listed), "html", marks=[verdict(c) for c in listed]))
     ratios = sorted((c for c in listed if c.ratio is not None and math.isfinite(c.ratio) and c.ratio > 0),
                     key=lambda c: -abs(math.log(c.ratio)))[:limit]
     if ratios:
@@ -692,9 +685,9 @@ def write_page(out: Path, name: str, found: dict[str, list[Run]],
 def write_index(out: Path, found: dict[str, list[Run]]) -> None:
     links = "".join(f'<li><a href="{name}.html">{escape(title)}</a>: {escape(what)}</li>'
                     for name, (title, what) in PAGES.items())
-    table = html_table(["machine", "commits", "newest commit", "date"],
-                       [[h[-1].label, str(len(h)), h[-1].commit[:12], h[-1].date] for h in found.values()])
-    body = f'<ul>{links}<li><a href="../index.html">asv benchmarks</a></li></ul><h2>Machines</h2>{table}'
+    machines = table(["machine", "commits", "newest commit", "date"],
+                     [[h[-1].label, len(h), h[-1].commit[:12], h[-1].date] for h in found.values()], "html")
+    body = f'<ul>{links}<li><a href="../index.html">asv benchmarks</a></li></ul><h2>Machines</h2>{machines}'
     (out / "index.html").write_text(PAGE.substitute(title="optbench report", body=body), encoding="utf-8")
 
 
@@ -732,11 +725,6 @@ def publish(results: Path | str | None = None, html: Path | str | None = None,
         write_page(out, name, found, charts[name])
     write_index(out, found)
     return out / "index.html"
-
-
-def md_table(header: Sequence[str], body: list[Sequence[str]]) -> str:
-    """A GitHub Markdown table."""
-    return "\n".join("| " + " | ".join(row) + " |" for row in [header, ["---"] * len(header), *body])
 
 
 def anchor_steps(run: Run) -> dict[str, Record]:
@@ -802,8 +790,8 @@ def _headline(history: list[Run]) -> str:
                   "step (wall clock; n/a: the reference was not measured in that run; a host-bound eager step, as "
                   "at 100M, moves within and between runs, see its IQR: there compare the optimized steps' own "
                   "times):",
-                  md_table(["optimization", *(f"{size} @ `{run.commit[:8]}`" for size, run, _ in found)],
-                           body + hf_rows), *([hf_note] if hf_note else [])]
+                  table(["optimization", *(f"{size} @ `{run.commit[:8]}`" for size, run, _ in found)],
+                        body + hf_rows, "markdown"), *([hf_note] if hf_note else [])]
         used.update((run.commit, run.date) for _, run, _ in found)
     ablation, ablation_used = _ablation_markdown(history)
     parts += ablation
@@ -815,8 +803,8 @@ def _headline(history: list[Run]) -> str:
                 for op, (run, impls) in ops.items() for impl, v in impls.items()]
         parts += ["Kernel speedup vs eager (device time, forward+backward where the kernel has one; "
                   "geometric mean over shapes):",
-                  md_table(["kernel", "implementation", "speedup", "range over shapes", "shapes", "commit"],
-                           body)]
+                  table(["kernel", "implementation", "speedup", "range over shapes", "shapes", "commit"],
+                        body, "markdown")]
         used.update((run.commit, run.date) for run, _ in ops.values())
     dated = sorted(used.items(), key=lambda commit_date: commit_date[1])
     parts.append("Measured at " + ", ".join(f"`{c[:12]}` ({d})" for c, d in dated) + ".")
@@ -842,8 +830,8 @@ def update_readme(path: Path | str, store: ResultStore | None = None) -> None:
     _, end, tail = rest.partition(README_END)
     if not start or not end:
         raise ValueError(f"{path} has no {README_START} ... {README_END} region")
-    table = headline_table(store or ResultStore())
-    write_text_atomic(path, f"{head}{README_START}\n{table}\n{README_END}{tail}")
+    headline = headline_table(store or ResultStore())
+    write_text_atomic(path, f"{head}{README_START}\n{headline}\n{README_END}{tail}")
 
 
 def main(argv: list[str] | None = None) -> int:

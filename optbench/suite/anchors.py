@@ -14,15 +14,13 @@ from collections.abc import Callable, Mapping
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
-from optbench.runner import Work, WrongResult
+from optbench.core.runner import Work, WrongResult
 
 if TYPE_CHECKING:
     from torch import Tensor
 
     from models.config import ModelConfig
 
-ANCHOR_BENCHMARK = "bench_anchors.HFCompileStep"
-ANCHOR_SIZES = ["100M", "500M", "1B"]
 ANCHOR_LR = 1e-4  # the anchor script's AdamW learning rate
 HF_SETUP = ("transformers LlamaForCausalLM (SDPA attention, untied LM head), torch.compile(model) in its default "
             f"mode, torch AdamW(fused=True, lr={ANCHOR_LR:g}), bf16 autocast, our baseline's batch and sequence "
@@ -76,15 +74,15 @@ def check_training(step: Callable[[], Tensor], params: Mapping[str, Tensor], voc
 
 def hf_step_work(size: str, device: str, seed: int = 0) -> Work:
     """The HF + torch.compile training step of ``size`` at our baseline's batch and sequence length on this
-    machine (``optbench.plan.base_options``): checked with :func:`check_training`, then timed as
-    ``optbench.workloads.step_work`` times ours (wall ms per step after STEP_WARMUP_MS of steps; forward +
-    loss; peak memory of a step). Skips (NotImplementedError) where ``optbench.plan.anchor_skip_reason`` says
+    machine (``optbench.suite.plan.base_options``): checked with :func:`check_training`, then timed as
+    ``optbench.suite.workloads.step_work`` times ours (wall ms per step after STEP_WARMUP_MS of steps; forward +
+    loss; peak memory of a step). Skips (NotImplementedError) where ``optbench.suite.plan.anchor_skip_reason`` says
     the machine cannot run it, or where transformers is not installed."""
     import torch
 
     from models.config import CONFIGS, flops_per_token, param_count
-    from optbench.plan import anchor_skip_reason, base_options
-    from optbench.workloads import STEP_REP_MS, STEP_WARMUP_MS, machine_profile, skip_if
+    from optbench.suite.plan import anchor_skip_reason, base_options
+    from optbench.suite.workloads import STEP_REP_MS, STEP_WARMUP_MS, machine_profile, skip_if
 
     profile = machine_profile(device)
     skip_if(anchor_skip_reason(profile, size))

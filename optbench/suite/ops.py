@@ -1,11 +1,11 @@
-"""Every kernel op that optbench times, with its implementations, inputs and FLOP/byte counts.
+"""How each kernel op of the catalog is run: its implementations, inputs and FLOP/byte counts.
 
-One :class:`Op` per kernel: the shapes it is measured at (those of the 100M/500M/1B configs and
-of the kernels goals), the implementations compared (``eager`` is the baseline; ``compile`` is
+One :class:`Op` per catalog entry (``optbench.suite.catalog.KERNELS``, which lists its shapes and
+implementations): each implementation built by name (``eager`` is the baseline; ``compile`` is
 ``torch.compile`` of eager, compiled for each shape alone (:func:`compile_for_shape`); ``liger`` is
 Liger-Kernel; ``triton`` is ours), a builder of fresh random inputs, and the fewest FLOPs and bytes
 each call needs (kernels/README.md derives them). The asv suite and the pytest-benchmark twin both
-build their work from here, through ``optbench.workloads``.
+build their work from here, through ``optbench.suite.workloads``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernels.shapes import IMPLS, SHAPES
+from optbench.suite.catalog import KERNELS
 
 Tensor = torch.Tensor
 Inputs = tuple[Tensor, ...]
@@ -33,16 +33,25 @@ class Op:
     ``flops``/``bytes`` give the fewest FLOPs / bytes for ``fwd`` and ``fwdbwd`` at dims and element size.
     """
 
-    name: str
-    shapes: dict[str, dict[str, int]]
-    impls: tuple[str, ...]
+    name: str  # its entry in optbench.suite.catalog.KERNELS: shapes, implementations, whether it has a backward
     make_inputs: Callable[[dict[str, int], torch.dtype, str, torch.Generator], Inputs]
     impl: Callable[[str, dict[str, int]], Callable[..., Tensor]]
     flops: Callable[[dict[str, int]], dict[str, float]]
     bytes: Callable[[dict[str, int], int], dict[str, float]]
     dtype: torch.dtype = BF16
-    backward: bool = True
     loss_like: bool = False  # output is a scalar loss: backward with grad 1
+
+    @property
+    def shapes(self) -> dict[str, dict[str, int]]:
+        return KERNELS[self.name].shapes
+
+    @property
+    def impls(self) -> tuple[str, ...]:
+        return KERNELS[self.name].impls
+
+    @property
+    def backward(self) -> bool:
+        return KERNELS[self.name].backward
 
 
 def _randn(shape: Sequence[int], dtype: torch.dtype, device: str, gen: torch.Generator,
@@ -98,8 +107,6 @@ def _rmsnorm_impls() -> Callable[[str], Callable[..., Tensor]]:
 
 RMSNORM = Op(
     name="rmsnorm",
-    shapes=SHAPES["rmsnorm"],
-    impls=IMPLS["rmsnorm"],
     make_inputs=lambda d, dt, dev, g: (_randn((d["rows"], d["hidden"]), dt, dev, g),
                                        _randn((d["hidden"],), dt, dev, g)),
     impl=_rmsnorm_impls(),
@@ -126,8 +133,6 @@ def _add_rmsnorm_impls() -> Callable[[str], Callable[..., Tensor]]:
 
 ADD_RMSNORM = Op(
     name="add_rmsnorm",
-    shapes=SHAPES["add_rmsnorm"],
-    impls=IMPLS["add_rmsnorm"],
     make_inputs=lambda d, dt, dev, g: (_randn((d["rows"], d["hidden"]), torch.float32, dev, g),
                                        _randn((d["rows"], d["hidden"]), dt, dev, g),
                                        _randn((d["hidden"],), torch.float32, dev, g)),
@@ -160,8 +165,6 @@ def _swiglu_impls() -> Callable[[str], Callable[..., Tensor]]:
 
 SWIGLU = Op(
     name="swiglu",
-    shapes=SHAPES["swiglu"],
-    impls=IMPLS["swiglu"],
     make_inputs=lambda d, dt, dev, g: (_randn((d["rows"], d["inter"]), dt, dev, g),
                                        _randn((d["rows"], d["inter"]), dt, dev, g)),
     impl=_swiglu_impls(),
@@ -192,8 +195,6 @@ def _qk_rows(d: dict[str, int]) -> int:
 
 QKNORM = Op(
     name="qknorm",
-    shapes=SHAPES["qknorm"],
-    impls=IMPLS["qknorm"],
     make_inputs=lambda d, dt, dev, g: (
         _randn((8, d["tokens"] // 8, d["q_heads"], d["head_dim"]), dt, dev, g),
         _randn((8, d["tokens"] // 8, d["kv_heads"], d["head_dim"]), dt, dev, g),
@@ -237,8 +238,6 @@ def _rope_elems(d: dict[str, int], kv_copies: int = 2) -> int:
 
 QKV_ROPE = Op(
     name="qkv_rope",
-    shapes=SHAPES["qkv_rope"],
-    impls=IMPLS["qkv_rope"],
     make_inputs=_rope_inputs,
     impl=_rope_impl,
     # 3 FLOPs per rotated element (x1 c - x2 s) each way; v is only moved.
@@ -289,8 +288,6 @@ def _linear_ce_bytes(d: dict[str, int], s: int) -> dict[str, float]:
 
 LINEAR_CE = Op(
     name="linear_ce",
-    shapes=SHAPES["linear_ce"],
-    impls=IMPLS["linear_ce"],
     make_inputs=lambda d, dt, dev, g: (
         _randn((d["tokens"], d["hidden"]), dt, dev, g),
         _randn((d["vocab"], d["hidden"]), dt, dev, g, scale=0.02),
@@ -320,13 +317,18 @@ def _grad_stats_impls() -> Callable[[str], Callable[..., Tensor]]:
 
 
 def _stats_then_clip(stats: Callable, clip: Callable) -> Callable[..., Tensor]:
-    """Gradient norm, parameter norm, then clipping at 1.0: what a logging training loop does (the seeds'
-    loop takes the gradient norm again to clip; the foreach path clips with the norm it has)."""
+    """Gradient norm, parameter norm, then clipping at 1.0: what a logging training loop does (the loop
+    implementation takes the gradient norm again to clip; the foreach one clips with the norm it has)."""
     def run(*params: Tensor) -> Tensor:
         s = stats(params)
         total = clip(params, s)
         return torch.stack([s["grad_norm"], s["param_norm"], total])
     return run
+
+
+def _size(d: dict[str, int]) -> str:
+    """The models.config.CONFIGS name of a grad_stats shape's model size (``size_m``, millions of parameters)."""
+    return {100: "100M", 500: "500M", 1000: "1B"}[d["size_m"]]
 
 
 def _model_param_shapes(size: str) -> list[tuple[int, ...]]:
@@ -339,9 +341,8 @@ def _model_param_shapes(size: str) -> list[tuple[int, ...]]:
 
 
 def _grad_stats_inputs(d: dict[str, int], dt: torch.dtype, dev: str, g: torch.Generator) -> Inputs:
-    size = {100: "100M", 500: "500M", 1000: "1B"}[d["size_m"]]
     params = []
-    for shape in _model_param_shapes(size):
+    for shape in _model_param_shapes(_size(d)):
         p = torch.randn(*shape, generator=g, device=dev, dtype=torch.float32).to(dt)
         p.grad = torch.randn(*shape, generator=g, device=dev, dtype=torch.float32).to(dt)
         params.append(p)
@@ -350,13 +351,11 @@ def _grad_stats_inputs(d: dict[str, int], dt: torch.dtype, dev: str, g: torch.Ge
 
 def _n_params(d: dict[str, int]) -> int:
     from models.config import CONFIGS, param_count
-    return param_count(CONFIGS[{100: "100M", 500: "500M", 1000: "1B"}[d["size_m"]]])
+    return param_count(CONFIGS[_size(d)])
 
 
 GRAD_STATS = Op(
     name="grad_stats",
-    shapes=SHAPES["grad_stats"],
-    impls=IMPLS["grad_stats"],
     make_inputs=_grad_stats_inputs,
     impl=_grad_stats_impls(),
     # Norms of grads and params (2 FLOPs/element each), clip scale (1 FLOP/element) ...
@@ -364,7 +363,6 @@ GRAD_STATS = Op(
     # ... reading grads twice (norm, clip), params once, writing grads once.
     bytes=lambda d, s: {"fwd": 4.0 * _n_params(d) * s},
     dtype=torch.float32,
-    backward=False,
 )
 
 OPS: dict[str, Op] = {op.name: op for op in (RMSNORM, ADD_RMSNORM, SWIGLU, QKNORM, QKV_ROPE, LINEAR_CE, GRAD_STATS)}

@@ -2,8 +2,8 @@
 
 ``optbench plan --gpu t4`` lists every case of the asv suite (benchmark x params) with 'run' or 'skip',
 the reason, and its *datasheet floor*: the roofline lower bound from the profile's datasheet peaks
-(``optbench.roofline.floor_ms``), never a measurement. The workloads call the same ``*_skip_reason``
-functions with the profile they run under (``optbench.emulate.active_profile``), so a plan and a run agree.
+(``optbench.core.roofline.floor_ms``), never a measurement. The workloads call the same ``*_skip_reason``
+functions with the profile they run under (``optbench.core.emulate.active_profile``), so a plan and a run agree.
 
 Skip reasons read '<category>: <detail>'; categories: no CUDA, no bf16, no TF32, no Triton, same as eager,
 unsupported (``models.step.validate``), memory.
@@ -40,47 +40,30 @@ torch.compile is on.
 from __future__ import annotations
 
 import argparse
-import re
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 
 import torch
 
-from kernels.registry import OPS
-from kernels.shapes import IMPLS, QUICK_SHAPES, SHAPES
 from models.config import CONFIGS, ModelConfig, flops_per_token, param_count
 from models.step import BASELINE, StepOptions, UnsupportedOptions, validate, variant_options
-from models.variants import STEP_VARIANTS, reference
-from optbench.anchors import ANCHOR_BENCHMARK, ANCHOR_SIZES
-from optbench.cli import SUITES
-from optbench.hardware import DTYPES, PROFILES, HardwareProfile, lookup
-from optbench.roofline import Ceilings, floor_ms
+from models.variants import reference
+from optbench.core.console import console, table
+from optbench.core.hardware import PROFILES, HardwareProfile, dtype_name, lookup, torch_dtype
+from optbench.core.roofline import Ceilings, floor_ms
+from optbench.suite import catalog
+from optbench.suite.ops import OPS
 
 MEMORY_MARGIN = 0.10  # share of a card's memory held back: CUDA context, cuBLAS workspaces, fragmentation
 STATE_BYTES = 16  # fp32 weights + grads + AdamW exp_avg + exp_avg_sq, per parameter
 STATE_BYTES_8BIT = 10  # fp32 weights + grads + 1-byte exp_avg and exp_avg_sq
 LOGIT_BYTES = 12  # fp32 log-softmax output + its incoming and outgoing gradients, per logit
 
-KERNEL_BENCHMARKS: dict[str, str] = {  # asv benchmark -> kernels.registry op
-    "bench_kernels.RMSNorm": "rmsnorm", "bench_kernels.AddRMSNorm": "add_rmsnorm", "bench_kernels.SwiGLU": "swiglu",
-    "bench_kernels.QKNorm": "qknorm", "bench_kernels.QKVRope": "qkv_rope",
-    "bench_kernels.LinearCrossEntropy": "linear_ce", "bench_kernels.GradStats": "grad_stats",
-}
-STEP_BENCHMARKS: dict[str, tuple[str, str]] = {  # asv benchmark -> (model size, models.variants grid)
-    "bench_step.StepTiny": ("tiny", "tiny"), "bench_step.Step100M": ("100M", "100M"),
-    "bench_step.Step500M": ("500M", "500M"), "bench_step.Step1B": ("1B", "1B"),
-    "bench_precision.Step100M": ("100M", "precision"),
-    **{f"bench_step.Ablation{size}": (size, "ablation") for size in ("100M", "500M", "1B")},
-}
-QUICK_STEP_BENCHMARK = "bench_step.Step100M"  # measures the 'quick' grid in the quick suite
-MATMUL_BENCHMARK, MATMUL_N = "bench_precision.Matmul", 8192  # one N^3 product per precision mode (DTYPES)
 GPU_ALIASES = {"h100": "h100-sxm"}
 # linear_ce implementations that hold the full (N, V) logits: eager and compile (fp32 log-softmax), and the
 # CE-only kernels that take h @ w.T; the others compute the logits chunk by chunk.
 _FULL_LOGITS = ("eager", "compile", "triton-ce", "liger-ce")
-_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 @dataclass(frozen=True)
@@ -179,7 +162,7 @@ def kernel_skip_reason(profile: HardwareProfile, op: str, shape: str, impl: str)
     """Why ``op`` at ``shape`` with ``impl`` cannot run on ``profile``; None if it can."""
     what = f"{op}/{impl}"
     needs_triton = impl == "compile" or impl.startswith(("triton", "liger"))  # inductor, ours, Liger-Kernel
-    dtype = _DTYPE_NAMES[kernel_dtype(profile, op)]
+    dtype = dtype_name(kernel_dtype(profile, op))
     return _first(_cuda_reason(profile, what), _precision_reason(profile, dtype, what),
                   _triton_reason(profile, [what] if needs_triton else []),
                   _kernel_memory_reason(profile, op, shape, impl))
@@ -325,7 +308,7 @@ def step_skip_reason(profile: HardwareProfile, size: str, variant: str) -> str |
 
 
 def anchor_skip_reason(profile: HardwareProfile, size: str) -> str | None:
-    """Why the HF + torch.compile anchor of ``size`` (optbench.anchors) cannot run on ``profile``: it needs CUDA
+    """Why the HF + torch.compile anchor of ``size`` (optbench.suite.anchors) cannot run on ``profile``: it needs CUDA
     and bf16, and what our compiled step of the size needs (Triton, memory at the baseline's batch)."""
     what = f"the HF anchor at {size}"
     return _first(_cuda_reason(profile, what), _precision_reason(profile, "bf16", what),
@@ -345,17 +328,18 @@ def expected_floor_ms(profile: HardwareProfile, benchmark: str, params: dict[str
     """Datasheet floor in ms (roofline from the profile's datasheet peaks; not a measurement) of the case's
     lead metric: fwd+bwd for kernels with a backward, else fwd; the matmul; one optimizer step (its model
     FLOPs, models.config.flops_per_token, at the step's precision). None where a peak is unknown."""
-    ceilings = Ceilings.from_profile(profile)
-    if benchmark in KERNEL_BENCHMARKS:
-        op, dtype = OPS[KERNEL_BENCHMARKS[benchmark]], kernel_dtype(profile, KERNEL_BENCHMARKS[benchmark])
+    ceilings, entry = Ceilings.from_profile(profile), catalog.benchmark(benchmark)
+    if entry.kind == "cpu":
+        return None
+    if entry.kind == "kernel":
+        op, dtype = OPS[entry.op], kernel_dtype(profile, entry.op)
         dims, metric = op.shapes[params["shape"]], "fwdbwd" if op.backward else "fwd"
         flops, nbytes = op.flops(dims)[metric], op.bytes(dims, dtype.itemsize)[metric]
-        return floor_ms(flops, nbytes, ceilings, _DTYPE_NAMES[dtype])
-    if benchmark == MATMUL_BENCHMARK:
-        n, itemsize = int(params["n"]), 2 if params["mode"] in ("bf16", "fp16") else 4
+        return floor_ms(flops, nbytes, ceilings, dtype_name(dtype))
+    if entry.kind == "matmul":
+        n, itemsize = int(params["n"]), torch_dtype(params["mode"]).itemsize
         return floor_ms(2.0 * n**3, 3.0 * n * n * itemsize, ceilings, params["mode"])
-    size, variant = (params["size"], "eager") if benchmark == ANCHOR_BENCHMARK else \
-        (STEP_BENCHMARKS[benchmark][0], params["variant"])
+    size, variant = params.get("size", entry.size), params.get("variant", "eager")
     options = step_pair(profile, size, variant)[1]
     flops = flops_per_token(CONFIGS[size], options.seq_len) * options.batch_size * options.seq_len
     return floor_ms(flops, 0.0, ceilings, options.precision)
@@ -363,37 +347,28 @@ def expected_floor_ms(profile: HardwareProfile, benchmark: str, params: dict[str
 
 def skip_reason(profile: HardwareProfile, benchmark: str, params: dict[str, str]) -> str | None:
     """Why one case of the suite cannot run on ``profile``, by its benchmark's kind; None if it can."""
-    if benchmark in KERNEL_BENCHMARKS:
-        return kernel_skip_reason(profile, KERNEL_BENCHMARKS[benchmark], params["shape"], params["impl"])
-    if benchmark == MATMUL_BENCHMARK:
+    entry = catalog.benchmark(benchmark)
+    if entry.kind == "kernel":
+        return kernel_skip_reason(profile, entry.op, params["shape"], params["impl"])
+    if entry.kind == "matmul":
         return matmul_skip_reason(profile, params["mode"])
-    if benchmark == ANCHOR_BENCHMARK:
+    if entry.kind == "anchor":
         return anchor_skip_reason(profile, params["size"])
-    return step_skip_reason(profile, STEP_BENCHMARKS[benchmark][0], params["variant"])
-
-
-def suite_cases(suite: str) -> list[tuple[str, dict[str, str]]]:
-    """(benchmark, params) of every case that ``optbench run --suite suite`` selects (optbench.cli.SUITES)."""
-    quick = suite == "quick"
-    cases = [(name, {"shape": s, "impl": i}) for name, op in KERNEL_BENCHMARKS.items()
-             for s in (QUICK_SHAPES[op] if quick else SHAPES[op]) for i in IMPLS[op]]
-    cases += [(name, {"variant": v}) for name, (_, grid) in STEP_BENCHMARKS.items()
-              for v in STEP_VARIANTS["quick" if quick and name == QUICK_STEP_BENCHMARK else grid]]
-    cases += [(MATMUL_BENCHMARK, {"n": str(MATMUL_N), "mode": mode}) for mode in DTYPES]
-    cases += [(ANCHOR_BENCHMARK, {"size": size}) for size in ANCHOR_SIZES]
-    return [(name, params) for name, params in cases if any(re.search(rx, name) for rx in SUITES[suite])]
+    if entry.kind == "cpu":
+        return None
+    return step_skip_reason(profile, entry.size, params["variant"])
 
 
 def plan(profile: HardwareProfile, suite: str = "full") -> list[PlanRow]:
     """Every case of ``suite`` on ``profile``: run or skip, why, and its datasheet floor."""
     rows = []
-    for benchmark, params in suite_cases(suite):
+    for benchmark, params in catalog.suite_cases(suite):
         reason = skip_reason(profile, benchmark, params)
         if reason:
             rows.append(PlanRow(benchmark, params, "skip", reason, None))
             continue
-        step = STEP_BENCHMARKS.get(benchmark)
-        note = _step_note(profile, step[0], params["variant"]) if step else ""
+        entry = catalog.benchmark(benchmark)
+        note = _step_note(profile, entry.size, params["variant"]) if entry.kind == "step" else ""
         rows.append(PlanRow(benchmark, params, "run", note, expected_floor_ms(profile, benchmark, params)))
     return rows
 
@@ -412,7 +387,8 @@ def _describe(profile: HardwareProfile) -> str:
 
 def _baseline_lines(profile: HardwareProfile, rows: list[PlanRow]) -> list[str]:
     """One line per model size in the plan: its step baseline and why it departs from the default."""
-    sizes = dict.fromkeys(STEP_BENCHMARKS[r.benchmark][0] for r in rows if r.benchmark in STEP_BENCHMARKS)
+    steps = (catalog.benchmark(r.benchmark) for r in rows)
+    sizes = dict.fromkeys(b.size for b in steps if b.kind == "step")
     lines = []
     for size in sizes:
         base = base_options(profile, size)
@@ -430,32 +406,26 @@ def _summary(profile: HardwareProfile, suite: str, rows: list[PlanRow]) -> list[
     return [head, *(f"skip ({category}): {n}" for category, n in skips.most_common()),
             *(f"step baseline {line}" for line in _baseline_lines(profile, rows)),
             *([f"kernels in fp16: {profile.name} has no bf16"] if profile.compute_capability
-              and not profile.supports_bf16 and any(r.benchmark in KERNEL_BENCHMARKS for r in rows) else [])]
+              and not profile.supports_bf16 and any(catalog.kind(r.benchmark) == "kernel" for r in rows) else [])]
 
 
 def _markdown(profile: HardwareProfile, suite: str, rows: list[PlanRow]) -> str:
     head, *rest = _summary(profile, suite, rows)
-    skipped = [f"| {r.benchmark} | {', '.join(r.params.values())} | {r.reason} |"
-               for r in rows if r.action == "skip"]
-    table = ["", f"<details><summary>{len(skipped)} skipped cases</summary>", "",
-             "| benchmark | params | skip reason |", "|---|---|---|", *skipped, "", "</details>"]
-    return "\n".join([f"**{head}**", "", *(f"- {line}" for line in rest), *(table if skipped else [])])
+    skipped = [(r.benchmark, ", ".join(r.params.values()), r.reason) for r in rows if r.action == "skip"]
+    details = ["", f"<details><summary>{len(skipped)} skipped cases</summary>", "",
+               table(("benchmark", "params", "skip reason"), skipped, "markdown"), "", "</details>"]
+    return "\n".join([f"**{head}**", "", *(f"- {line}" for line in rest), *(details if skipped else [])])
 
 
 def _print_table(profile: HardwareProfile, suite: str, rows: list[PlanRow]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"optbench plan: {_describe(profile)}, {suite} suite")
-    for column in ("benchmark", "params", "plan", "reason / note", "datasheet floor ms"):
-        table.add_column(column, justify="right" if column.endswith("ms") else "left")
-    for r in rows:
-        floor = "-" if r.floor_ms is None else f"{r.floor_ms:.3g}"
-        table.add_row(r.benchmark, ", ".join(r.params.values()), r.action, r.reason, floor)
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(table)
-    console.print("\n".join(_summary(profile, suite, rows)))
-    console.print("Floors are datasheet floors: roofline bounds from vendor peaks, not measurements.")
+    floor = "datasheet floor ms"
+    cells = [(r.benchmark, ", ".join(r.params.values()), r.action, r.reason,
+              "-" if r.floor_ms is None else f"{r.floor_ms:.3g}") for r in rows]
+    out = console()
+    out.print(table(("benchmark", "params", "plan", "reason / note", floor), cells,
+                    title=f"optbench plan: {_describe(profile)}, {suite} suite", right=(floor,)))
+    out.print("\n".join(_summary(profile, suite, rows)))
+    out.print("Floors are datasheet floors: roofline bounds from vendor peaks, not measurements.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -469,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpu:
         profile = lookup(GPU_ALIASES.get(args.gpu, args.gpu))
     else:
-        from optbench.emulate import active_profile
+        from optbench.core.emulate import active_profile
 
         profile = active_profile()
     rows = plan(profile, args.suite)

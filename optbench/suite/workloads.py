@@ -6,18 +6,17 @@ builders, so each benchmark's work is defined once.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from kernels.numerics import rel_err
-from optbench.runner import Work, WrongResult
-from optbench.store import DEVICE_CLOCK
+from optbench.core.runner import Work, WrongResult
+from optbench.core.store import DEVICE_CLOCK
 
 if TYPE_CHECKING:
-    from kernels.registry import Op
+    from optbench.suite.ops import Op
 
 # Relative-error tolerance of an optimized kernel against its eager baseline run in higher precision,
 # per input dtype: bf16 keeps 8 bits of mantissa (rounding ~4e-3 per op, a few ops deep), fp16 11 bits.
@@ -26,8 +25,8 @@ KERNEL_RTOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
 
 def machine_profile(device: str):
     """The hardware profile the work must fit: the emulated target's, this GPU's, or the CPU's."""
-    from optbench.emulate import active_profile
-    from optbench.hardware import lookup
+    from optbench.core.emulate import active_profile
+    from optbench.core.hardware import lookup
 
     return active_profile() if str(device).startswith("cuda") else lookup("cpu")
 
@@ -91,8 +90,8 @@ def input_sets(op: Op, dims: dict[str, int], dtype: torch.dtype, device: str, ge
                fn: Callable[..., Any], l2_bytes: int) -> list[InputSet]:
     """Fresh random input sets of ``op`` (with output gradients where it has a backward, shaped like ``fn``'s
     outputs), drawn from ``gen`` one after another: as many as a cold-L2 rotation on an ``l2_bytes`` cache
-    needs (:func:`optbench.timing.rotation_sets`). Set 0 is drawn first, as a single set would be."""
-    from optbench.timing import rotation_sets
+    needs (:func:`optbench.core.timing.rotation_sets`). Set 0 is drawn first, as a single set would be."""
+    from optbench.core.timing import rotation_sets
 
     inputs = op.make_inputs(dims, dtype, device, gen)
     outs = _as_tuple(fn(*inputs)) if op.backward else ()
@@ -130,9 +129,9 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
     timed over a rotation of input sets (a cold L2; set 0 alone for the warm-L2 figure). ``info`` records the
     bytes of one set (``set_bytes``), the device's L2 (``l2_bytes``), whether a set fits in it (``fits_l2``)
     and the number of sets rotated (``input_sets``)."""
-    from kernels.registry import OPS
-    from optbench.plan import kernel_dtype, kernel_skip_reason
-    from optbench.timing import l2_cache_bytes
+    from optbench.core.timing import l2_cache_bytes
+    from optbench.suite.ops import OPS
+    from optbench.suite.plan import kernel_dtype, kernel_skip_reason
 
     op = OPS[op_name]
     require_cuda(device, f"{op.name} at {shape}")
@@ -184,7 +183,6 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
                       "l2_bytes": l2_bytes, "fits_l2": one_set <= l2_bytes, "input_sets": len(sets)})
 
 
-PLANT_ENV = "OPTBENCH_PLANT_SLOWDOWN"
 
 
 def plant_slowdown(name: str, rotation: dict[str, tuple[Callable[[], Any], ...]]
@@ -192,11 +190,13 @@ def plant_slowdown(name: str, rotation: dict[str, tuple[Callable[[], Any], ...]]
     """For the regression gate's own check only: ``OPTBENCH_PLANT_SLOWDOWN="rmsnorm/triton=0.10"``
     makes that case's timed callables (one per input set) 10% slower on the device (a GPU spin after each
     call, sized on the cold-L2 device time)."""
-    spec = os.environ.get(PLANT_ENV, "")
+    from optbench.core.settings import current
+
+    spec = current().plant_slowdown
     target, _, fraction = spec.partition("=")
     if target != name or not torch.cuda.is_available():
         return rotation
-    from optbench.timing import measure
+    from optbench.core.timing import measure
 
     probe = lambda: torch.cuda._sleep(1_000_000)  # noqa: E731
     cycles_per_ms = 1_000_000 / measure(probe, device="cuda").device.median_ms
@@ -207,16 +207,13 @@ def plant_slowdown(name: str, rotation: dict[str, tuple[Callable[[], Any], ...]]
     return slowed
 
 
-MATMUL_MODES = {"fp32": (torch.float32, False), "tf32": (torch.float32, True),
-                "bf16": (torch.bfloat16, False), "fp16": (torch.float16, False)}
-
-
 def matmul_work(n: int, mode: str, device: str, seed: int = 0) -> Work:
     """An n x n x n matmul in one precision mode (TF32 on/off for fp32), checked against float64."""
     require_cuda(device, "matmul precision modes")
-    from optbench.plan import matmul_skip_reason
+    from optbench.core.hardware import torch_dtype
+    from optbench.suite.plan import matmul_skip_reason
 
-    dtype, tf32 = MATMUL_MODES[mode]
+    dtype, tf32 = torch_dtype(mode), mode == "tf32"
     skip_if(matmul_skip_reason(machine_profile(device), mode))
     gen = torch.Generator(device=device).manual_seed(seed)
     a = torch.randn(n, n, generator=gen, device=device).to(dtype)
@@ -238,8 +235,7 @@ def matmul_work(n: int, mode: str, device: str, seed: int = 0) -> Work:
             raise WrongResult(f"matmul {mode}: rel. error {err} over {tol}")
         return {"max_rel_err": err, "tolerance": tol, "reference": "torch.float64"}
 
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    return Work(timed={"mm": mm}, check=check, flops={"mm": 2.0 * n**3}, bytes={"mm": 3.0 * n * n * itemsize},
+    return Work(timed={"mm": mm}, check=check, flops={"mm": 2.0 * n**3}, bytes={"mm": 3.0 * n * n * dtype.itemsize},
                 info={"dtype": mode, "dims": {"n": n}})
 
 
@@ -251,18 +247,18 @@ _KEEP_REFERENCES = 3  # the least recently used goes first: most variants use ea
 
 def step_options(size: str, variant: str, device: str):
     """(reference, candidate) StepOptions of ``variant`` at ``size`` on this machine: its baseline is
-    ``optbench.plan.base_options`` (bf16 autocast, fp16 + GradScaler without bf16, fp32 on a CPU; tiny at
+    ``optbench.suite.plan.base_options`` (bf16 autocast, fp16 + GradScaler without bf16, fp32 on a CPU; tiny at
     B=2, S=128; the batch halved until the memory estimate fits)."""
-    from optbench.plan import step_pair
+    from optbench.suite.plan import step_pair
 
     return step_pair(machine_profile(device), size, variant)
 
 
-# A training step on a GPU is timed after STEP_WARMUP_MS of steps and over at least STEP_REP_MS; the forward,
-# timed right after, finds the GPU in the same state. Under sustained load an H100 SXM reaches its 700 W cap
-# within about a second and its SM clock falls from 1980 to ~1700 MHz (nvidia-smi beside 1B steps, 2026-11-24).
-# With 3 warm-up steps and 10 samples the 1B step read 112.1-112.5 ms, against 114.8-115.1 ms over 8 s of
-# steps: the short window timed the boost clock.
+# A training step on a GPU is timed after STEP_WARMUP_MS of steps and over at least STEP_REP_MS, so that its
+# figure is that of the sustained clock, as in training; the forward, timed right after, finds the GPU in the
+# same state. Under sustained load a power-capped GPU lowers its SM clock within about a second (an H100 SXM at
+# its 700 W cap: ~1700 MHz, from a 1980 MHz boost), and a window of a few steps times the boost clock, a few
+# percent fast.
 STEP_WARMUP_MS, STEP_REP_MS = 2000.0, 1000.0
 
 
@@ -270,7 +266,7 @@ def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
     """One training step of ``size`` with ``variant`` on: checked against its baseline, then timed."""
     from models.config import CONFIGS
     from models.step import UnsupportedOptions, baseline_of, build_step, check_against
-    from optbench.plan import baseline_notes, step_skip_reason
+    from optbench.suite.plan import baseline_notes, step_skip_reason
 
     profile = machine_profile(device)
     skip_if(step_skip_reason(profile, size, variant))

@@ -1,0 +1,72 @@
+"""Run settings: one object, built by the CLI and passed to asv's processes through their environment.
+
+``optbench run`` makes a :class:`Settings`, turns it into environment variables (:meth:`Settings.env`) for the
+asv processes it starts, and every process reads them back here (:func:`current`), once per call: this module is
+the only reader of optbench's environment variables. Unset fields keep their defaults, so a plain ``asv run``
+(no CLI) measures the full suite with each case's default budget.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+# field -> the environment variable that carries it
+VARIABLES = {
+    "suite": "OPTBENCH_SUITE",
+    "select": "OPTBENCH_SELECT",
+    "case_budget_s": "OPTBENCH_CASE_BUDGET_S",
+    "deadline": "OPTBENCH_RUN_DEADLINE",
+    "results": "OPTBENCH_RESULTS",
+    "machine": "OPTBENCH_MACHINE",
+    "run_id": "OPTBENCH_RUN_ID",
+    "emulate": "OPTBENCH_EMULATE",
+    "plant_slowdown": "OPTBENCH_PLANT_SLOWDOWN",
+    "asv_commit": "ASV_COMMIT",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one run measures and where it stores it; every field optional."""
+
+    suite: str = "full"  # 'cpu', 'quick', 'full' or 'ablation' (optbench.suite.catalog.SUITES)
+    select: str | None = None  # regex on record keys: only the cases it matches run
+    case_budget_s: float = 180.0  # seconds one case may take before it is recorded as a timeout
+    deadline: float | None = None  # Unix time after which no new case starts (the run's time budget)
+    results: Path | None = None  # results root (default: results/ of the repository)
+    machine: str | None = None  # results-folder name of this machine (default: detected)
+    run_id: str | None = None  # the run every process of one ``optbench run`` shares (default: per process)
+    emulate: str | None = None  # hardware profile key to emulate on a larger GPU (optbench.core.emulate)
+    plant_slowdown: str = ""  # the gate's own check only: 'op/impl=fraction,...' (optbench.suite.workloads)
+    asv_commit: str | None = None  # the commit asv says it measures (set by asv)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """The settings an environment holds (``os.environ`` by default); empty variables count as unset."""
+        env = os.environ if env is None else env
+        kind = {f.name: f.type for f in fields(cls)}
+        values: dict = {}
+        for name, var in VARIABLES.items():
+            raw = env.get(var)
+            if not raw:
+                continue
+            typ = kind[name]
+            values[name] = float(raw) if "float" in typ else Path(raw) if "Path" in typ else raw
+        return cls(**values)
+
+    def env(self) -> dict[str, str]:
+        """The environment variables that carry these settings to another process (unset fields left out)."""
+        out = {}
+        for name, var in VARIABLES.items():
+            value = getattr(self, name)
+            if value is not None and value != "":
+                out[var] = str(value)
+        return out
+
+
+def current() -> Settings:
+    """The settings of this process (read from its environment on every call, so a test can set them)."""
+    return Settings.from_env()

@@ -1,0 +1,1 @@
+"""torch.profiler breakdowns of a training step."""

@@ -1,0 +1,195 @@
+"""Everything optbench measures, in one place: plain data, importable without torch.
+
+- :data:`KERNELS`: each kernel op with its shapes (those of the 100M/500M/1B configs, tokens = batch 8 x
+  sequence 1024), its implementations (the first is the baseline) and the shape the quick suite measures.
+- :data:`STEP_GRIDS`: which training-step variants (``models.variants``) each step grid measures.
+- :data:`BENCHMARKS`: every asv benchmark (name, kind, parameters per suite, metrics), built from the two above.
+- :data:`SUITES`: which benchmarks ``optbench run --suite S`` runs; :data:`METRICS`: what each metric measures.
+
+asv's classes (``benchmarks/``), the pytest-benchmark twin, the plan, the report and the CLI read this module;
+``tests/test_catalog.py`` fails where any of them names a benchmark this catalog lacks. Adding a kernel
+benchmark: its kernel file, one :class:`KernelOp` entry here (plus its implementations in
+``optbench.suite.ops``), and an asv class in ``benchmarks/bench_kernels.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from models.variants import ABLATED, ABLATION
+
+#: metric -> what it measures and in what unit. Times are ms per call (kernels) or per optimizer step; every
+#: kernel time has three clocks: ``device`` (CUDA-graph replays over input sets larger than the L2: a cold
+#: L2), ``device_warm`` (one input set back-to-back) and ``wall`` (synchronized host time, reported, not gated).
+METRICS: dict[str, str] = {
+    "fwd": "forward call, ms",
+    "fwdbwd": "forward + backward call, ms; peak extra device memory, MiB",
+    "step": "one optimizer step (forward, loss, backward, clip, optimizer), ms: wall (primary) and device; "
+            "peak device memory, MiB",
+    "forward": "forward + loss, wall ms",
+    "mm": "one N^3 matrix product, device ms",
+    "cpu": "one call on the CPU, s (asv's own timer)",
+}
+SUITE_NAMES = ("cpu", "quick", "full", "ablation")
+
+
+@dataclass(frozen=True)
+class KernelOp:
+    """A kernel op: ``shapes`` label -> dimensions, ``impls`` (baseline first), the quick suite's shape."""
+
+    name: str
+    benchmark: str  # asv class in benchmarks/bench_kernels.py
+    shapes: dict[str, dict[str, int]]
+    impls: tuple[str, ...]
+    quick_shape: str | None = None  # None: not in the quick suite
+    backward: bool = True  # measured forward+backward too (fwdbwd), not only forward
+
+
+def _labelled(fmt: str, keys: tuple[str, ...], rows: list[tuple[int, ...]]) -> dict[str, dict[str, int]]:
+    return {fmt.format(*row): dict(zip(keys, row)) for row in rows}
+
+
+_HEADS = ("tokens", "q_heads", "kv_heads", "head_dim")
+_ATTENTION = [(8192, 12, 4, 64), (8192, 16, 4, 96), (8192, 32, 4, 64)]  # 100M, 500M, 1B (B=8, S=1024)
+
+KERNELS: dict[str, KernelOp] = {op.name: op for op in [
+    KernelOp("rmsnorm", "bench_kernels.RMSNorm",
+             _labelled("{}x{}", ("rows", "hidden"), [(8192, 768), (8192, 1536), (8192, 2048), (16384, 768),
+                                                     (16384, 2048), (16384, 4096)]),
+             ("eager", "compile", "liger", "triton")),
+    # The residual add and the norm after it: x fp32 (the stream), y in the op's dtype.
+    KernelOp("add_rmsnorm", "bench_kernels.AddRMSNorm",
+             _labelled("{}x{}", ("rows", "hidden"), [(8192, 768), (8192, 1536), (8192, 2048)]),
+             ("eager", "compile", "triton"), quick_shape="8192x2048"),
+    KernelOp("swiglu", "bench_kernels.SwiGLU",
+             _labelled("{}x{}", ("rows", "inter"), [(8192, 2048), (8192, 4096), (8192, 5632), (8192, 14336)]),
+             ("eager", "compile", "liger", "triton"), quick_shape="8192x5632"),
+    KernelOp("qknorm", "bench_kernels.QKNorm", _labelled("{}x{}+{}x{}", _HEADS, _ATTENTION),
+             ("eager", "compile", "triton")),
+    # RoPE of the packed q/k/v projection.
+    KernelOp("qkv_rope", "bench_kernels.QKVRope", _labelled("{}x{}+{}x{}", _HEADS, _ATTENTION),
+             ("eager", "compile", "triton"), quick_shape="8192x32+4x64"),
+    KernelOp("linear_ce", "bench_kernels.LinearCrossEntropy",
+             _labelled("{}x{}x{}", ("tokens", "hidden", "vocab"),
+                       [(8192, 768, 32000), (8192, 1536, 32000), (8192, 2048, 32000), (8192, 2048, 128256)]),
+             ("eager", "compile", "chunked", "triton-ce", "triton", "liger-ce", "liger"),
+             quick_shape="8192x2048x32000"),
+    KernelOp("grad_stats", "bench_kernels.GradStats",
+             {"100M": {"size_m": 100}, "500M": {"size_m": 500}, "1B": {"size_m": 1000}},
+             ("loop", "foreach"), backward=False),
+]}
+
+# The single switches, each reference that is not eager right before the switches measured against it.
+SWITCHES = [
+    "triton-norm", "liger-norm", "triton-swiglu", "liger-swiglu", "qknorm", "triton-qknorm",
+    "chunked-ce", "fused-ce", "liger-flce", "checkpoint", "foreach-stats", "foreach-adamw", "fused-adamw",
+    "adamw-8bit", "master-adamw", "no-item-sync", "cached-mask", "sdpa-causal", "fused-proj", "triton-rope",
+    "graph-prereqs", "cuda-graph",
+]
+# 'best' last: a lost CUDA context ends its grid.
+BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-master", "best-fused", "best-kernels",
+        "best-regional", "best"]
+# The max-autotune modes last: their autotuning can take minutes on a cold cache.
+COMPILE_MODES = ["compile-default", "compile-regional", "compile-reduce-overhead", "compile-max-autotune",
+                 "compile-max-autotune-no-cudagraphs"]
+
+STEP_GRIDS: dict[str, list[str]] = {
+    # What a CPU runs (Triton through the interpreter is too slow for a timed step).
+    "tiny": ["eager", "chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync",
+             "cached-mask", "sdpa-causal", "fused-proj"],
+    # The quick suite: the switches of our best combinations one at a time (with cuda-graph's reference), and
+    # the two best combinations with the fewest compiles (inductor's alone, and ours).
+    "quick": ["eager", "triton-norm", "triton-swiglu", "fused-ce", "foreach-stats", "fused-adamw", "master-adamw",
+              "no-item-sync", "sdpa-causal", "fused-proj", "graph-prereqs", "cuda-graph", "compile-default",
+              "best-compile-graph", "best-kernels"],
+    "100M": ["eager", *SWITCHES, *BEST, *COMPILE_MODES],
+    "500M": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST],
+    "1B": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST],
+    # fp32 with TF32 off/on, bf16 autocast (the baseline), fp16 autocast + GradScaler.
+    "precision": ["fp32", "tf32", "eager", "fp16-scaler"],
+    # best-kernels, each of its switches left out in turn (models.variants.ABLATION), and eager.
+    "ablation": ["eager", ABLATED, *ABLATION],
+}
+ANCHOR_SIZES = ["100M", "500M", "1B"]  # HF + torch.compile step sizes
+MATMUL_N, MATMUL_MODES = "8192", ["fp32", "tf32", "bf16", "fp16"]
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One asv benchmark: ``params`` per suite it belongs to (asv's ``params``, one list per ``param_names``)."""
+
+    name: str  # '<module>.<class>' as asv names it, without the track method
+    kind: str  # 'kernel', 'step', 'anchor', 'matmul' or 'cpu'
+    param_names: tuple[str, ...]
+    params: dict[str, list[list[str]]]  # suite -> asv params
+    metrics: tuple[str, ...]
+    op: str | None = None  # kernel op (KERNELS)
+    size: str | None = None  # model size (models.config.CONFIGS) of a step or anchor
+    role: str = ""  # of a step: 'variants' (a size's variant grid), 'ablation' or 'precision'
+    doc: str = field(default="", compare=False)
+
+    def cases(self, suite: str) -> list[dict[str, str]]:
+        """Every parameter combination of this benchmark in ``suite`` (none where it is not in it)."""
+        import itertools
+
+        grid = self.params.get(suite, [])
+        return [dict(zip(self.param_names, combo)) for combo in itertools.product(*grid)] if grid else []
+
+    def grid(self, suite: str) -> list[list[str]]:
+        """asv's ``params`` in ``suite``; outside the suites it belongs to, those of its widest one (asv needs
+        a grid to list the benchmark)."""
+        return self.params.get(suite) or max(self.params.values(), key=lambda g: len(g[0]) * len(g[-1]))
+
+
+def _kernel(op: KernelOp) -> Benchmark:
+    full = [list(op.shapes), list(op.impls)]
+    params = {"full": full, **({"quick": [[op.quick_shape], list(op.impls)]} if op.quick_shape else {})}
+    return Benchmark(op.benchmark, "kernel", ("shape", "impl"), params,
+                     ("fwd", "fwdbwd") if op.backward else ("fwd",), op=op.name)
+
+
+def _step(name: str, size: str, suites: dict[str, str], role: str = "variants", doc: str = "") -> Benchmark:
+    return Benchmark(name, "step", ("variant",), {s: [STEP_GRIDS[g]] for s, g in suites.items()},
+                     ("step", "forward"), size=size, role=role, doc=doc)
+
+
+BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
+    *(_kernel(op) for op in KERNELS.values()),
+    _step("bench_step.StepTiny", "tiny", {"cpu": "tiny"}, doc="the tiny config (B=2, S=128): what a CPU runs"),
+    _step("bench_step.Step100M", "100M", {"full": "100M", "quick": "quick"}),
+    _step("bench_step.Step500M", "500M", {"full": "500M"}),
+    _step("bench_step.Step1B", "1B", {"full": "1B"}),
+    _step("bench_precision.Step100M", "100M", {"full": "precision"}, "precision", "precision modes of the 100M step"),
+    *(_step(f"bench_step.Ablation{size}", size, {"ablation": "ablation"}, "ablation", f"leave-one-out of {ABLATED}")
+      for size in ("100M", "500M", "1B")),
+    Benchmark("bench_precision.Matmul", "matmul", ("n", "mode"), {s: [[MATMUL_N], MATMUL_MODES]
+                                                                  for s in ("full", "quick")}, ("mm",)),
+    Benchmark("bench_anchors.HFCompileStep", "anchor", ("size",), {"full": [ANCHOR_SIZES]}, ("step", "forward"),
+              doc="HF Llama + torch.compile, fused AdamW, bf16 autocast"),
+    Benchmark("bench_cpu.MLP", "cpu", ("impl",), {"cpu": [["eager", "compile"]]}, ("cpu",)),
+    Benchmark("bench_cpu.GradStats", "cpu", ("impl",), {"cpu": [["loop", "foreach"]]}, ("cpu",)),
+]}
+ANCHOR_BENCHMARK = "bench_anchors.HFCompileStep"
+SUITES: dict[str, list[str]] = {s: [b.name for b in BENCHMARKS.values() if s in b.params] for s in SUITE_NAMES}
+
+
+def benchmark(name: str) -> Benchmark:
+    """The catalog entry of an asv benchmark name ('bench_kernels.RMSNorm'); KeyError if it has none."""
+    return BENCHMARKS[name]
+
+
+def kind(name: str) -> str | None:
+    """'kernel', 'step', 'anchor', 'matmul' or 'cpu' of a benchmark name; None if the catalog lacks it."""
+    entry = BENCHMARKS.get(name)
+    return entry.kind if entry else None
+
+
+def suite_cases(suite: str) -> list[tuple[str, dict[str, str]]]:
+    """(benchmark, params) of every case ``optbench run --suite suite`` runs, in the catalog's order."""
+    return [(b.name, params) for b in BENCHMARKS.values() for params in b.cases(suite)]
+
+
+def asv_pattern(suite: str) -> str:
+    """asv's ``--bench`` regex selecting the benchmarks of ``suite`` (every track method of each)."""
+    return "^(" + "|".join(re.escape(name) for name in SUITES[suite]) + r")\."

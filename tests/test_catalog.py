@@ -1,0 +1,102 @@
+"""The catalog is the only place benchmarks are listed: asv's classes, the suites, the plan, the pytest twin,
+the CLI and every name in the harness's code agree with it, and it imports without torch."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from optbench.suite import catalog
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_MODULES = ("bench_kernels", "bench_step", "bench_precision", "bench_anchors", "bench_cpu")
+BENCHMARK_NAME = re.compile(r"""["'`](bench_\w+\.[A-Z]\w*)(?![\w{])""")
+
+
+def asv_classes(suite: str, monkeypatch) -> dict[str, list[list[str]]]:
+    """name -> params of every class asv would list (public, concrete, with a track_/time_ method) under the
+    suite, the modules imported afresh with that suite set."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    monkeypatch.setenv("OPTBENCH_SUITE", suite)
+    found = {}
+    for name in BENCH_MODULES:
+        monkeypatch.delitem(sys.modules, f"benchmarks.{name}", raising=False)
+        module = importlib.import_module(f"benchmarks.{name}")
+        for attr, cls in vars(module).items():
+            if attr.startswith("_") or not inspect.isclass(cls) or inspect.isabstract(cls):
+                continue
+            if any(m.startswith(("track_", "time_")) for m in dir(cls)):
+                found[f"{name}.{cls.__name__}"] = [list(p) for p in cls.params]
+    return found
+
+
+def disagreements(classes: dict[str, list[list[str]]], suite: str) -> list[str]:
+    """Where asv's classes and the catalog differ in ``suite``: a name on one side only, or other params."""
+    names = set(classes) ^ set(catalog.BENCHMARKS)
+    return sorted(names) + [name for name in catalog.SUITES[suite]
+                            if name in classes and classes[name] != catalog.benchmark(name).params[suite]]
+
+
+@pytest.mark.parametrize("suite", catalog.SUITE_NAMES)
+def test_asv_classes_are_the_catalog(suite, monkeypatch):
+    assert disagreements(asv_classes(suite, monkeypatch), suite) == []
+
+
+def test_a_class_the_catalog_lacks_is_caught(monkeypatch):
+    """Mutation: an asv class without a catalog entry, or with a grid of its own, is a disagreement."""
+    classes = asv_classes("quick", monkeypatch)
+    assert disagreements({**classes, "bench_kernels.Extra": [["1x1"], ["eager"]]}, "quick") == ["bench_kernels.Extra"]
+    own = {**classes, "bench_kernels.SwiGLU": [["8192x2048"], ["eager", "triton"]]}
+    assert disagreements(own, "quick") == ["bench_kernels.SwiGLU"]
+
+
+def test_every_name_in_the_code_is_in_the_catalog():
+    """Every benchmark named in the harness, the suites' glue and the report is one of the catalog's."""
+    named = {}
+    for path in [*(ROOT / "optbench").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]:
+        for name in BENCHMARK_NAME.findall(path.read_text()):
+            named.setdefault(name, path.relative_to(ROOT))
+    assert named and {n: p for n, p in named.items() if n not in catalog.BENCHMARKS} == {}
+
+
+def test_suites_pick_their_benchmarks():
+    pattern = {s: re.compile(catalog.asv_pattern(s)) for s in catalog.SUITE_NAMES}
+    for suite, names in catalog.SUITES.items():
+        for name in catalog.BENCHMARKS:
+            assert bool(pattern[suite].search(f"{name}.track_step_ms")) == (name in names), (suite, name)
+            assert not pattern[suite].search(f"{name}X.track_step_ms")  # no benchmark matches by prefix
+    assert "bench_step.StepTiny" in catalog.SUITES["cpu"] and "bench_kernels.RMSNorm" not in catalog.SUITES["quick"]
+    quick_steps = catalog.benchmark("bench_step.Step100M").params["quick"][0]
+    assert quick_steps == catalog.STEP_GRIDS["quick"]
+
+
+def test_cli_and_pytest_twin_read_the_catalog(monkeypatch):
+    from optbench import cli
+
+    assert cli.SUITES is catalog.SUITES
+    monkeypatch.syspath_prepend(str(ROOT))
+    monkeypatch.setenv("OPTBENCH_SUITE", "quick")
+    monkeypatch.delitem(sys.modules, "benchmarks.test_pytest_kernels", raising=False)
+    twin = importlib.import_module("benchmarks.test_pytest_kernels")
+    assert len(twin.CASES) == sum(len(b.cases("quick")) for b in catalog.BENCHMARKS.values() if b.kind == "kernel")
+
+
+def test_every_kernel_op_has_its_implementations():
+    from optbench.suite.ops import OPS
+
+    assert set(OPS) == set(catalog.KERNELS)
+    for op in catalog.KERNELS.values():
+        assert catalog.benchmark(op.benchmark).op == op.name
+        assert (op.quick_shape is None or op.quick_shape in op.shapes) and op.impls
+
+
+def test_imports_without_torch():
+    code = "import sys; sys.modules['torch'] = None; import optbench.suite.catalog as c; print(len(c.BENCHMARKS))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0 and int(out.stdout) == len(catalog.BENCHMARKS), out.stderr
