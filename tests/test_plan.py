@@ -9,7 +9,6 @@ import importlib
 import itertools
 import re
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,12 +18,12 @@ from models.step import validate
 from models.variants import ABLATED, ABLATION, VARIANTS, ablation_note, reference, switch_name, switches
 from optbench.core.hardware import PROFILES
 from optbench.core.roofline import Ceilings
+from optbench.core.store import REPO_ROOT as ROOT
 from optbench.core.store import ResultStore
 from optbench.suite import plan as P
 from optbench.suite.catalog import KERNELS, STEP_GRIDS, asv_pattern
 from optbench.suite.ops import OPS
 
-ROOT = Path(__file__).resolve().parent.parent
 T4, H100, A100_40 = PROFILES["t4"], PROFILES["h100-sxm"], PROFILES["a100-40gb"]
 CATEGORIES = {"no CUDA", "no bf16", "no TF32", "no Triton", "same as eager", "unsupported", "memory"}
 GPUS = [key for key, p in PROFILES.items() if p.compute_capability]
