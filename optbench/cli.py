@@ -24,7 +24,7 @@ from optbench.suite.catalog import SUITES, asv_pattern
 
 SUBCOMMANDS = {
     "compare": "optbench.core.compare",
-    "report": "optbench.reporting.report",
+    "report": "optbench.reporting.site",
     "history": "optbench.reporting.history",
     "calibrate": "optbench.core.calibrate",
     "profile": "optbench.profiling.profile",
@@ -153,7 +153,7 @@ def run(argv: list[str]) -> int:
     print(f"optbench: suite {suite!r} on {machine} took {time.perf_counter() - started:.0f} s (asv exit {code})",
           flush=True)
     if not args.no_html:
-        from optbench.reporting.report import publish
+        from optbench.reporting.site import publish
 
         publish()
     return code

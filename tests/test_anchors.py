@@ -20,7 +20,7 @@ from models.step import BASELINE
 from optbench.core.hardware import PROFILES
 from optbench.core.runner import WrongResult
 from optbench.core.store import ResultStore, record_key
-from optbench.reporting import report
+from optbench.reporting import data, headline
 from optbench.suite import anchors, catalog
 from optbench.suite import plan as P
 from optbench.suite.workloads import STEP_REP_MS, STEP_WARMUP_MS
@@ -240,18 +240,18 @@ def _rows(table: str, start: str) -> list[str]:
 
 def test_x_hf_is_the_anchors_median_over_our_fastest_from_one_run(tmp_path):
     store = _hf_store(tmp_path)
-    run = report.runs(store)["h100-sxm"][-1]
-    ours = report.steps(run)["100M"]
-    fastest = min(ours, key=lambda v: report.step_ms(ours[v]))
+    run = data.runs(store)["h100-sxm"][-1]
+    ours = data.steps(run)["100M"]
+    fastest = min(ours, key=lambda v: data.step_ms(ours[v]))
     assert fastest == "best"
-    x = report.step_ms(report.anchor_steps(run)["100M"]) / report.step_ms(ours["best"])
-    assert report.hf_ratio(run, "100M") == (pytest.approx(x), "best", "same run")
+    x = data.step_ms(data.anchor_steps(run)["100M"]) / data.step_ms(ours["best"])
+    assert data.hf_ratio(run, "100M") == (pytest.approx(x), "best", "same run")
     assert 1.5 < x < 2.0  # 120 ms over best's ~68.6 ms: neither inverted nor against eager
-    table = report.headline_table(store)
+    table = headline.headline_table(store)
     row = "| × HF (HF ms / our fastest's ms) |"
     assert _rows(table, row) == [f"{row} {x:.2f}× vs best | n/a |"]
-    hf_ms, hf_iqr = (report.step_ms(report.anchor_steps(run)["100M"]),
-                     report.step_iqr_ms(report.anchor_steps(run)["100M"]))
+    hf_ms, hf_iqr = (data.step_ms(data.anchor_steps(run)["100M"]),
+                     data.step_iqr_ms(data.anchor_steps(run)["100M"]))
     assert f"| HF + torch.compile (ms per step [IQR]) | {hf_ms:.1f} ms [{hf_iqr:.1f}] | n/a |" in table
     assert anchors.HF_SETUP in table and "transformers 5.0" in table and catalog.ANCHOR_BENCHMARK in table
 
@@ -259,9 +259,9 @@ def test_x_hf_is_the_anchors_median_over_our_fastest_from_one_run(tmp_path):
 @pytest.mark.parametrize(("anchor_date", "where"), [("2025-01-01T15:00:00+00:00", "another run, same day"),
                                                     ("2025-01-02T12:00:00+00:00", "another run of the commit")])
 def test_x_hf_says_when_the_anchor_came_from_another_run(tmp_path, anchor_date, where):
-    run = report.runs(_hf_store(tmp_path, anchor_date))["h100-sxm"][-1]
-    assert report.hf_ratio(run, "100M")[1:] == ("best", where)
-    assert f"× vs best ({where}) | n/a |" in report.headline_table(_hf_store(tmp_path / "again", anchor_date))
+    run = data.runs(_hf_store(tmp_path, anchor_date))["h100-sxm"][-1]
+    assert data.hf_ratio(run, "100M")[1:] == ("best", where)
+    assert f"× vs best ({where}) | n/a |" in headline.headline_table(_hf_store(tmp_path / "again", anchor_date))
 
 
 @pytest.mark.parametrize("failed", [None, "oom", "wrong"])
@@ -270,14 +270,14 @@ def test_no_hf_rows_without_an_anchor(tmp_path, failed):
     if failed:  # a case that did not measure is no anchor
         save(store, "h100-sxm", commit(1), STEPS_DATE, [record(catalog.ANCHOR_BENCHMARK, {"size": "100M"},
                                                               status=failed)])
-    run = report.runs(store)["h100-sxm"][-1]
-    assert report.hf_ratio(run, "100M") is None and report.anchor_steps(run) == {}
-    assert "HF" not in report.headline_table(store)
+    run = data.runs(store)["h100-sxm"][-1]
+    assert data.hf_ratio(run, "100M") is None and data.anchor_steps(run) == {}
+    assert "HF" not in headline.headline_table(store)
 
 
 def test_x_hf_only_from_the_columns_commit(tmp_path):
     """The anchor measured at an older commit than the step table's column is not divided by a newer step."""
     store = _hf_store(tmp_path)
     save(store, "h100-sxm", commit(2), "2025-01-02T12:00:00+00:00", _steps(2, True))
-    table = report.headline_table(store)
+    table = headline.headline_table(store)
     assert "| 100M @ `fffffff2` |" in table and "HF" not in table

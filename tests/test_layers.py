@@ -77,8 +77,8 @@ def test_an_upward_import_is_caught():
         "optbench.suite.plan": "def f():\n    from optbench.cli import main\n",
         "kernels.rmsnorm": "import models.config\n",
         "optbench.core.noisecheck": "from benchmarks.bench_kernels import RMSNorm\n",
-        "optbench.reporting.report": "from optbench import cli\n",
-        "benchmarks.bench_step": "from optbench.reporting.report import publish\n",
+        "optbench.reporting.site": "from optbench import cli\n",
+        "benchmarks.bench_step": "from optbench.reporting.site import publish\n",
     }
     assert len(violations(planted)) == len(planted)
     assert violations({"optbench.suite.plan": "from optbench.core.store import ResultStore\n"}) == []

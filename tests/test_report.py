@@ -1,4 +1,4 @@
-"""optbench.reporting.report on a synthetic store in tmp_path (test data, not measurements)."""
+"""optbench.reporting (data, charts, site, headline) on a synthetic store in tmp_path (test data, not measurements)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from synthetic_results import commit, record, report_store, samples, save
 
 from models.variants import ABLATED, ABLATION
 from optbench.core.hardware import lookup
-from optbench.reporting import report
+from optbench.core.store import ResultStore
+from optbench.reporting import charts, data, headline, site
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -24,7 +25,7 @@ def store(tmp_path_factory):
 @pytest.fixture
 def asv_calls(monkeypatch) -> list[tuple[Path, Path]]:
     calls: list[tuple[Path, Path]] = []
-    monkeypatch.setattr(report, "asv_publish", lambda results, html: calls.append((results, html)))
+    monkeypatch.setattr(site, "asv_publish", lambda results, html: calls.append((results, html)))
     return calls
 
 
@@ -33,8 +34,8 @@ def published(store, tmp_path_factory) -> tuple[Path, list]:
     """optbench/ of the store published once (asv's publish replaced by a recorder), and the asv calls."""
     calls: list[tuple[Path, Path]] = []
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(report, "asv_publish", lambda results, html: calls.append((results, html)))
-        return report.publish(store.root, tmp_path_factory.mktemp("html")).parent, calls
+        mp.setattr(site, "asv_publish", lambda results, html: calls.append((results, html)))
+        return site.publish(store.root, tmp_path_factory.mktemp("html")).parent, calls
 
 
 def images(page: Path) -> list[Path]:
@@ -46,7 +47,7 @@ def test_publish_writes_index_and_chart_pages(store, published):
     assert calls == [(store.root, out.parent)]
     text = (out / "index.html").read_text()
     assert 'href="../index.html"' in text
-    for name in report.PAGES:
+    for name in site.PAGES:
         page = out / f"{name}.html"
         assert f'href="{name}.html"' in text and page.exists()
         pngs = images(page)
@@ -70,43 +71,43 @@ def test_each_machine_has_its_own_charts_and_emulated_is_labelled(published):
 
 
 def test_runs_are_ordered_by_record_date(store):
-    history = report.runs(store)
+    history = data.runs(store)
     assert list(history) == ["h100-sxm", "h100-sxm-emulating-t4", "cpu-host"]
     assert [r.commit for r in history["h100-sxm"]] == [commit(1), commit(2), commit(3)]
 
 
 def test_mfu_uses_the_profile_peak(store):
-    rec = report.steps(report.runs(store)["h100-sxm"][-1])["1B"]["best"]
+    rec = data.steps(data.runs(store)["h100-sxm"][-1])["1B"]["best"]
     seconds = rec.timing("step", "wall").median_ms / 1e3
-    assert report.mfu(rec, lookup("h100-sxm")) == pytest.approx(rec.flops["step"] / seconds / 989.4e12)
-    assert report.tokens_per_s(rec) == pytest.approx(rec.info["tokens"] / seconds)
-    assert report.mfu(rec, lookup("cpu")) is None
+    assert data.mfu(rec, lookup("h100-sxm")) == pytest.approx(rec.flops["step"] / seconds / 989.4e12)
+    assert data.tokens_per_s(rec) == pytest.approx(rec.info["tokens"] / seconds)
+    assert data.mfu(rec, lookup("cpu")) is None
 
 
 def test_compare_page_shows_the_regression(store, published, asv_calls, tmp_path):
     page = (published[0] / "compare.html").read_text()
     row = r'<tr class="REGRESSION"><td>bench_kernels.RMSNorm</td><td>shape=16384x4096 impl=triton</td>'
     assert re.search(row, page)
-    out = report.publish(store.root, tmp_path / "html", (commit(1)[:8], commit(2)[:8])).parent
+    out = site.publish(store.root, tmp_path / "html", (commit(1)[:8], commit(2)[:8])).parent
     page = (out / "compare.html").read_text()
     assert 'class="REGRESSION"' not in page and f"{commit(1)[:12]} → {commit(2)[:12]}" in page
 
 
 def test_headline_table(store):
-    table = report.headline_table(store)
+    table = headline.headline_table(store)
     assert "h100-sxm — NVIDIA H100" in table and "emulated" not in table and "cpu-host" not in table
-    newest = report.runs(store)["h100-sxm"][-1]
-    step = report.steps(newest)["100M"]
-    best = report.step_ms(step["eager"]) / report.step_ms(step["best"])
+    newest = data.runs(store)["h100-sxm"][-1]
+    step = data.steps(newest)["100M"]
+    best = data.step_ms(step["eager"]) / data.step_ms(step["best"])
     assert "| optimization | 100M @ `fffffff3` | 1B @ `fffffff3` |" in table
-    ms = report.step_ms(step["best"])
+    ms = data.step_ms(step["best"])
     assert re.search(rf"\| best vs eager \| {best:.2f}× \({ms:.1f} ms\) \| [\d.]+× \([\d.]+ ms\) \|", table)
-    eager_ms, eager_iqr = report.step_ms(step["eager"]), report.step_iqr_ms(step["eager"])
+    eager_ms, eager_iqr = data.step_ms(step["eager"]), data.step_iqr_ms(step["eager"])
     assert f"| eager (ms per step [IQR]) | {eager_ms:.1f} ms [{eager_iqr:.1f}] |" in table
     for row in ("| triton-norm vs eager |", "| RMSNorm | triton |", "| GradStats | foreach |"):
         assert row in table
     assert f"`{commit(3)[:12]}` (2025-01-03T12:00:00+00:00)" in table
-    assert "StepTiny" not in table and "| tiny @" in report.headline_table(store, "cpu-host")
+    assert "StepTiny" not in table and "| tiny @" in headline.headline_table(store, "cpu-host")
 
 
 def test_a_later_partial_run_does_not_hide_a_fuller_one(tmp_path):
@@ -114,14 +115,14 @@ def test_a_later_partial_run_does_not_hide_a_fuller_one(tmp_path):
     commit 3 (later still) measured as many as commit 1: it takes over."""
     from synthetic_results import STEP_SIZES, _steps, save
 
-    store = report.ResultStore(tmp_path / "results")
+    store = ResultStore(tmp_path / "results")
     sizes = {"1B": STEP_SIZES["1B"]}
     save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", _steps(1, True, sizes))
     partial = [r for r in _steps(2, True, sizes) if r["params"]["variant"] in ("eager", "best")]
     save(store, "h100-sxm", commit(2), "2025-01-02T12:00:00+00:00", partial)
-    assert "| 1B @ `fffffff1` |" in report.headline_table(store)
+    assert "| 1B @ `fffffff1` |" in headline.headline_table(store)
     save(store, "h100-sxm", commit(3), "2025-01-03T12:00:00+00:00", _steps(3, True, sizes))
-    assert "| 1B @ `fffffff3` |" in report.headline_table(store)
+    assert "| 1B @ `fffffff3` |" in headline.headline_table(store)
 
 
 def test_a_later_run_of_fewer_kernel_shapes_does_not_hide_a_fuller_one(tmp_path):
@@ -129,34 +130,34 @@ def test_a_later_run_of_fewer_kernel_shapes_does_not_hide_a_fuller_one(tmp_path)
     full run, which measured more shapes."""
     from synthetic_results import _kernels, save
 
-    store = report.ResultStore(tmp_path / "results")
+    store = ResultStore(tmp_path / "results")
     save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", _kernels(1))
     quick = [r for r in _kernels(2) if r["params"]["shape"] in ("16384x768", "skipped")]
     save(store, "h100-sxm", commit(2), "2025-01-02T12:00:00+00:00", quick)
-    rms = [line for line in report.headline_table(store).splitlines() if line.startswith("| RMSNorm |")]
+    rms = [line for line in headline.headline_table(store).splitlines() if line.startswith("| RMSNorm |")]
     assert rms and all(line.endswith("| `fffffff1` |") for line in rms)
 
 
 def test_update_readme_replaces_only_the_marked_region(store, tmp_path):
     readme = tmp_path / "README.md"
-    start, end = report.README_START, report.README_END
+    start, end = headline.README_START, headline.README_END
     readme.write_text(f"# Title\nintro\n{start}\nold figures\n{end}\n## Rest\nkept\n")
-    report.update_readme(readme, store)
+    headline.update_readme(readme, store)
     text = readme.read_text()
-    assert text.startswith(f"# Title\nintro\n{report.README_START}\n**h100-sxm")
-    assert text.endswith(f"\n{report.README_END}\n## Rest\nkept\n") and "old figures" not in text
+    assert text.startswith(f"# Title\nintro\n{headline.README_START}\n**h100-sxm")
+    assert text.endswith(f"\n{headline.README_END}\n## Rest\nkept\n") and "old figures" not in text
     readme.write_text("no markers\n")
     with pytest.raises(ValueError):
-        report.update_readme(readme, store)
+        headline.update_readme(readme, store)
 
 
 def test_asv_publish_skips_a_foreign_results_dir(tmp_path, capsys):
-    report.asv_publish(tmp_path / "results", tmp_path / "html")
+    site.asv_publish(tmp_path / "results", tmp_path / "html")
     assert "asv publish skipped" in capsys.readouterr().out
 
 
 def test_main_with_an_empty_store_still_writes_the_index(asv_calls, tmp_path):
-    assert report.main(["--results", str(tmp_path / "none"), "--html", str(tmp_path / "html")]) == 0
+    assert site.main(["--results", str(tmp_path / "none"), "--html", str(tmp_path / "html")]) == 0
     assert "No optbench results" in (tmp_path / "html" / "optbench" / "speedup.html").read_text()
 
 
@@ -170,34 +171,34 @@ def test_speedups_divide_by_each_variants_own_reference(tmp_path):
     a ratio to eager) where the reference was not measured (qknorm) or is unknown (a retired variant)."""
     times = {"eager": 100.0, "graph-prereqs": 80.0, "cuda-graph": 60.0, "fused-proj": 90.0, "triton-rope": 85.0,
              "triton-qknorm": 95.0, "retired-variant": 70.0, "best-kernels": 40.0}
-    store = report.ResultStore(tmp_path / "results")
+    store = ResultStore(tmp_path / "results")
     save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00",
          [_step("bench_step.Step500M", v, ms, i) for i, (v, ms) in enumerate(times.items())])
-    run = report.runs(store)["h100-sxm"][-1]
-    ms = {v: report.step_ms(rec) for v, rec in report.steps(run)["500M"].items()}
-    speedups = report.step_speedups(run)["500M"]
+    run = data.runs(store)["h100-sxm"][-1]
+    ms = {v: data.step_ms(rec) for v, rec in data.steps(run)["500M"].items()}
+    speedups = data.step_speedups(run)["500M"]
     assert speedups["cuda-graph"] == pytest.approx(ms["graph-prereqs"] / ms["cuda-graph"])
     assert speedups["triton-rope"] == pytest.approx(ms["fused-proj"] / ms["triton-rope"])
     assert speedups["graph-prereqs"] == pytest.approx(ms["eager"] / ms["graph-prereqs"])
     assert speedups["best-kernels"] == pytest.approx(ms["eager"] / ms["best-kernels"])
     assert speedups["triton-qknorm"] is None and speedups["retired-variant"] is None and "eager" not in speedups
-    table = report.headline_table(store)
+    table = headline.headline_table(store)
     assert f"| cuda-graph vs graph-prereqs | {speedups['cuda-graph']:.2f}× ({ms['cuda-graph']:.1f} ms) |" in table
     assert f"| triton-qknorm vs qknorm | n/a ({ms['triton-qknorm']:.1f} ms) |" in table
     assert "| retired-variant vs ? | n/a (" in table
     assert table.index("| eager (ms per step [IQR]) |") < table.index("| graph-prereqs vs eager |")
-    history = report.runs(store)["h100-sxm"]
-    assert set(report._named_speedups(run)["500M"]) >= {"cuda-graph vs graph-prereqs", "triton-qknorm vs qknorm"}
-    assert report.speedup_parts(history)  # the chart draws n/a as no bar
+    history = data.runs(store)["h100-sxm"]
+    assert set(data.named_speedups(run)["500M"]) >= {"cuda-graph vs graph-prereqs", "triton-qknorm vs qknorm"}
+    assert site.speedup_parts(history)  # the chart draws n/a as no bar
 
 
-def _ablation_store(root, missing: str) -> report.ResultStore:
+def _ablation_store(root, missing: str) -> ResultStore:
     """One run of the 100M ablation grid: eager 100 ms, best-kernels 40 ms, the i-th switch left out 40 + 2i ms;
     ``missing`` not measured; plus a Step100M grid."""
     times = {"eager": 100.0, ABLATED: 40.0, **{v: 40.0 + 2 * i for i, v in enumerate(ABLATION, 1)}}
     records = [_step("bench_step.Ablation100M", v, ms, i) for i, (v, ms) in enumerate(times.items()) if v != missing]
     records += [_step("bench_step.Step100M", "eager", 100.0, 50), _step("bench_step.Step100M", ABLATED, 41.0, 51)]
-    store = report.ResultStore(root)
+    store = ResultStore(root)
     save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", records)
     return store
 
@@ -205,25 +206,25 @@ def _ablation_store(root, missing: str) -> report.ResultStore:
 def test_ablation_table(tmp_path):
     missing = f"{ABLATED}-without-triton-norm"
     store = _ablation_store(tmp_path / "results", missing)
-    run = report.runs(store)["h100-sxm"][-1]
-    assert list(report.steps(run)) == ["100M"] and list(report.ablations(run)) == ["100M"]  # not a size 'Ablation100M'
-    by_variant = report.ablations(run)["100M"]
-    rows = {row[0]: row[1:] for row in report.ablation_rows(by_variant)}
+    run = data.runs(store)["h100-sxm"][-1]
+    assert list(data.steps(run)) == ["100M"] and list(data.ablations(run)) == ["100M"]  # not a size 'Ablation100M'
+    by_variant = data.ablations(run)["100M"]
+    rows = {row[0]: row[1:] for row in data.ablation_rows(by_variant)}
     best = by_variant[ABLATED]
-    assert rows[f"{ABLATED} (every switch)"] == [f"{report.step_ms(best):.1f} [{report.step_iqr_ms(best):.1f}]", "—"]
+    assert rows[f"{ABLATED} (every switch)"] == [f"{data.step_ms(best):.1f} [{data.step_iqr_ms(best):.1f}]", "—"]
     without = by_variant[f"{ABLATED}-without-fused-proj"]
-    worth = report.step_ms(without) / report.step_ms(best)
+    worth = data.step_ms(without) / data.step_ms(best)
     assert worth > 1
     assert rows["without fused-proj; also without triton-rope, which needs it"] == \
-        [f"{report.step_ms(without):.1f} [{report.step_iqr_ms(without):.1f}]", f"{worth:.2f}×"]
+        [f"{data.step_ms(without):.1f} [{data.step_iqr_ms(without):.1f}]", f"{worth:.2f}×"]
     assert rows["without triton-norm"] == ["not measured", "n/a"]
-    eager = report.step_ms(by_variant["eager"]) / report.step_ms(best)
+    eager = data.step_ms(by_variant["eager"]) / data.step_ms(best)
     assert rows["eager (no switch)"][1] == f"{eager:.2f}×"
     assert len(rows) == len(ABLATION) + 2
-    table = report.headline_table(store)
+    table = headline.headline_table(store)
     assert f"Leave-one-out ablation of {ABLATED} at 100M @ `{commit(1)[:8]}`" in table
-    assert f"| without fused-proj; also without triton-rope, which needs it | {report.step_ms(without):.1f} [" in table
-    parts = report.speedup_parts(report.runs(store)["h100-sxm"])
+    assert f"| without fused-proj; also without triton-rope, which needs it | {data.step_ms(without):.1f} [" in table
+    parts = site.speedup_parts(data.runs(store)["h100-sxm"])
     html = "".join(p for p in parts if isinstance(p, str))
     assert f"Leave-one-out ablation of {ABLATED}" in html
     assert "<td>without triton-norm</td><td>not measured</td>" in html
@@ -231,18 +232,18 @@ def test_ablation_table(tmp_path):
 
 def test_ablation_needs_best_kernels_in_the_same_run(tmp_path):
     store = _ablation_store(tmp_path / "results", ABLATED)
-    rows = report.ablation_rows(report.ablations(report.runs(store)["h100-sxm"][-1])["100M"])
+    rows = data.ablation_rows(data.ablations(data.runs(store)["h100-sxm"][-1])["100M"])
     assert rows[0][1:] == ["not measured", "n/a"] and all(row[2] == "n/a" for row in rows[1:])
 
 
 def test_an_emulated_run_reports_no_mfu_and_no_roofline_fraction(store, published):
     """An emulated T4 run's times are the H100's: MFU and time / floor against the T4's peaks are n/a."""
-    emulated = report.runs(store)["h100-sxm-emulating-t4"]
-    assert report.peak_profile(emulated[-1]) is None and report.peak_profile(report.runs(store)["h100-sxm"][-1])
-    assert report.floor_ratios(emulated[-1]) == {}
-    parts = report.throughput_parts(emulated)
+    emulated = data.runs(store)["h100-sxm-emulating-t4"]
+    assert data.peak_profile(emulated[-1]) is None and data.peak_profile(data.runs(store)["h100-sxm"][-1])
+    assert data.floor_ratios(emulated[-1]) == {}
+    parts = site.throughput_parts(emulated)
     assert len(parts) == 2 and "n/a: this run emulated t4" in parts[1] and "MFU" in parts[1]
-    assert report.roofline_parts(emulated) == [report._emulated_note(emulated[-1], "roofline fraction")]
+    assert site.roofline_parts(emulated) == [site.emulated_note(emulated[-1], "roofline fraction")]
     out, _ = published
     for page in ("throughput", "roofline"):
         text = (out / f"{page}.html").read_text()
@@ -270,18 +271,18 @@ def _floor_run(tmp_path, cold_ratios: dict[str, float], fits_l2: bool | None = T
         if warm:
             rec["metrics"]["fwd"]["device_warm"] = timing([ratio * floor_ms / 2] * 5)
         records.append(rec)
-    store = report.ResultStore(tmp_path / "results")
+    store = ResultStore(tmp_path / "results")
     save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", records)
-    return report.runs(store)["h100-sxm"]
+    return data.runs(store)["h100-sxm"]
 
 
 def test_a_cold_time_at_or_under_its_floor_is_a_measurement_problem_not_a_bar(tmp_path):
     history = _floor_run(tmp_path, {"eager": 2.0, "triton": 0.8, "liger": 1.0})
-    ratios = report.floor_ratios(history[-1])["RMSNorm fwd"]["8192x768"]
+    ratios = data.floor_ratios(history[-1])["RMSNorm fwd"]["8192x768"]
     assert ratios["eager"].cold == pytest.approx(2.0) and ratios["eager"].warm == pytest.approx(1.0)
     assert ratios["eager"].fits_l2 is True
     assert [r.suspect for r in ratios.values()] == [False, True, True]
-    fig, text, table = report.roofline_parts(history)
+    fig, text, table = site.roofline_parts(history)
     assert "Measurement problems: 2 cold-L2 device times" in text
     assert "<td>triton</td><td>0.80×</td><td>yes</td>" in table and "<td>liger</td><td>1.00×</td>" in table
     assert "eager" not in table
@@ -298,14 +299,14 @@ def test_a_cold_time_at_or_under_its_floor_is_a_measurement_problem_not_a_bar(tm
 
 def test_kernel_records_from_before_cold_l2_timing_are_not_shown(tmp_path):
     history = _floor_run(tmp_path, {"eager": 3.0}, device_clock=False)
-    assert report.kernels(history[-1]) == {} and report.floor_ratios(history[-1]) == {}
+    assert data.kernels(history[-1]) == {} and data.floor_ratios(history[-1]) == {}
 
 
 def test_a_roofline_without_problems_has_no_list_and_old_records_have_no_warm_figure(tmp_path):
     history = _floor_run(tmp_path, {"eager": 3.0}, fits_l2=None, warm=False)
-    ratio = report.floor_ratios(history[-1])["RMSNorm fwd"]["8192x768"]["eager"]
+    ratio = data.floor_ratios(history[-1])["RMSNorm fwd"]["8192x768"]["eager"]
     assert ratio.warm is None and ratio.fits_l2 is None and not ratio.suspect
-    (fig,) = report.roofline_parts(history)
+    (fig,) = site.roofline_parts(history)
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["8192x768"]
 
 
@@ -317,8 +318,73 @@ def test_a_speedup_needs_its_reference_from_the_same_run(tmp_path):
         return record("bench_step.Step100M", {"variant": variant}, times={"step": (None, samples(ms, 1))},
                       info={"primary_clock": "wall"})
 
-    store = report.ResultStore(tmp_path / "results")
+    store = ResultStore(tmp_path / "results")
     save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", [step("eager", 100.0), step("fused-ce", 90.0)])
-    assert report.step_speedups(report.runs(store)["h100-sxm"][-1])["100M"]["fused-ce"] == pytest.approx(1.11, 0.02)
+    assert data.step_speedups(data.runs(store)["h100-sxm"][-1])["100M"]["fused-ce"] == pytest.approx(1.11, 0.02)
     save(store, "h100-sxm", commit(1), "2025-01-02T12:00:00+00:00", [step("fused-ce", 50.0)])
-    assert report.step_speedups(report.runs(store)["h100-sxm"][-1])["100M"]["fused-ce"] is None
+    assert data.step_speedups(data.runs(store)["h100-sxm"][-1])["100M"]["fused-ce"] is None
+
+
+PLANTED = "bench_kernels.RMSNorm|shape=16384x4096|impl=triton"  # 1.3x slower at commit 3 (synthetic_results)
+
+
+def test_history_marks_the_planted_regression_with_the_gates_verdict(store):
+    found = {(s.key, s.metric, s.clock): s for s in data.time_histories(store, "h100-sxm")}
+    planted = found[PLANTED, "fwd", "device"]
+    assert [p.commit for p in planted.commits] == [commit(1), commit(2), commit(3)]
+    assert [p.verdict for p in planted.commits] == ["", "", "REGRESSION"]
+    assert planted.commits[2].ratio == pytest.approx(1.3, rel=0.05)
+    rec = data.runs(store)["h100-sxm"][-1].records[PLANTED]
+    (run,) = planted.commits[2].runs  # one run per commit, its median and quartiles as stored
+    assert (run.median_ms, run.q25_ms, run.q75_ms) == (rec.timing("fwd", "device").median_ms,
+                                                       rec.timing("fwd", "device").q25_ms,
+                                                       rec.timing("fwd", "device").q75_ms)
+    flagged = {(s.key, s.metric, p.commit) for s in found.values() for p in s.flagged}
+    assert flagged == {(PLANTED, "fwd", commit(3)), (PLANTED, "fwdbwd", commit(3))}
+    steps = found["bench_step.Step100M|variant=best", "step", "wall"]  # a step's primary clock is its wall time
+    assert len(steps.commits) == 3 and not steps.flagged
+    assert not data.time_histories(store, "h100-sxm-emulating-t4")  # one commit: no history
+
+
+def test_history_chart_draws_each_run_and_bands_the_verdict(store):
+    from matplotlib.colors import to_rgba
+
+    series = [s for s in data.time_histories(store, "h100-sxm") if s.key == PLANTED]
+    fig = charts.history_grid("t", series, [commit(1), commit(2), commit(3)])
+    ax = next(ax for ax in fig.axes if ax.get_title() == "shape=16384x4096 impl=triton fwd (device)")
+    points = ax.containers[0].lines[0]  # the error bar's markers: each run's median
+    assert list(points.get_xdata()) == [0, 1, 2]
+    assert list(points.get_ydata()) == [p.runs[0].median_ms for p in series[0].commits]
+    (band,) = ax.patches
+    assert band.get_facecolor() == to_rgba("tab:red", 0.2) and band.get_x() == pytest.approx(1.6)
+    assert [t.get_text() for t in ax.texts] == [f"{series[0].commits[2].ratio - 1:+.0%}"]
+
+
+def test_history_page_lists_the_flagged_change_and_writes_its_charts(published):
+    out, _ = published
+    page = (out / "history.html").read_text()
+    row = (f'<tr class="REGRESSION"><td>{commit(3)[:12]}</td><td>bench_kernels.RMSNorm</td>'
+           "<td>shape=16384x4096 impl=triton fwd (device)</td>")
+    assert row in page
+    pngs = [p for p in images(out / "history.html") if p.name.startswith("history-h100-sxm-")]
+    assert len(pngs) == page[:page.index("h100-sxm-emulating-t4")].count("<h3>bench_")  # a chart per benchmark
+    assert all(p.read_bytes().startswith(PNG) for p in pngs)
+
+
+def test_history_of_several_runs_per_commit(tmp_path):
+    """Four commits of three runs each (1% run-to-run jitter); 'best' 20% slower at commit 3 only: a regression
+    there, an improvement at commit 4, nothing else."""
+    import random
+
+    store = ResultStore(tmp_path / "results")
+    for n in (1, 2, 3, 4):
+        for r in range(3):
+            jitter = 1 + random.Random(10 * n + r).gauss(0, 0.01)
+            records = [_step("bench_step.Step100M", v, ms * jitter * (1.2 if (n, v) == (3, "best") else 1), n + r)
+                       for v, ms in (("eager", 100.0), ("best", 50.0))]
+            save(store, "h100-sxm", commit(n), f"2025-01-0{n}T1{r}:00:00+00:00", records)
+    found = {s.key: s for s in data.time_histories(store, "h100-sxm")}
+    best, eager = found["bench_step.Step100M|variant=best"], found["bench_step.Step100M|variant=eager"]
+    assert [len(p.runs) for p in best.commits] == [3, 3, 3, 3]
+    assert [p.verdict for p in best.commits] == ["", "", "REGRESSION", "improvement"]
+    assert not eager.flagged

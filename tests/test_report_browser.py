@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from synthetic_results import report_store
 
-from optbench.reporting import report
+from optbench.reporting import site as pages
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--enable-logging=stderr", "--v=0",
@@ -34,8 +34,8 @@ def site(tmp_path_factory) -> Iterator[str]:
     """URL of optbench/ in a published synthetic store, served on a free loopback port."""
     root = tmp_path_factory.mktemp("site")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(report, "asv_publish", lambda results, html: None)
-        report.publish(report_store(root / "results").root, root / "html")
+        mp.setattr(pages, "asv_publish", lambda results, html: None)
+        pages.publish(report_store(root / "results").root, root / "html")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -56,7 +56,7 @@ def site(tmp_path_factory) -> Iterator[str]:
         server.wait(timeout=10)
 
 
-@pytest.mark.parametrize("page", ["index", *report.PAGES])
+@pytest.mark.parametrize("page", ["index", *pages.PAGES])
 def test_page_loads_cleanly(chromium: str, site: str, page: str, tmp_path: Path):
     done = subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path}", f"{site}{page}.html"],
                           capture_output=True, text=True, timeout=60)

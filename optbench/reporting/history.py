@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("run_args", nargs=argparse.REMAINDER, help="passed to `optbench run` (e.g. --suite quick)")
     args = p.parse_args(argv)
     codes = [run_commit(c, args.run_args) for c in commits_in(args.range)]
-    from optbench.reporting.report import publish
+    from optbench.reporting.site import publish
 
     publish()
     return max(codes, default=0)

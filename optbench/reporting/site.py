@@ -1,0 +1,373 @@
+"""``optbench report``: asv's site and optbench's HTML pages of charts beside it (and, with ``--readme``, README's
+headline, :mod:`optbench.reporting.headline`).
+
+Pages under ``html/optbench/``, a section per machine each (an emulated machine is labelled "(emulated)" and
+never shares a chart with a real one):
+
+- ``speedup.html``: training-step speedup of each optimization vs its own reference (models.variants.reference:
+  eager unless the variant names another), per model size (wall clock); the leave-one-out ablation of
+  best-kernels per size;
+- ``memory.html``: peak device memory of one training step per optimization and size (GiB);
+- ``throughput.html``: tokens/s and MFU per size (wall clock); MFU = step FLOPs / step seconds / the
+  hardware profile's peak TFLOPS for the step's precision (bf16 unless the record says otherwise); none for
+  an emulated run (its times are the real GPU's, its profile the emulated card's);
+- ``roofline.html``: each kernel's cold-L2 device time over its roofline floor, max(flops/peak,
+  bytes/bandwidth), with the warm-L2 time beside it; a cold time at or below the floor is listed as a
+  measurement problem, not drawn; none for an emulated run;
+- ``history.html``: per benchmark, a small chart per metric of its time over commits (each run's median and
+  IQR), the changes the regression gate flags between consecutive commits marked;
+- ``compare.html``: two commits side by side (optbench.core.compare): table and chart of head/base changes.
+
+Figures come from :mod:`optbench.reporting.data`, charts from :mod:`optbench.reporting.charts`; legends and
+columns name the commit each figure comes from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections import defaultdict
+from collections.abc import Callable
+from functools import partial
+from html import escape
+from pathlib import Path
+from string import Template
+
+from matplotlib.figure import Figure
+
+from models.variants import ABLATED
+from optbench.core.compare import COLUMNS, compare, compared, resolve, rows, shown, verdict
+from optbench.core.console import table
+from optbench.core.store import REPO_ROOT, ResultStore, asv_results_dir, results_dir
+from optbench.reporting import charts
+from optbench.reporting.data import (
+    ABLATION_CAPTION,
+    ABLATION_HEADER,
+    Run,
+    TimeHistory,
+    ablation_rows,
+    ablations,
+    at_commit,
+    by_size,
+    floor_ratios,
+    fullest,
+    mfu,
+    named_speedups,
+    peak_profile,
+    runs,
+    step_peaks,
+    steps,
+    time_histories,
+    tokens_per_s,
+)
+from optbench.reporting.headline import update_readme
+
+MAX_PANELS = 24  # history charts per benchmark and machine
+
+PAGES: dict[str, tuple[str, str]] = {
+    "speedup": ("Training-step speedup vs each variant's reference, and the ablation of best-kernels",
+                "Wall clock, ms per optimizer step: reference median / optimization median, both from one run, "
+                "each variant's reference named under its bars (eager for the best-* combinations); higher is "
+                "better. Then per size, best-kernels with each switch left out in turn, from one run."),
+    "memory": ("Peak memory per training step",
+               "Peak device memory above the starting point during one optimizer step, GiB (a peak: no "
+               "clock)."),
+    "throughput": ("Tokens/s and MFU per size",
+                   "Wall clock: tokens per step / median step seconds; MFU = FLOPs per step / median step "
+                   "seconds / the hardware profile's peak TFLOPS for the step's precision (bf16 by "
+                   "default); n/a for an emulated run."),
+    "roofline": ("Kernel time over its roofline floor",
+                 "Bars: cold-L2 device time (median ms per call, each call on inputs not in L2: graph replays "
+                 "rotating over input sets larger than the L2) / max(FLOPs / peak, bytes / bandwidth) of the "
+                 "hardware profile; 1× is the floor, lower is better. A cold time at or below 1× cannot come "
+                 "from HBM: it is a measurement problem, marked ✗ at 1× and listed, not drawn as a bar. Dashes: "
+                 "warm-L2 time (back-to-back calls on one input set), which may beat the floor where the data "
+                 "fits in L2 (shapes marked 'fits L2'). n/a for an emulated run."),
+    "history": ("Each metric over commits",
+                "Per benchmark, a chart per metric measured at two commits or more, by the record's primary clock "
+                "(wall where it has no device time): each run's median ms with its samples' IQR, commits in the "
+                "order of their first run, a line through each commit's geometric mean. Bands mark what the "
+                "regression gate (optbench compare) flags from the machine's previous commit: red a regression, "
+                f"green an improvement, gray a change it reports but does not gate. At most {MAX_PANELS} charts "
+                "per benchmark: those flagged, then those measured most recently, then the longest histories; "
+                "asv's graphs hold every metric."),
+    "compare": ("Two commits side by side",
+                "optbench.core.compare: each time's runs against its run-to-run noise, peak memory beyond the "
+                "threshold; head/base of the changes beyond what each metric's noise lets the gate detect."),
+}
+
+PAGE = Template("""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>$title</title>
+<style>
+body { font-family: sans-serif; max-width: 1500px; margin: 1em auto; padding: 0 1em; }
+img { max-width: 100%; } .note { color: #555; }
+table { border-collapse: collapse; font-size: small; } td, th { border: 1px solid #ccc; padding: 2px 6px; }
+.REGRESSION { color: #b00; font-weight: bold; } .improvement { color: #070; }
+</style>
+<script>
+// On load: body data-images-ok="1" when every image decoded, data-errors = count of script/resource errors.
+let errors = 0;
+addEventListener("error", () => { errors += 1; }, true);
+addEventListener("load", () => {
+  const images = Array.from(document.images);
+  document.body.dataset.images = images.length;
+  document.body.dataset.imagesOk = images.every((i) => i.complete && i.naturalWidth > 0) ? "1" : "0";
+  document.body.dataset.errors = errors;
+});
+</script></head>
+<body><p><a href="index.html">optbench report</a> · <a href="../index.html">asv benchmarks</a></p>
+<h1>$title</h1>
+$body
+</body></html>
+""")
+
+Part = Figure | str  # a chart, or HTML
+
+EMULATED_PEAKS = ("n/a: this run emulated {target} on {gpu}; its times are that GPU's, so no {what} against "
+                  "the {target}'s peaks.")
+
+
+def note(text: str) -> str:
+    """An HTML paragraph saying why a chart is missing."""
+    return f'<p class="note">{escape(text)}</p>'
+
+
+def emulated_note(run: Run, what: str) -> str:
+    """The note of a figure (``what``) that an emulated run cannot give."""
+    return note(EMULATED_PEAKS.format(target=run.info["emulate"], gpu=run.info.get("gpu_name") or "its GPU",
+                                      what=what))
+
+
+def _step_chart(history: list[Run], extract: Callable[[Run], dict], what: str, ylabel: str,
+                ref: float | None = None) -> list[Part]:
+    """A group of bars per optimization, a bar per size (from the run measuring the most of that size)."""
+    found = by_size(fullest(history, extract))
+    if not found:
+        return [note("No training-step results for this chart.")]
+    by_column = {at_commit(size, run): value for size, run, value in found}
+    return [charts.step_bars(f"{history[-1].label}\n{what}; legend: size @ commit", by_column, ylabel, ref=ref)]
+
+
+def ablation_parts(history: list[Run]) -> list[Part]:
+    """Per size, the leave-one-out table of best-kernels from the run that measured the most of it."""
+    found = by_size(fullest(history, ablations))
+    if not found:
+        return [note(f"No leave-one-out ablation of {ABLATED} (optbench run --suite ablation).")]
+    return [f"<h3>Leave-one-out ablation of {escape(ABLATED)}</h3><p>{escape(ABLATION_CAPTION)}.</p>",
+            *(f"<h4>{escape(at_commit(size, run))}</h4>" + table(ABLATION_HEADER, ablation_rows(by_v), "html")
+              for size, run, by_v in found)]
+
+
+def speedup_parts(history: list[Run]) -> list[Part]:
+    chart = _step_chart(history, named_speedups, "training-step speedup vs each variant's own reference "
+                        "(named under its bars), measured in the same run — wall clock, ms per step (reference / "
+                        "optimized); no bar: reference not measured in that run", "speedup vs its reference (×)",
+                        ref=1.0)
+    return [*chart, *ablation_parts(history)]
+
+
+def memory_parts(history: list[Run]) -> list[Part]:
+    return _step_chart(history, step_peaks, "peak device memory per training step — GiB (a peak, no clock)",
+                       "peak memory (GiB)")
+
+
+def throughput_parts(history: list[Run]) -> list[Part]:
+    tokens: dict[str, dict[str, float]] = defaultdict(dict)
+    util: dict[str, dict[str, float]] = defaultdict(dict)
+    for size, run, variants in by_size(fullest(history, steps)):
+        for variant, rec in variants.items():
+            if (t := tokens_per_s(rec)) is not None:
+                tokens[variant][at_commit(size, run)] = t
+            if (u := mfu(rec, peak_profile(run))) is not None:
+                util[variant][at_commit(size, run)] = 100 * u
+    if not tokens:
+        return [note("No training-step results with tokens per step.")]
+    profile = peak_profile(history[-1])
+    peak = f"the {profile.key} profile's peak TFLOPS" if profile else "no peak (n/a)"
+    fig = charts.throughput(f"{history[-1].label}\ntokens/s and MFU per optimization and size — wall clock; MFU "
+                            f"vs {peak}; legend: size @ commit", tokens, util)
+    if util:
+        return [fig]
+    if history[-1].emulated:
+        return [fig, emulated_note(history[-1], "MFU")]
+    return [fig, note("MFU: the hardware profile has no peak for this step's precision.")]
+
+
+def roofline_parts(history: list[Run]) -> list[Part]:
+    if history[-1].emulated:
+        return [emulated_note(history[-1], "roofline fraction")]
+    found = sorted(fullest(history, floor_ratios).items())
+    if not found:
+        return [note("No kernel results with a device time and known ceilings.")]
+    fig = charts.roofline(f"{history[-1].label}\nkernel device time / roofline floor — × (median ms per call / "
+                          "floor ms)\nbars: cold L2, dashes: warm L2; panels: op metric @ commit",
+                          [(at_commit(panel, run), shapes) for panel, (run, shapes) in found])
+    suspects = [[at_commit(panel, run), shape, impl, f"{r.cold:.2f}×", "yes" if r.fits_l2 else
+                 "no" if r.fits_l2 is not None else "not recorded"]
+                for panel, (run, shapes) in found for shape, by_impl in shapes.items()
+                for impl, r in by_impl.items() if r.suspect]
+    if not suspects:
+        return [fig]
+    return [fig, note(f"Measurement problems: {len(suspects)} cold-L2 device times at or below their roofline "
+                      "floor (not drawn; ✗ in the chart). A time from HBM cannot beat the floor: the L2 was "
+                      "warm or the byte count is wrong."),
+            table(["op metric @ commit", "shape", "implementation", "cold time / floor", "input set fits L2"],
+                  suspects, "html")]
+
+
+def history_parts(store: ResultStore, history: list[Run]) -> list[Part]:
+    """The gate's flagged changes as a table (oldest commit first), then per benchmark a grid of
+    :func:`charts.history_grid`: at most :data:`MAX_PANELS` charts, those flagged first, then those measured most
+    recently, then the longest histories."""
+    machine = history[-1].machine
+    found = time_histories(store, machine)
+    if not found:
+        return [note("No metric was measured at two commits or more.")]
+    order = {commit: i for i, commit in enumerate(store.commits(machine))}
+    flagged = sorted(((s, point) for s in found for point in s.flagged), key=lambda sp: order[sp[1].commit])
+    parts: list[Part] = [f"<p>{len(flagged)} changes flagged between consecutive commits in {len(found)} metrics "
+                         "measured at two commits or more.</p>"]
+    if flagged:
+        parts.append(table(["commit", "benchmark", "params metric (clock)", "head/base", "verdict"],
+                           [[point.commit[:12], s.benchmark, s.label,
+                             "" if point.ratio is None else f"{point.ratio:.3f}×", point.verdict]
+                            for s, point in flagged], "html", marks=[point.verdict for _, point in flagged]))
+    by_benchmark: dict[str, list[TimeHistory]] = defaultdict(list)
+    for s in found:
+        by_benchmark[s.benchmark].append(s)
+    for benchmark, series in sorted(by_benchmark.items()):
+        chosen = sorted(series, key=lambda s: (not s.flagged, -order[s.commits[-1].commit], -len(s.commits)))
+        chosen = chosen[:MAX_PANELS]
+        commits = sorted({p.commit for s in chosen for p in s.commits}, key=order.__getitem__)
+        parts.append(f"<h3>{escape(benchmark)}</h3>")
+        if len(series) > len(chosen):
+            parts.append(note(f"{len(chosen)} of its {len(series)} metrics: those flagged, then those measured most "
+                              "recently, then the longest histories (asv's graphs hold every metric)."))
+        parts.append(charts.history_grid(f"{history[-1].label}: {benchmark}, ms per call by commit", chosen,
+                                         commits))
+    return parts
+
+
+def compare_parts(store: ResultStore, pair: tuple[str, str] | None, history: list[Run],
+                  limit: int = 50) -> list[Part]:
+    """Table and chart of base → head (default: the two newest commits by date) on one machine."""
+    machine = history[-1].machine
+    if pair is None:
+        if len(history) < 2:
+            return [note("Only one commit: nothing to compare.")]
+        base, head = history[-2].commit, history[-1].commit
+    else:
+        base, head = (resolve(store, machine, ref) for ref in pair)
+        if base is None or head is None:
+            return [note(f"No results of both {pair[0]} and {pair[1]} on this machine.")]
+    changes = compare(store, base, head, [machine])
+    listed = [c for c in changes if shown(c)]
+    parts: list[Part] = [f"<p>{escape(base[:12])} → {escape(head[:12])}: {len(listed)} of "
+                         f"{sum(map(compared, changes))} metrics with results at both commits changed "
+                         "beyond what their noise lets the gate detect, or fail at head.</p>"]
+    if listed:
+        parts.append(table(COLUMNS, rows(listed), "html", marks=[verdict(c) for c in listed]))
+    ratios = sorted((c for c in listed if c.ratio is not None and math.isfinite(c.ratio) and c.ratio > 0),
+                    key=lambda c: -abs(math.log(c.ratio)))[:limit]
+    if ratios:
+        parts.append(charts.changes(
+            f"{history[-1].label}, {base[:8]} → {head[:8]}: significant changes, head/base − 1 in %\n"
+            "times: median ms by the clock in brackets; memory: peak bytes",
+            [f"{' '.join(r[:3])} ({r[3] or 'memory'})" for r in rows(ratios)], ratios))
+    return parts
+
+
+def _section(run: Run, parts: list[Part], out: Path, stem: str) -> str:
+    html = [f"<h2>{escape(run.label)}</h2>"]
+    for i, part in enumerate(parts):
+        if isinstance(part, Figure):
+            name = f"{stem}-{i}.png"
+            part.savefig(out / name, dpi=80)
+            html.append(f'<p><img src="{name}" alt="{escape(run.label)}"></p>')
+        else:
+            html.append(part)
+    return "\n".join(html)
+
+
+def write_page(out: Path, name: str, found: dict[str, list[Run]],
+               chart: Callable[[list[Run]], list[Part]]) -> None:
+    """One page: its description, then per machine the parts chart() gives for its runs."""
+    from optbench.core.hardware import slugify
+
+    title, description = PAGES[name]
+    body = [f"<p>{escape(description)}</p>"]
+    body += [_section(h[-1], chart(h), out, f"{name}-{slugify(m)}") for m, h in found.items()]
+    if not found:
+        body.append(note("No optbench results."))
+    page = PAGE.substitute(title=escape(title), body="\n".join(body))
+    (out / f"{name}.html").write_text(page, encoding="utf-8")
+
+
+def write_index(out: Path, found: dict[str, list[Run]]) -> None:
+    links = "".join(f'<li><a href="{name}.html">{escape(title)}</a>: {escape(what)}</li>'
+                    for name, (title, what) in PAGES.items())
+    machines = table(["machine", "commits", "newest commit", "date"],
+                     [[h[-1].label, len(h), h[-1].commit[:12], h[-1].date] for h in found.values()], "html")
+    body = f'<ul>{links}<li><a href="../index.html">asv benchmarks</a></li></ul><h2>Machines</h2>{machines}'
+    (out / "index.html").write_text(PAGE.substitute(title="optbench report", body=body), encoding="utf-8")
+
+
+def asv_publish(results: Path, html: Path) -> None:
+    """asv's site into html (asv empties it first); a printed note instead where asv has nothing to do."""
+    from optbench.core.asv_atomic import asv
+
+    if results.resolve() != (REPO_ROOT / "results").resolve():
+        print(f"optbench report: asv publish skipped: asv reads asv.conf.json's results_dir, not {results}")
+    elif not any(p.name != "machine.json" for p in asv_results_dir(results).glob("*/*.json")):
+        print(f"optbench report: asv publish skipped: no asv results in {asv_results_dir(results)}")
+    elif asv(["publish", "--no-pull", "--html-dir", str(html.resolve())]) != 0:
+        print("optbench report: asv publish failed (see above); writing optbench's pages anyway")
+
+
+def publish(results: Path | str | None = None, html: Path | str | None = None,
+            pair: tuple[str, str] | None = None) -> Path:
+    """asv publish, then optbench's pages under ``<html>/optbench/``; returns their index.html.
+
+    ``pair`` (BASE, HEAD) picks the commits of the compare page (default: each machine's two newest).
+    """
+    results = Path(results) if results is not None else results_dir()
+    html = Path(html) if html is not None else REPO_ROOT / "html"
+    asv_publish(results, html)
+    out = html / "optbench"
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.png"):
+        old.unlink()
+    store = ResultStore(results)
+    found = runs(store)
+    parts = {"speedup": speedup_parts, "memory": memory_parts, "throughput": throughput_parts,
+             "roofline": roofline_parts, "history": partial(history_parts, store),
+             "compare": partial(compare_parts, store, pair)}
+    for name in PAGES:
+        write_page(out, name, found, parts[name])
+    write_index(out, found)
+    return out / "index.html"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``optbench report``: asv's site and optbench's pages; --readme refreshes README.md's headline."""
+    p = argparse.ArgumentParser(prog="optbench report", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--results", type=Path, help="results root (default $OPTBENCH_RESULTS or results/)")
+    p.add_argument("--html", type=Path, help="HTML root (default html/); optbench's pages go to optbench/")
+    p.add_argument("--compare", nargs=2, metavar=("BASE", "HEAD"), help="commits of the compare page")
+    p.add_argument("--readme", action="store_true", help="rewrite the headline region of README.md")
+    args = p.parse_args(argv)
+    print(f"optbench report: {publish(args.results, args.html, args.compare)}")
+    if args.readme:
+        try:
+            update_readme(REPO_ROOT / "README.md", ResultStore(args.results))
+        except ValueError as exc:
+            print(f"optbench report: {exc}")
+            return 1
+        print(f"optbench report: headline updated in {REPO_ROOT / 'README.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
