@@ -15,8 +15,10 @@ import nox
 
 nox.options.sessions = ["tests", "lint"]
 nox.options.error_on_missing_interpreters = False
+nox.options.reuse_venv = "yes"  # a session's virtualenv (torch and all) is built once, then reused
 
-CPU_TORCH = "torch==2.13.0"  # the CPU build this project's CI and developers install from disk
+CPU_TORCH = "torch==2.13.0"  # from the public index the CUDA build (it brings triton); a local CPU wheel where one is
+TRITON_FOR_CPU_TORCH = "triton==3.6.0"  # runs the kernels in its interpreter on a CPU; only where torch brought none
 RUNNER_CUDA = os.environ.get("OPTBENCH_RUNNER_CUDA", "130")  # the runners' CUDA build (see RUNNER_WHEELS)
 
 # What an offline GPU runner lacks (asv with its requirements, Liger-Kernel, bitsandbytes for the 8-bit AdamW
@@ -32,12 +34,22 @@ RUNNER_WHEELS = [
 ]
 
 
-def _install_project(session: nox.Session) -> None:
+def _importable(session: nox.Session, module: str) -> bool:
     try:
-        session.run("python", "-c", "import torch", silent=True)
+        session.run("python", "-c", f"import {module}", silent=True)
     except nox.command.CommandFailed:
+        return False
+    return True
+
+
+def _install_project(session: nox.Session) -> None:
+    """torch (the system's where the virtualenv sees one), the project with its dev set, and Triton where torch
+    brought none."""
+    if not _importable(session, "torch"):
         session.install(CPU_TORCH)
     session.install("-e", ".[dev]")
+    if not _importable(session, "triton"):
+        session.install(TRITON_FOR_CPU_TORCH)
 
 
 def _optbench(session: nox.Session, command: str) -> None:
@@ -69,27 +81,31 @@ def bench(session: nox.Session) -> None:
     _optbench(session, "run")
 
 
-@nox.session(venv_backend="none")
+@nox.session(venv_params=["--system-site-packages"])
 def compare(session: nox.Session) -> None:
-    """`nox -s compare -- BASE HEAD`: exits non-zero on a significant regression."""
+    """`nox -s compare -- BASE HEAD`: exit 1 on a significant regression, 2 when nothing was comparable."""
+    _install_project(session)
     _optbench(session, "compare")
 
 
-@nox.session(venv_backend="none")
+@nox.session(venv_params=["--system-site-packages"])
 def history(session: nox.Session) -> None:
     """`nox -s history -- A..B`: benchmark each commit of a range, one git worktree per commit."""
+    _install_project(session)
     _optbench(session, "history")
 
 
-@nox.session(venv_backend="none")
+@nox.session(venv_params=["--system-site-packages"])
 def report(session: nox.Session) -> None:
     """asv publish plus optbench's charts and comparison pages under html/."""
+    _install_project(session)
     _optbench(session, "report")
 
 
-@nox.session(venv_backend="none")
+@nox.session(venv_params=["--system-site-packages"])
 def profile(session: nox.Session) -> None:
     """`nox -s profile -- --size 100M --variant best`: a profiling report like the seeds'."""
+    _install_project(session)
     _optbench(session, "profile")
 
 

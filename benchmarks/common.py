@@ -68,6 +68,9 @@ class Grid(abc.ABC):
         unselected = {"status": "skipped", "reason": f"not selected in this run (OPTBENCH_SELECT={select})"}
         if select and not any(re.search(select, key) for key in keys):
             return dict.fromkeys(keys, unselected)  # without building cases: no torch, no CUDA context
+        if name not in catalog.SUITES[settings.suite]:  # a plain `asv run` lists every class: skip the others
+            return dict.fromkeys(keys, {"status": "skipped", "reason": f"not in the {settings.suite!r} suite "
+                                        "(optbench run --suite, or OPTBENCH_SUITE)"})
         from optbench.core.runner import NOT_STARTED, out_of_run_time, run_grid
 
         if out_of_run_time():

@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -85,12 +86,19 @@ def register_machine(machine: str) -> None:
 
 
 def _asv_results(machine: str, commit: str) -> dict[Path, dict]:
-    """asv's result files of ``commit`` on ``machine`` as they are now (one per environment), in asv's tree."""
+    """asv's result files of ``commit`` on ``machine`` as they are now (one per environment), in asv's tree; a
+    file that is not JSON (cut short) is left out with a warning naming it, as asv leaves it out."""
     import json
 
     from optbench.core.store import asv_results_dir
 
-    return {path: json.loads(path.read_text()) for path in (asv_results_dir() / machine).glob(f"{commit[:8]}-*.json")}
+    found = {}
+    for path in (asv_results_dir() / machine).glob(f"{commit[:8]}-*.json"):
+        try:
+            found[path] = json.loads(path.read_text())
+        except ValueError as exc:
+            print(f"optbench: skipping {path}: not asv's JSON ({exc})", file=sys.stderr)
+    return found
 
 
 def _keep_earlier_cases(earlier: dict[Path, dict], machine: str, commit: str) -> None:
@@ -122,6 +130,16 @@ def run(argv: list[str]) -> int:
     if args.time_budget is not None and args.time_budget < MIN_TIME_BUDGET_S:
         p.error(f"--time-budget {args.time_budget:g} s cannot measure anything: at least {MIN_TIME_BUDGET_S:g} s "
                 f"({ASV_WRAP_UP_S:g} s of it are kept for asv to write its results)")
+    if args.select:
+        try:
+            re.compile(args.select)
+        except re.error as exc:
+            p.error(f"--select {args.select!r} is not a regular expression: {exc}")
+    if args.emulate:
+        from optbench.core.hardware import PROFILES
+
+        if args.emulate not in PROFILES:
+            p.error(f"--emulate {args.emulate!r}: no such hardware profile; one of {', '.join(sorted(PROFILES))}")
 
     import torch
 
@@ -135,7 +153,10 @@ def run(argv: list[str]) -> int:
     if args.emulate:
         from optbench.core.emulate import emulate_env
 
-        emulate_env(args.emulate)  # refuses a target this GPU cannot emulate
+        try:
+            emulate_env(args.emulate)
+        except ValueError as exc:
+            p.error(f"--emulate {args.emulate}: {exc}")
     deadline = time.time() + args.time_budget - ASV_WRAP_UP_S if args.time_budget else None
     settings = dataclasses.replace(current(), suite=suite, deadline=deadline, results=ROOT / "results",
                                    machine=machine, emulate=args.emulate)

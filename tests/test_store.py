@@ -51,3 +51,18 @@ def test_asvs_tree_holds_only_what_asv_can_load():
     results = REPO_ROOT / "results"
     assert [p for p in [*results.glob("*.json"), *results.glob("*/*.json")] if p.parent != asv] == []
     assert {p.parent.name for p in asv.glob("*/machine.json")} >= {"h100-sxm"}  # the H100's history is there
+
+
+def test_a_cut_short_run_file_keeps_its_whole_records_and_names_the_file(tmp_path, capsys):
+    """A run file whose last line was cut (a full disk, a killed copy): its whole lines are read, the cut one
+    is skipped with a warning naming the file, and compare goes on (no traceback)."""
+    from optbench.core import compare
+
+    store = ResultStore(tmp_path)
+    store.save("m", commit(1), [step(10.0)], run_id="r1")
+    store.save("m", commit(2), [step(10.0)], run_id="r2")
+    path = next((tmp_path / "m" / "optbench" / commit(2)).glob("*.jsonl"))
+    path.write_text(path.read_text() + '{"key": "bench_step.Step100M|variant=fused-ce", "metr')
+    assert [r.run_id for r in ResultStore(tmp_path).runs("m", commit(2))] == ["r2"]
+    assert str(path) in capsys.readouterr().err
+    assert compare.main([commit(1), commit(2), "--results", str(tmp_path)]) == 0

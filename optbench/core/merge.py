@@ -143,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--into", type=Path, default=None, help="destination root (default $OPTBENCH_RESULTS or results/)")
     args = p.parse_args(argv)
     dest = args.into or results_dir()
+    missing = [str(s) for s in args.sources if not s.exists()]
+    if missing:
+        p.error(f"no such results root or tar: {', '.join(missing)}")
     for source in args.sources:
         with tempfile.TemporaryDirectory() as scratch:
             changed = merge_tree(_results_root(source, Path(scratch)), dest)

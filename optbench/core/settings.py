@@ -32,7 +32,7 @@ VARIABLES = {
 class Settings:
     """What one run measures and where it stores it; every field optional."""
 
-    suite: str = "full"  # 'cpu', 'quick', 'full' or 'ablation' (optbench.suite.catalog.SUITES)
+    suite: str = "auto"  # 'cpu', 'quick', 'full' or 'ablation' (optbench.suite.catalog.SUITES); auto: see from_env
     select: str | None = None  # regex on record keys: only the cases it matches run
     case_budget_s: float = 180.0  # seconds one case may take before it is recorded as a timeout
     deadline: float | None = None  # Unix time after which no new case starts (the run's time budget)
@@ -45,7 +45,9 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """The settings an environment holds (``os.environ`` by default); empty variables count as unset."""
+        """The settings an environment holds (``os.environ`` by default); empty variables count as unset. An
+        unset suite is 'full' where this machine has an NVIDIA GPU (its driver's device node) and 'cpu' where it
+        has none, so a plain ``asv run`` on a CPU runs the CPU suite."""
         env = os.environ if env is None else env
         kind = {f.name: f.type for f in fields(cls)}
         values: dict = {}
@@ -55,6 +57,7 @@ class Settings:
                 continue
             typ = kind[name]
             values[name] = float(raw) if "float" in typ else Path(raw) if "Path" in typ else raw
+        values.setdefault("suite", "full" if has_nvidia_gpu(env) else "cpu")
         return cls(**values)
 
     def env(self) -> dict[str, str]:
@@ -65,6 +68,13 @@ class Settings:
             if value is not None and value != "":
                 out[var] = str(value)
         return out
+
+
+def has_nvidia_gpu(env: Mapping[str, str]) -> bool:
+    """Whether an NVIDIA GPU is visible, without importing torch: the driver's control node exists and
+    ``CUDA_VISIBLE_DEVICES`` does not hide every device."""
+    hidden = env.get("CUDA_VISIBLE_DEVICES") in ("", "-1") if "CUDA_VISIBLE_DEVICES" in env else False
+    return Path("/dev/nvidiactl").exists() and not hidden
 
 
 def current() -> Settings:

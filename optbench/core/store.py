@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterable, Mapping
@@ -106,12 +107,19 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 def read_records(path: Path) -> dict[str, dict]:
-    """Records of one JSON-lines file by key (a later line of a key wins)."""
+    """Records of one JSON-lines file by key (a later line of a key wins). A line that is not a record (a file
+    cut short by a full disk or a copy) is skipped with a warning on stderr naming the file and line, as asv
+    skips a results file it cannot load."""
     records = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
             rec = json.loads(line)
             records[rec["key"]] = rec
+        except (ValueError, KeyError, TypeError) as exc:
+            print(f"optbench: skipping line {number} of {path}: not a record ({type(exc).__name__}: {exc})",
+                  file=sys.stderr)
     return records
 
 

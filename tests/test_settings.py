@@ -1,0 +1,67 @@
+"""Run settings: one object, carried to asv's processes by environment variables and read back in one place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from optbench.core import settings as S
+
+
+def test_settings_round_trip_through_the_environment():
+    made = S.Settings(suite="quick", select="Step1B", case_budget_s=90.0, deadline=1.5e9, results=Path("/r"),
+                      machine="h100-sxm", run_id="20261124T000000Z-abcdef", emulate="t4", plant_slowdown="a/b=0.1")
+    assert S.Settings.from_env(made.env()) == made
+    assert set(made.env()) <= set(S.VARIABLES.values())
+
+
+def test_an_unset_suite_follows_the_machine(monkeypatch):
+    monkeypatch.setattr(S, "has_nvidia_gpu", lambda env: False)
+    assert S.Settings.from_env({}).suite == "cpu"
+    monkeypatch.setattr(S, "has_nvidia_gpu", lambda env: True)
+    assert S.Settings.from_env({}).suite == "full"
+    assert S.Settings.from_env({"OPTBENCH_SUITE": "quick"}).suite == "quick"
+
+
+def test_hidden_devices_are_no_gpu():
+    assert not S.has_nvidia_gpu({"CUDA_VISIBLE_DEVICES": ""})
+    assert not S.has_nvidia_gpu({"CUDA_VISIBLE_DEVICES": "-1"})
+
+
+# Reads of the environment outside settings: PYTHONPATH passed on to a child process, and Triton's own switch.
+OTHER_READS = {"optbench/reporting/history.py": 'os.environ.get("PYTHONPATH")',
+               "models/step.py": 'os.environ.get("TRITON_INTERPRET")'}
+
+
+def test_only_settings_reads_the_environment():
+    """No module of the harness, the suites, the models or the kernels reads an environment variable but
+    ``optbench.core.settings`` (and the two reads of other tools' variables in OTHER_READS)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    reads = re.compile(r"os\.environ\.get\([^)]*\)|os\.environ\[[^]]*\]|os\.getenv\([^)]*\)")
+    found = {}
+    for folder in ("optbench", "benchmarks", "models", "kernels"):
+        for path in (root / folder).rglob("*.py"):
+            rel = str(path.relative_to(root))
+            hits = [h for h in reads.findall(path.read_text()) if h != OTHER_READS.get(rel)]
+            if hits and path.name != "settings.py":
+                found[rel] = hits
+    assert found == {}
+
+
+@pytest.mark.parametrize("suite", ["cpu", "quick"])
+def test_a_class_outside_the_suite_skips_without_building_cases(suite, monkeypatch):
+    """A plain `asv run` lists every class: outside the run's suite each returns skips, building nothing."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    monkeypatch.setenv("OPTBENCH_SUITE", suite)
+    monkeypatch.delitem(sys.modules, "benchmarks.bench_step", raising=False)
+    from benchmarks import bench_step
+
+    monkeypatch.setattr(bench_step.Step1B, "cases", lambda self: pytest.fail("built cases outside the suite"))
+    records = bench_step.Step1B().setup_cache()
+    assert records and all(r["status"] == "skipped" and f"not in the '{suite}' suite" in r["reason"]
+                           for r in records.values())
