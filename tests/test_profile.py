@@ -144,3 +144,23 @@ def test_command_buffer_full_is_not_device_time():
                             curve=None)
     split = profile.device_split(parsed)
     assert split["optimizer"] == pytest.approx(2.0) and split["unattributed"] == 0.0
+
+
+def test_a_gpu_steps_mfu_divides_by_the_profiles_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+    """time_figures on a CUDA step (CPU-tested with a recorded timeline): MFU = step FLOPs / wall s / the
+    precision's peak of the detected profile (bf16 on an H100: 989.4 TFLOP/s by its datasheet)."""
+    from types import SimpleNamespace as NS
+
+    from optbench.core import hardware
+    from optbench.core.roofline import Ceilings
+
+    h100 = hardware.PROFILES["h100-sxm"]
+    monkeypatch.setattr(hardware, "detect", lambda device=None: h100)
+    monkeypatch.setattr(profile, "host_split", lambda p: {})
+    monkeypatch.setattr(profile, "device_split", lambda p: {})
+    kernel = NS(time_range=NS(start=0.0, end=10_000.0))
+    parsed = NS(line=NS(ranges=[(0.0, 10_000.0)], n=1), device=[kernel])  # one 10 ms step, busy throughout
+    step = NS(device=NS(type="cuda"), options=NS(precision="bf16"), tokens_per_step=8192, flops_per_step=1e15)
+    figures = profile.time_figures(step, parsed)
+    assert figures["wall_ms"] == pytest.approx(10.0) and figures["gpu_busy_fraction"] == pytest.approx(1.0)
+    assert figures["mfu"] == pytest.approx(1e15 / 0.01 / (Ceilings.from_profile(h100).peak("bf16") * 1e12))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -46,7 +47,7 @@ def test_publish_writes_index_and_chart_pages(store, published):
     out, calls = published
     assert calls == [(store.root, out.parent)]
     text = (out / "index.html").read_text()
-    assert 'href="../index.html"' in text
+    assert 'href="../asv/index.html"' in text
     for name in site.PAGES:
         page = out / f"{name}.html"
         assert f'href="{name}.html"' in text and page.exists()
@@ -138,17 +139,12 @@ def test_a_later_run_of_fewer_kernel_shapes_does_not_hide_a_fuller_one(tmp_path)
     assert rms and all(line.endswith("| `fffffff1` |") for line in rms)
 
 
-def test_update_readme_replaces_only_the_marked_region(store, tmp_path):
-    readme = tmp_path / "README.md"
-    start, end = headline.README_START, headline.README_END
-    readme.write_text(f"# Title\nintro\n{start}\nold figures\n{end}\n## Rest\nkept\n")
-    headline.update_readme(readme, store)
-    text = readme.read_text()
-    assert text.startswith(f"# Title\nintro\n{headline.README_START}\n**h100-sxm")
-    assert text.endswith(f"\n{headline.README_END}\n## Rest\nkept\n") and "old figures" not in text
-    readme.write_text("no markers\n")
-    with pytest.raises(ValueError):
-        headline.update_readme(readme, store)
+def test_the_headline_page_is_written_whole(store, tmp_path):
+    page = tmp_path / "results.md"
+    page.write_text("old figures\n")
+    headline.write_headline(page, store)
+    text = page.read_text()
+    assert text.startswith("# Headline figures\n") and "**h100-sxm" in text and "old figures" not in text
 
 
 def test_asv_publish_skips_a_foreign_results_dir(tmp_path, capsys):
@@ -388,3 +384,15 @@ def test_history_of_several_runs_per_commit(tmp_path):
     assert [len(p.runs) for p in best.commits] == [3, 3, 3, 3]
     assert [p.verdict for p in best.commits] == ["", "", "REGRESSION", "improvement"]
     assert not eager.flagged
+
+
+def test_asv_publishes_into_a_folder_of_its_own(tmp_path, monkeypatch):
+    """asv publish empties its html dir first: it gets html/asv/, so optbench's pages beside it survive."""
+    from optbench.core import asv_atomic
+    from optbench.core.store import REPO_ROOT
+
+    calls = []
+    monkeypatch.setattr(asv_atomic, "asv", lambda args, env=None: calls.append(args) or 0)
+    site.asv_publish(REPO_ROOT / "results", tmp_path / "html")
+    assert calls == [["publish", "--no-pull", "--html-dir", str((tmp_path / "html" / "asv").resolve())]]
+    assert json.loads((REPO_ROOT / "asv.conf.json").read_text())["html_dir"] == "html/asv"

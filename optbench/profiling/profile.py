@@ -327,12 +327,13 @@ def device_split(p: Parsed) -> dict[str, float]:
 def time_figures(step: TrainStep, p: Parsed) -> dict[str, Any]:
     """Wall ms per step, the host (and device) split, GPU busy fraction, tokens/s, MFU of the dtype's peak."""
     from optbench.core.hardware import detect
+    from optbench.core.roofline import Ceilings
 
     start, cuda = p.line.ranges[0][0], step.device.type == "cuda"
     end = max([p.line.ranges[-1][1], *(e.time_range.end for e in p.device)])
     wall_ms = (end - start) / 1e3 / p.line.n
     busy = union_us((max(e.time_range.start, start), e.time_range.end) for e in p.device) / 1e3 / p.line.n
-    peak = detect(step.device).peak(step.options.precision) if cuda else None
+    peak = Ceilings.from_profile(detect(step.device)).peak(step.options.precision) if cuda else None
     return {"wall_ms": wall_ms,
             "host_ms": host_split(p),
             "device_ms": device_split(p) if cuda else None,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from models.variants import ABLATED, ABLATION, VARIANTS, ablation_note, reference
 from optbench.core.compare import compare, series_clock, verdict
 from optbench.core.records import Record
+from optbench.core.roofline import Ceilings
 from optbench.core.store import DEVICE_CLOCK, MACHINE_KEY, ResultStore
 from optbench.suite import catalog
 from optbench.suite.catalog import ANCHOR_BENCHMARK
@@ -200,7 +201,7 @@ def peak_profile(run: Run) -> HardwareProfile | None:
 
 def mfu(rec: Record, profile: HardwareProfile | None) -> float | None:
     """Model FLOPs utilization of a step: flops['step'] / wall seconds / the profile's peak at its dtype."""
-    peak = profile.peak_tflops.get(peak_dtype(rec)) if profile else None
+    peak = Ceilings.from_profile(profile).peak(peak_dtype(rec)) if profile else None
     flops = rec.flops.get("step")
     return flops / (step_ms(rec) / 1e3) / (peak * 1e12) if peak and flops else None
 

@@ -1,5 +1,5 @@
-"""``optbench report``: asv's site and optbench's HTML pages of charts beside it (and, with ``--readme``, README's
-headline, :mod:`optbench.reporting.headline`).
+"""``optbench report``: asv's site and optbench's HTML pages of charts beside it (and, with ``--headline``, the
+headline page docs/results.md, :mod:`optbench.reporting.headline`).
 
 Pages under ``html/optbench/``, a section per machine each (an emulated machine is labelled "(emulated)" and
 never shares a chart with a real one):
@@ -61,7 +61,7 @@ from optbench.reporting.data import (
     time_histories,
     tokens_per_s,
 )
-from optbench.reporting.headline import update_readme
+from optbench.reporting.headline import HEADLINE_PAGE, write_headline
 
 MAX_PANELS = 24  # history charts per benchmark and machine
 
@@ -116,7 +116,7 @@ addEventListener("load", () => {
   document.body.dataset.errors = errors;
 });
 </script></head>
-<body><p><a href="index.html">optbench report</a> · <a href="../index.html">asv benchmarks</a></p>
+<body><p><a href="index.html">optbench report</a> · <a href="../asv/index.html">asv benchmarks</a></p>
 <h1>$title</h1>
 $body
 </body></html>
@@ -309,25 +309,28 @@ def write_index(out: Path, found: dict[str, list[Run]]) -> None:
                     for name, (title, what) in PAGES.items())
     machines = table(["machine", "commits", "newest commit", "date"],
                      [[h[-1].label, len(h), h[-1].commit[:12], h[-1].date] for h in found.values()], "html")
-    body = f'<ul>{links}<li><a href="../index.html">asv benchmarks</a></li></ul><h2>Machines</h2>{machines}'
+    body = f'<ul>{links}<li><a href="../asv/index.html">asv benchmarks</a></li></ul><h2>Machines</h2>{machines}'
     (out / "index.html").write_text(PAGE.substitute(title="optbench report", body=body), encoding="utf-8")
 
 
 def asv_publish(results: Path, html: Path) -> None:
-    """asv's site into html (asv empties it first); a printed note instead where asv has nothing to do."""
+    """asv's site into ``<html>/asv/`` (asv empties that folder first, so it holds nothing else); a printed note
+    instead where asv has nothing to do."""
     from optbench.core.asv_atomic import asv
 
     if results.resolve() != (REPO_ROOT / "results").resolve():
         print(f"optbench report: asv publish skipped: asv reads asv.conf.json's results_dir, not {results}")
     elif not any(p.name != "machine.json" for p in asv_results_dir(results).glob("*/*.json")):
         print(f"optbench report: asv publish skipped: no asv results in {asv_results_dir(results)}")
-    elif asv(["publish", "--no-pull", "--html-dir", str(html.resolve())]) != 0:
+    elif asv(["publish", "--no-pull", "--html-dir", str((html / "asv").resolve())]) != 0:
         print("optbench report: asv publish failed (see above); writing optbench's pages anyway")
 
 
 def publish(results: Path | str | None = None, html: Path | str | None = None,
             pair: tuple[str, str] | None = None) -> Path:
-    """asv publish, then optbench's pages under ``<html>/optbench/``; returns their index.html.
+    """asv publish into ``<html>/asv/``, then optbench's pages under ``<html>/optbench/`` and a landing page
+    ``<html>/index.html`` linking both; returns optbench's index.html. asv's pages need an HTTP server (``asv
+    preview``, or ``python3 -m http.server -d html``); optbench's open from disk.
 
     ``pair`` (BASE, HEAD) picks the commits of the compare page (default: each machine's two newest).
     """
@@ -346,26 +349,26 @@ def publish(results: Path | str | None = None, html: Path | str | None = None,
     for name in PAGES:
         write_page(out, name, found, parts[name])
     write_index(out, found)
+    landing = ('<ul><li><a href="optbench/index.html">optbench report</a>: charts, compare, history</li>'
+               '<li><a href="asv/index.html">asv benchmarks</a> (served: <code>asv preview</code> or '
+               '<code>python3 -m http.server -d html</code>)</li></ul>')
+    (html / "index.html").write_text(PAGE.substitute(title="optbench", body=landing), encoding="utf-8")
     return out / "index.html"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``optbench report``: asv's site and optbench's pages; --readme refreshes README.md's headline."""
+    """``optbench report``: asv's site and optbench's pages; --headline rewrites docs/results.md."""
     p = argparse.ArgumentParser(prog="optbench report", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", type=Path, help="results root (default $OPTBENCH_RESULTS or results/)")
     p.add_argument("--html", type=Path, help="HTML root (default html/); optbench's pages go to optbench/")
     p.add_argument("--compare", nargs=2, metavar=("BASE", "HEAD"), help="commits of the compare page")
-    p.add_argument("--readme", action="store_true", help="rewrite the headline region of README.md")
+    p.add_argument("--headline", action="store_true", help=f"rewrite the headline page {HEADLINE_PAGE}")
     args = p.parse_args(argv)
     print(f"optbench report: {publish(args.results, args.html, args.compare)}")
-    if args.readme:
-        try:
-            update_readme(REPO_ROOT / "README.md", ResultStore(args.results))
-        except ValueError as exc:
-            print(f"optbench report: {exc}")
-            return 1
-        print(f"optbench report: headline updated in {REPO_ROOT / 'README.md'}")
+    if args.headline:
+        write_headline(REPO_ROOT / HEADLINE_PAGE, ResultStore(args.results))
+        print(f"optbench report: headline written to {REPO_ROOT / HEADLINE_PAGE}")
     return 0
 
 
