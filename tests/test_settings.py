@@ -65,3 +65,24 @@ def test_a_class_outside_the_suite_skips_without_building_cases(suite, monkeypat
     records = bench_step.Step1B().setup_cache()
     assert records and all(r["status"] == "skipped" and f"not in the '{suite}' suite" in r["reason"]
                            for r in records.values())
+
+
+def test_a_plain_asv_run_stores_under_asvs_machine(tmp_path, monkeypatch):
+    """Under asv (ASV=true) without optbench's machine setting, records go where asv puts its own: the one machine
+    of asv's machine file; with none or several there, the detected name."""
+    import json
+
+    from optbench.core import runner
+
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({"vm": {"machine": "vm"}, "version": 1}))
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps({"a": {}, "b": {}, "version": 1}))
+    assert runner.asv_machine(one) == "vm" and runner.asv_machine(two) is None
+    assert runner.asv_machine(tmp_path / "missing.json") is None
+    monkeypatch.setattr(runner, "asv_machine", lambda path=None: "vm")
+    monkeypatch.delenv("OPTBENCH_MACHINE", raising=False)
+    monkeypatch.setenv("ASV", "true")
+    assert runner.current_machine() == "vm"
+    monkeypatch.setenv("OPTBENCH_MACHINE", "h100-sxm")
+    assert runner.current_machine() == "h100-sxm"

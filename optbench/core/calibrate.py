@@ -50,6 +50,10 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="optbench calibrate", description=__doc__.splitlines()[0])
     p.add_argument("--tolerance-pct", type=float, default=3.0, help="largest accepted difference")
     args = p.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        p.error("calibrate times CUDA kernels (optbench's timer against triton.testing.do_bench): no CUDA GPU here")
     from optbench.core.console import console, table
     from optbench.core.machine import machine_info
     from optbench.core.runner import current_commit, current_machine

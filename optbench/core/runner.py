@@ -99,9 +99,27 @@ def current_commit() -> str:
 
 
 def current_machine() -> str:
-    """Results-folder name of this machine: ``$OPTBENCH_MACHINE`` (set by the CLI) or detected."""
+    """Results-folder name of this machine: the run's (``optbench run`` sets it), else under a plain ``asv run``
+    asv's machine (:func:`asv_machine`), else detected."""
     from optbench.core.machine import machine_name
-    return settings.current().machine or machine_name(emulate=settings.current().emulate)
+
+    current = settings.current()
+    if current.machine:
+        return current.machine
+    return (asv_machine() if current.asv else None) or machine_name(emulate=current.emulate)
+
+
+def asv_machine(path: Path | None = None) -> str | None:
+    """The machine a plain ``asv run`` stores under: the one machine of asv's machine file (``~/.asv-machine.json``),
+    so that optbench's records of that run sit beside asv's; None where the file names none or several."""
+    import json
+
+    path = path or Path.home() / ".asv-machine.json"
+    try:
+        machines = [k for k in json.loads(path.read_text()) if k != "version"]
+    except (OSError, ValueError):
+        return None
+    return machines[0] if len(machines) == 1 else None
 
 
 def _is_oom(exc: BaseException) -> bool:

@@ -25,6 +25,7 @@ VARIABLES = {
     "emulate": "OPTBENCH_EMULATE",
     "plant_slowdown": "OPTBENCH_PLANT_SLOWDOWN",
     "asv_commit": "ASV_COMMIT",
+    "asv": "ASV",
 }
 
 
@@ -42,6 +43,7 @@ class Settings:
     emulate: str | None = None  # hardware profile key to emulate on a larger GPU (optbench.core.emulate)
     plant_slowdown: str = ""  # the gate's own check only: 'op/impl=fraction,...' (optbench.suite.workloads)
     asv_commit: str | None = None  # the commit asv says it measures (set by asv)
+    asv: str | None = None  # 'true' in a process asv started (set by asv)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

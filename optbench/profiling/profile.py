@@ -840,6 +840,9 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     if args.diff:
+        missing = [d for d in args.diff if not (Path(d).is_file() or (Path(d) / "report.json").is_file())]
+        if missing:
+            p.error(f"--diff takes two profile folders or their report.json; no such report: {', '.join(missing)}")
         return run_diff(args.diff, args.out)
     if not args.size or args.steps < 1 or args.warmup < 0:
         p.error("--size is required, --steps must be at least 1 and --warmup at least 0")

@@ -54,7 +54,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("range", help="A..B (commits after A up to B) or one commit")
     p.add_argument("run_args", nargs=argparse.REMAINDER, help="passed to `optbench run` (e.g. --suite quick)")
     args = p.parse_args(argv)
-    codes = [run_commit(c, args.run_args) for c in commits_in(args.range)]
+    try:
+        commits = commits_in(args.range)
+    except subprocess.CalledProcessError as exc:
+        p.error(f"{args.range!r} is not a commit or range git knows: {exc.stderr.strip()}")
+    codes = [run_commit(c, args.run_args) for c in commits]
     from optbench.reporting.site import publish
 
     publish()
