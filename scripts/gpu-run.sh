@@ -30,9 +30,14 @@ if ! python3 -c "import asv, liger_kernel" 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target .cache/site .wheelhouse/*.whl
     export PYTHONPATH="$PWD/.cache/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
-# The compile caches optbench's asv runs use (optbench.cli.bench_env), also for pytest.
+# The compile caches optbench's asv runs use (optbench.cli.bench_env), also for pytest: restored from a carried
+# .compile-cache/<key>.tgz of this GPU, torch, Triton and CUDA where there is one (the run records 'restored <key>',
+# 'cold', or 'local' on a warm machine that kept its own: optbench.core.compile_cache), packed again afterwards.
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 \
     TORCHINDUCTOR_CACHE_DIR="$PWD/.cache/inductor" TRITON_CACHE_DIR="$PWD/.cache/triton"
+OPTBENCH_COMPILE_CACHE=$(python3 -m optbench.core.compile_cache restore)
+export OPTBENCH_COMPILE_CACHE
+echo "compile cache: $OPTBENCH_COMPILE_CACHE" >&2
 [ $# -gt 0 ] || set -- run --suite full
 if [ "$1" = pytest ]; then shift; set -- python3 -m pytest "$@"; else set -- python3 -m optbench.cli "$@"; fi
 if [ -n "${OUT:-}" ]; then
@@ -40,7 +45,7 @@ if [ -n "${OUT:-}" ]; then
     # (all of it, after every command, also a failed one) for `optbench merge results.tgz` at home, and keep
     # the output there too (gpu-run.log), so a call cut off by its time limit still shows how far it got.
     # With `run --time-budget S`, leave ~100 s of the call's limit for this script's setup and the packing.
-    trap 'tar czf "$OUT/results.tgz" results' EXIT
+    trap 'tar czf "$OUT/results.tgz" results; python3 -m optbench.core.compile_cache pack --out "$OUT/compile-cache" >&2' EXIT
     "$@" 2>&1 | tee -a "$OUT/gpu-run.log"
     exit "${PIPESTATUS[0]}"
 else

@@ -24,8 +24,11 @@ def machine_info() -> dict[str, Any]:
 
     Keys: gpu_name, gpu_count, gpu_uuid (tells lent machines of one kind apart), driver, cuda, torch, triton,
     python, cpu, num_cpu, ram_gb (GB, 1e9 bytes), os, hostname, profile (hardware profile key), sm_clock_mhz and
-    mem_clock_mhz (GPU 0's clocks now, from nvidia-smi; None without it), date (ISO 8601, UTC).
+    mem_clock_mhz (GPU 0's clocks now, from nvidia-smi; None without it), date (ISO 8601, UTC), compile_cache
+    (what the run's compile caches started from: 'cold', 'restored <key>', or 'local' where nothing says).
     """
+    from optbench.core.settings import current
+
     has_gpu = torch.cuda.is_available()
     smi = _nvidia_smi(["driver_version", "clocks.sm", "clocks.mem"]) if has_gpu else None
     return {
@@ -46,6 +49,7 @@ def machine_info() -> dict[str, Any]:
         "sm_clock_mhz": _int_or_none(smi[1]) if smi else None,
         "mem_clock_mhz": _int_or_none(smi[2]) if smi else None,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "compile_cache": current().compile_cache or "local",
     }
 
 

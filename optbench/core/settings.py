@@ -26,6 +26,7 @@ VARIABLES = {
     "plant_slowdown": "OPTBENCH_PLANT_SLOWDOWN",
     "asv_commit": "ASV_COMMIT",
     "asv": "ASV",
+    "compile_cache": "OPTBENCH_COMPILE_CACHE",
 }
 
 
@@ -44,6 +45,7 @@ class Settings:
     plant_slowdown: str = ""  # the gate's own check only: 'op/impl=fraction,...' (optbench.suite.workloads)
     asv_commit: str | None = None  # the commit asv says it measures (set by asv)
     asv: str | None = None  # 'true' in a process asv started (set by asv)
+    compile_cache: str | None = None  # what the run's compile caches started from (optbench.core.compile_cache)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
