@@ -71,10 +71,15 @@ class Grid(abc.ABC):
         if name not in catalog.SUITES[settings.suite]:  # a plain `asv run` lists every class: skip the others
             return dict.fromkeys(keys, {"status": "skipped", "reason": f"not in the {settings.suite!r} suite "
                                         "(optbench run --suite, or OPTBENCH_SUITE)"})
+        from optbench.core import progress
         from optbench.core.runner import NOT_STARTED, out_of_run_time, run_grid
 
         if out_of_run_time():
-            return dict.fromkeys(keys, {"status": "skipped", "reason": NOT_STARTED})
+            not_started = {"status": "skipped", "reason": NOT_STARTED}
+            for key in keys:  # the run's progress counts them as done
+                if not select or re.search(select, key):
+                    progress.case_ended(key, name, not_started)
+            return dict.fromkeys(keys, not_started)
 
         chosen = [c for c in self.cases() if not select or re.search(select, record_key(name, c.params))]
         records = run_grid(name, chosen, budget_s=settings.case_budget_s)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime as dt
 import os
 import platform
 import re
@@ -18,10 +19,13 @@ import sys
 import time
 from pathlib import Path
 
+from optbench.core import breakdown, progress
 from optbench.core.asv_atomic import asv
+from optbench.core.console import console
 from optbench.core.settings import Settings, current
 from optbench.core.store import REPO_ROOT as ROOT
-from optbench.suite.catalog import SUITES, asv_pattern
+from optbench.core.store import ResultStore, new_run_id
+from optbench.suite.catalog import BENCHMARKS, SUITES, asv_pattern
 
 SUBCOMMANDS = {
     "compare": "optbench.core.compare",
@@ -158,25 +162,48 @@ def run(argv: list[str]) -> int:
         except ValueError as exc:
             p.error(f"--emulate {args.emulate}: {exc}")
     deadline = time.time() + args.time_budget - ASV_WRAP_UP_S if args.time_budget else None
-    settings = dataclasses.replace(current(), suite=suite, deadline=deadline, results=ROOT / "results",
-                                   machine=machine, emulate=args.emulate)
+    results, run_id = ROOT / "results", current().run_id or new_run_id()
+    progress_file = results / machine / "progress" / f"{run_id}.jsonl"  # the case events of every asv process
+    progress_file.parent.mkdir(parents=True, exist_ok=True)
+    progress_file.touch()
+    settings = dataclasses.replace(current(), suite=suite, deadline=deadline, results=results, machine=machine,
+                                   emulate=args.emulate, run_id=run_id, progress=progress_file)
     if args.select:
         settings = dataclasses.replace(settings, select=args.select)
     env = bench_env(settings)
     register_machine(machine)
-    print(f"optbench: suite {suite!r} on {machine} for {commit[:12]}", flush=True)
+    entries = BENCHMARKS.values()
+    planned, by_asv = progress.planned_cases(entries, suite, args.select), progress.asv_timed(entries, suite)
+    print(f"optbench: suite {suite!r} on {machine} for {commit[:12]}, run {run_id}: {len(planned)} grid cases"
+          + (f" (and {', '.join(by_asv)}, timed by asv itself: no progress of theirs)" if by_asv else "")
+          + f"; progress in {progress_file.relative_to(ROOT)}", flush=True)
     selection = ["--bench", asv_pattern(suite)]
     earlier = _asv_results(machine, commit)
+    out = console()
+    follower = progress.Follower(progress_file, len(planned), live=out.is_terminal, console=out)
+    date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     started = time.perf_counter()
-    code = asv(["run", "--environment", f"existing:{sys.executable}", "--set-commit-hash", commit,
-                "--machine", machine, "--show-stderr", *selection], env=env)
+    code = progress.run_followed(
+        [sys.executable, "-m", "optbench.core.asv_atomic", "run", "--environment", f"existing:{sys.executable}",
+         "--set-commit-hash", commit, "--machine", machine, "--show-stderr", *selection], env, follower, cwd=ROOT)
+    wall = time.perf_counter() - started
     _keep_earlier_cases(earlier, machine, commit)
-    print(f"optbench: suite {suite!r} on {machine} took {time.perf_counter() - started:.0f} s (asv exit {code})",
+    done = follower.tally()
+    print(f"optbench: suite {suite!r} on {machine} took {wall:.0f} s (asv exit {code}); {done.done} of {done.total} "
+          f"grid cases ended ({', '.join(f'{n} {s}' for s, n in sorted(done.statuses.items())) or 'none'})",
           flush=True)
+    split, store = breakdown.phases(follower.events, wall), ResultStore(results)
+    stored = store.path(machine, commit, run_id)
+    if stored.exists():  # a run that stored no record gets no file for this alone
+        store.save(machine, commit, [breakdown.record(follower.events, wall, commit=commit, machine=machine,
+                                                      run_id=run_id, date=date)], run_id=run_id)
     if not args.no_html:
         from optbench.reporting.site import publish
 
         publish()
+    out.print(breakdown.render(split, wall))
+    print(f"optbench: the breakdown is {breakdown.KEY} in {stored.relative_to(ROOT)}" if stored.exists() else
+          "optbench: the breakdown is not stored: the run stored no record", flush=True)
     return code
 
 

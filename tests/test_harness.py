@@ -95,6 +95,101 @@ def test_grid_records_every_outcome_and_goes_on(tmp_path, monkeypatch):
     assert not list(tmp_path.rglob(".*.jsonl.*"))  # no temporary files left behind
 
 
+def _events(path: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_every_case_of_a_grid_reports_its_start_and_end_to_the_progress_file(tmp_path, monkeypatch):
+    """Each case appends 'start' and 'end' (status, seconds, the phases of its record) to the run's progress
+    file, whatever its outcome; the process reports its start-up once, at its first case."""
+    from optbench.core import progress
+
+    monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
+    monkeypatch.setenv("ASV_COMMIT", "c" * 40)
+    monkeypatch.setenv("OPTBENCH_PROGRESS", str(tmp_path / "progress.jsonl"))
+    monkeypatch.setattr(progress, "_startup_reported", False)
+    x = torch.randn(64, 64)
+    cases = [Case({"case": "ok"}, lambda: _work(lambda: x @ x, check=lambda: {"max_rel_err": 0.0})),
+             Case({"case": "skip"}, _skip),
+             Case({"case": "wrong"}, lambda: _work(lambda: x @ x, check=_wrong)),
+             Case({"case": "error"}, lambda: _work(lambda: 1 / 0))]
+    records = run_grid("bench_test.Grid", cases, device="cpu", store=ResultStore(tmp_path), log=lambda _: None)
+    events = _events(tmp_path / "progress.jsonl")
+    assert [(e["event"], e.get("key", "").split("=")[-1]) for e in events] == [
+        ("process", ""), ("start", "ok"), ("end", "ok"), ("start", "skip"), ("end", "skip"),
+        ("start", "wrong"), ("end", "wrong"), ("start", "error"), ("end", "error")]
+    assert events[0]["benchmark"] == "bench_test.Grid" and events[0]["startup_seconds"] > 0
+    assert all(e["pid"] == os.getpid() and e["t"] > 0 for e in events)
+    ends = {e["key"].split("=")[-1]: e for e in events if e["event"] == "end"}
+    assert {c: e["status"] for c, e in ends.items()} == {"ok": "ok", "skip": "skipped", "wrong": "wrong",
+                                                         "error": "error"}
+    for e in ends.values():
+        assert e["seconds"] == records[e["key"]]["seconds"] and e["benchmark"] == "bench_test.Grid"
+    ok = ends["ok"]
+    for field in ("build_seconds", "check_seconds", "compile_seconds", "timing_seconds", "memory_seconds"):
+        assert ok[field] == records[ok["key"]][field] and ok[field] >= 0
+    assert ok["compile_seconds"] <= ok["check_seconds"]
+    assert ok["build_seconds"] + ok["check_seconds"] + ok["timing_seconds"] + ok["memory_seconds"] <= ok["seconds"]
+    assert "check_seconds" in ends["wrong"] and "timing_seconds" not in ends["wrong"]  # the check ran, then failed
+    assert "ZeroDivisionError" in ends["error"]["reason"] and "timing_seconds" in ends["error"]
+
+
+def test_a_case_whose_measurement_raises_past_the_runner_still_reports_its_end(tmp_path, monkeypatch):
+    """An interrupt inside a case (past the runner's handlers) leaves an 'end' event, status 'aborted', and
+    goes on up."""
+    from optbench.core import progress, runner
+
+    monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
+    monkeypatch.setenv("ASV_COMMIT", "c" * 40)
+    monkeypatch.setenv("OPTBENCH_PROGRESS", str(tmp_path / "progress.jsonl"))
+
+    def interrupted(case, **kw):
+        raise KeyboardInterrupt("stopped by the user")
+
+    monkeypatch.setattr(runner, "measure_case", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_grid("bench_test.Grid", [Case({"case": "a"}, _skip), Case({"case": "b"}, _skip)], device="cpu",
+                 store=ResultStore(tmp_path), log=lambda _: None)
+    ends = [e for e in _events(tmp_path / "progress.jsonl") if e["event"] == "end"]
+    assert [(e["key"], e["status"], e["seconds"]) for e in ends] == [("bench_test.Grid|case=a", progress.ABORTED,
+                                                                      None)]
+    assert ends[0]["reason"] == "KeyboardInterrupt: stopped by the user"
+
+
+def test_a_case_records_the_seconds_torch_compile_spent_in_its_check_and_timing(tmp_path, monkeypatch):
+    """compile_seconds: the growth of torch's own compile timers over the check (timing_compile_seconds: over the
+    timing); read from dynamo's module where it is loaded, 0 before, None where its timers are named otherwise."""
+    import types
+
+    from optbench.core import runner
+
+    monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
+    monkeypatch.setenv("ASV_COMMIT", "c" * 40)
+    timers: dict[str, list[float]] = {}
+    monkeypatch.setitem(sys.modules, "torch._dynamo.utils", types.SimpleNamespace(compilation_time_metrics=timers))
+    assert runner.compile_seconds() == 0.0
+    timers["GraphLowering.run"] = [1.0]
+    assert runner.compile_seconds() is None  # timers, but none by the names read
+    timers["_compile.compile_inner"] = [2.0]
+
+    def check():
+        timers["_compile.compile_inner"].append(3.0)  # a forward compiled in the check
+        timers["backward._backward_impl"] = [0.5]  # and its backward
+        return {}
+
+    def first_call():
+        timers["_compile.compile_inner"].append(0.25)  # recompiled when first timed
+
+    calls = iter([first_call])
+    work = Work(timed={"call": lambda: next(calls, lambda: None)()}, check=check,
+                timing={"call": {"warmup_ms": 0.0, "rep_ms": 0.0, "min_reps": 3, "max_reps": 3}})
+    rec = next(iter(run_grid("bench_test.Grid", [Case({"case": "c"}, lambda: work)], device="cpu",
+                             store=ResultStore(tmp_path), log=lambda _: None).values()))
+    assert rec["compile_seconds"] == 3.5 and rec["timing_compile_seconds"] == 0.25
+
+
 def test_a_work_sets_the_timers_budgets_per_metric(tmp_path, monkeypatch):
     """Work.timing reaches measure() for its metric only (steps: a power-steady warm-up; the rest: defaults)."""
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
@@ -276,6 +371,7 @@ def test_a_run_with_a_time_budget_stops_in_time_and_stores_nothing_it_did_not_me
     monkeypatch.setenv("ASV_COMMIT", "d" * 40)
     monkeypatch.setattr(runner, "_MIN_CASE_S", 1.0)
     monkeypatch.setenv(RUN_DEADLINE_ENV, str(time.time() + 3.0))
+    monkeypatch.setenv("OPTBENCH_PROGRESS", str(tmp_path / "progress.jsonl"))
     x = torch.randn(64, 64)
     cases = [Case({"case": "long"}, lambda: _work(lambda: x @ x, check=lambda: time.sleep(30))),
              Case({"case": "after"}, lambda: _work(lambda: x @ x))]
@@ -293,7 +389,16 @@ def test_a_run_with_a_time_budget_stops_in_time_and_stores_nothing_it_did_not_me
     from benchmarks.bench_precision import Matmul
 
     monkeypatch.setattr(Matmul, "cases", lambda self: pytest.fail("built cases after the run's budget ended"))
-    assert {r["status"] for r in Matmul().measure_grid().values()} == {"skipped"}
+    monkeypatch.setenv("OPTBENCH_SUITE", "full")  # a suite Matmul is in: its skips are the budget's
+    skipped = Matmul().measure_grid()
+    assert {r["status"] for r in skipped.values()} == {"skipped"}
+    # The run's progress counts them all as ended: the cut case with the seconds it ran, the rest not started.
+    ends = {e["key"]: e for e in _events(tmp_path / "progress.jsonl") if e["event"] == "end"}
+    long, after = ends.pop("bench_test.Grid|case=long"), ends.pop("bench_test.Grid|case=after")
+    assert long["status"] == "skipped" and long["seconds"] > 1 and "not_started" not in long
+    assert long["check_seconds"] > 1  # the phase it was cut in
+    assert after["not_started"] and after["seconds"] is None
+    assert set(ends) == set(skipped) and all(e["not_started"] and e["status"] == "skipped" for e in ends.values())
 
 
 def test_a_case_needs_a_minimum_of_the_runs_time_budget_left_to_start(tmp_path, monkeypatch):
@@ -394,7 +499,8 @@ def test_a_case_the_alarm_cannot_interrupt_is_hard_stopped_by_the_watchdog(tmp_p
 
     script = tmp_path / "grid.py"
     script.write_text(textwrap.dedent(_UNINTERRUPTIBLE_GRID))
-    env = {**os.environ, "OPTBENCH_MACHINE": "test-machine", "ASV_COMMIT": "a" * 40, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "OPTBENCH_MACHINE": "test-machine", "ASV_COMMIT": "a" * 40, "PYTHONPATH": str(ROOT),
+           "OPTBENCH_PROGRESS": str(tmp_path / "progress.jsonl")}
     env.pop(RUN_DEADLINE_ENV, None)
     started = time.perf_counter()
     out = subprocess.run([sys.executable, str(script), str(tmp_path / "results")], cwd=ROOT, env=env,
@@ -411,6 +517,9 @@ def test_a_case_the_alarm_cannot_interrupt_is_hard_stopped_by_the_watchdog(tmp_p
     assert stored["next"]["status"] == "ok"
     assert stored["stuck"]["status"] == "timeout" and stored["stuck"]["seconds"] < 25
     assert "the alarm could not interrupt it: the process was ended 0.6 s after the budget" in stored["stuck"]["reason"]
+    # The case that ended the process reported its end first, as the watchdog stored it.
+    ends = [(e["key"].split("=")[-1], e["status"]) for e in _events(tmp_path / "progress.jsonl") if e["event"] == "end"]
+    assert ends == [("waits-on-a-child", "timeout"), ("next", "ok"), ("stuck", "timeout")]
 
 
 def test_a_time_budget_too_short_to_measure_anything_is_refused_before_any_work(capsys):

@@ -7,7 +7,10 @@ by a :func:`watchdog`, which ends the process if it must. A case that the run's 
 measured, and not stored. A case that leaves the CUDA context unusable (an illegal memory access) is recorded
 as *crashed*, and the cases after it as not measured: the grid returns what it measured, so that asv still
 reports the rest. Every record is saved to the result store as soon as it exists, so a run that dies keeps
-what it measured.
+what it measured. A record holds the seconds of each phase of its case (``build_seconds``, ``check_seconds`` and
+the ``compile_seconds`` of torch.compile inside it, ``timing_seconds`` with its ``timing_compile_seconds``,
+``memory_seconds``); each case's start and end, with those seconds, also go to the run's progress file
+(:mod:`optbench.core.progress`), which ``optbench run`` follows.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from optbench.core import settings
+from optbench.core import progress, settings
 from optbench.core.store import IN_PROGRESS, MACHINE_KEY, REPO_ROOT, ResultStore, current_run_id, record_key
 
 
@@ -308,7 +311,7 @@ def measure_case(case: Case, *, device: str, budget_s: float, budget_name: str =
     with watchdog(budget_s, hard_stop) as killed:  # outside the deadline, so that a late alarm cannot skip its stop
         try:
             with deadline(budget_s, budget_name):
-                _build_check_time(case, rec, device, start)
+                _build_check_time(case, rec, device)
         except CaseTimeout as exc:  # raised outside the body (a late alarm): recorded like any timeout
             rec.update(status="timeout", reason=str(exc))
     if killed:
@@ -319,31 +322,62 @@ def measure_case(case: Case, *, device: str, budget_s: float, budget_name: str =
     return rec
 
 
-def _build_check_time(case: Case, rec: dict[str, Any], device: str, start: float) -> None:
+def compile_seconds() -> float | None:
+    """Seconds torch.compile has spent compiling in this process so far: dynamo's frame compiles (inductor's
+    forward graphs and their autotuning inside) and the backward graphs compiled at a first backward, by torch's
+    own timers (``torch._dynamo.utils.compilation_time_metrics``); 0 before dynamo is loaded, None where those
+    timers hold entries but none of these (a torch that names them otherwise)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    metrics = getattr(utils, "compilation_time_metrics", None)
+    if not metrics:
+        return 0.0
+    found = [sum(times) for name, times in list(metrics.items())
+             if name.endswith("compile_inner") or name.endswith("_backward_impl")]
+    return sum(found) if found else None
+
+
+@contextmanager
+def _phase(rec: dict[str, Any], field: str, compile_field: str | None = None) -> Iterator[None]:
+    """Add the seconds the code inside takes to ``rec[field]`` (also where it raises), and where
+    ``compile_field`` is given, the seconds torch.compile spent compiling in it (:func:`compile_seconds`) to
+    ``rec[compile_field]``."""
+    compiled, t0 = (compile_seconds() if compile_field else None), time.perf_counter()
+    try:
+        yield
+    finally:
+        rec[field] = round(rec.get(field, 0.0) + time.perf_counter() - t0, 3)
+        now = compile_seconds() if compile_field else None
+        if compile_field and compiled is not None and now is not None:
+            rec[compile_field] = round(rec.get(compile_field, 0.0) + now - compiled, 3)
+
+
+def _build_check_time(case: Case, rec: dict[str, Any], device: str) -> None:
     from optbench.core.machine import gpu_state
     from optbench.core.memory import peak_memory
     from optbench.core.timing import measure
 
     work, phase = None, "build"
     try:
-        work = case.build()
-        rec["build_seconds"] = round(time.perf_counter() - start, 3)  # inputs, models, eager references
+        with _phase(rec, "build_seconds"):  # inputs, models, eager references
+            work = case.build()
         rec.update(flops=work.flops, bytes=work.bytes, info=work.info)
         if work.check is not None:
-            phase, t0 = "check", time.perf_counter()
-            rec["check"] = dict(work.check())
-            rec["check_seconds"] = round(time.perf_counter() - t0, 3)  # includes compilation and autotuning
+            phase = "check"
+            with _phase(rec, "check_seconds", compile_field="compile_seconds"):  # with compilation and autotuning
+                rec["check"] = dict(work.check())
         for name, fn in work.timed.items():
             phase = f"timing {name!r}"
-            rec["metrics"][name] = measure(work.rotation.get(name, fn), device=device, graph=work.graph,
-                                           **work.timing.get(name, {})).to_dict()
-            if str(device).startswith("cuda"):  # the clock, power and heat the figure was taken at
-                rec.setdefault("gpu_state", {})[name] = gpu_state()
+            with _phase(rec, "timing_seconds", compile_field="timing_compile_seconds"):
+                rec["metrics"][name] = measure(work.rotation.get(name, fn), device=device, graph=work.graph,
+                                               **work.timing.get(name, {})).to_dict()
+                if str(device).startswith("cuda"):  # the clock, power and heat the figure was taken at
+                    rec.setdefault("gpu_state", {})[name] = gpu_state()
             if name in work.memory:
-                if work.before_memory is not None:
-                    work.before_memory()
-                rec["mem_base_bytes"][name] = _allocated(device)
-                rec["peak_mem_bytes"][name] = peak_memory(fn, device=device)
+                with _phase(rec, "memory_seconds"):
+                    if work.before_memory is not None:
+                        work.before_memory()
+                    rec["mem_base_bytes"][name] = _allocated(device)
+                    rec["peak_mem_bytes"][name] = peak_memory(fn, device=device)
     except NotImplementedError as exc:
         rec.update(status="skipped", reason=str(exc) or type(exc).__name__)
     except WrongResult as exc:
@@ -390,10 +424,12 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
     lost_in: str | None = None  # the case after which this process can no longer use the GPU
     for case in cases:
         key = record_key(benchmark, case.params)
+        progress.process_started(benchmark)  # this process's start-up ends at its first case
         head = {"key": key, "benchmark": benchmark, "commit": commit, "machine": machine, "date": now, "run": run,
                 "pid": os.getpid()}
         if out_of_run_time(budget_s):  # not stored, as an unselected case is not: a later run measures it
             records[key] = {**head, "params": case.params, "status": "skipped", "reason": NOT_STARTED}
+            progress.case_ended(key, benchmark, records[key])
             log(f"{key}: skipped {NOT_STARTED}")
             continue
         if lost_in is not None:  # stored, so that a later run of the grid (or a --select of it) can fill them in
@@ -401,6 +437,7 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
                    "reason": f"not measured: the CUDA context was lost in {lost_in}"}
             store.save(machine, commit, [rec])
             records[key] = rec
+            progress.case_ended(key, benchmark, rec)
             continue
         # Stays in the store only if the process dies inside this case (a CUDA illegal memory access cannot
         # be caught and leaves the context unusable): the next reader sees which case and why the grid stopped.
@@ -410,8 +447,18 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
         left = run_time_left()
         cut = left is not None and left < budget_s  # the run's budget ends first
         keep = partial(_keep, store, head, cut=cut)
-        rec = keep(measure_case(case, device=device, budget_s=left if cut else budget_s, on_hard_stop=keep,
-                                budget_name="what was left of the run's time budget" if cut else "its budget"))
+
+        def hard_stop(body: dict[str, Any], keep: Callable[..., dict[str, Any]] = keep, key: str = key) -> None:
+            progress.case_ended(key, benchmark, keep(body))  # the watchdog ends the process next
+
+        progress.case_started(key, benchmark)
+        body = rec = None
+        try:
+            body = measure_case(case, device=device, budget_s=left if cut else budget_s, on_hard_stop=hard_stop,
+                                budget_name="what was left of the run's time budget" if cut else "its budget")
+            rec = keep(body)
+        finally:  # also where the measurement raised past its handlers (an interrupt): the case ended
+            progress.case_ended(key, benchmark, rec, sys.exc_info()[1], measured=body)
         records[key] = rec
         if rec.get("context_lost"):
             lost_in = key

@@ -24,6 +24,7 @@ VARIABLES = {
     "run_id": "OPTBENCH_RUN_ID",
     "emulate": "OPTBENCH_EMULATE",
     "plant_slowdown": "OPTBENCH_PLANT_SLOWDOWN",
+    "progress": "OPTBENCH_PROGRESS",
     "asv_commit": "ASV_COMMIT",
     "asv": "ASV",
     "compile_cache": "OPTBENCH_COMPILE_CACHE",
@@ -43,6 +44,7 @@ class Settings:
     run_id: str | None = None  # the run every process of one ``optbench run`` shares (default: per process)
     emulate: str | None = None  # hardware profile key to emulate on a larger GPU (optbench.core.emulate)
     plant_slowdown: str = ""  # the gate's own check only: 'op/impl=fraction,...' (optbench.suite.workloads)
+    progress: Path | None = None  # file every benchmark process appends its case events to (optbench.core.progress)
     asv_commit: str | None = None  # the commit asv says it measures (set by asv)
     asv: str | None = None  # 'true' in a process asv started (set by asv)
     compile_cache: str | None = None  # what the run's compile caches started from (optbench.core.compile_cache)

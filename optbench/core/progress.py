@@ -1,0 +1,306 @@
+"""Live progress of an ``optbench run``: what runs, how many cases are done and left, elapsed time and ETA.
+
+asv captures a benchmark process's output and prints it only once that process ends, and one process measures
+a whole grid (``setup_cache``), so its output cannot show progress. Instead every benchmark process appends one
+JSON line per event to the run's progress file (the setting ``progress``, ``$OPTBENCH_PROGRESS``; ``optbench
+run`` makes it ``results/<machine>/progress/<run id>.jsonl``), opened in append mode and flushed per line:
+
+- ``{"event": "process", "benchmark", "startup_seconds"}``: once per process, as its first case starts. The
+  start-up is the time from the process's start (``/proc/self/stat``, against ``/proc/uptime``: 10 ms ticks) to
+  that moment: the interpreter, asv's runner, the imports of the benchmark modules and torch, building the
+  grid's cases, the machine info. CUDA's context, made at the first allocation, falls in the first case's build.
+- ``{"event": "start", "key", "benchmark"}`` before a case and ``{"event": "end", "key", "status", "seconds",
+  "build_seconds", "check_seconds", "compile_seconds", ...}`` after it, whatever its outcome (also where the
+  case raised past the runner's handlers, as ``aborted``). A case that the run's time budget left out ends
+  with ``"not_started": true`` and no seconds.
+
+Every event carries ``t`` (Unix time) and ``pid``. The ``optbench run`` process follows the file while asv
+runs (:class:`Follower`): on a terminal, a rich progress bar with the running case, done/total, elapsed time
+and ETA, and one line per finished case above it; elsewhere (CI logs) the line per finished case alone
+(:func:`case_line`). Done/total/ETA come from the events by one pure function, :func:`tally`: the ETA is the mean
+seconds per finished case times the cases left (it leaves out each process's start-up and asv's own time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from optbench.core import settings
+
+# The fields of a case's record that its 'end' event carries (the phases of optbench.core.breakdown).
+PHASE_FIELDS = ("build_seconds", "check_seconds", "compile_seconds", "timing_seconds", "timing_compile_seconds",
+                "memory_seconds")
+ABORTED = "aborted"  # the status of a case whose measurement raised past the runner (an interrupt)
+
+_warned = False
+
+
+def emit(event: str, **fields: Any) -> None:
+    """Append one event to the run's progress file (no-op where the run has none). A failing write warns once on
+    stderr and never stops a measurement."""
+    global _warned
+    path = settings.current().progress
+    if path is None:
+        return
+    line = json.dumps({"event": event, "t": round(time.time(), 3), "pid": os.getpid(), **fields}, default=str)
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+    except OSError as exc:
+        if not _warned:
+            _warned = True
+            print(f"optbench: cannot write progress to {path}: {exc}", file=sys.stderr)
+
+
+def process_age() -> float | None:
+    """Seconds since this process started, by the kernel's clock (``/proc``: 10 ms ticks); None without /proc."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # field 22, starttime (after pid, comm, state)
+        return max(uptime - ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_startup_reported = False
+
+
+def process_started(benchmark: str) -> None:
+    """The 'process' event with this process's start-up, once per process (at its first case)."""
+    global _startup_reported
+    if _startup_reported:
+        return
+    _startup_reported = True
+    age = process_age()
+    emit("process", benchmark=benchmark, startup_seconds=None if age is None else round(age, 3))
+
+
+def case_started(key: str, benchmark: str) -> None:
+    emit("start", key=key, benchmark=benchmark)
+
+
+def case_ended(key: str, benchmark: str, rec: Mapping[str, Any] | None, exc: BaseException | None = None,
+               measured: Mapping[str, Any] | None = None) -> None:
+    """The 'end' event of a case: status and reason from its record ``rec``, seconds and phases from what was
+    ``measured`` (the record as measured, before a cut-short case became a skip; default ``rec``). Without a
+    record (the measurement raised ``exc``), status :data:`ABORTED`; a case without seconds was not started."""
+    timed = measured if measured is not None else rec or {}
+    status, reason = (rec.get("status"), str(rec.get("reason", ""))) if rec is not None else \
+        (ABORTED, f"{type(exc).__name__}: {exc}" if exc is not None else "")
+    emit("end", key=key, benchmark=benchmark, status=status, seconds=timed.get("seconds"), reason=reason[:300],
+         **({"not_started": True} if timed.get("seconds") is None and rec is not None else {}),
+         **{f: timed[f] for f in PHASE_FIELDS if timed.get(f) is not None})
+
+
+def planned_cases(benchmarks: Iterable[Any], suite: str, select: str | None = None) -> list[str]:
+    """Record keys of the cases of ``suite`` that report progress, in order: those of the grids (measured by
+    run_grid; the CPU suite's asv-timed classes, kind 'cpu', report none) that ``select`` matches where given.
+    ``benchmarks``: the catalog's entries (``optbench.suite.catalog.BENCHMARKS.values()``)."""
+    from optbench.core.store import record_key
+
+    keys = [record_key(b.name, params) for b in benchmarks if b.kind != "cpu" for params in b.cases(suite)]
+    return [k for k in keys if not select or re.search(select, k)]
+
+
+def asv_timed(benchmarks: Iterable[Any], suite: str) -> list[str]:
+    """The benchmarks of ``suite`` that asv times itself (no grid, so no progress events)."""
+    return [b.name for b in benchmarks if b.kind == "cpu" and b.cases(suite)]
+
+
+@dataclass(frozen=True)
+class Tally:
+    """Where a run stands: cases done of total, the one running (None between cases), seconds elapsed, the mean
+    seconds per finished case and the ETA (mean x cases left; None before a case has finished)."""
+
+    done: int
+    total: int
+    running: str | None
+    elapsed_s: float
+    mean_s: float | None
+    eta_s: float | None
+    statuses: Mapping[str, int]
+
+    @property
+    def left(self) -> int:
+        return self.total - self.done
+
+
+def tally(events: Iterable[Mapping[str, Any]], total: int, elapsed_s: float) -> Tally:
+    """Done/total/ETA from a run's events in order. ``total``: the cases planned; cases seen beyond those count
+    too. The mean leaves out cases that the time budget did not start (no seconds)."""
+    finished: dict[str, Mapping[str, Any]] = {}
+    running: str | None = None
+    for event in events:
+        if event.get("event") == "start":
+            running = event.get("key")
+        elif event.get("event") == "end":
+            finished[event.get("key")] = event
+            if running == event.get("key"):
+                running = None
+    seen = len(finished) + (running is not None and running not in finished)
+    total = max(total, seen)
+    seconds = [e["seconds"] for e in finished.values() if e.get("seconds") is not None]
+    mean = statistics.fmean(seconds) if seconds else None
+    statuses: dict[str, int] = {}
+    for e in finished.values():
+        statuses[str(e.get("status"))] = statuses.get(str(e.get("status")), 0) + 1
+    return Tally(len(finished), total, running, elapsed_s, mean,
+                 None if mean is None else mean * (total - len(finished)), statuses)
+
+
+def clock(seconds: float | None) -> str:
+    """``seconds`` as m:ss or h:mm:ss; '?' for None."""
+    if seconds is None:
+        return "?"
+    s = round(max(seconds, 0.0))
+    h, m = divmod(s // 60, 60)
+    return f"{h}:{m:02d}:{s % 60:02d}" if h else f"{m}:{s % 60:02d}"
+
+
+def case_line(event: Mapping[str, Any], t: Tally) -> str:
+    """The line of one finished case: key, status, seconds, done/total, elapsed, ETA."""
+    took = "" if event.get("seconds") is None else f", {event['seconds']:.1f} s"
+    reason = f" ({event['reason'][:80]})" if event.get("status") not in ("ok", None) and event.get("reason") else ""
+    return (f"optbench: [{t.done}/{t.total}] {event.get('key')}: {event.get('status')}{reason}{took}; "
+            f"elapsed {clock(t.elapsed_s)}, ETA {clock(t.eta_s)}")
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """Every whole event of a progress file (a line cut short, or not JSON, is left out)."""
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return events
+
+
+class Follower:
+    """Follows a run's progress file from the ``optbench run`` process while asv runs: a thread reads the lines
+    appended since its last look (every ``poll_s``) and shows them (``live``: rich's progress bar, with a line per
+    finished case printed above it; else that line alone, on stdout). :meth:`print` shows another line (asv's
+    output) without breaking the bar."""
+
+    def __init__(self, path: Path, total: int, *, live: bool, console: Any = None, poll_s: float = 0.5) -> None:
+        self.path, self.total, self.live, self.poll_s = Path(path), total, live, poll_s
+        self.events: list[dict[str, Any]] = []
+        # From the file's end as it is now: a run id given again (OPTBENCH_RUN_ID) appends to an earlier file.
+        self._offset, self._partial = (self.path.stat().st_size if self.path.exists() else 0), b""
+        self._stop = threading.Event()
+        self._lock, self._out = threading.Lock(), threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._started = time.perf_counter()
+        self._progress = self._task = None
+        if live:
+            import rich.progress as rp
+
+            self._progress = rp.Progress(rp.SpinnerColumn(), rp.TextColumn("{task.description}"), rp.BarColumn(),
+                                         rp.MofNCompleteColumn(), rp.TextColumn("elapsed"), rp.TimeElapsedColumn(),
+                                         rp.TextColumn("ETA {task.fields[eta]}"), console=console)
+            self._task = self._progress.add_task("asv: starting", total=total or None, eta="?")
+
+    def __enter__(self) -> Follower:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self._started = time.perf_counter()
+        if self._progress is not None:
+            self._progress.start()
+        self._thread = threading.Thread(target=self._follow, name="optbench-progress", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop following, after showing what the file holds by now."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.poll()
+        if self._progress is not None:
+            self._progress.stop()
+
+    def print(self, line: str) -> None:
+        """Show one line of other output (above the bar where live)."""
+        with self._out:  # asv's lines (main thread) and case lines (following thread) whole, one at a time
+            if self._progress is not None:
+                self._progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
+            else:
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+
+    def tally(self) -> Tally:
+        with self._lock:
+            return tally(self.events, self.total, time.perf_counter() - self._started)
+
+    def _follow(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            self.poll()
+
+    def poll(self) -> list[dict[str, Any]]:
+        """Read and show the events appended since the last poll; returns them."""
+        with self._lock:
+            new = self._read()
+            for event in new:
+                self.events.append(event)
+                if event.get("event") == "end":
+                    self.print(case_line(event, tally(self.events, self.total,
+                                                      time.perf_counter() - self._started)))
+            if self._progress is not None:
+                t = tally(self.events, self.total, time.perf_counter() - self._started)
+                between = "asv: after the grids" if t.total and t.done >= t.total else \
+                    "asv: between grids" if t.done else "asv: starting"
+                self._progress.update(self._task, completed=t.done, total=t.total or None, eta=clock(t.eta_s),
+                                      description=t.running or between)
+        return new
+
+    def _read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except OSError:
+            return []
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        events = []
+        for line in lines:
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+        return events
+
+
+def run_followed(command: Sequence[str], env: Mapping[str, str], follower: Follower, cwd: Path) -> int:
+    """Run ``command`` with its output (stdout and stderr, line by line) shown through ``follower`` while it
+    follows the progress file; the command's exit status."""
+    with follower:
+        proc = subprocess.Popen(list(command), cwd=cwd, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                follower.print(line.rstrip("\n"))
+            return proc.wait()
+        except BaseException:  # an interrupt: the child got it too; let it end before the follower stops
+            proc.wait()
+            raise

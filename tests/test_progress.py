@@ -1,0 +1,270 @@
+"""The live progress of a run (optbench.core.progress) and the breakdown of its time (optbench.core.breakdown)."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from optbench.core import breakdown, progress
+from optbench.core.settings import Settings
+from optbench.core.store import MACHINE_KEY, ResultStore, StoredRun, record_key
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _start(key: str, t: float = 0.0) -> dict:
+    return {"event": "start", "key": key, "t": t}
+
+
+def _end(key: str, seconds: float | None, status: str = "ok", **fields) -> dict:
+    return {"event": "end", "key": key, "status": status, "seconds": seconds, **fields}
+
+
+def test_the_progress_file_is_a_run_setting():
+    made = Settings(progress=Path("/r/cpu/progress/run.jsonl"))
+    assert made.env()["OPTBENCH_PROGRESS"] == "/r/cpu/progress/run.jsonl"
+    assert Settings.from_env(made.env()).progress == made.progress
+    assert Settings.from_env({}).progress is None
+
+
+def test_without_a_progress_file_nothing_is_written(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPTBENCH_PROGRESS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    progress.emit("start", key="k")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv("OPTBENCH_PROGRESS", str(tmp_path / "p.jsonl"))
+    progress.emit("start", key="k")
+    progress.emit("end", key="k", status="ok", seconds=1.0)
+    assert [e["event"] for e in progress.read_events(tmp_path / "p.jsonl")] == ["start", "end"]
+
+
+def test_done_total_and_eta_from_the_events():
+    t = progress.tally([], total=4, elapsed_s=3.0)
+    assert (t.done, t.total, t.left, t.running, t.mean_s, t.eta_s) == (0, 4, 4, None, None, None)
+    events = [_start("a"), _end("a", 10.0), _start("b"), _end("b", 20.0, "error"), _start("c")]
+    t = progress.tally(events, total=4, elapsed_s=40.0)
+    assert (t.done, t.left, t.running, t.elapsed_s) == (2, 2, "c", 40.0)
+    assert t.mean_s == pytest.approx(15.0) and t.eta_s == pytest.approx(30.0)  # mean per finished case x left
+    assert t.statuses == {"ok": 1, "error": 1}
+    # Cases the time budget did not start count as done but not in the mean; cases beyond the plan count too.
+    events += [_end("c", 6.0), _end("d", None, "skipped", not_started=True), _start("e")]
+    t = progress.tally(events, total=4, elapsed_s=50.0)
+    assert (t.done, t.total, t.running) == (4, 5, "e") and t.mean_s == pytest.approx(12.0)
+    assert t.eta_s == pytest.approx(12.0)
+    # A case reported twice (a watchdog's stop) is one case.
+    assert progress.tally([_end("a", 1.0), _end("a", 1.0)], total=1, elapsed_s=1.0).done == 1
+
+
+def test_the_line_of_a_finished_case():
+    t = progress.tally([_end("a", 10.0), _end("b", 20.0)], total=5, elapsed_s=3725.0)
+    line = progress.case_line(_end("b", 20.0), t)
+    assert line == "optbench: [2/5] b: ok, 20.0 s; elapsed 1:02:05, ETA 0:45"
+    failed = progress.case_line(_end("c", 1.25, "oom", reason="CUDA out of memory"), t)
+    assert "c: oom (CUDA out of memory), 1.2 s" in failed
+    unstarted = _end("d", None, "skipped", not_started=True, reason="not measured: the run's time budget ended")
+    assert "d: skipped (not measured: the run's time budget ended); elapsed" in progress.case_line(unstarted, t)
+    assert progress.clock(None) == "?" and progress.clock(59.6) == "1:00" and progress.clock(-1) == "0:00"
+
+
+def _write(path: Path, *events: dict) -> None:
+    with open(path, "a") as f:
+        f.writelines(json.dumps(e) + "\n" for e in events)
+
+
+def test_plain_mode_prints_one_line_per_finished_case(tmp_path, capsys):
+    path = tmp_path / "p.jsonl"
+    _write(path, _end("earlier", 1.0))  # an earlier run's, under the same run id: not this run's
+    follower = progress.Follower(path, total=3, live=False)
+    _write(path, {"event": "process", "startup_seconds": 2.0}, _start("a"))
+    assert [e["event"] for e in follower.poll()] == ["process", "start"]
+    assert capsys.readouterr().out == ""  # nothing per start
+    _write(path, _end("a", 4.0))
+    with open(path, "a") as f:
+        f.write('{"event": "start", "key": "b"')  # a line being written: read once whole
+    follower.poll()
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].startswith("optbench: [1/3] a: ok, 4.0 s; elapsed ") and out[0].endswith("0:08")
+    with open(path, "a") as f:
+        f.write("}\n")
+    assert follower.poll() == [{"event": "start", "key": "b"}] and follower.tally().running == "b"
+    follower.print("asv: some line")
+    assert capsys.readouterr().out == "asv: some line\n"
+
+
+def test_live_mode_shows_richs_progress_and_the_lines_above_it(tmp_path):
+    from rich.console import Console
+
+    path = tmp_path / "p.jsonl"
+    path.touch()
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=160)
+    with progress.Follower(path, total=2, live=True, console=console, poll_s=0.05) as follower:
+        _write(path, _start("bench.A|x=1"))
+        follower.poll()
+        assert follower._progress.tasks[0].description == "bench.A|x=1"
+        _write(path, _end("bench.A|x=1", 3.0))
+        follower.poll()
+        task = follower._progress.tasks[0]
+        assert (task.completed, task.total, task.fields["eta"]) == (1, 2, "0:03")
+        follower.print("[ 50.00%] ··· asv's line, [not] markup")
+    text = screen.getvalue()
+    assert "optbench: [1/2] bench.A|x=1: ok, 3.0 s" in text and "[ 50.00%] ··· asv's line, [not] markup" in text
+
+
+def test_a_followed_command_shows_its_output_and_the_events_of_its_processes(tmp_path, capsys):
+    """run_followed: the command's output line by line through the follower, while the follower reads the
+    events that the command's processes append."""
+    path = tmp_path / "p.jsonl"
+    path.touch()
+    child = textwrap.dedent("""
+        from optbench.core import progress
+        print("asv: starting", flush=True)
+        progress.case_started("bench.A|x=1", "bench.A")
+        progress.case_ended("bench.A|x=1", "bench.A", {"status": "ok", "seconds": 0.5, "build_seconds": 0.1})
+        print("asv: done")
+        raise SystemExit(3)
+    """)
+    follower = progress.Follower(path, total=1, live=False, poll_s=0.05)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OPTBENCH_PROGRESS": str(path)}
+    code = progress.run_followed([sys.executable, "-c", child], env, follower, cwd=tmp_path)
+    out = capsys.readouterr().out
+    assert code == 3 and "asv: starting\n" in out and "asv: done\n" in out
+    assert "optbench: [1/1] bench.A|x=1: ok, 0.5 s" in out
+    assert [e["event"] for e in follower.events] == ["start", "end"] and follower.events[1]["build_seconds"] == 0.1
+
+
+def test_the_start_up_of_a_process_is_its_age_by_the_kernel():
+    age = subprocess.run([sys.executable, "-c", "import time; time.sleep(0.3); from optbench.core import progress; "
+                          "print(progress.process_age())"], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert 0.3 <= float(age.stdout) < 10
+    assert progress.process_age() > 0
+
+
+def test_the_planned_cases_are_the_suites_grids_as_selected():
+    from optbench.suite import catalog
+
+    entries = catalog.BENCHMARKS.values()
+    cpu = progress.planned_cases(entries, "cpu")
+    assert cpu == [record_key("bench_step.StepTiny", {"variant": v}) for v in catalog.STEP_GRIDS["tiny"]]
+    assert progress.asv_timed(entries, "cpu") == ["bench_cpu.MLP", "bench_cpu.GradStats"]  # asv times them
+    assert progress.planned_cases(entries, "cpu", "variant=eager$") == ["bench_step.StepTiny|variant=eager"]
+    quick = progress.planned_cases(entries, "quick")
+    assert quick == [record_key(name, params) for name, params in catalog.suite_cases("quick")]
+    assert progress.asv_timed(entries, "quick") == []
+    assert progress.planned_cases(entries, "quick", "^bench_kernels") == [k for k in quick
+                                                                          if k.startswith("bench_kernels")]
+
+
+def _events() -> list[dict]:
+    return [{"event": "process", "startup_seconds": 5.0}, _start("a"),
+            _end("a", 30.0, build_seconds=4.0, check_seconds=20.0, compile_seconds=15.0, timing_seconds=5.0,
+                 timing_compile_seconds=1.0, memory_seconds=0.5),
+            _start("b"), _end("b", 2.0, "skipped", build_seconds=1.5),
+            _end("c", None, "skipped", not_started=True),
+            {"event": "process", "startup_seconds": 3.0}, _start("d"),
+            _end("d", 12.0, "wrong", build_seconds=2.0, check_seconds=9.0, compile_seconds=None),
+            _start("e"), _end("e", None, progress.ABORTED)]
+
+
+def test_the_breakdown_sums_each_phase_over_the_run_and_leaves_the_rest_to_asv():
+    split = breakdown.phases(_events(), wall_s=100.0)
+    assert list(split) == list(breakdown.PHASES)
+    assert split == pytest.approx({"startup": 8.0, "build": 7.5, "check_compile": 15.0, "check_rest": 14.0,
+                                   "timing_compile": 1.0, "timing": 4.0, "memory": 0.5,
+                                   "case_other": 0.5 + 0.5 + 1.0, "overhead": 100.0 - 52.0})
+    assert sum(split.values()) == pytest.approx(100.0)
+    rows = breakdown.rows(split, 100.0)
+    assert rows[0] == (breakdown.PHASES["startup"], "8.0", "8.0%")
+    assert rows[-1] == ("total (wall time)", "100.0", "100.0%") and len(rows) == len(breakdown.PHASES) + 1
+    assert breakdown.rows(breakdown.phases([], 0.0), 0.0)[-1] == ("total (wall time)", "0.0", "-")
+    rendered = breakdown.render(split, 100.0)
+    assert rendered.columns[0].header == "phase" and rendered.row_count == len(rows)
+
+
+def test_the_breakdown_record():
+    rec = breakdown.record(_events(), 100.0, commit="c" * 40, machine="m", run_id="r", date="2026-01-01T00:00:00+00:00")
+    assert rec["key"] == "__breakdown__" and rec["run"] == "r" and rec["wall_seconds"] == 100.0
+    assert rec["processes"] == 2 and rec["cases"] == 5 and rec["phases"]["overhead"] == 48.0
+    assert "status" not in rec and "metrics" not in rec and "benchmark" not in rec
+
+
+def test_optbenchs_readers_leave_the_breakdown_record_out(tmp_path):
+    """A run file with ``__breakdown__``: compare, the report's data, the noise check and the typed reader see
+    the cases alone, and the run's date stays its start."""
+    from optbench.core.compare import NoiseModel, compare_runs, run_medians
+    from optbench.core.noisecheck import planted
+    from optbench.core.records import Record
+    from optbench.reporting import data
+
+    def step(ms: float) -> dict:
+        timing = {"median_ms": ms, "q25_ms": ms, "q75_ms": ms, "samples_ms": [ms] * 5, "n": 5}
+        return {"key": "bench_step.StepTiny|variant=eager", "benchmark": "bench_step.StepTiny",
+                "params": {"variant": "eager"}, "status": "ok", "date": "2026-01-01T00:00:05+00:00",
+                "metrics": {"step": {"wall": timing, "device": None}}, "info": {"primary_clock": "wall"}}
+
+    store = ResultStore(tmp_path)
+    for commit, ms in (("a" * 40, 10.0), ("b" * 40, 10.0)):
+        run_id = f"run-{commit[0]}"
+        machine = {"key": MACHINE_KEY, "info": {"gpu_name": None}, "date": "2026-01-01T00:00:05+00:00"}
+        store.save("m", commit, [machine, step(ms)], run_id=run_id)
+        store.save("m", commit, [breakdown.record(_events(), 100.0, commit=commit, machine="m", run_id=run_id,
+                                                  date="2026-01-01T00:00:00+00:00")], run_id=run_id)
+    run = store.runs("m", "a" * 40)[0]
+    assert breakdown.KEY in run.records and set(run.results()) == {"bench_step.StepTiny|variant=eager"}
+    assert run.date == "2026-01-01T00:00:00+00:00"
+    assert set(run_medians(run)) == {("bench_step.StepTiny|variant=eager", "step", "wall")}
+    changes = compare_runs(store.runs("m", "a" * 40), store.runs("m", "b" * 40), NoiseModel({}))
+    assert {c.key for c in changes} == {"bench_step.StepTiny|variant=eager"}
+    assert planted(run, 1.1).records[breakdown.KEY] == run.records[breakdown.KEY]
+    assert not Record.of(run.records[breakdown.KEY]).ok
+    runs = data.runs(store)
+    assert [sorted(data.steps(r)) for r in runs["m"]] == [["tiny"], ["tiny"]]
+    assert data.kernels(runs["m"][0]) == {}
+    assert isinstance(run, StoredRun)
+
+
+def test_optbench_run_follows_its_asv_run_and_stores_the_breakdown(tmp_path, monkeypatch, capsys):
+    """``optbench run`` gives asv's processes the progress file and run id, follows the events, and at the end
+    prints the breakdown and stores it in the run's file (a run that stored nothing gets none)."""
+    from optbench import cli
+
+    seen = {}
+
+    def fake_asv(command, env, follower, cwd):
+        seen.update(command=command, env=env)
+        settings = Settings.from_env(env)
+        store = ResultStore(settings.results)
+        store.save(settings.machine, "f" * 40, [{"key": MACHINE_KEY, "info": {}, "date": "2026-01-01T00:00:09+00:00"}],
+                   run_id=settings.run_id)
+        with follower:
+            _write(settings.progress, *_events())
+        return 0
+
+    monkeypatch.setattr(cli, "ROOT", tmp_path)
+    monkeypatch.setattr(cli, "git_commit", lambda ref: "f" * 40)
+    monkeypatch.setattr(cli, "register_machine", lambda machine: None)
+    monkeypatch.setattr(cli, "_asv_results", lambda machine, commit: {})
+    monkeypatch.setattr(cli, "_keep_earlier_cases", lambda earlier, machine, commit: None)
+    monkeypatch.setattr("optbench.core.machine.machine_name", lambda emulate=None: "cpu-test")
+    monkeypatch.setattr(progress, "run_followed", fake_asv)
+    monkeypatch.delenv("OPTBENCH_RUN_ID", raising=False)
+    assert cli.run(["--suite", "cpu", "--no-html"]) == 0
+    env = seen["env"]
+    run_id, path = env["OPTBENCH_RUN_ID"], Path(env["OPTBENCH_PROGRESS"])
+    assert path == tmp_path / "results" / "cpu-test" / "progress" / f"{run_id}.jsonl"
+    assert "--set-commit-hash" in seen["command"] and "f" * 40 in seen["command"]
+    stored = ResultStore(tmp_path / "results").runs("cpu-test", "f" * 40)
+    assert [r.run_id for r in stored] == [run_id]
+    rec = stored[0].records[breakdown.KEY]
+    assert rec["cases"] == 5 and rec["processes"] == 2 and rec["phases"]["startup"] == 8.0
+    assert sum(rec["phases"].values()) == pytest.approx(rec["wall_seconds"], abs=0.01)
+    out = capsys.readouterr().out
+    assert "9 grid cases" in out and "bench_cpu.MLP, bench_cpu.GradStats, timed by asv itself" in out
+    assert "optbench: [1/9] a: ok, 30.0 s" in out and "5 of 9 grid cases ended" in out
+    assert "where the" in out and breakdown.PHASES["check_compile"] in out and "asv and other overhead" in out
