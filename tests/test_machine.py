@@ -9,7 +9,7 @@ from optbench.core.machine import machine_info, machine_name
 
 KEYS = {
     "gpu_name", "gpu_count", "gpu_uuid", "driver", "cuda", "torch", "triton", "python", "cpu", "num_cpu", "ram_gb",
-    "os", "hostname", "profile", "sm_clock_mhz", "mem_clock_mhz", "date",
+    "os", "hostname", "profile", "sm_clock_mhz", "mem_clock_mhz", "date", "compile_cache",
 }
 
 
