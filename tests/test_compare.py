@@ -262,3 +262,19 @@ def test_a_device_clock_that_measures_another_thing_is_not_gated(store, capsys):
     assert all(cmp.verdict(c) == "slower (not gated)" for c in changes if c.significant)
     run_main(store)
     assert "12 time metrics are not compared" in capsys.readouterr().out
+
+
+def test_another_machine_is_compared_labelled_and_never_gated(store, capsys):
+    """Base on the H100, head on an H200 that is 30% faster at one kernel and 10% slower at another: every
+    change is reported, none gates, and the title says it is a cross-machine comparison."""
+    history(store)
+    save(store, "h100-sxm", BASE, "2025-01-01T00:00:00+00:00", kernels(0))
+    save(store, "h200", HEAD, "2025-01-02T00:00:00+00:00", kernels(1000, level=0.7, slower=("8192x768", "eager")))
+    changes = cmp.compare(store, BASE, HEAD, ["h200"], base_machine="h100-sxm")
+    times = [c for c in changes if c.quantity == "time"]
+    assert times and all(c.base_machine == "h100-sxm" and not c.gated for c in times)
+    assert any(c.significant for c in times) and not [c for c in changes if c.regression or c.improvement]
+    assert cmp.main([BASE[:10], HEAD[:10], "--results", str(store.root), "--machine", "h200",
+                     "--base-machine", "h100-sxm"]) == 0
+    assert "CROSS-MACHINE, not gated: h100-sxm" in capsys.readouterr().out
+    assert cmp.compare(store, BASE, HEAD, ["h200"]) == []  # without --base-machine nothing mixes machines

@@ -34,6 +34,7 @@ Exit codes of ``optbench compare``: 0 no regression, 1 a regression, 2 nothing t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 import subprocess
@@ -141,6 +142,7 @@ class Change:
     detectable: float | None = None  # the smallest relative change this comparison flags
     method_changed: bool = False  # the clock measures something else at head (e.g. cold-L2 device time): not gated
     gated: bool = True  # False: reported only (host wall time of a record timed on the device: :func:`gated_clock`)
+    base_machine: str | None = None  # set where the base ran on another machine (:func:`cross_machine`)
 
 
 def git_commit(ref: str) -> str | None:
@@ -372,27 +374,36 @@ def select_runs(runs: Sequence[StoredRun], wanted: Sequence[str] | None) -> list
 
 def compare(store: ResultStore, base: str, head: str, machines: Iterable[str] | None = None,
             threshold: float = 0.05, base_runs: Sequence[str] | None = None,
-            head_runs: Sequence[str] | None = None) -> list[Change]:
+            head_runs: Sequence[str] | None = None, base_machine: str | None = None) -> list[Change]:
     """Every change from ``base`` to ``head`` (commit-ish or stored prefix) on each machine with both, the noise
     estimated from every stored run but the compared head runs (``base_runs``/``head_runs``: run id prefixes to
     keep; with ``base == head``, two sets of runs of one commit, an A/A comparison).
 
     Non-significant changes are included (``significant`` False), and records on one side only (missing).
+    ``base_machine``: take the base runs from that machine folder instead: a cross-machine comparison, labelled
+    (:func:`cross_machine`), reported and never gated (another GPU is not a regression).
     """
     changes: list[Change] = []
     for machine in machines or store.machines():
-        b, h = resolve(store, machine, base), resolve(store, machine, head)
+        source = base_machine or machine
+        b, h = resolve(store, source, base), resolve(store, machine, head)
         if b is None or h is None:
             continue
-        old = select_runs(store.runs(machine, b), base_runs)
+        old = select_runs(store.runs(source, b), base_runs)
         new = select_runs(store.runs(machine, h), head_runs)
-        if b == h:
+        if b == h and source == machine:
             old = [r for r in old if r.run_id not in {n.run_id for n in new}]
         if not old or not new:
             continue
         noise = NoiseModel.of(history_runs(store, machine, leave_out=[r.run_id for r in new]))
-        changes += compare_runs(old, new, noise, threshold)
+        found = compare_runs(old, new, noise, threshold)
+        changes += found if source == machine else [cross_machine(c, source) for c in found]
     return changes
+
+
+def cross_machine(change: Change, base_machine: str) -> Change:
+    """``change`` of a comparison whose base ran on ``base_machine``: labelled, reported, not gated."""
+    return dataclasses.replace(change, base_machine=base_machine, gated=False, regression=False, improvement=False)
 
 
 def verdict(c: Change) -> str:
@@ -455,14 +466,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--head-run", action="append", help="only the head runs whose id starts with this (repeatable)")
     p.add_argument("--results", type=Path, help="results root (default $OPTBENCH_RESULTS or results/)")
     p.add_argument("--all", action="store_true", help="list every compared metric, not only the changed")
+    p.add_argument("--base-machine", help="take BASE's runs from this machine folder: a cross-machine comparison, "
+                                          "reported, never gated (exit 0 unless nothing compares)")
     args = p.parse_args(argv)
 
     store = ResultStore(args.results)
-    if args.base == args.head and not (args.base_run and args.head_run):
+    if args.base == args.head and not (args.base_run and args.head_run) and not args.base_machine:
         print("optbench compare: comparing a commit with itself needs --base-run and --head-run (an A/A "
               "comparison of two sets of its runs)", file=sys.stderr)
         return 2
-    changes = compare(store, args.base, args.head, args.machine, args.threshold, args.base_run, args.head_run)
+    changes = compare(store, args.base, args.head, args.machine, args.threshold, args.base_run, args.head_run,
+                      args.base_machine)
     out = console()
     if not any(map(compared, changes)):
         out.print(f"optbench compare: nothing to compare: no machine in {store.root} has results of one "
@@ -472,6 +486,9 @@ def main(argv: list[str] | None = None) -> int:
         mine = [c for c in changes if c.machine == machine]
         listed = [c for c in mine if args.all or shown(c)]
         title = f"{machine}: {mine[0].base_commit[:12]} → {mine[0].head_commit[:12]}"
+        if mine[0].base_machine:
+            title = (f"CROSS-MACHINE, not gated: {mine[0].base_machine} {mine[0].base_commit[:12]} → {machine} "
+                     f"{mine[0].head_commit[:12]}")
         if listed:
             out.print(table(COLUMNS, rows(listed), title=title, marks=[verdict(c) for c in listed]))
         else:
