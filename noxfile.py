@@ -31,6 +31,7 @@ RUNNER_WHEELS = [
     "asv==0.6.6", "asv-runner==0.3.2", "json5==0.17.3", "pympler==1.1", "virtualenv==21.15.8",
     "distlib==0.4.4", "platformdirs==4.14.7", "python-discovery==1.9.5", "importlib-metadata==8.7.0",
     "liger-kernel==0.8.5", "bitsandbytes==0.50.2",
+    "torchao==0.17.0",  # the FP8 switches (float8 training): built for torch 2.11, pytorch/ao#2919's table
 ]
 
 

@@ -6,11 +6,15 @@ every step, and a causal mask rebuilt on every forward. :data:`VARIANTS` names t
 switch on; :func:`build_step` builds a :class:`TrainStep` (model, AdamW, fixed random batch).
 :func:`check_against` checks a candidate step against a high-precision reference run from the same init and
 batch (:func:`baseline_of`), with tolerances from the eager step's own error against it, in the same run.
+FP8 matmuls (``fp8``, torchao's float8 training) change the numerics on purpose: their check is the loose
+:data:`FP8_CHECK_TOLERANCE`, and whether they train like eager is the convergence check's call
+(``optbench.suite.convergence``; ``models.variants.numerics``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import os
 import types
@@ -26,14 +30,16 @@ from kernels.adamw import MasterAdamW
 from kernels.grad_stats import clip_coefficient
 from kernels.numerics import rel_err
 from models.config import ModelConfig, flops_per_token
-from models.model import Decoder
+from models.model import Decoder, FusedLinear
 from models.variants import VARIANTS, reference, switches  # noqa: F401 (VARIANTS: re-exported)
 
 LR, WEIGHT_DECAY, MAX_GRAD_NORM = 1e-4, 0.1, 1.0  # what a step trains with (TrainStep.hyper)
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 GRAPHED_COMPILE_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that use CUDA graphs
+FP8_MIN_CC = (8, 9)  # FP8 tensor cores (torch._scaled_mm): Ada sm89, Hopper sm90, Blackwell sm100/sm120
 
 Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16"]
+Fp8Recipe = Literal["off", "tensorwise", "rowwise"]
 KernelImpl = Literal["eager", "triton", "liger"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
@@ -69,6 +75,10 @@ class StepOptions:
     # the final norm and the loss on their own: the blocks share one compiled graph, so compile time does not
     # grow with depth, and nothing fuses across a block's boundary.
     compile_scope: Literal["model", "blocks"] = "model"
+    # FP8 matmuls in the blocks' Linear layers (not the LM head) through torchao's float8 training, with the
+    # scaling of its recipe: 'tensorwise' (one dynamic scale per tensor, e5m2 gradients; cuBLAS) or 'rowwise'
+    # (one power-of-two scale per row, e4m3 throughout; CUTLASS). Needs FP8 tensor cores (sm89+).
+    fp8: Fp8Recipe = "off"
     batch_size: int = 8
     seq_len: int = 1024
 
@@ -110,8 +120,9 @@ def _allowed(hint: Any) -> tuple[Any, ...]:
 def validate(options: StepOptions, device: str | torch.device, profile: Any = None) -> None:
     """Raise UnsupportedOptions listing every reason ``options`` cannot run on ``device``.
 
-    ``profile`` (optional, e.g. optbench.core.hardware.HardwareProfile) has ``supports_bf16``, ``supports_tf32``
-    and ``key``; without it, a CUDA device's own capabilities are asked.
+    ``profile`` (optional, e.g. optbench.core.hardware.HardwareProfile) has ``supports_bf16``, ``supports_tf32``,
+    ``fp8`` (FP8 tensor cores; False where it lacks the attribute) and ``key``; without it, a CUDA device's own
+    capabilities are asked.
     """
     problems = []
     hints = get_type_hints(StepOptions)
@@ -148,6 +159,14 @@ def validate(options: StepOptions, device: str | torch.device, profile: Any = No
     if options.precision == "fp64" and {options.norm, options.mlp, options.qk_norm, options.loss,
                                         options.rope} & {"triton", "liger", "fused"}:
         problems.append("precision='fp64' (the check's reference) runs eager kernels only")
+    if options.fp8 != "off":
+        fp8 = getattr(profile, "fp8", False) if profile is not None else (
+            device.type == "cuda" and torch.cuda.get_device_capability(device) >= FP8_MIN_CC)
+        if device.type != "cuda" or not fp8:
+            problems.append(f"fp8={options.fp8!r} (torchao float8 training) needs a GPU with FP8 tensor cores "
+                            f"(sm89+); {where} has none")
+        if options.precision == "fp64":
+            problems.append("precision='fp64' (the check's reference) runs no FP8 matmuls")
     if options.optimizer == "master" and options.precision != "bf16":
         problems.append("optimizer='master' keeps bf16 weights for bf16 autocast: it needs precision='bf16'")
     if options.precision == "bf16":
@@ -214,6 +233,44 @@ def clips_in_optimizer(options: StepOptions) -> bool:
             and options.precision != "fp16")
 
 
+def fp8_eligible(module: torch.nn.Module, fqn: str) -> bool:
+    """Whether torchao may swap the Linear layer ``module`` (at ``fqn`` in the Decoder) for FP8: torchao's
+    advice, as its ``module_filter_fn`` example gives it: not the output layer (the LM head: our losses read
+    its weight directly, so it stays bf16 either way), and only dims that are multiples of 16
+    (torch._scaled_mm's constraint)."""
+    return (fqn != "lm_head" and isinstance(module, torch.nn.Linear)
+            and module.in_features % 16 == 0 and module.out_features % 16 == 0)
+
+
+@functools.cache
+def _float8_fused_linear() -> type:
+    """torchao's Float8Linear that is also a :class:`FusedLinear` (its forward, FusedLinear's ``split`` and
+    ``parts``), for a fused projection swapped to FP8: the model splits its output and names its gradient by
+    the parts (``Decoder.unfused``)."""
+    from torchao.float8.float8_linear import Float8Linear
+
+    return type("Float8FusedLinear", (Float8Linear, FusedLinear), {"__doc__": _float8_fused_linear.__doc__})
+
+
+def to_float8(model: Decoder, recipe: str, emulate: bool = False) -> list[str]:
+    """Swap ``model``'s eligible Linear layers (:func:`fp8_eligible`) for torchao's Float8Linear with the
+    scaling recipe ``recipe`` ('tensorwise' | 'rowwise', ``Float8LinearConfig.from_recipe_name``), in place;
+    the weights stay the same Parameters. ``emulate``: torchao's emulation (FP8 rounding, matmuls in high
+    precision), what a device without FP8 tensor cores can run (tests on a CPU). Returns the swapped layers'
+    names."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    config = dataclasses.replace(Float8LinearConfig.from_recipe_name(recipe), emulate=emulate)
+    fused = {name: m.parts for name, m in model.named_modules() if isinstance(m, FusedLinear)}
+    convert_to_float8_training(model, module_filter_fn=fp8_eligible, config=config)
+    swapped = [name for name, m in model.named_modules() if type(m).__name__ == "Float8Linear"]
+    for name in swapped:
+        if name in fused:  # keeps splitting its output into the parts
+            layer = model.get_submodule(name)
+            layer.__class__, layer.parts = _float8_fused_linear(), fused[name]
+    return swapped
+
+
 def _adamw(model: Decoder, kind: str, capturable: bool, hyper: Hyper) -> torch.optim.Optimizer | MasterAdamW:
     params, lr, weight_decay = list(model.parameters()), hyper.lr, hyper.weight_decay
     if kind == "master":  # the matmul weights become bf16; the embedding and norm weights stay fp32
@@ -245,7 +302,8 @@ class TrainStep:
     """A decoder, its AdamW and one fixed random batch; calling it runs one optimizer step as options say.
 
     ``stats`` holds the last step's {'grad_norm', 'param_norm'} (device tensors) when grad_stats is on;
-    ``hyper`` what it trains with (:meth:`tuned` changes it). precision 'fp64' runs the model in float64.
+    ``hyper`` what it trains with (:meth:`tuned` changes it). precision 'fp64' runs the model in float64; fp8
+    on a device without FP8 tensor cores runs torchao's emulation (what tests on a CPU build directly).
     """
 
     def __init__(self, config: ModelConfig, options: StepOptions, device: str | torch.device, seed: int):
@@ -258,6 +316,8 @@ class TrainStep:
                                  fused_proj=options.fused_proj, rope_impl=options.rope)
         if options.precision == "fp64":
             self.model.double()
+        if options.fp8 != "off":  # emulated where no FP8 tensor cores are (validate keeps that to tests)
+            to_float8(self.model, options.fp8, emulate=self.device.type != "cuda")
         self.model.checkpoint_every = options.checkpoint_every
         self.params = list(self.model.parameters())
         self.hyper = Hyper(LR, WEIGHT_DECAY, MAX_GRAD_NORM)
@@ -295,6 +355,12 @@ class TrainStep:
     def loss_history(self) -> list[float]:
         """Loss of every step so far (reading it syncs once when item_sync is off)."""
         return [float(loss) for loss in self._losses]
+
+    def feed(self, tokens: Tensor) -> None:
+        """Train on ``tokens`` (batch_size, seq_len + 1) from the next step on: inputs and next-token targets
+        copied into the step's batch in place (where a captured graph or a compiled function reads it)."""
+        self.idx.copy_(tokens[:, :-1])
+        self.targets.copy_(tokens[:, 1:])
 
     def __call__(self) -> Tensor:
         """Run one optimizer step; returns its loss (that of the weights before the update), detached."""
@@ -416,6 +482,8 @@ def build_step(config: ModelConfig, options: StepOptions, device: str | torch.de
     validate(options, device, profile)
     if options.optimizer == "adamw8bit" and importlib.util.find_spec("bitsandbytes") is None:
         raise UnsupportedOptions("optimizer='adamw8bit' needs bitsandbytes, which is not installed here")
+    if options.fp8 != "off" and importlib.util.find_spec("torchao") is None:
+        raise UnsupportedOptions(f"fp8={options.fp8!r} needs torchao's float8 training: torchao is not installed")
     if options.seq_len > config.max_seq_len:
         raise UnsupportedOptions(f"seq_len {options.seq_len} exceeds max_seq_len {config.max_seq_len}")
     return TrainStep(config, options, device, seed)
@@ -442,6 +510,17 @@ UNIT_ROUNDOFF = {"fp64": 2.0**-53, "fp32": 2.0**-24, "tf32": 2.0**-11, "fp16": 2
 # eager step in its own precision (fp32, tf32, fp16-scaler), 2.5x its own error would pass anything finite. About
 # 5x of bf16 steps' largest error on an H100 (gradients 4.4e-2 at 1B), scaled by the unit roundoff.
 CHECK_CEILING = {"fp64": 1e-9, "fp32": 1e-3, "tf32": 5e-2, "fp16": 5e-2, "bf16": 0.3}
+# FP8 matmuls (options.fp8) round their operands to 3 mantissa bits (e4m3; tensorwise's gradients e5m2, 2 bits):
+# a numerics change on purpose, 16-32x bf16's rounding, which the 2.5x-of-eager tolerance is not made for.
+# torchao's own numerics test (test/float8/test_numerics_integration.py) holds one LLaMA FFN in FP8 to an SQNR
+# over 20 dB against bf16 (relative error under 0.1) in its output and gradients, per layer; errors compound with
+# depth. torchao's emulated FP8 steps on a CPU (tests/test_fp8.py), worst gradient: 0.09-0.12 on tiny (2 layers; bf16
+# eager 0.008), 0.18-0.28 at 12 layers (d_model 64 and 256; bf16 eager 0.019-0.025, as the 100M's 0.021 on an
+# H100). The exact check refuses that. An FP8 step's check catches broken plumbing instead: every quantity
+# within FP8_CHECK_TOLERANCE, 2.5x the worst FP8 error measured and under what gross bugs give (a lost or
+# unrelated gradient: 1 or sqrt 2; a sign flip: 2). Whether FP8 trains like eager is the convergence check's
+# call (optbench.suite.convergence).
+FP8_CHECK_TOLERANCE = 0.7
 
 
 @dataclass(frozen=True)
@@ -554,6 +633,7 @@ class CheckResult:
     worst: dict[str, str]
     reference: str  # the high-precision reference's precision
     precision: str  # the candidate's and eager step's
+    numerics: str = "exact"  # 'fp8': FP8 matmuls, held to FP8_CHECK_TOLERANCE only
 
     @property
     def ok(self) -> bool:
@@ -564,16 +644,20 @@ class CheckResult:
         return {"errors": self.errors, "eager_errors": self.eager, "tolerance": self.tolerance,
                 "worst_param": self.worst, "reference": self.reference, "precision": self.precision,
                 "factor": CHECK_FACTOR, "floor": CHECK_FLOOR, "steps": CHECK_STEPS,
-                "hyper": dataclasses.asdict(CHECK)}
+                "hyper": dataclasses.asdict(CHECK), "numerics": self.numerics}
 
 
 def check_against(baseline: Baseline, candidate: TrainStep) -> CheckResult:
     """Run the check on freshly built ``candidate`` (the baseline's seed, precision and batch) and compare it
-    with the baseline's reference."""
+    with the baseline's reference; a candidate with FP8 matmuls within FP8_CHECK_TOLERANCE at least."""
     if candidate.options.precision != baseline.precision:
         raise ValueError(f"a {candidate.options.precision} candidate against a {baseline.precision} baseline")
     if candidate.tokens_per_step != baseline.tokens:
         raise ValueError(f"{candidate.tokens_per_step} tokens per step against a baseline of {baseline.tokens}")
     errors, worst = _errors(baseline.reference, _record(candidate))
     tolerance = _tolerance(baseline.eager, baseline.precision, baseline.tokens)
-    return CheckResult(errors, baseline.eager, tolerance, worst, baseline.reference.precision, baseline.precision)
+    numerics = "fp8" if candidate.options.fp8 != "off" else "exact"
+    if numerics == "fp8":
+        tolerance = {quantity: max(t, FP8_CHECK_TOLERANCE) for quantity, t in tolerance.items()}
+    return CheckResult(errors, baseline.eager, tolerance, worst, baseline.reference.precision, baseline.precision,
+                       numerics)

@@ -6,6 +6,16 @@ A variant is one optimization switched on from its reference (:func:`reference`)
 model of their own, such as 'qknorm') are their own reference. ``best-*`` are our best combinations
 (reference: eager); ``best-kernels-without-<switch>`` are generated: the leave-one-out ablation of
 best-kernels (:data:`ABLATION`).
+
+Numerics (:func:`numerics`): a variant is 'exact' (the default) when it computes what its reference computes up
+to rounding: its step check (``models.step.check_against``: 3 steps against a higher-precision reference,
+within 2.5x the eager step's own error) decides whether it is right. An entry ``"numerics": "convergence"``
+marks a variant that changes the numerics on purpose (FP8 matmuls, 8-bit optimizer states, bf16 weights with
+fp32 masters): rounding is not all that differs, so whether it is right is decided by the convergence check
+(``optbench.suite.convergence``: a few hundred steps of training against the spread of eager seeds), which
+the convergence suite runs for it. Its step check still runs in the step grids, to catch broken plumbing:
+at the exact tolerance where it passes it (the 8-bit and master AdamW on an H100), at the loose
+``models.step.FP8_CHECK_TOLERANCE`` for FP8 matmuls (which would fail the exact one).
 """
 
 from typing import Any
@@ -15,6 +25,7 @@ _COMPILE_GRAPH = {"grad_stats": "foreach", "optimizer": "fused", "item_sync": Fa
                   "compile": "default", "cuda_graph": True}
 _MASTER = {**_COMPILE_GRAPH, "optimizer": "master"}
 _FUSED = {**_MASTER, "fused_proj": True}
+_KERNELS = {**_FUSED, "norm": "triton", "mlp": "triton", "rope": "triton"}
 
 # Name -> the StepOptions overrides that turn one optimization on, on top of its reference's options. An
 # optional "reference" entry names the variant it is checked and timed against (default 'eager'; see
@@ -39,8 +50,9 @@ VARIANTS: dict[str, dict] = {
     "foreach-stats": {"grad_stats": "foreach"},
     "foreach-adamw": {"optimizer": "foreach"},
     "fused-adamw": {"optimizer": "fused"},
-    "adamw-8bit": {"optimizer": "adamw8bit"},
-    "master-adamw": {"optimizer": "master"},  # bf16 weights, fp32 masters in our one-pass Triton AdamW
+    "adamw-8bit": {"optimizer": "adamw8bit", "numerics": "convergence"},  # 1-byte moments, block-wise scaled
+    # bf16 weights, fp32 masters in our one-pass Triton AdamW
+    "master-adamw": {"optimizer": "master", "numerics": "convergence"},
     "no-item-sync": {"item_sync": False},
     "cached-mask": {"attn_mask": "cached"},
     "sdpa-causal": {"attn_mask": "is_causal"},
@@ -74,9 +86,16 @@ VARIANTS: dict[str, dict] = {
     # residual gradient in fp32 and bf16 at once (inductor casts it in a pass of its own); SwiGLU and RoPE read
     # the packed gate/up and q/k/v outputs in place and write their gradients in one piece (inductor
     # concatenates the parts' gradients in passes of their own).
-    "best-kernels": {**_FUSED, "norm": "triton", "mlp": "triton", "rope": "triton"},
+    "best-kernels": _KERNELS,
     # best-compile-graph with regional compilation: compile time that does not grow with depth.
     "best-regional": {**_COMPILE_GRAPH, "compile_scope": "blocks"},
+    # FP8 matmuls in the blocks' Linear layers through torchao's float8 training (models.step.to_float8), eager
+    # otherwise: per-tensor scales (the fastest recipe) or per-row power-of-two scales (the more accurate one).
+    "fp8-tensorwise": {"fp8": "tensorwise", "numerics": "convergence"},
+    "fp8-rowwise": {"fp8": "rowwise", "numerics": "convergence"},
+    # best-kernels with FP8 matmuls: torchao's casts fused by torch.compile, in the captured step.
+    "best-kernels-fp8-tensorwise": {**_KERNELS, "fp8": "tensorwise", "numerics": "convergence"},
+    "best-kernels-fp8-rowwise": {**_KERNELS, "fp8": "rowwise", "numerics": "convergence"},
 }
 
 
@@ -91,9 +110,19 @@ def reference(name: str) -> str:
     return "eager" if name == "eager" else VARIANTS[name].get("reference", "eager")
 
 
+NUMERICS = ("exact", "convergence")
+_NOT_OPTIONS = ("reference", "numerics")  # an entry's keys that are not StepOptions overrides
+
+
 def switches(name: str) -> dict[str, Any]:
     """The StepOptions overrides of ``name`` on top of its reference's options ({} for 'eager')."""
-    return {} if name == "eager" else {k: v for k, v in VARIANTS[name].items() if k != "reference"}
+    return {} if name == "eager" else {k: v for k, v in VARIANTS[name].items() if k not in _NOT_OPTIONS}
+
+
+def numerics(name: str) -> str:
+    """What decides whether ``name`` is right (module docstring): 'exact', its step check; 'convergence', the
+    convergence check (it changes the numerics on purpose)."""
+    return "exact" if name == "eager" else VARIANTS[name].get("numerics", "exact")
 
 
 def switch_name(option: str, value: Any) -> str:

@@ -25,7 +25,7 @@ from optbench.suite.catalog import KERNELS, STEP_GRIDS, asv_pattern
 from optbench.suite.ops import OPS
 
 T4, H100, A100_40 = PROFILES["t4"], PROFILES["h100-sxm"], PROFILES["a100-40gb"]
-CATEGORIES = {"no CUDA", "no bf16", "no TF32", "no Triton", "same as eager", "unsupported", "memory"}
+CATEGORIES = {"no CUDA", "no bf16", "no TF32", "no Triton", "no FP8", "same as eager", "unsupported", "memory"}
 GPUS = [key for key, p in PROFILES.items() if p.compute_capability]
 
 
@@ -119,7 +119,7 @@ def test_t4_step_baseline_is_fp16_with_grad_scaler():
 def test_1b_does_not_fit_16_gb():
     for variant in STEP_GRIDS["1B"]:
         reason = P.step_skip_reason(T4, "1B", variant)
-        assert reason and reason.split(":")[0] in ("memory", "no bf16", "unsupported"), (variant, reason)
+        assert reason and reason.split(":")[0] in ("memory", "no bf16", "no FP8", "unsupported"), (variant, reason)
     reason = P.step_skip_reason(T4, "1B", "eager")
     assert reason.startswith("memory:") and "would fit with checkpointing and an 8-bit optimizer" in reason
     # ... as the estimate says: the fp32 states alone exceed the card, checkpointing alone is not enough.

@@ -38,7 +38,9 @@ requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs 
 NEEDS = {"triton-norm": "kernels.rmsnorm", "triton-swiglu": "kernels.swiglu",
          "triton-qknorm": "kernels.qknorm", "triton-rope": "kernels.rope", "fused-ce": "kernels.fused_linear_ce",
          "liger-norm": "liger_kernel", "liger-swiglu": "liger_kernel", "liger-flce": "liger_kernel",
-         "best": "kernels.fused_linear_ce", "adamw-8bit": "bitsandbytes"}
+         "best": "kernels.fused_linear_ce", "adamw-8bit": "bitsandbytes",
+         **dict.fromkeys(["fp8-tensorwise", "fp8-rowwise", "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise"],
+                         "torchao")}
 CPU_FP32 = ["qknorm", "chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync", "cached-mask",
             "sdpa-causal", "fused-proj", "triton-norm", "triton-swiglu", "triton-qknorm", "triton-rope", "fused-ce",
             "compile-default", "compile-max-autotune-no-cudagraphs", "compile-regional"]
@@ -47,7 +49,7 @@ CPU_BF16 = ["fp16-scaler", "chunked-ce", "fused-ce", "triton-norm", "triton-swig
 GPU_ONLY = ["tf32", "liger-norm", "liger-swiglu", "liger-flce", "fused-adamw", "graph-prereqs", "cuda-graph",
             "compile-reduce-overhead", "compile-max-autotune", "best", "best-inductor", "best-graph",
             "best-compile-graph", "best-master", "best-fused", "best-kernels", "best-regional",
-            "adamw-8bit"]
+            "adamw-8bit", "fp8-tensorwise", "fp8-rowwise", "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise"]
 H100 = SimpleNamespace(key="h100", supports_bf16=True, supports_tf32=True)
 
 
@@ -99,7 +101,7 @@ def test_every_variant_is_one_known_switch():
     assert sorted(CPU_FP32 + GPU_ONLY + ["fp16-scaler", "fp32", "master-adamw", *ABLATION]) == sorted(VARIANTS)
     fields = {f.name for f in dataclasses.fields(StepOptions)}
     for name, overrides in VARIANTS.items():
-        assert set(overrides) - {"reference"} <= fields and reference(name) in {"eager", *VARIANTS}
+        assert set(overrides) - {"reference", "numerics"} <= fields and reference(name) in {"eager", *VARIANTS}
         reference_options, candidate = variant_options(name)
         assert (reference_options == candidate) == (reference(name) == name), name  # a reference model is both
     reference_options, candidate = variant_options("cuda-graph")

@@ -30,6 +30,8 @@ def dtype_name(dtype: torch.dtype | str) -> str:
 # Triton's README lists sm80+ as supported; Triton 3.x still compiles for sm75 (Turing) and PyTorch
 # inductor accepts sm70+, so sm75 (T4) counts as usable here. bf16/tf32 kernels still need sm80.
 _TRITON_MIN_CC = (7, 5)
+# FP8 (e4m3/e5m2) tensor cores: Ada (sm89), Hopper (sm90), Blackwell (sm100, sm120); not Ampere or Turing.
+_FP8_MIN_CC = (8, 9)
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class HardwareProfile:
     supports_tf32: bool
     flash_attention: bool  # PyTorch SDPA flash kernels (sm80+)
     triton: bool  # Triton compiles for this architecture
+    fp8: bool = False  # FP8 tensor cores (torch._scaled_mm, torchao float8 training): sm89+
     emulated_from: str | None = None
 
 
@@ -70,6 +73,7 @@ def _gpu(key: str, name: str, tflops: dict, bw: float, mem: float, cc: tuple[int
         supports_tf32=ampere,
         flash_attention=ampere,
         triton=cc >= _TRITON_MIN_CC,
+        fp8=cc >= _FP8_MIN_CC,
     )
 
 
@@ -173,4 +177,5 @@ def detect(device: int | str | torch.device | None = None) -> HardwareProfile:
         supports_tf32=cc >= (8, 0),
         flash_attention=cc >= (8, 0),
         triton=cc >= _TRITON_MIN_CC,
+        fp8=cc >= _FP8_MIN_CC,
     )

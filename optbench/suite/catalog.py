@@ -93,6 +93,8 @@ BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-master", "bes
 # The max-autotune modes last: their autotuning can take minutes on a cold cache.
 COMPILE_MODES = ["compile-default", "compile-regional", "compile-reduce-overhead", "compile-max-autotune",
                  "compile-max-autotune-no-cudagraphs"]
+# FP8 matmuls (torchao float8 training), at the end of a grid: new, and a lost CUDA context ends its grid.
+FP8 = ["fp8-tensorwise", "fp8-rowwise", "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise"]
 
 STEP_GRIDS: dict[str, list[str]] = {
     # What a CPU runs (Triton through the interpreter is too slow for a timed step).
@@ -103,9 +105,9 @@ STEP_GRIDS: dict[str, list[str]] = {
     "quick": ["eager", "triton-norm", "triton-swiglu", "fused-ce", "foreach-stats", "fused-adamw", "master-adamw",
               "no-item-sync", "sdpa-causal", "fused-proj", "graph-prereqs", "cuda-graph", "compile-default",
               "best-compile-graph", "best-kernels"],
-    "100M": ["eager", *SWITCHES, *BEST, *COMPILE_MODES],
-    "500M": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST],
-    "1B": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST],
+    "100M": ["eager", *SWITCHES, *BEST, *COMPILE_MODES, *FP8],
+    "500M": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST, *FP8],
+    "1B": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST, *FP8],
     # fp32 with TF32 off/on, bf16 autocast (the baseline), fp16 autocast + GradScaler.
     "precision": ["fp32", "tf32", "eager", "fp16-scaler"],
     # best-kernels, each of its switches left out in turn (models.variants.ABLATION), and eager.

@@ -5,8 +5,9 @@ the reason, and its *datasheet floor*: the roofline lower bound from the profile
 (``optbench.core.roofline.floor_ms``), never a measurement. The workloads call the same ``*_skip_reason``
 functions with the profile they run under (``optbench.core.emulate.active_profile``), so a plan and a run agree.
 
-Skip reasons read '<category>: <detail>'; categories: no CUDA, no bf16, no TF32, no Triton, same as eager,
-unsupported (``models.step.validate``), memory.
+Skip reasons read '<category>: <detail>'; categories: no CUDA, no bf16, no TF32, no Triton, no FP8 (FP8
+matmuls without FP8 tensor cores: T4, A100, a CPU), same as eager, unsupported (``models.step.validate``),
+memory.
 
 Memory of a training step (``step_memory_bytes``), an estimate for ``models.step.TrainStep``::
 
@@ -108,6 +109,14 @@ def _precision_reason(profile: HardwareProfile, precision: str, what: str) -> st
     if precision == "tf32" and not profile.supports_tf32:
         return f"no TF32: {what} uses TF32; {_device(profile)} has no TF32 tensor cores (sm80+)"
     return None
+
+
+def _fp8_reason(profile: HardwareProfile, options: StepOptions, what: str) -> str | None:
+    """FP8 matmuls (torchao float8 training) on a device without FP8 tensor cores (sm89+)."""
+    if options.fp8 == "off" or profile.fp8:
+        return None
+    return (f"no FP8: {what} runs FP8 matmuls (torchao float8, {options.fp8} scaling); {_device(profile)} has no "
+            "FP8 tensor cores (sm89+)")
 
 
 def _triton_reason(profile: HardwareProfile, users: list[str]) -> str | None:
@@ -301,6 +310,7 @@ def step_skip_reason(profile: HardwareProfile, size: str, variant: str) -> str |
     return _first(_precision_reason(profile, reference_options.precision, f"{what}'s reference"),
                   _precision_reason(profile, candidate.precision, what),
                   _triton_reason(profile, _triton_users(candidate)),
+                  _fp8_reason(profile, candidate, what),
                   f"same as eager: {variant} changes nothing on this machine's baseline" if same else None,
                   _validate_reason(profile, reference_options, candidate),
                   _step_memory_reason(profile, size, reference_options),
