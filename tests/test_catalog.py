@@ -15,7 +15,7 @@ import pytest
 from optbench.suite import catalog
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH_MODULES = ("bench_kernels", "bench_step", "bench_precision", "bench_anchors", "bench_cpu")
+BENCH_MODULES = ("bench_kernels", "bench_step", "bench_precision", "bench_anchors", "bench_cpu", "bench_convergence")
 BENCHMARK_NAME = re.compile(r"""["'`](bench_\w+\.[A-Z]\w*)(?![\w{])""")
 
 

@@ -3,6 +3,7 @@
 - :data:`KERNELS`: each kernel op with its shapes (those of the 100M/500M/1B configs, tokens = batch 8 x
   sequence 1024), its implementations (the first is the baseline) and the shape the quick suite measures.
 - :data:`STEP_GRIDS`: which training-step variants (``models.variants``) each step grid measures.
+- :data:`CONVERGENCE`: which variants the convergence check (``optbench.suite.convergence``) trains.
 - :data:`BENCHMARKS`: every asv benchmark (name, kind, parameters per suite, metrics), built from the two above.
 - :data:`SUITES`: which benchmarks ``optbench run --suite S`` runs; :data:`METRICS`: what each metric measures.
 
@@ -30,8 +31,10 @@ METRICS: dict[str, str] = {
     "forward": "forward + loss, wall ms",
     "mm": "one N^3 matrix product, device ms",
     "cpu": "one call on the CPU, s (asv's own timer)",
+    "loss": "convergence: training loss over the last tenth of the steps, nats; the curve's largest deviation "
+            "from the eager seeds' mean curve, nats, and that over its tolerance",
 }
-SUITE_NAMES = ("cpu", "quick", "full", "ablation")
+SUITE_NAMES = ("cpu", "quick", "full", "ablation", "convergence")
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,10 @@ STEP_GRIDS: dict[str, list[str]] = {
     # best-kernels, each of its switches left out in turn (models.variants.ABLATION), and eager.
     "ablation": ["eager", ABLATED, *ABLATION],
 }
+# The convergence check: eager (its seeds give the tolerance), every variant that changes the numerics on purpose
+# (models.variants.numerics), and best-kernels, an exact one that must pass too.
+CONVERGENCE = ["eager", "adamw-8bit", "master-adamw", "fp8-tensorwise", "fp8-rowwise", "best-kernels",
+               "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise"]
 ANCHOR_SIZES = ["100M", "500M", "1B"]  # HF + torch.compile step sizes
 MATMUL_N, MATMUL_MODES = "8192", ["fp32", "tf32", "bf16", "fp16"]
 
@@ -122,7 +129,7 @@ class Benchmark:
     """One asv benchmark: ``params`` per suite it belongs to (asv's ``params``, one list per ``param_names``)."""
 
     name: str  # '<module>.<class>' as asv names it, without the track method
-    kind: str  # 'kernel', 'step', 'anchor', 'matmul' or 'cpu'
+    kind: str  # 'kernel', 'step', 'anchor', 'matmul', 'cpu' or 'convergence'
     param_names: tuple[str, ...]
     params: dict[str, list[list[str]]]  # suite -> asv params
     metrics: tuple[str, ...]
@@ -169,6 +176,9 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
                                                                   for s in ("full", "quick")}, ("mm",)),
     Benchmark("bench_anchors.HFCompileStep", "anchor", ("size",), {"full": [ANCHOR_SIZES]}, ("step", "forward"),
               doc="HF Llama + torch.compile, fused AdamW, bf16 autocast"),
+    Benchmark("bench_convergence.Convergence100M", "convergence", ("variant",), {"convergence": [CONVERGENCE]},
+              ("loss",), size="100M", doc="loss curves of a few hundred steps on a synthetic language against "
+                                          "the spread of eager seeds"),
     Benchmark("bench_cpu.MLP", "cpu", ("impl",), {"cpu": [["eager", "compile"]]}, ("cpu",)),
     Benchmark("bench_cpu.GradStats", "cpu", ("impl",), {"cpu": [["loop", "foreach"]]}, ("cpu",)),
 ]}
@@ -182,7 +192,8 @@ def benchmark(name: str) -> Benchmark:
 
 
 def kind(name: str) -> str | None:
-    """'kernel', 'step', 'anchor', 'matmul' or 'cpu' of a benchmark name; None if the catalog lacks it."""
+    """'kernel', 'step', 'anchor', 'matmul', 'cpu' or 'convergence' of a benchmark name; None if the catalog
+    lacks it."""
     entry = BENCHMARKS.get(name)
     return entry.kind if entry else None
 

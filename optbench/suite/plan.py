@@ -7,7 +7,8 @@ functions with the profile they run under (``optbench.core.emulate.active_profil
 
 Skip reasons read '<category>: <detail>'; categories: no CUDA, no bf16, no TF32, no Triton, no FP8 (FP8
 matmuls without FP8 tensor cores: T4, A100, a CPU), same as eager, unsupported (``models.step.validate``),
-memory.
+memory. A convergence case (``optbench.suite.convergence``) skips where its variant's step or the eager step
+would.
 
 Memory of a training step (``step_memory_bytes``), an estimate for ``models.step.TrainStep``::
 
@@ -317,6 +318,15 @@ def step_skip_reason(profile: HardwareProfile, size: str, variant: str) -> str |
                   _step_memory_reason(profile, size, candidate))
 
 
+def convergence_skip_reason(profile: HardwareProfile, size: str, variant: str) -> str | None:
+    """Why the convergence check of ``variant`` at ``size`` cannot run on ``profile``: where its step, or the
+    eager step whose seeds it is compared with, cannot (optbench.suite.convergence); a model larger than tiny
+    (what a CPU runs) needs a GPU to train for hundreds of steps."""
+    what = f"the convergence check of {size}/{variant}"
+    return _first(_cuda_reason(profile, what) if size != "tiny" else None, step_skip_reason(profile, size, "eager"),
+                  step_skip_reason(profile, size, variant))
+
+
 def anchor_skip_reason(profile: HardwareProfile, size: str) -> str | None:
     """Why the HF + torch.compile anchor of ``size`` (optbench.suite.anchors) cannot run on ``profile``: it needs CUDA
     and bf16, and what our compiled step of the size needs (Triton, memory at the baseline's batch)."""
@@ -339,7 +349,7 @@ def expected_floor_ms(profile: HardwareProfile, benchmark: str, params: dict[str
     lead metric: fwd+bwd for kernels with a backward, else fwd; the matmul; one optimizer step (its model
     FLOPs, models.config.flops_per_token, at the step's precision). None where a peak is unknown."""
     ceilings, entry = Ceilings.from_profile(profile), catalog.benchmark(benchmark)
-    if entry.kind == "cpu":
+    if entry.kind in ("cpu", "convergence"):  # untimed, or not a time
         return None
     if entry.kind == "kernel":
         op, dtype = OPS[entry.op], kernel_dtype(profile, entry.op)
@@ -366,6 +376,8 @@ def skip_reason(profile: HardwareProfile, benchmark: str, params: dict[str, str]
         return anchor_skip_reason(profile, params["size"])
     if entry.kind == "cpu":
         return None
+    if entry.kind == "convergence":
+        return convergence_skip_reason(profile, entry.size, params["variant"])
     return step_skip_reason(profile, entry.size, params["variant"])
 
 
@@ -443,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="optbench plan", description=main.__doc__)
     p.add_argument("--gpu", choices=sorted({*GPU_ALIASES, *PROFILES}),
                    help="hardware profile ('h100' = 'h100-sxm'); default: this machine, or what it emulates")
-    p.add_argument("--suite", choices=["quick", "full", "ablation"], default="full")
+    p.add_argument("--suite", choices=["quick", "full", "ablation", "convergence"], default="full")
     p.add_argument("--markdown", action="store_true", help="summary and skipped cases as Markdown")
     args = p.parse_args(argv)
     if args.gpu:
