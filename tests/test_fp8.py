@@ -208,6 +208,22 @@ def test_the_loose_check_still_refuses_broken_plumbing():
     assert not result.ok and result.errors["grads"] > FP8_CHECK_TOLERANCE, result
 
 
+@pytest.mark.slow
+def test_best_kernels_with_fp8_under_compile_passes_its_check(monkeypatch):
+    """The model side of best-kernels-fp8-rowwise on a CPU (~30 s): torch.compile over torchao's emulated FP8
+    layers, a fused projection in FP8 read in place by our Triton RoPE and SwiGLU, bf16 weights with fp32
+    masters in our AdamW (CUDA graph left out: a CPU has none)."""
+    _torchao()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pytest.importorskip("triton")
+    base = BASELINE.replace(**SMALL)
+    candidate = variant_options("best-kernels-fp8-rowwise", base)[1].replace(cuda_graph=False)
+    step = TrainStep(TINY, candidate, "cpu", 0)
+    assert isinstance(step.model.blocks[0].attn.qkv_proj, step_mod.FusedLinear)
+    result = check_against(_baseline("bf16"), step)
+    assert result.ok and result.numerics == "fp8", result
+
+
 def test_exact_variants_keep_the_exact_check():
     result = check_against(_baseline("fp32"), build_step(TINY, BASELINE.replace(precision="fp32", **SMALL), "cpu"))
     assert result.numerics == "exact" and result.tolerance["grads"] < FP8_CHECK_TOLERANCE
