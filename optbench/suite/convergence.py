@@ -19,9 +19,10 @@ its curve minus the eager mean curve (nats); it passes when the deviation is at 
 the seed spread, else it is ``wrong`` (:class:`optbench.core.runner.WrongResult`). A variant that trains like
 eager is one more draw of the seed's noise: its deviation is about sigma * sqrt(1 + 1/seeds) (one point's) and
 averaging over points keeps the tail short, where the largest point's deviation (a max statistic) has a long one;
-a bug that shifts the curve anywhere in the window raises the mean square. Measured on the tiny model (fp32 on a
-CPU, 200 steps, 4 seeds; tests/test_convergence.py): another seed's deviation is 1.0 sigma at the median, 2.6 at
-the 99th percentile and 3.75 at most over 1000 draws of 5 seeds of 16; torchao's emulated FP8 1.0-1.1; planted
+a bug that shifts the curve anywhere in the window raises the mean square. Measured on the tiny model with the
+protocol of tests/test_convergence.py (fp32 on a CPU, 200 steps, 4 seeds), once, from 16 seeds' curves: another
+seed's deviation is 1.0 sigma at the median, 2.6 at the 99th percentile and 3.75 at most over 1000 draws of 4
+seeds and one more; in the tests (which hold these bounds loosely): torchao's emulated FP8 1.0-1.1; planted
 bugs 6-67 (attention weights frozen 6.2, learning rate x1.25 7.0, FP8 scales frozen at their first value 6.5
 rowwise and 25 tensorwise, MLPs or embedding frozen 16, AdamW state reset every step, as an optimizer that loses
 its state does, 67). The variant and eager seed 0 share their init; their deviation (``same_seed_rms``) is kept
