@@ -27,7 +27,8 @@ FOLDERS = ("inductor", "triton")
 
 
 def cache_key() -> str:
-    """'<gpu>-torch<version>-triton<version>-cuda<version>' of this machine, file-name safe."""
+    """'<gpu>-torch<version>-triton<version>-cuda<version>' of this machine, lower case, runs of anything but
+    letters, digits, '.' and '_' as one '-' (torch 2.11.0+cu130: torch2.11.0-cu130)."""
     import torch
 
     from optbench.core.machine import machine_info
@@ -35,7 +36,7 @@ def cache_key() -> str:
     info = machine_info()
     gpu = info["gpu_name"] or "cpu"
     text = f"{gpu}-torch{torch.__version__}-triton{info['triton']}-cuda{torch.version.cuda}"
-    return re.sub(r"[^A-Za-z0-9.+_-]+", "-", text).strip("-").lower()
+    return re.sub(r"[^a-z0-9._]+", "-", text.lower()).strip("-")  # letters, digits, . _ - only: a portable name
 
 
 def restore(key: str, carried: Path = CARRIED, root: Path = CACHE_ROOT) -> str:
