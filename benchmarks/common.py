@@ -54,9 +54,10 @@ class Grid(abc.ABC):
     def setup_cache(self) -> dict[str, dict[str, Any]]:
         """``return self.measure_grid()``, in each concrete class (asv keys its cache by this line)."""
 
-    def measure_grid(self) -> dict[str, dict[str, Any]]:
+    def measure_grid(self, distributed: bool = False) -> dict[str, dict[str, Any]]:
         """Run every case selected by ``$OPTBENCH_SELECT`` (a regex on record keys; all when unset; see
-        optbench.core.runner) and keep what the track methods read; unselected cases are skipped, not stored."""
+        optbench.core.runner) and keep what the track methods read; unselected cases are skipped, not stored.
+        ``distributed``: cases that launch torchrun, each with at least ``optbench.suite.distributed``'s budget."""
         import itertools
         import re
 
@@ -82,7 +83,12 @@ class Grid(abc.ABC):
             return dict.fromkeys(keys, not_started)
 
         chosen = [c for c in self.cases() if not select or re.search(select, record_key(name, c.params))]
-        records = run_grid(name, chosen, budget_s=settings.case_budget_s)
+        budget_s = settings.case_budget_s
+        if distributed:
+            from optbench.suite.distributed import CASE_BUDGET_S
+
+            budget_s = max(budget_s, CASE_BUDGET_S)
+        records = run_grid(name, chosen, budget_s=budget_s)
         kept = {k: {f: r.get(f) for f in ("status", "reason", "metrics", "peak_mem_bytes")}
                 for k, r in records.items()}
         return {key: kept.get(key, unselected) for key in keys}

@@ -15,7 +15,8 @@ import pytest
 from optbench.suite import catalog
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH_MODULES = ("bench_kernels", "bench_step", "bench_precision", "bench_anchors", "bench_cpu", "bench_convergence")
+BENCH_MODULES = ("bench_kernels", "bench_step", "bench_precision", "bench_anchors", "bench_cpu", "bench_convergence",
+                 "bench_distributed")
 BENCHMARK_NAME = re.compile(r"""["'`](bench_\w+\.[A-Z]\w*)(?![\w{])""")
 
 

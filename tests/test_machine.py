@@ -9,7 +9,7 @@ from optbench.core.machine import machine_info, machine_name
 
 KEYS = {
     "gpu_name", "gpu_count", "gpu_uuid", "driver", "cuda", "torch", "triton", "python", "cpu", "num_cpu", "ram_gb",
-    "os", "hostname", "profile", "sm_clock_mhz", "mem_clock_mhz", "date", "compile_cache",
+    "os", "hostname", "profile", "sm_clock_mhz", "mem_clock_mhz", "date", "compile_cache", "interconnect",
 }
 
 
@@ -20,7 +20,7 @@ def test_machine_info_without_gpu_or_nvidia_smi(monkeypatch):
     assert set(info) == KEYS
     assert info["gpu_name"] is None and info["gpu_count"] == 0 and info["driver"] is None
     assert info["sm_clock_mhz"] is None and info["mem_clock_mhz"] is None
-    assert info["profile"] == "cpu"
+    assert info["profile"] == "cpu" and info["interconnect"] is None
     assert info["torch"] == torch.__version__ and info["num_cpu"] >= 1
     assert info["date"].endswith("+00:00")
 
@@ -105,3 +105,34 @@ def test_gpu_state_reads_clock_power_heat_and_clock_events(monkeypatch):
     assert machine.gpu_state()["sm_clock_mhz"] is None
     monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: None)
     assert machine.gpu_state() is None
+
+
+TOPO_NVSWITCH = """\
+\x1b[4mGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m
+GPU0\t X \tNV18\tPXB\t0-47\t0\t\tN/A
+GPU1\tNV18\t X \tSYS\t0-47\t0\t\tN/A
+NIC0\tPXB\tSYS\t X
+
+Legend:
+  X    = Self
+  NV#  = Connection traversing a bonded set of # NVLinks
+"""
+TOPO_PCIE = """\
+\tGPU0\tGPU1\tGPU2\tCPU Affinity
+GPU0\t X \tPIX\tSYS\t0-15
+GPU1\tPIX\t X \tSYS\t0-15
+GPU2\tSYS\tSYS\t X \t16-31
+"""
+
+
+def test_interconnect_is_the_slowest_link_between_gpus():
+    assert machine.interconnect(TOPO_NVSWITCH) == "NV18"  # the NIC's PXB/SYS links are not between GPUs
+    assert machine.interconnect(TOPO_PCIE) == "SYS"
+    assert machine.interconnect("GPU0\t X \t0-15\n") is None  # one GPU
+    assert machine.interconnect("garbage") is None
+
+
+def test_machine_info_reads_the_interconnect_with_several_gpus(monkeypatch):
+    _fake_gpu(monkeypatch, "GPU-bbb, 580.1, 1980, 2619\n")
+    monkeypatch.setattr(machine, "interconnect", lambda: "NV18")
+    assert machine_info()["interconnect"] == "NV18"

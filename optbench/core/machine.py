@@ -25,7 +25,10 @@ def machine_info() -> dict[str, Any]:
     Keys: gpu_name, gpu_count, gpu_uuid (tells lent machines of one kind apart), driver, cuda, torch, triton,
     python, cpu, num_cpu, ram_gb (GB, 1e9 bytes), os, hostname, profile (hardware profile key), sm_clock_mhz and
     mem_clock_mhz (GPU 0's clocks now, from nvidia-smi; None without it), date (ISO 8601, UTC), compile_cache
-    (what the run's compile caches started from: 'cold', 'restored <key>', or 'local' where nothing says).
+    (what the run's compile caches started from: 'cold', 'restored <key>', or 'local' where nothing says),
+    interconnect (how the GPUs reach one another, :func:`interconnect`: e.g. 'NV18'; None with one GPU or none).
+    Multi-GPU figures are per world size (a parameter of their records), so gpu_count and interconnect say what
+    they ran on; they are never compared with 1-GPU figures.
     """
     from optbench.core.settings import current
 
@@ -50,7 +53,41 @@ def machine_info() -> dict[str, Any]:
         "mem_clock_mhz": _int_or_none(smi[2]) if smi else None,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "compile_cache": current().compile_cache or "local",
+        "interconnect": interconnect() if has_gpu and torch.cuda.device_count() > 1 else None,
     }
+
+
+# nvidia-smi topo -m's link kinds, the slowest first: a machine's interconnect is the slowest link between two of
+# its GPUs (what a collective over all of them waits on); NV<n> (n bonded NVLinks) ranks by n.
+_LINKS = ("SYS", "NODE", "PHB", "PXB", "PIX")
+
+
+def interconnect(topo: str | None = None) -> str | None:
+    """The slowest link between two GPUs in ``nvidia-smi topo -m`` (run here without ``topo``): 'NV18' (18
+    bonded NVLinks, e.g. NVSwitch on an H100/H200 SXM host), 'PIX' (one PCIe switch), 'SYS' (across CPU
+    sockets), ...; None without nvidia-smi, with fewer than two GPUs, or where its matrix does not parse."""
+    if topo is None:
+        exe = shutil.which("nvidia-smi")
+        if exe is None:
+            return None
+        try:
+            topo = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=10,
+                                  check=True).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+    rows = [line.split() for line in topo.splitlines() if re.match(r"GPU\d+\s", line)]  # not the header
+    links = []
+    for i, row in enumerate(rows):
+        cells = row[1:1 + len(rows)]
+        links += [cell for j, cell in enumerate(cells) if j != i]
+    known = [link for link in links if link in _LINKS or re.fullmatch(r"NV\d+", link)]
+    if not known:
+        return None
+
+    def speed(link: str) -> int:
+        return 100 + int(link[2:]) if link.startswith("NV") else _LINKS.index(link)
+
+    return min(known, key=speed)
 
 
 def gpu_state() -> dict[str, Any] | None:

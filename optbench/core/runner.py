@@ -54,7 +54,9 @@ class Work:
     ``mem_base_bytes``); ``check`` runs before any timing
     and raises :class:`WrongResult` when the result is wrong; ``flops``/``bytes`` per metric feed the
     roofline (floor) at report time; ``info`` is free-form (dtype, tokens per call, ...); ``timing`` overrides
-    the timer's warm-up and sampling budgets per metric (:func:`optbench.core.timing.measure`).
+    the timer's warm-up and sampling budgets per metric (:func:`optbench.core.timing.measure`);
+    ``measured`` maps a metric to a timing taken outside this process (a ``Measurement.to_dict()``, e.g. by the
+    ranks of a torchrun launch, ``optbench.suite.distributed``), stored as it is beside those of ``timed``.
     """
 
     timed: dict[str, Callable[[], Any]]
@@ -67,6 +69,7 @@ class Work:
     before_memory: Callable[[], None] | None = None
     timing: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> keywords of timing.measure
     rotation: dict[str, tuple[Callable[[], Any], ...]] = field(default_factory=dict)  # metric -> one per set
+    measured: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> Measurement.to_dict()
 
 
 @dataclass
@@ -378,6 +381,7 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str) -> None:
                         work.before_memory()
                     rec["mem_base_bytes"][name] = _allocated(device)
                     rec["peak_mem_bytes"][name] = peak_memory(fn, device=device)
+        rec["metrics"].update(work.measured)  # timed elsewhere (after the check passed there)
     except NotImplementedError as exc:
         rec.update(status="skipped", reason=str(exc) or type(exc).__name__)
     except WrongResult as exc:

@@ -34,7 +34,7 @@ METRICS: dict[str, str] = {
     "loss": "convergence: training loss over the last tenth of the steps, nats; the curve's largest deviation "
             "from the eager seeds' mean curve, nats, and that over its tolerance",
 }
-SUITE_NAMES = ("cpu", "quick", "full", "ablation", "convergence")
+SUITE_NAMES = ("cpu", "quick", "full", "ablation", "convergence", "multigpu")
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,10 @@ STEP_GRIDS: dict[str, list[str]] = {
 # (models.variants.numerics), and best-kernels, an exact one that must pass too.
 CONVERGENCE = ["eager", "adamw-8bit", "master-adamw", "fp8-tensorwise", "fp8-rowwise", "best-kernels",
                "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise"]
+# Multi-GPU training steps (optbench.suite.distributed): DDP and FSDP2 over the eager step and over 'best'
+# (no CUDA graphs), each at 1, 2 and 4 GPUs of one host; the multigpu suite only.
+DISTRIBUTED = ["ddp", "fsdp2", "ddp-best", "fsdp2-best"]
+WORLD_SIZES = ["1", "2", "4"]
 ANCHOR_SIZES = ["100M", "500M", "1B"]  # HF + torch.compile step sizes
 MATMUL_N, MATMUL_MODES = "8192", ["fp32", "tf32", "bf16", "fp16"]
 
@@ -129,7 +133,7 @@ class Benchmark:
     """One asv benchmark: ``params`` per suite it belongs to (asv's ``params``, one list per ``param_names``)."""
 
     name: str  # '<module>.<class>' as asv names it, without the track method
-    kind: str  # 'kernel', 'step', 'anchor', 'matmul', 'cpu' or 'convergence'
+    kind: str  # 'kernel', 'step', 'anchor', 'matmul', 'cpu', 'convergence' or 'distributed'
     param_names: tuple[str, ...]
     params: dict[str, list[list[str]]]  # suite -> asv params
     metrics: tuple[str, ...]
@@ -179,6 +183,9 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
     Benchmark("bench_convergence.Convergence100M", "convergence", ("variant",), {"convergence": [CONVERGENCE]},
               ("loss",), size="100M", doc="loss curves of a few hundred steps on a synthetic language against "
                                           "the spread of eager seeds"),
+    Benchmark("bench_distributed.DistributedStep1B", "distributed", ("variant", "world_size"),
+              {"multigpu": [DISTRIBUTED, WORLD_SIZES]}, ("step",), size="1B",
+              doc="the 1B step under torchrun: DDP or FSDP2 (fully_shard), per rank; the slowest rank's figure"),
     Benchmark("bench_cpu.MLP", "cpu", ("impl",), {"cpu": [["eager", "compile"]]}, ("cpu",)),
     Benchmark("bench_cpu.GradStats", "cpu", ("impl",), {"cpu": [["loop", "foreach"]]}, ("cpu",)),
 ]}
@@ -192,8 +199,8 @@ def benchmark(name: str) -> Benchmark:
 
 
 def kind(name: str) -> str | None:
-    """'kernel', 'step', 'anchor', 'matmul', 'cpu' or 'convergence' of a benchmark name; None if the catalog
-    lacks it."""
+    """'kernel', 'step', 'anchor', 'matmul', 'cpu', 'convergence' or 'distributed' of a benchmark name; None if
+    the catalog lacks it."""
     entry = BENCHMARKS.get(name)
     return entry.kind if entry else None
 

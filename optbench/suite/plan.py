@@ -318,6 +318,21 @@ def step_skip_reason(profile: HardwareProfile, size: str, variant: str) -> str |
                   _step_memory_reason(profile, size, candidate))
 
 
+def distributed_step_variant(variant: str) -> str:
+    """The single-GPU step variant (models.variants) that the distributed ``variant`` wraps: 'ddp-best' -> 'best'."""
+    from optbench.suite.distributed import VARIANTS
+
+    return VARIANTS[variant][1]
+
+
+def distributed_skip_reason(profile: HardwareProfile, size: str, variant: str, world: int) -> str | None:
+    """Why the ``world``-GPU step of the distributed ``variant`` cannot run on ``profile``: where its single-GPU
+    step cannot (a profile does not say how many GPUs a machine has: the case itself skips where it has
+    fewer than ``world``), or on a CPU (the suite launches one process per GPU)."""
+    return _first(_cuda_reason(profile, f"the {world}-GPU step of {size}/{variant}"),
+                  step_skip_reason(profile, size, distributed_step_variant(variant)))
+
+
 def convergence_skip_reason(profile: HardwareProfile, size: str, variant: str) -> str | None:
     """Why the convergence check of ``variant`` at ``size`` cannot run on ``profile``: where its step, or the
     eager step whose seeds it is compared with, cannot (optbench.suite.convergence); a model larger than tiny
@@ -360,6 +375,8 @@ def expected_floor_ms(profile: HardwareProfile, benchmark: str, params: dict[str
         n, itemsize = int(params["n"]), torch_dtype(params["mode"]).itemsize
         return floor_ms(2.0 * n**3, 3.0 * n * n * itemsize, ceilings, params["mode"])
     size, variant = params.get("size", entry.size), params.get("variant", "eager")
+    if entry.kind == "distributed":  # per GPU: each rank's step at the single-GPU batch
+        variant = distributed_step_variant(variant)
     options = step_pair(profile, size, variant)[1]
     flops = flops_per_token(CONFIGS[size], options.seq_len) * options.batch_size * options.seq_len
     return floor_ms(flops, 0.0, ceilings, options.precision)
@@ -378,6 +395,8 @@ def skip_reason(profile: HardwareProfile, benchmark: str, params: dict[str, str]
         return None
     if entry.kind == "convergence":
         return convergence_skip_reason(profile, entry.size, params["variant"])
+    if entry.kind == "distributed":
+        return distributed_skip_reason(profile, entry.size, params["variant"], int(params["world_size"]))
     return step_skip_reason(profile, entry.size, params["variant"])
 
 
