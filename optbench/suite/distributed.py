@@ -286,6 +286,7 @@ def rank_main(args: argparse.Namespace) -> int:
                             device_id=device if device.type == "cuda" else None)
     rank, world = dist.get_rank(), dist.get_world_size()
     wrapper, step_variant = VARIANTS[args.variant]
+    step_variant = args.step_variant or step_variant
     result: dict[str, Any] = {"variant": args.variant, "wrapper": wrapper, "step_variant": step_variant,
                               "size": args.size, "world_size": world, "backend": dist.get_backend(),
                               "device": device.type, "plant": args.plant}
@@ -352,6 +353,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup-ms", type=float, default=2000.0)
     p.add_argument("--rep-ms", type=float, default=1000.0)
     p.add_argument("--min-reps", type=int, default=10)
+    p.add_argument("--step-variant", default=None,
+                   help="wrap this models.variants step instead of the variant's own (e.g. foreach-stats)")
     p.add_argument("--plant", choices=PLANTS, default="none", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.device is None:
