@@ -433,7 +433,7 @@ def test_a_case_that_ends_stops_its_watchdog(monkeypatch):
     into what comes after."""
     from optbench.core import runner
 
-    monkeypatch.setattr(runner, "HARD_STOP_GRACE_S", 3.0)  # room for the alarm and teardown on a loaded 2-core CI machine
+    monkeypatch.setattr(runner, "HARD_STOP_GRACE_S", 3.0)  # room for the alarm and teardown on a loaded CI machine
     fired = []
     monkeypatch.setattr(runner, "_kill_child_processes", lambda: fired.append("kill") or [])
     monkeypatch.setattr(runner.os, "_exit", lambda status: fired.append(status))
