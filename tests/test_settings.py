@@ -29,9 +29,11 @@ def test_hidden_devices_are_no_gpu():
     assert not S.has_nvidia_gpu({"CUDA_VISIBLE_DEVICES": "-1"})
 
 
-# Reads of the environment outside settings: PYTHONPATH passed on to a child process, and Triton's own switch.
+# Reads of other tools' variables outside settings: PYTHONPATH passed on to a child process, Triton's own switch,
+# torchrun's rank.
 OTHER_READS = {"optbench/reporting/history.py": 'os.environ.get("PYTHONPATH")',
-               "models/step.py": 'os.environ.get("TRITON_INTERPRET")'}
+               "models/step.py": 'os.environ.get("TRITON_INTERPRET")',
+               "optbench/suite/distributed.py": 'os.environ.get("LOCAL_RANK", "0")'}
 
 
 def test_only_settings_reads_the_environment():
