@@ -10,10 +10,10 @@ machine has skip. The multigpu suite only (``optbench run --suite multigpu``).
 
 from __future__ import annotations
 
-from .common import Grid, grid, unit
+from .common import Grid, _StepWall, grid
 
 
-class DistributedStep1B(Grid):
+class DistributedStep1B(_StepWall, Grid):
     param_names = ["variant", "world_size"]
     params = grid(__module__, __qualname__)
 
@@ -31,11 +31,3 @@ class DistributedStep1B(Grid):
 
     def setup_cache(self):
         return self.measure_grid(distributed=True)
-
-    @unit("ms")
-    def track_step_ms(self, records, *params):
-        return self.metric_ms(records, params, "step", "wall")
-
-    @unit("ms")
-    def track_step_device_ms(self, records, *params):
-        return self.metric_ms(records, params, "step", "device")

@@ -127,9 +127,8 @@ def unit(name: str):
     return mark
 
 
-class _StepMetrics:
-    """The track methods of a training-step grid (ours or an anchor's): wall and device ms per optimizer step,
-    wall ms per forward+loss, peak MiB per step."""
+class _StepWall:
+    """The track methods of any training step: wall and device ms per optimizer step."""
 
     @unit("ms")
     def track_step_ms(self, records, *params):
@@ -138,6 +137,11 @@ class _StepMetrics:
     @unit("ms")
     def track_step_device_ms(self, records, *params):
         return self.metric_ms(records, params, "step", "device")
+
+
+class _StepMetrics(_StepWall):
+    """The track methods of a single-GPU training-step grid (ours or an anchor's): those of :class:`_StepWall`,
+    wall ms per forward+loss, peak MiB per step."""
 
     @unit("ms")
     def track_forward_ms(self, records, *params):
