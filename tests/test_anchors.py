@@ -9,7 +9,6 @@ import ast
 import math
 import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,13 +18,13 @@ from models.config import CONFIGS, flops_per_token, param_count
 from models.step import BASELINE
 from optbench.core.hardware import PROFILES
 from optbench.core.runner import WrongResult
-from optbench.core.store import ResultStore, record_key
+from optbench.core.store import REPO_ROOT, ResultStore, record_key
 from optbench.reporting import data, headline
 from optbench.suite import anchors, catalog
 from optbench.suite import plan as P
 from optbench.suite.workloads import STEP_REP_MS, STEP_WARMUP_MS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 SCRIPT = ROOT / "scripts/probes/hf_compile_step_steady.py"
 H100 = PROFILES["h100-sxm"]
 

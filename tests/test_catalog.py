@@ -8,13 +8,13 @@ import inspect
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from optbench.core.store import REPO_ROOT
 from optbench.suite import catalog
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 BENCH_MODULES = ("bench_kernels", "bench_step", "bench_precision", "bench_anchors", "bench_cpu", "bench_convergence",
                  "bench_distributed")
 BENCHMARK_NAME = re.compile(r"""["'`](bench_\w+\.[A-Z]\w*)(?![\w{])""")

@@ -19,10 +19,10 @@ from optbench.core import hardware, machine
 from optbench.core.compare import compare
 from optbench.core.roofline import Ceilings, floor_ms, roofline
 from optbench.core.runner import RUN_DEADLINE_ENV, Case, Work, WrongResult, run_grid
-from optbench.core.store import MACHINE_KEY, ResultStore, record_key
+from optbench.core.store import MACHINE_KEY, REPO_ROOT, ResultStore, record_key
 from optbench.core.timing import Timing
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 
 
 def test_profiles_cover_the_users_gpus_and_lookup_is_strict():

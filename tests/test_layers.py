@@ -9,7 +9,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from optbench.core.store import REPO_ROOT
+
+ROOT = REPO_ROOT
 
 # package (a module path prefix) -> the prefixes its modules may import from this repository
 ALLOWED: dict[str, tuple[str, ...]] = {

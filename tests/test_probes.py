@@ -8,13 +8,14 @@ import ast
 import importlib
 import importlib.util
 import re
-from pathlib import Path
 
 import pytest
 
+from optbench.core.store import REPO_ROOT
+
 pytest.importorskip("torch")  # every probe needs torch; nothing else is a reason to skip
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 PROBES = sorted((ROOT / "scripts" / "probes").glob("*.py"))
 FIRST_PARTY = ("optbench", "models", "kernels")
 

@@ -13,9 +13,9 @@ import pytest
 
 from optbench.core import breakdown, progress
 from optbench.core.settings import Settings
-from optbench.core.store import MACHINE_KEY, ResultStore, StoredRun, record_key
+from optbench.core.store import MACHINE_KEY, REPO_ROOT, ResultStore, StoredRun, record_key
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 
 
 def _start(key: str, t: float = 0.0) -> dict:

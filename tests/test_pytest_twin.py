@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from optbench.core.store import REPO_ROOT
+
+ROOT = REPO_ROOT
 Run = tuple[str, dict]  # a saved run's file name and content
 
 

@@ -5,7 +5,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from optbench.core.store import REPO_ROOT
+
+ROOT = REPO_ROOT
 
 
 def _git(cwd: Path, *args: str) -> str:

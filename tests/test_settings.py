@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from optbench.core import settings as S
+from optbench.core.store import REPO_ROOT
 
 
 def test_settings_round_trip_through_the_environment():
@@ -41,7 +42,7 @@ def test_only_settings_reads_the_environment():
     ``optbench.core.settings`` (and the two reads of other tools' variables in OTHER_READS)."""
     import re
 
-    root = Path(__file__).resolve().parents[1]
+    root = REPO_ROOT
     reads = re.compile(r"os\.environ\.get\([^)]*\)|os\.environ\[[^]]*\]|os\.getenv\([^)]*\)")
     found = {}
     for folder in ("optbench", "benchmarks", "models", "kernels"):
@@ -58,7 +59,7 @@ def test_a_class_outside_the_suite_skips_without_building_cases(suite, monkeypat
     """A plain `asv run` lists every class: outside the run's suite each returns skips, building nothing."""
     import sys
 
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    monkeypatch.syspath_prepend(str(REPO_ROOT))
     monkeypatch.setenv("OPTBENCH_SUITE", suite)
     monkeypatch.delitem(sys.modules, "benchmarks.bench_step", raising=False)
     from benchmarks import bench_step

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from optbench.core.records import OK, Record, TimingView
-from optbench.core.store import ResultStore, StoredRun
+from optbench.core.store import REPO_ROOT, ResultStore, StoredRun
 
 MISSING = "missing"
 COLUMNS = ("benchmark", "params", "metric", "clock", "base", "head", "head/base", "runs", "detectable", "verdict")
@@ -149,7 +149,7 @@ def git_commit(ref: str) -> str | None:
     """Full hash of a commit-ish in the repository of this file, or None where git cannot resolve it."""
     try:
         out = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-                             cwd=Path(__file__).resolve().parent, capture_output=True, text=True)
+                             cwd=REPO_ROOT, capture_output=True, text=True)
     except OSError:
         return None
     return out.stdout.strip() if out.returncode == 0 else None

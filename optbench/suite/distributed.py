@@ -68,6 +68,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from optbench.core.store import REPO_ROOT
+
 WRAPPERS = ("ddp", "fsdp2")
 # variant -> (wrapper, the single-GPU step variant of models.variants it wraps); catalog.DISTRIBUTED lists
 # the variants the multigpu suite measures (these).
@@ -381,7 +383,7 @@ def launch(world: int, *args: str, timeout_s: float | None = None, env: dict[str
         out = Path(tmp) / "result.json"
         proc = subprocess.Popen(torchrun_command(world, out, *args), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                                env={**os.environ, **(env or {})}, cwd=Path(__file__).resolve().parents[2])
+                                env={**os.environ, **(env or {})}, cwd=REPO_ROOT)
         try:
             output, _ = proc.communicate(timeout=timeout_s)
         except BaseException:
