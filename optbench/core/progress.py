@@ -178,17 +178,20 @@ def case_line(event: Mapping[str, Any], t: Tally) -> str:
             f"elapsed {clock(t.elapsed_s)}, ETA {clock(t.eta_s)}")
 
 
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """Every whole event of a progress file (a line cut short, or not JSON, is left out)."""
-    if not path.exists():
-        return []
+def parse_events(lines: Iterable[str | bytes]) -> list[dict[str, Any]]:
+    """The events of progress-file lines; a line cut short, or not JSON, is left out."""
     events = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in lines:
         try:
             events.append(json.loads(line))
         except ValueError:
             continue
     return events
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """Every whole event of a progress file."""
+    return parse_events(path.read_bytes().splitlines()) if path.exists() else []
 
 
 class Follower:
@@ -281,13 +284,7 @@ class Follower:
             return []
         self._offset += len(data)
         *lines, self._partial = (self._partial + data).split(b"\n")
-        events = []
-        for line in lines:
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                continue
-        return events
+        return parse_events(lines)
 
 
 def run_followed(command: Sequence[str], env: Mapping[str, str], follower: Follower, cwd: Path) -> int:
