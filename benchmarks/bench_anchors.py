@@ -19,17 +19,3 @@ class HFCompileStep(_StepMetrics, Grid):
     param_names = ["size"]
     version = 1
 
-    def cases(self):
-        from functools import partial
-
-        from optbench.core.runner import Case
-        from optbench.suite.anchors import hf_step_work
-
-        from .common import device
-
-        dev = device()
-        return [Case({"size": s}, partial(hf_step_work, s, dev)) for s in self.params[0]]
-
-    def setup_cache(self):
-        return self.measure_grid()
-

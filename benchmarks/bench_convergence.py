@@ -7,7 +7,7 @@ made, and the GPU time (~4-5 min on an H100): ``optbench.suite.convergence``.
 
 from __future__ import annotations
 
-from .common import Grid, device, grid, unit
+from .common import Grid, grid, unit
 
 
 class ConvergenceGrid(Grid):
@@ -16,31 +16,9 @@ class ConvergenceGrid(Grid):
     param_names = ["variant"]
     version = 1
 
-    def cases(self):
-        from functools import partial
-
-        from optbench.core.runner import Case
-        from optbench.suite import catalog
-        from optbench.suite.convergence import convergence_work
-
-        dev, size = device(), catalog.benchmark(self.benchmark_name()).size
-        return [Case({"variant": v}, partial(convergence_work, size, v, dev)) for v in self.params[0]]
-
-    def measure_grid(self):
-        """Grid.measure_grid's records, each with its case's figures where this process measured it
-        (optbench.suite.convergence.summary: final loss, deviations)."""
-        from optbench.core.store import record_key
-        from optbench.suite import catalog
-        from optbench.suite.convergence import summary
-
-        records, size = super().measure_grid(), catalog.benchmark(self.benchmark_name()).size
-        for variant in self.params[0]:
-            key = record_key(self.benchmark_name(), {"variant": variant})
-            records[key] = {**records[key], "summary": summary(size, variant) or {}}
-        return records
-
     def figure(self, records, params: tuple[str, ...], name: str) -> float:
-        """One figure of the case's summary; NaN (asv: n/a) where it has none."""
+        """One figure of the case's summary (``optbench.suite.convergence.summary``: final loss, deviations), kept by
+        ``optbench.suite.grids``; NaN (asv: n/a) where it has none."""
         from optbench.core.store import record_key
 
         key = record_key(self.benchmark_name(), dict(zip(self.param_names, params)))
@@ -66,5 +44,3 @@ class ConvergenceGrid(Grid):
 class Convergence100M(ConvergenceGrid):
     params = grid(__module__, __qualname__)
 
-    def setup_cache(self):
-        return self.measure_grid()

@@ -17,17 +17,3 @@ class DistributedStep1B(_StepWall, Grid):
     param_names = ["variant", "world_size"]
     params = grid(__module__, __qualname__)
 
-    def cases(self):
-        from functools import partial
-
-        from optbench.core.runner import Case
-        from optbench.suite.distributed import distributed_work
-
-        from .common import device
-
-        dev, one_gpu = device(), {}  # variant -> tokens/s at 1 GPU, as this run measures it
-        return [Case({"variant": v, "world_size": n}, partial(distributed_work, "1B", v, int(n), dev, one_gpu))
-                for v in self.params[0] for n in self.params[1]]
-
-    def setup_cache(self):
-        return self.measure_grid(distributed=True)

@@ -15,19 +15,6 @@ class _Kernel(Grid):
     param_names = ["shape", "impl"]
     version = 2  # 2: device time with a cold L2 (1: back-to-back calls on one input set, a warm L2)
 
-    def cases(self):
-        from functools import partial
-
-        from optbench.core.runner import Case
-        from optbench.suite import catalog
-        from optbench.suite.workloads import kernel_work
-
-        from .common import device
-
-        dev, op = device(), catalog.benchmark(self.benchmark_name()).op
-        return [Case({"shape": s, "impl": i}, partial(kernel_work, op, s, i, dev))
-                for s in self.params[0] for i in self.params[1]]
-
     @unit("ms")
     def track_fwd_ms(self, records, shape, impl):
         return self.metric_ms(records, (shape, impl), "fwd")
@@ -62,8 +49,6 @@ class _KernelWithBackward(_Kernel):
 class RMSNorm(_KernelWithBackward):
     params = grid(__module__, __qualname__)
 
-    def setup_cache(self):
-        return self.measure_grid()
 
 
 class AddRMSNorm(_KernelWithBackward):
@@ -71,22 +56,16 @@ class AddRMSNorm(_KernelWithBackward):
 
     params = grid(__module__, __qualname__)
 
-    def setup_cache(self):
-        return self.measure_grid()
 
 
 class SwiGLU(_KernelWithBackward):
     params = grid(__module__, __qualname__)
 
-    def setup_cache(self):
-        return self.measure_grid()
 
 
 class QKNorm(_KernelWithBackward):
     params = grid(__module__, __qualname__)
 
-    def setup_cache(self):
-        return self.measure_grid()
 
 
 class QKVRope(_KernelWithBackward):
@@ -94,15 +73,11 @@ class QKVRope(_KernelWithBackward):
 
     params = grid(__module__, __qualname__)
 
-    def setup_cache(self):
-        return self.measure_grid()
 
 
 class LinearCrossEntropy(_KernelWithBackward):
     params = grid(__module__, __qualname__)
 
-    def setup_cache(self):
-        return self.measure_grid()
 
 
 class GradStats(_Kernel):
@@ -110,8 +85,6 @@ class GradStats(_Kernel):
 
     params = grid(__module__, __qualname__)
 
-    def setup_cache(self):
-        return self.measure_grid()
 
     @unit("MB")
     def track_fwd_peak_mb(self, records, shape, impl):

@@ -14,21 +14,6 @@ class Matmul(Grid):
     param_names = ["n", "mode"]
     version = 1
 
-    def cases(self):
-        from functools import partial
-
-        from optbench.core.runner import Case
-        from optbench.suite.workloads import matmul_work
-
-        from .common import device
-
-        dev = device()
-        return [Case({"n": n, "mode": m}, partial(matmul_work, int(n), m, dev))
-                for n in self.params[0] for m in self.params[1]]
-
-    def setup_cache(self):
-        return self.measure_grid()
-
     @unit("ms")
     def track_mm_ms(self, records, n, mode):
         return self.metric_ms(records, (n, mode), "mm")
@@ -37,5 +22,3 @@ class Matmul(Grid):
 class Step100M(StepGrid):
     params = grid(__module__, __qualname__)
 
-    def setup_cache(self):
-        return self.measure_grid()

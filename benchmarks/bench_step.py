@@ -18,29 +18,21 @@ class StepTiny(StepGrid):
 
     params = grid(__module__, __qualname__)
 
-    def setup_cache(self):
-        return self.measure_grid()
 
 
 class Step100M(StepGrid):
     params = grid(__module__, __qualname__)
 
-    def setup_cache(self):
-        return self.measure_grid()
 
 
 class Step500M(StepGrid):
     params = grid(__module__, __qualname__)
 
-    def setup_cache(self):
-        return self.measure_grid()
 
 
 class Step1B(StepGrid):
     params = grid(__module__, __qualname__)
 
-    def setup_cache(self):
-        return self.measure_grid()
 
 
 # The leave-one-out ablations: best-kernels, best-kernels with each of its switches left out in turn
@@ -48,19 +40,13 @@ class Step1B(StepGrid):
 class Ablation100M(StepGrid):
     params = grid(__module__, __qualname__)
 
-    def setup_cache(self):
-        return self.measure_grid()
 
 
 class Ablation500M(StepGrid):
     params = grid(__module__, __qualname__)
 
-    def setup_cache(self):
-        return self.measure_grid()
 
 
 class Ablation1B(StepGrid):
     params = grid(__module__, __qualname__)
 
-    def setup_cache(self):
-        return self.measure_grid()

@@ -1,12 +1,11 @@
 """What optbench's asv suites share.
 
-GPU suites measure their whole parameter grid once per run, in ``setup_cache`` (one process: models
-and compiled functions built once, a warm GPU, device time by CUDA-graph replay), through
-:func:`optbench.core.runner.run_grid`, which checks each case against its baseline before timing it and
-stores every sample. Each ``track_*`` method then reports one metric of one combination, so asv keeps
-history and HTML per metric. asv keys ``setup_cache`` by its source line, so every concrete class
-defines its own one-line ``setup_cache``. Nothing here imports torch: the many small asv processes
-that only read a metric stay cheap.
+GPU suites are measured once per run, in the one ``setup_cache`` every grid class inherits (one process
+for the whole suite: models, references and compiled functions built once, a warm GPU, device time by
+CUDA-graph replay), through :func:`optbench.suite.grids.measure_suite`, which checks each case against its
+baseline before timing it and stores every sample. Each ``track_*`` method then reports one metric of one
+combination, so asv keeps history and HTML per metric. Nothing here imports torch: the many small asv
+processes that only read a metric stay cheap.
 """
 
 from __future__ import annotations
@@ -25,73 +24,33 @@ def grid(module: str, qualname: str) -> list[list[str]]:
     return catalog.benchmark(f"{module.rsplit('.', 1)[-1]}.{qualname}").grid(current().suite)
 
 
-def device() -> str:
-    """'cuda' when a GPU is visible, else 'cpu' (imports torch, so only call it inside setup_cache)."""
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 class Grid(abc.ABC):
-    """Base of a grid suite: subclasses set ``params``/``param_names``, implement ``cases()`` and define a
-    one-line ``setup_cache`` (abstract here, so asv lists only the concrete classes)."""
+    """Base of a grid suite: a concrete class sets ``params = grid(__module__, __qualname__)`` (abstract until
+    then, so that asv lists only the concrete classes); its cases come from its catalog entry
+    (``optbench.suite.grids``)."""
 
-    params: list[list[str]] = []
     param_names: list[str] = []
     rounds = 1
     repeat = 1
     number = 1
-    timeout = 3600
+    timeout = 3600  # also setup_cache's: the whole suite is measured in it
+
+    @property
+    @abc.abstractmethod
+    def params(self) -> list[list[str]]:
+        """asv's parameter grid."""
 
     @classmethod
     def benchmark_name(cls) -> str:
         return f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
 
-    def cases(self) -> list[Any]:
-        raise NotImplementedError
-
-    @abc.abstractmethod
     def setup_cache(self) -> dict[str, dict[str, Any]]:
-        """``return self.measure_grid()``, in each concrete class (asv keys its cache by this line)."""
+        """Every grid case of this run's suite, measured in this one process (``optbench.suite.grids``): asv
+        keys a cache by the line defining ``setup_cache``, and every grid class inherits this one, so asv runs
+        it once per run and hands its records to every class's track methods."""
+        from optbench.suite.grids import measure_suite
 
-    def measure_grid(self, distributed: bool = False) -> dict[str, dict[str, Any]]:
-        """Run every case selected by ``$OPTBENCH_SELECT`` (a regex on record keys; all when unset; see
-        optbench.core.runner) and keep what the track methods read; unselected cases are skipped, not stored.
-        ``distributed``: cases that launch torchrun, each with at least ``optbench.suite.distributed``'s budget."""
-        import itertools
-        import re
-
-        from optbench.core.store import record_key
-
-        name, settings = self.benchmark_name(), current()
-        select = settings.select
-        keys = [record_key(name, dict(zip(self.param_names, combo))) for combo in itertools.product(*self.params)]
-        unselected = {"status": "skipped", "reason": f"not selected in this run (OPTBENCH_SELECT={select})"}
-        if select and not any(re.search(select, key) for key in keys):
-            return dict.fromkeys(keys, unselected)  # without building cases: no torch, no CUDA context
-        if name not in catalog.SUITES[settings.suite]:  # a plain `asv run` lists every class: skip the others
-            return dict.fromkeys(keys, {"status": "skipped", "reason": f"not in the {settings.suite!r} suite "
-                                        "(optbench run --suite, or OPTBENCH_SUITE)"})
-        from optbench.core import progress
-        from optbench.core.runner import NOT_STARTED, out_of_run_time, run_grid
-
-        if out_of_run_time():
-            not_started = {"status": "skipped", "reason": NOT_STARTED}
-            for key in keys:  # the run's progress counts them as done
-                if not select or re.search(select, key):
-                    progress.case_ended(key, name, not_started)
-            return dict.fromkeys(keys, not_started)
-
-        chosen = [c for c in self.cases() if not select or re.search(select, record_key(name, c.params))]
-        budget_s = settings.case_budget_s
-        if distributed:
-            from optbench.suite.distributed import CASE_BUDGET_S
-
-            budget_s = max(budget_s, CASE_BUDGET_S)
-        records = run_grid(name, chosen, budget_s=budget_s)
-        kept = {k: {f: r.get(f) for f in ("status", "reason", "metrics", "peak_mem_bytes")}
-                for k, r in records.items()}
-        return {key: kept.get(key, unselected) for key in keys}
+        return measure_suite()
 
     def record(self, records: dict[str, dict[str, Any]], params: tuple[str, ...]) -> Record:
         """The record of one parameter combination among what ``setup_cache`` kept."""
@@ -156,13 +115,4 @@ class StepGrid(_StepMetrics, Grid):
     """A training-step grid: its model size and variants come from its catalog entry."""
 
     param_names = ["variant"]
-    version = 2  # 2: steps timed after 2 s of steps, at the GPU's power-steady clock (optbench.suite.workloads)
-
-    def cases(self):
-        from functools import partial
-
-        from optbench.core.runner import Case
-        from optbench.suite.workloads import step_work
-
-        dev, size = device(), catalog.benchmark(self.benchmark_name()).size
-        return [Case({"variant": v}, partial(step_work, size, v, dev)) for v in self.params[0]]
+    version = 2  # 2: steps timed at the GPU's power-steady clock (optbench.suite.workloads.step_timing)

@@ -18,11 +18,11 @@ from models.config import CONFIGS, flops_per_token, param_count
 from models.step import BASELINE
 from optbench.core.hardware import PROFILES
 from optbench.core.runner import WrongResult
-from optbench.core.store import REPO_ROOT, ResultStore, record_key
+from optbench.core.store import REPO_ROOT, ResultStore
 from optbench.reporting import data, headline
 from optbench.suite import anchors, catalog
 from optbench.suite import plan as P
-from optbench.suite.workloads import STEP_REP_MS, STEP_WARMUP_MS
+from optbench.suite.workloads import step_timing
 
 ROOT = REPO_ROOT
 SCRIPT = ROOT / "scripts/probes/hf_compile_step_steady.py"
@@ -86,15 +86,6 @@ def test_hf_step_work_skips_without_transformers(monkeypatch):
     monkeypatch.setattr(anchors, "find_spec", lambda name: None)
     with pytest.raises(NotImplementedError, match="transformers"):
         anchors.hf_step_work("100M", "cuda")
-
-
-def test_an_unselected_grid_builds_nothing(monkeypatch):
-    from benchmarks.bench_anchors import HFCompileStep
-
-    monkeypatch.setenv("OPTBENCH_SELECT", "^nothing-matches$")
-    monkeypatch.setattr(HFCompileStep, "cases", lambda self: pytest.fail("built cases for an unselected grid"))
-    records = HFCompileStep().measure_grid()
-    assert set(records) == {record_key(catalog.ANCHOR_BENCHMARK, {"size": s}) for s in catalog.ANCHOR_SIZES}
 
 
 # --- the check on stub models -------------------------------------------------------------------------------
@@ -197,7 +188,7 @@ def test_the_work_is_timed_and_counted_as_our_step(stub_transformers):
     work = anchors.hf_step_work("100M", "cpu")
     cfg, tokens = CONFIGS["100M"], BASELINE.batch_size * BASELINE.seq_len
     assert set(work.timed) == {"step", "forward"} and work.memory == ("step",) and work.graph is False
-    assert work.timing == {"step": {"warmup_ms": STEP_WARMUP_MS, "rep_ms": STEP_REP_MS}}
+    assert work.timing == step_timing("cpu", {})  # timed as our step is
     assert work.flops == {"step": flops_per_token(cfg, BASELINE.seq_len) * tokens}
     assert work.info["tokens"] == tokens and work.info["primary_clock"] == "wall"
     assert work.info["params"] == param_count(cfg) and work.info["setup"] == anchors.HF_SETUP

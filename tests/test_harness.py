@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import itertools
 import os
 import re
 import subprocess
@@ -203,10 +204,51 @@ def test_a_work_sets_the_timers_budgets_per_metric(tmp_path, monkeypatch):
 
 
 def test_steps_on_a_gpu_are_timed_at_a_power_steady_clock():
-    from optbench.suite.workloads import STEP_WARMUP_MS, step_work
+    from optbench.core.machine import PowerSettle
+    from optbench.suite.workloads import STEP_REP_MS, STEP_WARMUP_MS, step_timing, step_work
 
     assert STEP_WARMUP_MS >= 1000  # an H100 reaches its power cap about a second into sustained steps
     assert step_work("tiny", "eager", "cpu").timing == {}  # a CPU has no boost to wait out
+    info: dict = {}
+    gpu = step_timing("cuda", info)["step"]
+    assert (gpu["warmup_ms"], gpu["rep_ms"]) == (STEP_WARMUP_MS, STEP_REP_MS)
+    assert isinstance(gpu["settled"], PowerSettle) and gpu["settled"].min_ms >= 500
+
+
+def _settle_on(monkeypatch, states: list[dict], limit_w: float = 700.0):
+    """A PowerSettle whose polls read ``states`` in turn (the last one after that), polling fast."""
+    from optbench.core import machine
+
+    feed = iter(states)
+    last = states[-1]
+    monkeypatch.setattr(machine, "gpu_state", lambda: next(feed, last))
+    monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: [str(limit_w)] if fields == ["power.limit"] else None)
+    return machine.PowerSettle(min_ms=50.0, poll_s=0.01, max_s=2.0)
+
+
+def _warm_up_ms(settled) -> float:
+    from optbench.core.timing import _Rotation, _warm_up
+
+    start = time.perf_counter()
+    _warm_up(_Rotation((lambda: time.sleep(0.002),)), lambda: None, time.perf_counter, 600.0, settled)
+    return (time.perf_counter() - start) * 1e3
+
+
+FREE = {"sm_clock_mhz": 1980, "power_w": 380.0, "clock_events": "0x0000000000000000", "temperature_c": 50}
+CAPPED = {"sm_clock_mhz": 1755, "power_w": 699.0, "clock_events": "0x0000000000000004", "temperature_c": 60}
+
+
+def test_a_warm_up_ends_early_only_on_a_gpu_that_is_not_held_back(monkeypatch):
+    """The step's warm-up ends once two polls, half a second in (here 50 ms), find no limiting clock event and a
+    draw well under the limit; at the power cap, near it, thermally slowed, or without readings, it runs its full
+    length (each of those is a planted state the rule must refuse)."""
+    free = _settle_on(monkeypatch, [FREE])
+    assert _warm_up_ms(free) < 300 and 50 <= free.settled_ms < 300
+    for held in (CAPPED, {**FREE, "power_w": 650.0}, {**FREE, "clock_events": "0x0000000000000020"}, None):
+        settle = _settle_on(monkeypatch, [held])
+        assert _warm_up_ms(settle) >= 600 and settle.settled_ms is None, held
+    capped_later = _settle_on(monkeypatch, [FREE, FREE, CAPPED])  # reaches the cap after its first polls
+    assert _warm_up_ms(capped_later) >= 600
 
 
 def test_a_case_that_loses_the_cuda_context_ends_the_grid_and_keeps_what_was_measured(tmp_path, monkeypatch):
@@ -313,25 +355,42 @@ def test_the_deadline_restores_an_outer_timer():
         signal.signal(signal.SIGALRM, previous)
 
 
-def _grid_classes():
-    from benchmarks import bench_kernels, bench_precision, bench_step
+def test_a_suite_with_nothing_selected_returns_its_skips_without_building_cases(monkeypatch):
+    """asv calls the shared setup_cache in a --select run too: where no key of the suite matches, every grid
+    benchmark's keys come back as skips from the catalog alone (no cases built: no torch, no CUDA context)."""
+    from optbench.suite import catalog, grids
+
+    monkeypatch.setenv("OPTBENCH_SUITE", "full")
+    monkeypatch.setenv("OPTBENCH_SELECT", "^nothing-matches$")
+    monkeypatch.setattr(grids, "cases", lambda *a: pytest.fail("built cases for an unselected grid"))
+    records = grids.measure_suite()
+    keys = {record_key(b.name, params) for b in catalog.BENCHMARKS.values() if b.kind in grids.GRID_KINDS
+            for params in (dict(zip(b.param_names, combo)) for combo in itertools.product(*b.grid("full")))}
+    assert set(records) == keys
+    assert all(r["status"] == "skipped" for r in records.values())
+    in_full = [k for k in keys if k.split("|")[0] in catalog.SUITES["full"]]
+    assert in_full and all("not selected" in records[k]["reason"] for k in in_full)
+
+
+def test_every_grid_class_shares_one_setup_cache():
+    """asv runs a setup_cache once per cache key (the defining line): one key, one process for the suite."""
+    from asv_runner.benchmarks._base import get_setup_cache_key
+
+    from benchmarks import (
+        bench_anchors,
+        bench_convergence,
+        bench_distributed,
+        bench_kernels,
+        bench_precision,
+        bench_step,
+    )
     from benchmarks.common import Grid
 
-    return [cls for module in (bench_kernels, bench_precision, bench_step) for cls in vars(module).values()
-            if isinstance(cls, type) and issubclass(cls, Grid) and not inspect.isabstract(cls)]
-
-
-@pytest.mark.parametrize("cls", _grid_classes(), ids=lambda c: c.benchmark_name())
-def test_a_grid_not_selected_returns_its_skips_without_building_cases(cls, monkeypatch):
-    """asv calls every class's setup_cache in a --select run: a class none of whose keys match returns its
-    skips from the parameter names alone (no torch, no CUDA context), keyed as its cases are."""
-    grid = cls()
-    keys = {record_key(cls.benchmark_name(), c.params) for c in grid.cases()}
-    monkeypatch.setenv("OPTBENCH_SELECT", "^nothing-matches$")
-    monkeypatch.setattr(cls, "cases", lambda self: pytest.fail("built cases for an unselected grid"))
-    records = grid.measure_grid()
-    assert set(records) == keys
-    assert all(r["status"] == "skipped" and "not selected" in r["reason"] for r in records.values())
+    modules = (bench_anchors, bench_convergence, bench_distributed, bench_kernels, bench_precision, bench_step)
+    classes = [cls for m in modules for cls in vars(m).values()
+               if isinstance(cls, type) and issubclass(cls, Grid) and not inspect.isabstract(cls)]
+    assert len(classes) >= 10
+    assert len({get_setup_cache_key(cls.setup_cache) for cls in classes}) == 1
 
 
 def test_results_belong_to_the_commit_whose_code_was_measured(tmp_path):
@@ -386,11 +445,11 @@ def test_a_run_with_a_time_budget_stops_in_time_and_stores_nothing_it_did_not_me
     assert by_case["after"] == {**by_case["after"], "status": "skipped", "reason": NOT_STARTED}
     assert set(store.load("test-machine", "d" * 40)) == {MACHINE_KEY}  # neither a timeout nor a placeholder
 
-    from benchmarks.bench_precision import Matmul
+    from optbench.suite import grids
 
-    monkeypatch.setattr(Matmul, "cases", lambda self: pytest.fail("built cases after the run's budget ended"))
+    monkeypatch.setattr(grids, "cases", lambda *a: pytest.fail("built cases after the run's budget ended"))
     monkeypatch.setenv("OPTBENCH_SUITE", "full")  # a suite Matmul is in: its skips are the budget's
-    skipped = Matmul().measure_grid()
+    skipped = grids.measure_suite(["bench_precision.Matmul"])
     assert {r["status"] for r in skipped.values()} == {"skipped"}
     # The run's progress counts them all as ended: the cut case with the seconds it ran, the rest not started.
     ends = {e["key"]: e for e in _events(tmp_path / "progress.jsonl") if e["event"] == "end"}

@@ -46,9 +46,6 @@ class Probe(Grid):
     param_names = ["case"]
     params = [["ok", "cpu", "skipped", "oom"]]
 
-    def setup_cache(self):
-        return self.measure_grid()
-
 
 def test_asv_track_methods_read_records_through_the_view():
     def kept(case: str, **fields) -> tuple[str, dict]:

@@ -1,7 +1,7 @@
 """Live progress of an ``optbench run``: what runs, how many cases are done and left, elapsed time and ETA.
 
 asv captures a benchmark process's output and prints it only once that process ends, and one process measures
-a whole grid (``setup_cache``), so its output cannot show progress. Instead every benchmark process appends one
+a whole suite (``setup_cache``), so its output cannot show progress. Instead every benchmark process appends one
 JSON line per event to the run's progress file (the setting ``progress``, ``$OPTBENCH_PROGRESS``; ``optbench
 run`` makes it ``results/<machine>/progress/<run id>.jsonl``), opened in append mode and flushed per line:
 

@@ -75,14 +75,14 @@ def check_training(step: Callable[[], Tensor], params: Mapping[str, Tensor], voc
 def hf_step_work(size: str, device: str, seed: int = 0) -> Work:
     """The HF + torch.compile training step of ``size`` at our baseline's batch and sequence length on this
     machine (``optbench.suite.plan.base_options``): checked with :func:`check_training`, then timed as
-    ``optbench.suite.workloads.step_work`` times ours (wall ms per step after STEP_WARMUP_MS of steps; forward +
+    ``optbench.suite.workloads.step_work`` times ours (wall ms per step, ``step_timing``; forward +
     loss; peak memory of a step). Skips (NotImplementedError) where ``optbench.suite.plan.anchor_skip_reason`` says
     the machine cannot run it, or where transformers is not installed."""
     import torch
 
     from models.config import CONFIGS, flops_per_token, param_count
     from optbench.suite.plan import anchor_skip_reason, base_options
-    from optbench.suite.workloads import STEP_REP_MS, STEP_WARMUP_MS, machine_profile, skip_if
+    from optbench.suite.workloads import machine_profile, skip_if, step_timing
 
     profile = machine_profile(device)
     skip_if(anchor_skip_reason(profile, size))
@@ -115,9 +115,9 @@ def hf_step_work(size: str, device: str, seed: int = 0) -> Work:
         return check_training(step, dict(model.named_parameters()), cfg.vocab_size, param_count(cfg))
 
     tokens = base.batch_size * base.seq_len
+    info = {"tokens": tokens, "primary_clock": "wall", "precision": "bf16", "batch_size": base.batch_size,
+            "seq_len": base.seq_len, "params": param_count(cfg), "setup": HF_SETUP,
+            "transformers": transformers.__version__}
     return Work(timed={"step": step, "forward": lambda: forward_loss().detach()}, check=check, memory=("step",),
                 flops={"step": flops_per_token(cfg, base.seq_len) * tokens}, graph=False,
-                timing={"step": {"warmup_ms": STEP_WARMUP_MS, "rep_ms": STEP_REP_MS}},
-                info={"tokens": tokens, "primary_clock": "wall", "precision": "bf16", "batch_size": base.batch_size,
-                      "seq_len": base.seq_len, "params": param_count(cfg), "setup": HF_SETUP,
-                      "transformers": transformers.__version__})
+                timing=step_timing(device, info), info=info)

@@ -1,0 +1,144 @@
+"""Every grid case of a suite, measured in one process.
+
+asv's grid classes (``benchmarks/``) share one ``setup_cache`` (asv keys a cache by the line that defines it),
+so asv starts one process per run for all of them, and that process calls :func:`measure_suite`: torch, CUDA,
+inductor and Liger-Kernel are imported once, the step's high-precision references are built once per size
+(``optbench.suite.workloads``) and the GPU stays warm between grids. Each asv track process then reads one
+metric of one case from what :func:`measure_suite` kept.
+
+The price is isolation: a case that ends the process (the watchdog's hard stop, a crash in C) ends the run's
+remaining grids too (every record measured before it is stored), and one that leaves the CUDA context unusable
+marks the rest of the suite not measured (``optbench.core.runner.run_grid``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from optbench.core.settings import current
+from optbench.suite import catalog
+
+if TYPE_CHECKING:
+    from optbench.core.runner import Case
+
+#: Benchmark kinds measured by :func:`measure_suite` (the 'cpu' classes are timed by asv itself).
+GRID_KINDS = ("kernel", "matmul", "step", "anchor", "convergence", "distributed")
+#: The fields of a record that asv's track methods read (samples stay in the store: asv reads the kept records
+#: once per track call).
+KEPT_FIELDS = ("status", "reason", "metrics", "peak_mem_bytes", "summary")
+
+
+def cases(name: str, grid: list[list[str]], device: str) -> list[Case]:
+    """The cases of benchmark ``name`` over asv's ``grid`` (one list per parameter, in its param_names' order)."""
+    from optbench.core.runner import Case
+
+    entry = catalog.benchmark(name)
+    combos = [dict(zip(entry.param_names, combo)) for combo in itertools.product(*grid)]
+    if entry.kind == "kernel":
+        from optbench.suite.workloads import kernel_work
+
+        return [Case(p, partial(kernel_work, entry.op, p["shape"], p["impl"], device)) for p in combos]
+    if entry.kind == "matmul":
+        from optbench.suite.workloads import matmul_work
+
+        return [Case(p, partial(matmul_work, int(p["n"]), p["mode"], device)) for p in combos]
+    if entry.kind == "step":
+        from optbench.suite.workloads import step_work
+
+        return [Case(p, partial(step_work, entry.size, p["variant"], device)) for p in combos]
+    if entry.kind == "anchor":
+        from optbench.suite.anchors import hf_step_work
+
+        return [Case(p, partial(hf_step_work, p["size"], device)) for p in combos]
+    if entry.kind == "convergence":
+        from optbench.suite.convergence import convergence_work
+
+        return [Case(p, partial(convergence_work, entry.size, p["variant"], device)) for p in combos]
+    if entry.kind == "distributed":
+        from optbench.suite.distributed import distributed_work
+
+        one_gpu: dict[str, float] = {}  # variant -> tokens/s at 1 GPU, as this run measures it
+        return [Case(p, partial(distributed_work, entry.size, p["variant"], int(p["world_size"]), device, one_gpu))
+                for p in combos]
+    raise ValueError(f"{name}: a {entry.kind!r} benchmark has no grid cases")
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _skips(keys: list[str], reason: str) -> dict[str, dict[str, Any]]:
+    return dict.fromkeys(keys, {"status": "skipped", "reason": reason})
+
+
+def measure_suite(names: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Measure, in this process, every case of this run's suite (``optbench.core.settings``) that
+    ``$OPTBENCH_SELECT`` selects, grid after grid in the catalog's order, and return what asv's track methods
+    read (:data:`KEPT_FIELDS`) by record key, for every case of ``names`` (default: every grid benchmark of the
+    catalog; asv lists them all): a case outside the suite, unselected, or not started before the run's time
+    budget ended is a skip with its reason. Imports nothing heavy where nothing is selected."""
+    from optbench.core.store import record_key
+
+    settings = current()
+    suite, select = settings.suite, settings.select
+    names = names or [b.name for b in catalog.BENCHMARKS.values() if b.kind in GRID_KINDS]
+    kept: dict[str, dict[str, Any]] = {}
+    device = None
+    for name in names:
+        entry = catalog.benchmark(name)
+        grid = entry.grid(suite)
+        keys = [record_key(name, dict(zip(entry.param_names, combo))) for combo in itertools.product(*grid)]
+        if name not in catalog.SUITES[suite]:  # a plain `asv run` lists every class
+            kept.update(_skips(keys, f"not in the {suite!r} suite (optbench run --suite, or OPTBENCH_SUITE)"))
+            continue
+        chosen = [k for k in keys if not select or re.search(select, k)]
+        kept.update(_skips(keys, f"not selected in this run (OPTBENCH_SELECT={select})"))
+        if chosen:
+            device = device or _device()
+            kept.update(_measure_grid(name, grid, chosen, device))
+    return kept
+
+
+def _measure_grid(name: str, grid: list[list[str]], chosen: list[str], device: str) -> dict[str, dict[str, Any]]:
+    """The kept records of the ``chosen`` keys of one grid (skips, without building anything, where the run's
+    time budget has ended)."""
+    from optbench.core import progress
+    from optbench.core.runner import NOT_STARTED, out_of_run_time, run_grid
+    from optbench.core.store import record_key
+
+    entry = catalog.benchmark(name)
+    if out_of_run_time():
+        not_started = {"status": "skipped", "reason": NOT_STARTED}
+        for key in chosen:  # the run's progress counts them as done
+            progress.case_ended(key, name, not_started)
+        return dict.fromkeys(chosen, not_started)
+    budget_s = current().case_budget_s
+    if entry.kind == "distributed":
+        from optbench.suite.distributed import CASE_BUDGET_S
+
+        budget_s = max(budget_s, CASE_BUDGET_S)
+    todo = [c for c in cases(name, grid, device) if record_key(name, c.params) in chosen]
+    records = run_grid(name, todo, device=device, budget_s=budget_s)
+    kept = {}
+    for key, rec in records.items():
+        kept[key] = {f: rec.get(f) for f in KEPT_FIELDS}
+        kept[key]["metrics"] = {m: _without_samples(t) for m, t in (rec.get("metrics") or {}).items()}
+    if entry.kind == "convergence":  # the figures this process measured, for the track methods
+        from optbench.suite.convergence import summary
+
+        for key, rec in records.items():
+            kept[key]["summary"] = summary(entry.size, rec["params"]["variant"]) or {}
+    return kept
+
+
+def _without_samples(measurement: Any) -> Any:
+    """A stored measurement (clock -> timing) without its samples: what a track method reads of it."""
+    if not isinstance(measurement, dict):
+        return measurement
+    return {clock: ({k: v for k, v in t.items() if k != "samples_ms"} if isinstance(t, dict) else t)
+            for clock, t in measurement.items()}
