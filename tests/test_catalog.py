@@ -101,3 +101,12 @@ def test_imports_without_torch():
     code = "import sys; sys.modules['torch'] = None; import optbench.suite.catalog as c; print(len(c.BENCHMARKS))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and int(out.stdout) == len(catalog.BENCHMARKS), out.stderr
+
+
+def test_asv_lists_the_benchmarks_without_importing_torch():
+    """asv imports every benchmark module twice per run (its discovery and its forkserver) before any case runs:
+    neither pays for torch."""
+    code = ("import sys; sys.modules['torch'] = None; "
+            + "; ".join(f"import benchmarks.{m}" for m in BENCH_MODULES))
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

@@ -5,9 +5,11 @@ Phases (each case's from its record's fields, :func:`optbench.core.runner.measur
 
 - process start-up: per grid process, from its start to its first case (``startup_seconds``: the interpreter,
   asv's runner, imports of the benchmark modules and torch, the grid's cases, machine info);
-- build: inputs, models and eager references (``build_seconds``; CUDA's context falls in a process's first);
-- check, torch.compile: dynamo and inductor compiling (with max-autotune's autotuning) while the check ran
-  (``compile_seconds``: torch's own compile timers, ``torch._dynamo.utils.compilation_time_metrics``);
+- build: inputs, models and eager references, less torch.compile's part (``build_seconds`` less
+  ``build_compile_seconds``; CUDA's context falls in a process's first);
+- torch.compile: dynamo and inductor compiling (with max-autotune's autotuning) while the build (a captured step's
+  warm-up calls) or the check ran (``compile_seconds``: torch's own compile timers,
+  ``torch._dynamo.utils.compilation_time_metrics``);
 - check, the rest: the reference and candidate calls and comparison (Triton's @autotune of our kernels runs at
   their first launch, so it falls here);
 - timing, torch.compile: compiles while the timed calls ran (a recompile of a call the check did not make);
@@ -28,7 +30,7 @@ KEY = "__breakdown__"
 PHASES = {
     "startup": "process start-up (imports, torch, machine info)",
     "build": "build (inputs, models, eager references)",
-    "check_compile": "check: torch.compile (dynamo, inductor, autotuning)",
+    "compile": "torch.compile in build and check (dynamo, inductor, autotuning)",
     "check_rest": "check: the rest (reference, candidate, comparison)",
     "timing_compile": "timing: torch.compile (recompiles)",
     "timing": "timing (warm-up, capture, samples)",
@@ -51,10 +53,11 @@ def phases(events: Iterable[Mapping[str, Any]], wall_s: float) -> dict[str, floa
         if e.get("event") == "process":
             out["startup"] += _f(e, "startup_seconds")
         elif e.get("event") == "end":
-            check, compiled = _f(e, "check_seconds"), _f(e, "compile_seconds")
+            build, built = _f(e, "build_seconds"), _f(e, "build_compile_seconds")
+            check, compiled = _f(e, "check_seconds"), _f(e, "compile_seconds") - built
             timing, recompiled = _f(e, "timing_seconds"), _f(e, "timing_compile_seconds")
-            out["build"] += _f(e, "build_seconds")
-            out["check_compile"] += min(compiled, check)
+            out["build"] += max(build - built, 0.0)
+            out["compile"] += min(built, build) + min(max(compiled, 0.0), check)
             out["check_rest"] += max(check - compiled, 0.0)
             out["timing_compile"] += min(recompiled, timing)
             out["timing"] += max(timing - recompiled, 0.0)

@@ -39,8 +39,8 @@ from typing import Any
 from optbench.core import settings
 
 # The fields of a case's record that its 'end' event carries (the phases of optbench.core.breakdown).
-PHASE_FIELDS = ("build_seconds", "check_seconds", "compile_seconds", "timing_seconds", "timing_compile_seconds",
-                "memory_seconds")
+PHASE_FIELDS = ("build_seconds", "build_compile_seconds", "check_seconds", "compile_seconds", "timing_seconds",
+                "timing_compile_seconds", "memory_seconds")
 ABORTED = "aborted"  # the status of a case whose measurement raised past the runner (an interrupt)
 
 _warned = False
