@@ -504,10 +504,10 @@ def test_a_case_that_ends_stops_its_watchdog(monkeypatch):
     quick = Case({"case": "quick"}, lambda: Work(timed={}, check=lambda: {}))
     slow = Case({"case": "slow"}, lambda: Work(timed={}, check=spin))
     earlier = {t for t in threading.enumerate() if t.name == runner.WATCHDOG_THREAD}  # other tests' (a hard stop's)
-    assert runner.measure_case(quick, device="cpu", budget_s=0.3)["status"] == "ok"
+    assert runner.measure_case(quick, device="cpu", budget_s=2.0)["status"] == "ok"  # (first imports on a busy CI)
     assert runner.measure_case(slow, device="cpu", budget_s=0.3)["status"] == "timeout"
     assert not [t for t in threading.enumerate() if t.name == runner.WATCHDOG_THREAD and t not in earlier]
-    time.sleep(0.3 + 2 * 3.0 + 0.2)
+    time.sleep(2.0 + 2 * 3.0 + 0.2)
     assert fired == []
 
 
