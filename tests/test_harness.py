@@ -262,7 +262,7 @@ def test_a_case_that_loses_the_cuda_context_ends_the_grid_and_keeps_what_was_mea
         lost.append(True)
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    def free():  # every CUDA call fails once the context is gone, the cleanup after the case too
+    def free(baseline=None):  # every CUDA call fails once the context is gone, the cleanup after the case too
         if lost:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
