@@ -1,8 +1,8 @@
 """What optbench's asv suites share.
 
-GPU suites are measured once per run, in the one ``setup_cache`` every grid class inherits (one process
-for the whole suite: models, references and compiled functions built once, a warm GPU, device time by
-CUDA-graph replay), through :func:`optbench.suite.grids.measure_suite`, which checks each case against its
+GPU suites are measured once per run, in the ``setup_cache`` every grid class inherits (two processes per
+run: the training steps, and the rest; models, references and compiled functions built once, a warm GPU, device
+time by CUDA-graph replay), through :func:`optbench.suite.grids.measure_suite`, which checks each case against its
 baseline before timing it and stores every sample. Each ``track_*`` method then reports one metric of one
 combination, so asv keeps history and HTML per metric. Nothing here imports torch: the many small asv
 processes that only read a metric stay cheap.
@@ -45,12 +45,13 @@ class Grid(abc.ABC):
         return f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
 
     def setup_cache(self) -> dict[str, dict[str, Any]]:
-        """Every grid case of this run's suite, measured in this one process (``optbench.suite.grids``): asv
-        keys a cache by the line defining ``setup_cache``, and every grid class inherits this one, so asv runs
-        it once per run and hands its records to every class's track methods."""
-        from optbench.suite.grids import measure_suite
+        """Every grid case of this run's suite but the training steps, measured in this one process
+        (``optbench.suite.grids``): asv keys a cache by the line defining ``setup_cache``, and every grid class
+        but :class:`StepGrid` inherits this one, so asv runs it once per run and hands its records to every
+        such class's track methods."""
+        from optbench.suite.grids import PROCESSES, measure_suite
 
-        return measure_suite()
+        return measure_suite(kinds=PROCESSES["other"])
 
     def record(self, records: dict[str, dict[str, Any]], params: tuple[str, ...]) -> Record:
         """The record of one parameter combination among what ``setup_cache`` kept."""
@@ -115,4 +116,10 @@ class StepGrid(_StepMetrics, Grid):
     """A training-step grid: its model size and variants come from its catalog entry."""
 
     param_names = ["variant"]
-    version = 2  # 2: steps timed at the GPU's power-steady clock (optbench.suite.workloads.step_timing)
+    version = 2  # 2: steps timed after 2 s of steps, at the GPU's power-steady clock (optbench.suite.workloads)
+
+    def setup_cache(self) -> dict[str, dict[str, Any]]:
+        """Every training step of this run's suite, in a process of their own (``optbench.suite.grids``)."""
+        from optbench.suite.grids import PROCESSES, measure_suite
+
+        return measure_suite(kinds=PROCESSES["steps"])

@@ -204,51 +204,11 @@ def test_a_work_sets_the_timers_budgets_per_metric(tmp_path, monkeypatch):
 
 
 def test_steps_on_a_gpu_are_timed_at_a_power_steady_clock():
-    from optbench.core.machine import PowerSettle
     from optbench.suite.workloads import STEP_REP_MS, STEP_WARMUP_MS, step_timing, step_work
 
     assert STEP_WARMUP_MS >= 1000  # an H100 reaches its power cap about a second into sustained steps
-    assert step_work("tiny", "eager", "cpu").timing == {}  # a CPU has no boost to wait out
-    info: dict = {}
-    gpu = step_timing("cuda", info)["step"]
-    assert (gpu["warmup_ms"], gpu["rep_ms"]) == (STEP_WARMUP_MS, STEP_REP_MS)
-    assert isinstance(gpu["settled"], PowerSettle) and gpu["settled"].min_ms >= 500
-
-
-def _settle_on(monkeypatch, states: list[dict], limit_w: float = 700.0):
-    """A PowerSettle whose polls read ``states`` in turn (the last one after that), polling fast."""
-    from optbench.core import machine
-
-    feed = iter(states)
-    last = states[-1]
-    monkeypatch.setattr(machine, "gpu_state", lambda: next(feed, last))
-    monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: [str(limit_w)] if fields == ["power.limit"] else None)
-    return machine.PowerSettle(min_ms=50.0, poll_s=0.01, max_s=2.0)
-
-
-def _warm_up_ms(settled) -> float:
-    from optbench.core.timing import _Rotation, _warm_up
-
-    start = time.perf_counter()
-    _warm_up(_Rotation((lambda: time.sleep(0.002),)), lambda: None, time.perf_counter, 600.0, settled)
-    return (time.perf_counter() - start) * 1e3
-
-
-FREE = {"sm_clock_mhz": 1980, "power_w": 380.0, "clock_events": "0x0000000000000000", "temperature_c": 50}
-CAPPED = {"sm_clock_mhz": 1755, "power_w": 699.0, "clock_events": "0x0000000000000004", "temperature_c": 60}
-
-
-def test_a_warm_up_ends_early_only_on_a_gpu_that_is_not_held_back(monkeypatch):
-    """The step's warm-up ends once two polls, half a second in (here 50 ms), find no limiting clock event and a
-    draw well under the limit; at the power cap, near it, thermally slowed, or without readings, it runs its full
-    length (each of those is a planted state the rule must refuse)."""
-    free = _settle_on(monkeypatch, [FREE])
-    assert _warm_up_ms(free) < 300 and 50 <= free.settled_ms < 300
-    for held in (CAPPED, {**FREE, "power_w": 650.0}, {**FREE, "clock_events": "0x0000000000000020"}, None):
-        settle = _settle_on(monkeypatch, [held])
-        assert _warm_up_ms(settle) >= 600 and settle.settled_ms is None, held
-    capped_later = _settle_on(monkeypatch, [FREE, FREE, CAPPED])  # reaches the cap after its first polls
-    assert _warm_up_ms(capped_later) >= 600
+    assert step_work("tiny", "eager", "cpu").timing == {} == step_timing("cpu")  # a CPU has no boost to wait out
+    assert step_timing("cuda") == {"step": {"warmup_ms": STEP_WARMUP_MS, "rep_ms": STEP_REP_MS}}
 
 
 def test_a_case_that_loses_the_cuda_context_ends_the_grid_and_keeps_what_was_measured(tmp_path, monkeypatch):
@@ -372,8 +332,9 @@ def test_a_suite_with_nothing_selected_returns_its_skips_without_building_cases(
     assert in_full and all("not selected" in records[k]["reason"] for k in in_full)
 
 
-def test_every_grid_class_shares_one_setup_cache():
-    """asv runs a setup_cache once per cache key (the defining line): one key, one process for the suite."""
+def test_the_grid_classes_share_two_setup_caches_the_steps_and_the_rest():
+    """asv runs a setup_cache once per cache key (the defining line): one process for the training steps, one for
+    everything else, each measuring the kinds of its own classes."""
     from asv_runner.benchmarks._base import get_setup_cache_key
 
     from benchmarks import (
@@ -384,14 +345,19 @@ def test_every_grid_class_shares_one_setup_cache():
         bench_precision,
         bench_step,
     )
-    from benchmarks.common import Grid
+    from benchmarks.common import Grid, StepGrid
+    from optbench.suite import catalog
+    from optbench.suite.grids import PROCESSES
 
     modules = (bench_anchors, bench_convergence, bench_distributed, bench_kernels, bench_precision, bench_step)
     classes = [cls for m in modules for cls in vars(m).values()
                if isinstance(cls, type) and issubclass(cls, Grid) and not inspect.isabstract(cls)]
-    assert len(classes) >= 10
-    assert len({get_setup_cache_key(cls.setup_cache) for cls in classes}) == 1
-
+    keys = {"steps": set(), "other": set()}
+    for cls in classes:
+        process = "steps" if issubclass(cls, StepGrid) else "other"
+        assert catalog.benchmark(cls.benchmark_name()).kind in PROCESSES[process]
+        keys[process].add(get_setup_cache_key(cls.setup_cache))
+    assert len(keys["steps"]) == len(keys["other"]) == 1 and keys["steps"] != keys["other"]
 
 def test_results_belong_to_the_commit_whose_code_was_measured(tmp_path):
     """Commits that only add results, docs or notes do not change what a run measures: a later session's run

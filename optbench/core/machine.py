@@ -8,9 +8,6 @@ import re
 import shutil
 import socket
 import subprocess
-import threading
-import time
-from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -102,67 +99,6 @@ def gpu_state() -> dict[str, Any] | None:
         return None
     return {"sm_clock_mhz": _int_or_none(smi[0]), "power_w": _float_or_none(smi[1]),
             "temperature_c": _int_or_none(smi[2]), "clock_events": smi[3]}
-
-
-# Clock-event reasons that mean the SM clock is held below what the load would get: a software power cap (0x4),
-# hardware slowdown (0x8), software and hardware thermal slowdown (0x20, 0x40), the hardware power brake (0x80).
-LIMITING_CLOCK_EVENTS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
-
-
-class PowerSettle:
-    """When a warm-up may end early (``optbench.core.timing.measure(settled=...)``): once the GPU is not held back.
-
-    Called with the warm-up's elapsed ms after each warm-up call. True once two consecutive polls of GPU 0
-    (:func:`gpu_state`, in a background thread every ``poll_s``, so that the load has no gaps), both begun at least
-    ``min_ms`` into the warm-up, show no limiting clock event (:data:`LIMITING_CLOCK_EVENTS`) and a draw under
-    ``margin`` of the power limit: a load that stays there runs at the clock it has now, so a longer warm-up would
-    not change its figure. A load at the cap, or a GPU without nvidia-smi, is never settled: its warm-up runs its
-    full length. ``on_settled(elapsed_ms)`` is called once, where it ends early. Polls stop once settled, or after
-    ``max_s``."""
-
-    def __init__(self, min_ms: float = 500.0, poll_s: float = 0.15, margin: float = 0.85, max_s: float = 10.0,
-                 on_settled: Callable[[float], Any] | None = None):
-        self.min_ms, self.poll_s, self.margin, self.max_s = min_ms, poll_s, margin, max_s
-        self.on_settled = on_settled
-        self._start: float | None = None  # perf_counter at the warm-up's start
-        self._polls: list[tuple[float, dict[str, Any] | None]] = []  # (ms into the warm-up at the poll's start, state)
-        self._limit_w: float | None = None
-        self._done = threading.Event()
-        self.settled_ms: float | None = None
-
-    def __call__(self, elapsed_ms: float) -> bool:
-        if self.settled_ms is not None:
-            return True
-        if self._start is None:
-            self._start = time.perf_counter() - elapsed_ms / 1e3
-            threading.Thread(target=self._poll, name="optbench-power-settle", daemon=True).start()
-        polls = [state for at, state in list(self._polls) if at >= self.min_ms]
-        if len(polls) >= 2 and all(self._unlimited(state) for state in polls[-2:]):
-            self.settled_ms = elapsed_ms
-            self._done.set()
-            if self.on_settled is not None:
-                self.on_settled(elapsed_ms)
-            return True
-        return False
-
-    def _unlimited(self, state: dict[str, Any] | None) -> bool:
-        if not state or self._limit_w is None or state.get("power_w") is None:
-            return False
-        try:
-            events = int(str(state.get("clock_events")), 16)
-        except ValueError:
-            return False
-        return not events & LIMITING_CLOCK_EVENTS and state["power_w"] < self.margin * self._limit_w
-
-    def _poll(self) -> None:
-        limit = _nvidia_smi(["power.limit"])
-        self._limit_w = _float_or_none(limit[0]) if limit else None
-        while not self._done.is_set() and self._start is not None:
-            at_ms = (time.perf_counter() - self._start) * 1e3
-            if at_ms > self.max_s * 1e3:
-                return
-            self._polls.append((at_ms, gpu_state()))
-            self._done.wait(self.poll_s)
 
 
 def machine_name(info: dict[str, Any] | None = None, emulate: str | None = None) -> str:

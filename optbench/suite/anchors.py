@@ -120,4 +120,4 @@ def hf_step_work(size: str, device: str, seed: int = 0) -> Work:
             "transformers": transformers.__version__}
     return Work(timed={"step": step, "forward": lambda: forward_loss().detach()}, check=check, memory=("step",),
                 flops={"step": flops_per_token(cfg, base.seq_len) * tokens}, graph=False,
-                timing=step_timing(device, info), info=info)
+                timing=step_timing(device), info=info)

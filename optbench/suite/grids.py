@@ -1,14 +1,17 @@
-"""Every grid case of a suite, measured in one process.
+"""Every grid case of a suite, measured in two processes: the training steps in one, the rest in the other.
 
-asv's grid classes (``benchmarks/``) share one ``setup_cache`` (asv keys a cache by the line that defines it),
-so asv starts one process per run for all of them, and that process calls :func:`measure_suite`: torch, CUDA,
-inductor and Liger-Kernel are imported once, the step's high-precision references are built once per size
-(``optbench.suite.workloads``) and the GPU stays warm between grids. Each asv track process then reads one
-metric of one case from what :func:`measure_suite` kept.
+asv keys a ``setup_cache`` by the line that defines it: every grid class inherits one of two
+(``benchmarks/common.py``), so asv starts two processes per run, and each calls :func:`measure_suite` for its
+kinds (:data:`PROCESSES`): torch, CUDA, inductor and Liger-Kernel are imported once per process, the steps'
+high-precision references are built once per size (``optbench.suite.workloads``) and the GPU stays warm between
+grids. Each asv track process then reads one metric of one case from what :func:`measure_suite` kept.
 
-The price is isolation: a case that ends the process (the watchdog's hard stop, a crash in C) ends the run's
-remaining grids too (every record measured before it is stored), and one that leaves the CUDA context unusable
-marks the rest of the suite not measured (``optbench.core.runner.run_grid``).
+The training steps have a process of their own: host-bound steps (eager, ~60-80 ms of launches at 100M) read
+~1.3x slower in runs where one process measured the kernel grids first (quick runs of 79c0fe1, 65a3058 and
+b0045ad against 3151fb9's, NOTES.md), so the steps start in a process that has done nothing else, as they did
+when each grid had its own. The price of sharing is isolation: a case that ends its process (the watchdog's hard
+stop, a crash in C) ends that process's remaining grids too (every record measured before it is stored), and one
+that leaves the CUDA context unusable marks the rest of them not measured (``optbench.core.runner.run_grid``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ if TYPE_CHECKING:
 
 #: Benchmark kinds measured by :func:`measure_suite` (the 'cpu' classes are timed by asv itself).
 GRID_KINDS = ("kernel", "matmul", "step", "anchor", "convergence", "distributed")
+#: The kinds each grid process measures: our training steps, and everything else.
+PROCESSES = {"steps": ("step",), "other": tuple(k for k in GRID_KINDS if k != "step")}
 #: The fields of a record that asv's track methods read (samples stay in the store: asv reads the kept records
 #: once per track call).
 KEPT_FIELDS = ("status", "reason", "metrics", "peak_mem_bytes", "summary")
@@ -76,17 +81,17 @@ def _skips(keys: list[str], reason: str) -> dict[str, dict[str, Any]]:
     return dict.fromkeys(keys, {"status": "skipped", "reason": reason})
 
 
-def measure_suite(names: list[str] | None = None) -> dict[str, dict[str, Any]]:
+def measure_suite(names: list[str] | None = None, kinds: tuple[str, ...] = GRID_KINDS) -> dict[str, dict[str, Any]]:
     """Measure, in this process, every case of this run's suite (``optbench.core.settings``) that
     ``$OPTBENCH_SELECT`` selects, grid after grid in the catalog's order, and return what asv's track methods
     read (:data:`KEPT_FIELDS`) by record key, for every case of ``names`` (default: every grid benchmark of the
-    catalog; asv lists them all): a case outside the suite, unselected, or not started before the run's time
-    budget ended is a skip with its reason. Imports nothing heavy where nothing is selected."""
+    catalog of one of ``kinds``; asv lists them all): a case outside the suite, unselected, or not started before
+    the run's time budget ended is a skip with its reason. Imports nothing heavy where nothing is selected."""
     from optbench.core.store import record_key
 
     settings = current()
     suite, select = settings.suite, settings.select
-    names = names or [b.name for b in catalog.BENCHMARKS.values() if b.kind in GRID_KINDS]
+    names = names or [b.name for b in catalog.BENCHMARKS.values() if b.kind in kinds]
     kept: dict[str, dict[str, Any]] = {}
     device = None
     for name in names:

@@ -30,15 +30,15 @@ def main() -> int:
     work = step_work("100M", "eager", "cuda")
     work.check()
 
-    def point(name: str, settle: bool = False) -> None:
-        keywords = dict(work.timing["step"]) if settle else {"warmup_ms": STEP_WARMUP_MS, "rep_ms": STEP_REP_MS}
-        wall = measure(work.timed["step"], device="cuda", graph=False, **keywords).wall
+    def point(name: str) -> None:
+        wall = measure(work.timed["step"], device="cuda", graph=False, warmup_ms=STEP_WARMUP_MS,
+                       rep_ms=STEP_REP_MS).wall
         print(json.dumps({"point": name, "step_wall_ms": round(wall.median_ms, 2), "iqr_ms": round(wall.iqr_ms, 2),
                           "threads": sorted(t.name for t in threading.enumerate()), "children": _children(),
                           "gc_objects": len(gc.get_objects()), "gc_counts": gc.get_count()}), flush=True)
 
     point("fresh")
-    point("fresh, warm-up ended by PowerSettle", settle=True)
+    point("fresh, again")
     for op in catalog.KERNELS.values():
         if op.quick_shape is None:
             continue
