@@ -169,16 +169,17 @@ def _events() -> list[dict]:
             _end("c", None, "skipped", not_started=True),
             {"event": "process", "startup_seconds": 3.0}, _start("d"),
             _end("d", 12.0, "wrong", build_seconds=2.0, check_seconds=9.0, compile_seconds=None),
-            _start("e"), _end("e", None, progress.ABORTED)]
+            _start("e"), _end("e", None, progress.ABORTED),
+            _start("f"), _end("f", 10.0, "skipped", build_seconds=9.0, build_compile_seconds=6.0)]  # cut in its build
 
 
 def test_the_breakdown_sums_each_phase_over_the_run_and_leaves_the_rest_to_asv():
     split = breakdown.phases(_events(), wall_s=100.0)
     assert list(split) == list(breakdown.PHASES)
     # a's compile: 3 s in its build (a captured step's warm-up), 12 s in its check
-    assert split == pytest.approx({"startup": 8.0, "build": 4.5, "compile": 15.0, "check_rest": 17.0,
+    assert split == pytest.approx({"startup": 8.0, "build": 4.5 + 3.0, "compile": 15.0 + 6.0, "check_rest": 17.0,
                                    "timing_compile": 1.0, "timing": 4.0, "memory": 0.5,
-                                   "case_other": 0.5 + 0.5 + 1.0, "overhead": 100.0 - 52.0})
+                                   "case_other": 0.5 + 0.5 + 1.0 + 1.0, "overhead": 100.0 - 62.0})
     assert sum(split.values()) == pytest.approx(100.0)
     rows = breakdown.rows(split, 100.0)
     assert rows[0] == (breakdown.PHASES["startup"], "8.0", "8.0%")
@@ -191,7 +192,7 @@ def test_the_breakdown_sums_each_phase_over_the_run_and_leaves_the_rest_to_asv()
 def test_the_breakdown_record():
     rec = breakdown.record(_events(), 100.0, commit="c" * 40, machine="m", run_id="r", date="2026-01-01T00:00:00+00:00")
     assert rec["key"] == "__breakdown__" and rec["run"] == "r" and rec["wall_seconds"] == 100.0
-    assert rec["processes"] == 2 and rec["cases"] == 5 and rec["phases"]["overhead"] == 48.0
+    assert rec["processes"] == 2 and rec["cases"] == 6 and rec["phases"]["overhead"] == 38.0
     assert "status" not in rec and "metrics" not in rec and "benchmark" not in rec
 
 
@@ -263,9 +264,9 @@ def test_optbench_run_follows_its_asv_run_and_stores_the_breakdown(tmp_path, mon
     stored = ResultStore(tmp_path / "results").runs("cpu-test", "f" * 40)
     assert [r.run_id for r in stored] == [run_id]
     rec = stored[0].records[breakdown.KEY]
-    assert rec["cases"] == 5 and rec["processes"] == 2 and rec["phases"]["startup"] == 8.0
+    assert rec["cases"] == 6 and rec["processes"] == 2 and rec["phases"]["startup"] == 8.0
     assert sum(rec["phases"].values()) == pytest.approx(rec["wall_seconds"], abs=0.01)
     out = capsys.readouterr().out
     assert "9 grid cases" in out and "bench_cpu.MLP, bench_cpu.GradStats, timed by asv itself" in out
-    assert "optbench: [1/9] a: ok, 30.0 s" in out and "5 of 9 grid cases ended" in out
+    assert "optbench: [1/9] a: ok, 30.0 s" in out and "6 of 9 grid cases ended" in out
     assert "where the" in out and breakdown.PHASES["compile"] in out and "asv and other overhead" in out

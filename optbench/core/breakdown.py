@@ -54,10 +54,12 @@ def phases(events: Iterable[Mapping[str, Any]], wall_s: float) -> dict[str, floa
             out["startup"] += _f(e, "startup_seconds")
         elif e.get("event") == "end":
             build, built = _f(e, "build_seconds"), _f(e, "build_compile_seconds")
-            check, compiled = _f(e, "check_seconds"), _f(e, "compile_seconds") - built
+            # compile_seconds holds the build's compile too, once the build has ended (a case cut inside its build
+            # has build_compile_seconds only)
+            check, compiled = _f(e, "check_seconds"), max(_f(e, "compile_seconds") - built, 0.0)
             timing, recompiled = _f(e, "timing_seconds"), _f(e, "timing_compile_seconds")
             out["build"] += max(build - built, 0.0)
-            out["compile"] += min(built, build) + min(max(compiled, 0.0), check)
+            out["compile"] += min(built, build) + min(compiled, check)
             out["check_rest"] += max(check - compiled, 0.0)
             out["timing_compile"] += min(recompiled, timing)
             out["timing"] += max(timing - recompiled, 0.0)
