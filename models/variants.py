@@ -147,6 +147,15 @@ def leave_one_out(best: str) -> dict[str, tuple[str, ...]]:
 
 
 ABLATION = leave_one_out(ABLATED)
+# Switches that change the numerics on purpose, each added alone on top of best-kernels in the ablation grids: what
+# it is worth inside the best step (its convergence check says whether it may be used).
+ADDED = ("best-kernels-fp8-tensorwise",)
+
+
+def added_note(name: str) -> str:
+    """What the variant ``name`` of :data:`ADDED` adds to best-kernels, in words: 'best-kernels with fp8-tensorwise'."""
+    extra = {k: v for k, v in switches(name).items() if switches(ABLATED).get(k) != v}
+    return f"{ABLATED} with " + ", ".join(switch_name(k, v) for k, v in extra.items())
 
 
 def ablation_note(name: str) -> str:

@@ -25,7 +25,7 @@ from models.step import (
     validate,
     variant_options,
 )
-from models.variants import ABLATED, ABLATION, NUMERICS, VARIANTS, numerics, switches
+from models.variants import ABLATED, ABLATION, ADDED, NUMERICS, VARIANTS, added_note, numerics, switches
 from optbench.core.hardware import PROFILES
 from optbench.suite import catalog
 from optbench.suite import plan as P
@@ -103,11 +103,13 @@ def test_fp8_variants():
     assert ABLATED == "best-kernels" and not any("fp8" in name for name in ABLATION)
 
 
-def test_fp8_variants_are_in_the_size_grids_only():
+def test_fp8_variants_are_in_the_size_grids_and_added_to_the_ablation():
     for grid in ("100M", "500M", "1B"):
         assert catalog.STEP_GRIDS[grid][-len(FP8_VARIANTS):] == FP8_VARIANTS  # last: new, a lost context ends a grid
-    for grid in ("quick", "tiny", "precision", "ablation"):
+    for grid in ("quick", "tiny", "precision"):
         assert not set(FP8_VARIANTS) & set(catalog.STEP_GRIDS[grid])
+    assert ADDED == ("best-kernels-fp8-tensorwise",) and catalog.STEP_GRIDS["ablation"][-1:] == list(ADDED)
+    assert added_note("best-kernels-fp8-tensorwise") == f"{ABLATED} with fp8-tensorwise"
 
 
 # --- the conversion -----------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import torch
 
 from models.config import CONFIGS, flops_per_token, param_count
 from models.step import validate
-from models.variants import ABLATED, ABLATION, VARIANTS, ablation_note, reference, switch_name, switches
+from models.variants import ABLATED, ABLATION, ADDED, VARIANTS, ablation_note, reference, switch_name, switches
 from optbench.core.hardware import PROFILES
 from optbench.core.roofline import Ceilings
 from optbench.core.store import REPO_ROOT as ROOT
@@ -164,7 +164,7 @@ def test_each_grid_times_each_variants_reference():
 def test_ablation_leaves_out_one_switch_and_what_needs_it():
     best = P.step_pair(H100, "1B", ABLATED)[1]
     assert list(ABLATION) == [f"{ABLATED}-without-{switch_name(k, v)}" for k, v in switches(ABLATED).items()]
-    assert STEP_GRIDS["ablation"] == ["eager", ABLATED, *ABLATION]
+    assert STEP_GRIDS["ablation"] == ["eager", ABLATED, *ABLATION, *ADDED]
     for name, removed in ABLATION.items():
         reference_options, options = P.step_pair(H100, "1B", name)
         assert reference_options == P.BASELINE  # checked against eager, as best-kernels is

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from synthetic_results import commit, record, report_store, samples, save
 
-from models.variants import ABLATED, ABLATION
+from models.variants import ABLATED, ABLATION, ADDED
 from optbench.core.hardware import lookup
 from optbench.core.store import ResultStore
 from optbench.reporting import charts, data, headline, site
@@ -191,7 +191,8 @@ def test_speedups_divide_by_each_variants_own_reference(tmp_path):
 def _ablation_store(root, missing: str) -> ResultStore:
     """One run of the 100M ablation grid: eager 100 ms, best-kernels 40 ms, the i-th switch left out 40 + 2i ms;
     ``missing`` not measured; plus a Step100M grid."""
-    times = {"eager": 100.0, ABLATED: 40.0, **{v: 40.0 + 2 * i for i, v in enumerate(ABLATION, 1)}}
+    times = {"eager": 100.0, ABLATED: 40.0, **{v: 40.0 + 2 * i for i, v in enumerate(ABLATION, 1)},
+             **dict.fromkeys(ADDED, 32.0)}
     records = [_step("bench_step.Ablation100M", v, ms, i) for i, (v, ms) in enumerate(times.items()) if v != missing]
     records += [_step("bench_step.Step100M", "eager", 100.0, 50), _step("bench_step.Step100M", ABLATED, 41.0, 51)]
     store = ResultStore(root)
@@ -216,7 +217,10 @@ def test_ablation_table(tmp_path):
     assert rows["without triton-norm"] == ["not measured", "n/a"]
     eager = data.step_ms(by_variant["eager"]) / data.step_ms(best)
     assert rows["eager (no switch)"][1] == f"{eager:.2f}×"
-    assert len(rows) == len(ABLATION) + 2
+    fp8 = by_variant[ADDED[0]]  # 32 ms against best-kernels' 40: worth 1.25x, best over it
+    assert rows["with fp8-tensorwise"] == [f"{data.step_ms(fp8):.1f} [{data.step_iqr_ms(fp8):.1f}]",
+                                           f"{data.step_ms(best) / data.step_ms(fp8):.2f}×"]
+    assert len(rows) == len(ABLATION) + 2 + len(ADDED)
     table = headline.headline_table(store)
     assert f"Leave-one-out ablation of {ABLATED} at 100M @ `{commit(1)[:8]}`" in table
     assert f"| without fused-proj; also without triton-rope, which needs it | {data.step_ms(without):.1f} [" in table

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from models.variants import ABLATED, ABLATION, VARIANTS, ablation_note, reference
+from models.variants import ABLATED, ABLATION, ADDED, VARIANTS, ablation_note, added_note, reference
 from optbench.core.compare import compare, series_clock, verdict
 from optbench.core.records import Record
 from optbench.core.roofline import Ceilings
@@ -147,26 +147,31 @@ def named_speedups(run: Run) -> dict[str, dict[str, float]]:
 
 def ablation_rows(by_variant: dict[str, Record]) -> list[list[str]]:
     """One size's leave-one-out table (ABLATION_HEADER): best-kernels, best-kernels without each switch (and what
-    needs it), eager; ms per step as median [IQR]; worth = ms without / ms of best-kernels (>1: the switch
+    needs it), eager, then best-kernels with each switch of ADDED; ms per step as median [IQR]; worth = ms without
+    / ms of best-kernels, and for an added switch ms of best-kernels / ms with it (either way >1: the switch
     helps), n/a where either was not measured or they come from different runs."""
     best = by_variant.get(ABLATED)
 
-    def row(variant: str, label: str) -> list[str]:
+    def row(variant: str, label: str, added: bool = False) -> list[str]:
         rec = by_variant.get(variant)
         if rec is None:
             return [label, "not measured", "n/a"]
         same = best is not None and run_of(best) == run_of(rec)
-        worth = "—" if variant == ABLATED else f"{step_ms(rec) / step_ms(best):.2f}×" if same else "n/a"
+        ratio = (step_ms(best) / step_ms(rec) if added else step_ms(rec) / step_ms(best)) if same else None
+        worth = "—" if variant == ABLATED else f"{ratio:.2f}×" if ratio is not None else "n/a"
         return [label, f"{step_ms(rec):.1f} [{step_iqr_ms(rec):.1f}]", worth]
 
     return [row(ABLATED, f"{ABLATED} (every switch)"),
             *(row(v, ablation_note(v).removeprefix(f"{ABLATED} ")) for v in ABLATION),
-            row("eager", "eager (no switch)")]
+            row("eager", "eager (no switch)"),
+            *(row(v, added_note(v).removeprefix(f"{ABLATED} "), added=True) for v in ADDED)]
 
 
 ABLATION_HEADER = ["step", "ms per step [IQR]", f"worth inside {ABLATED} (ms without / ms of {ABLATED})"]
 ABLATION_CAPTION = (f"wall clock, median ms per optimizer step [IQR], every row from one run; worth: the step "
-                    f"without the switch over {ABLATED}, >1× means the switch helps; eager's: all of them")
+                    f"without the switch over {ABLATED}, >1× means the switch helps; eager's: all of them; a 'with' "
+                    f"row: {ABLATED} over the step with that switch added (it changes the numerics on purpose: "
+                    f"the convergence check judges it)")
 
 
 def step_peaks(run: Run) -> dict[str, dict[str, float]]:

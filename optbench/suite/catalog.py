@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from models.variants import ABLATED, ABLATION
+from models.variants import ABLATED, ABLATION, ADDED
 
 #: metric -> what it measures and in what unit. Times are ms per call (kernels) or per optimizer step; every
 #: kernel time has three clocks: ``device`` (CUDA-graph replays over input sets larger than the L2: a cold
@@ -115,8 +115,9 @@ STEP_GRIDS: dict[str, list[str]] = {
     "1B": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST, *FP8],
     # fp32 with TF32 off/on, bf16 autocast (the baseline), fp16 autocast + GradScaler.
     "precision": ["fp32", "tf32", "eager", "fp16-scaler"],
-    # best-kernels, each of its switches left out in turn (models.variants.ABLATION), and eager.
-    "ablation": ["eager", ABLATED, *ABLATION],
+    # best-kernels, each of its switches left out in turn (models.variants.ABLATION), and eager; last, FP8 added
+    # to it (models.variants.ADDED: new, and a lost CUDA context ends a grid).
+    "ablation": ["eager", ABLATED, *ABLATION, *ADDED],
 }
 # The convergence check: eager (its seeds give the tolerance), every variant that changes the numerics on purpose
 # (models.variants.numerics), and best-kernels, an exact one that must pass too.
