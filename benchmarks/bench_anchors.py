@@ -18,4 +18,3 @@ class HFCompileStep(_StepMetrics, Grid):
     params = grid(__module__, __qualname__)
     param_names = ["size"]
     version = 1
-

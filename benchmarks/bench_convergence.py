@@ -19,10 +19,7 @@ class ConvergenceGrid(Grid):
     def figure(self, records, params: tuple[str, ...], name: str) -> float:
         """One figure of the case's summary (``optbench.suite.convergence.summary``: final loss, deviations), kept by
         ``optbench.suite.grids``; NaN (asv: n/a) where it has none."""
-        from optbench.core.store import record_key
-
-        key = record_key(self.benchmark_name(), dict(zip(self.param_names, params)))
-        return (records[key].get("summary") or {}).get(name, float("nan"))
+        return (self.kept(records, params).get("summary") or {}).get(name, float("nan"))
 
     @unit("nats")
     def track_final_loss(self, records, *params):
@@ -43,4 +40,3 @@ class ConvergenceGrid(Grid):
 
 class Convergence100M(ConvergenceGrid):
     params = grid(__module__, __qualname__)
-

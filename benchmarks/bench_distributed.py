@@ -16,4 +16,3 @@ from .common import Grid, _StepWall, grid
 class DistributedStep1B(_StepWall, Grid):
     param_names = ["variant", "world_size"]
     params = grid(__module__, __qualname__)
-

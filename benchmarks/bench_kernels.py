@@ -50,22 +50,18 @@ class RMSNorm(_KernelWithBackward):
     params = grid(__module__, __qualname__)
 
 
-
 class AddRMSNorm(_KernelWithBackward):
     """The residual add and the RMSNorm after it (x fp32, y and the norm's output bf16), fused or not."""
 
     params = grid(__module__, __qualname__)
 
 
-
 class SwiGLU(_KernelWithBackward):
     params = grid(__module__, __qualname__)
 
 
-
 class QKNorm(_KernelWithBackward):
     params = grid(__module__, __qualname__)
-
 
 
 class QKVRope(_KernelWithBackward):
@@ -74,10 +70,8 @@ class QKVRope(_KernelWithBackward):
     params = grid(__module__, __qualname__)
 
 
-
 class LinearCrossEntropy(_KernelWithBackward):
     params = grid(__module__, __qualname__)
-
 
 
 class GradStats(_Kernel):

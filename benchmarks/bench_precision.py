@@ -21,4 +21,3 @@ class Matmul(Grid):
 
 class Step100M(StepGrid):
     params = grid(__module__, __qualname__)
-

@@ -19,20 +19,16 @@ class StepTiny(StepGrid):
     params = grid(__module__, __qualname__)
 
 
-
 class Step100M(StepGrid):
     params = grid(__module__, __qualname__)
-
 
 
 class Step500M(StepGrid):
     params = grid(__module__, __qualname__)
 
 
-
 class Step1B(StepGrid):
     params = grid(__module__, __qualname__)
-
 
 
 # The leave-one-out ablations: best-kernels, best-kernels with each of its switches left out in turn
@@ -41,12 +37,9 @@ class Ablation100M(StepGrid):
     params = grid(__module__, __qualname__)
 
 
-
 class Ablation500M(StepGrid):
     params = grid(__module__, __qualname__)
 
 
-
 class Ablation1B(StepGrid):
     params = grid(__module__, __qualname__)
-

@@ -53,11 +53,15 @@ class Grid(abc.ABC):
 
         return measure_suite(kinds=PROCESSES["other"])
 
-    def record(self, records: dict[str, dict[str, Any]], params: tuple[str, ...]) -> Record:
-        """The record of one parameter combination among what ``setup_cache`` kept."""
+    def kept(self, records: dict[str, dict[str, Any]], params: tuple[str, ...]) -> dict[str, Any]:
+        """What ``setup_cache`` kept of one parameter combination (``optbench.suite.grids.KEPT_FIELDS``)."""
         from optbench.core.store import record_key
 
-        return Record.of(records[record_key(self.benchmark_name(), dict(zip(self.param_names, params)))])
+        return records[record_key(self.benchmark_name(), dict(zip(self.param_names, params)))]
+
+    def record(self, records: dict[str, dict[str, Any]], params: tuple[str, ...]) -> Record:
+        """The record of one parameter combination among what ``setup_cache`` kept."""
+        return Record.of(self.kept(records, params))
 
     def setup(self, records: dict[str, dict[str, Any]], *params: str) -> None:
         """Skip what the machine cannot run; fail (asv records null) what broke, with its reason."""

@@ -129,6 +129,13 @@ def asv_machine(path: Path | None = None) -> str | None:
     return machines[0] if len(machines) == 1 else None
 
 
+def default_device() -> str:
+    """'cuda' where a GPU is visible, else 'cpu' (imports torch)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def _is_oom(exc: BaseException) -> bool:
     import torch
 
@@ -416,12 +423,11 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
              budget_s: float = 120.0, store: ResultStore | None = None,
              log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
     """Measure every case of ``benchmark`` and save each record as it comes; returns records by key."""
-    import torch
 
     from optbench.core.emulate import apply_emulation
     from optbench.core.machine import machine_info
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or default_device()
     if str(device).startswith("cuda"):
         apply_emulation()  # caps memory and features to an emulated target's (no-op without OPTBENCH_EMULATE)
     store = store or ResultStore()

@@ -71,12 +71,6 @@ def cases(name: str, grid: list[list[str]], device: str) -> list[Case]:
     raise ValueError(f"{name}: a {entry.kind!r} benchmark has no grid cases")
 
 
-def _device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def _skips(keys: list[str], reason: str) -> dict[str, dict[str, Any]]:
     return dict.fromkeys(keys, {"status": "skipped", "reason": reason})
 
@@ -104,7 +98,9 @@ def measure_suite(names: list[str] | None = None, kinds: tuple[str, ...] = GRID_
         chosen = [k for k in keys if not select or re.search(select, k)]
         kept.update(_skips(keys, f"not selected in this run (OPTBENCH_SELECT={select})"))
         if chosen:
-            device = device or _device()
+            from optbench.core.runner import default_device
+
+            device = device or default_device()
             kept.update(_measure_grid(name, grid, chosen, device))
     return kept
 

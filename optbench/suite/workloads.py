@@ -296,8 +296,9 @@ def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
             raise WrongResult(f"step {size}/{variant}: {result.record()}")
         return result.record()
 
-    info = {"tokens": step.tokens_per_step, "primary_clock": "wall", "precision": options.precision,
-            "batch_size": options.batch_size, "seq_len": options.seq_len, "params": sum(p.numel() for p in step.params),
-            "baseline_notes": baseline_notes(profile, size)}
     return Work(timed={"step": step, "forward": step.forward_loss}, check=check, memory=("step",),
-                flops={"step": float(step.flops_per_step)}, graph=False, timing=step_timing(device), info=info)
+                flops={"step": float(step.flops_per_step)}, graph=False, timing=step_timing(device),
+                info={"tokens": step.tokens_per_step, "primary_clock": "wall", "precision": options.precision,
+                      "batch_size": options.batch_size, "seq_len": options.seq_len,
+                      "params": sum(p.numel() for p in step.params),
+                      "baseline_notes": baseline_notes(profile, size)})
