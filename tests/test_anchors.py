@@ -188,7 +188,7 @@ def test_the_work_is_timed_and_counted_as_our_step(stub_transformers):
     work = anchors.hf_step_work("100M", "cpu")
     cfg, tokens = CONFIGS["100M"], BASELINE.batch_size * BASELINE.seq_len
     assert set(work.timed) == {"step", "forward"} and work.memory == ("step",) and work.graph is False
-    assert work.timing == step_timing("cpu")  # timed as our step is
+    assert work.timing == step_timing("cpu", {})  # timed as our step is
     assert work.flops == {"step": flops_per_token(cfg, BASELINE.seq_len) * tokens}
     assert work.info["tokens"] == tokens and work.info["primary_clock"] == "wall"
     assert work.info["params"] == param_count(cfg) and work.info["setup"] == anchors.HF_SETUP

@@ -204,11 +204,86 @@ def test_a_work_sets_the_timers_budgets_per_metric(tmp_path, monkeypatch):
 
 
 def test_steps_on_a_gpu_are_timed_at_a_power_steady_clock():
+    from optbench.core.machine import PowerSettle
     from optbench.suite.workloads import STEP_REP_MS, STEP_WARMUP_MS, step_timing, step_work
 
     assert STEP_WARMUP_MS >= 1000  # an H100 reaches its power cap about a second into sustained steps
-    assert step_work("tiny", "eager", "cpu").timing == {} == step_timing("cpu")  # a CPU has no boost to wait out
-    assert step_timing("cuda") == {"step": {"warmup_ms": STEP_WARMUP_MS, "rep_ms": STEP_REP_MS}}
+    assert step_work("tiny", "eager", "cpu").timing == {} == step_timing("cpu", {})  # a CPU has no boost to wait out
+    info: dict = {}
+    gpu = step_timing("cuda", info)["step"]
+    assert (gpu["warmup_ms"], gpu["rep_ms"]) == (STEP_WARMUP_MS, STEP_REP_MS)
+    assert isinstance(gpu["settled"], PowerSettle) and gpu["settled"].min_ms >= 500
+    gpu["settled"].on_settled(612.34)  # where the warm-up ends early, the record says so
+    assert info == {"step_warmup_ms": 612.3}
+
+
+def _settle_on(monkeypatch, states: list[dict | None], limit_w: float | None = 700.0):
+    """A PowerSettle whose polls read ``states`` in turn (the last one after that), polling fast."""
+    from optbench.core import machine
+
+    feed = iter(states)
+    last = states[-1]
+    monkeypatch.setattr(machine, "gpu_state", lambda: next(feed, last))
+    monkeypatch.setattr(machine, "power_limit_w", lambda: limit_w)
+    return machine.PowerSettle(min_ms=50.0, poll_s=0.01, max_s=2.0)
+
+
+def _warm_up_ms(settled) -> float:
+    from optbench.core.timing import _Rotation, _warm_up
+
+    start = time.perf_counter()
+    _warm_up(_Rotation((lambda: time.sleep(0.002),)), lambda: None, time.perf_counter, 600.0, settled)
+    return (time.perf_counter() - start) * 1e3
+
+
+FREE = {"sm_clock_mhz": 1980, "power_w": 380.0, "clock_events": "0x0000000000000000", "temperature_c": 50}
+CAPPED = {"sm_clock_mhz": 1755, "power_w": 699.0, "clock_events": "0x0000000000000004", "temperature_c": 60}
+
+
+def test_a_warm_up_ends_early_only_on_a_gpu_that_is_not_held_back(monkeypatch):
+    """The step's warm-up ends once two polls, half a second in (here 50 ms), find no limiting clock event and a
+    draw well under the limit; at the power cap, near it, thermally slowed, without readings or without a known
+    limit, it runs its full length (each of those is a planted state the rule must refuse)."""
+    free = _settle_on(monkeypatch, [FREE])
+    assert _warm_up_ms(free) < 300 and 50 <= free.settled_ms < 300
+    for held in (CAPPED, {**FREE, "power_w": 650.0}, {**FREE, "clock_events": "0x0000000000000020"}, None):
+        settle = _settle_on(monkeypatch, [held])
+        assert _warm_up_ms(settle) >= 600 and settle.settled_ms is None, held
+    no_limit = _settle_on(monkeypatch, [FREE], limit_w=None)
+    assert _warm_up_ms(no_limit) >= 600 and no_limit.settled_ms is None
+    capped_later = _settle_on(monkeypatch, [FREE, FREE, CAPPED])  # reaches the cap after its first polls
+    assert _warm_up_ms(capped_later) >= 600
+
+
+def test_gpu_state_reads_nvml_in_process_and_falls_back_to_nvidia_smi(monkeypatch):
+    """With nvidia-ml-py, the state comes from NVML (no process started); where NVML fails, from nvidia-smi."""
+    import types
+
+    from optbench.core import machine
+
+    calls: list = []
+    fake = types.SimpleNamespace(
+        NVML_CLOCK_SM=1, NVML_TEMPERATURE_GPU=0,
+        nvmlDeviceGetClockInfo=lambda h, which: 1755, nvmlDeviceGetPowerUsage=lambda h: 699_123,
+        nvmlDeviceGetTemperature=lambda h, which: 61, nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x4,
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: 700_000)
+    monkeypatch.setattr(machine, "_nvml_device", lambda: (fake, "handle"))
+    monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: calls.append(fields))
+    assert machine.gpu_state() == {"sm_clock_mhz": 1755, "power_w": 699.123, "temperature_c": 61,
+                                   "clock_events": "0x0000000000000004"}
+    assert machine.power_limit_w() == 700.0 and calls == []
+
+    def broken(h):
+        raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+
+    monkeypatch.setattr(fake, "nvmlDeviceGetPowerUsage", broken)
+    monkeypatch.setattr(fake, "nvmlDeviceGetEnforcedPowerLimit", broken)
+    monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: ["1980", "380.5", "50", "0x0"][:len(fields)])
+    assert machine.gpu_state() == {"sm_clock_mhz": 1980, "power_w": 380.5, "temperature_c": 50, "clock_events": "0x0"}
+    assert machine.power_limit_w() == 1980.0  # nvidia-smi's first field, as asked for
+    monkeypatch.setattr(machine, "_nvml_device", lambda: None)
+    monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: None)
+    assert machine.gpu_state() is None and machine.power_limit_w() is None
 
 
 def test_a_case_that_loses_the_cuda_context_ends_the_grid_and_keeps_what_was_measured(tmp_path, monkeypatch):

@@ -8,7 +8,11 @@ import re
 import shutil
 import socket
 import subprocess
+import threading
+import time
+from collections.abc import Callable
 from datetime import datetime, timezone
+from functools import cache
 from typing import Any
 
 import torch
@@ -91,14 +95,119 @@ def interconnect(topo: str | None = None) -> str | None:
 
 
 def gpu_state() -> dict[str, Any] | None:
-    """GPU 0's state now, from nvidia-smi: sm_clock_mhz, power_w, temperature_c and clock_events (the active
-    clock-event reasons as a hex mask: 0x4 a software power cap, 0x20/0x40 thermal slowdown). Taken right after
-    a timing, it tells whether the figure ran at boost or at a power- or heat-limited clock. None without it."""
+    """GPU 0's state now: sm_clock_mhz, power_w, temperature_c and clock_events (the active clock-event reasons as a
+    hex mask: 0x4 a software power cap, 0x20/0x40 thermal slowdown). Taken right after a timing, it tells whether
+    the figure ran at boost or at a power- or heat-limited clock. Read through NVML in this process where
+    nvidia-ml-py is installed (about a millisecond), else from nvidia-smi (a process of its own, ~0.1 s); None
+    without either."""
+    nvml = _nvml_device()
+    if nvml is not None:
+        try:
+            return _nvml_state(*nvml)
+        except Exception:  # noqa: BLE001 - NVML errors are its own classes; nvidia-smi reads the same values
+            pass
     smi = _nvidia_smi(["clocks.sm", "power.draw", "temperature.gpu", "clocks_event_reasons.active"])
     if smi is None:
         return None
     return {"sm_clock_mhz": _int_or_none(smi[0]), "power_w": _float_or_none(smi[1]),
             "temperature_c": _int_or_none(smi[2]), "clock_events": smi[3]}
+
+
+def power_limit_w() -> float | None:
+    """GPU 0's enforced power limit, W (NVML, else nvidia-smi); None without either."""
+    nvml = _nvml_device()
+    if nvml is not None:
+        try:
+            return nvml[0].nvmlDeviceGetEnforcedPowerLimit(nvml[1]) / 1e3
+        except Exception:  # noqa: BLE001
+            pass
+    limit = _nvidia_smi(["power.limit"])
+    return _float_or_none(limit[0]) if limit else None
+
+
+@cache
+def _nvml_device() -> tuple[Any, Any] | None:
+    """(pynvml, handle of CUDA device 0, matched by UUID), or None without nvidia-ml-py, a driver or a GPU."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        uuid = getattr(torch.cuda.get_device_properties(0), "uuid", None)
+        if uuid is not None:
+            return pynvml, pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
+    except Exception:  # noqa: BLE001 - not installed, no driver, no GPU: nvidia-smi is the fallback
+        return None
+
+
+def _nvml_state(pynvml: Any, handle: Any) -> dict[str, Any]:
+    reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    return {"sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
+            "temperature_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+            "clock_events": f"0x{reasons(handle):016x}"}
+
+
+# Clock-event reasons that mean the SM clock is held below what the load would get: a software power cap (0x4),
+# hardware slowdown (0x8), software and hardware thermal slowdown (0x20, 0x40), the hardware power brake (0x80).
+LIMITING_CLOCK_EVENTS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+class PowerSettle:
+    """When a step's warm-up may end early (``optbench.core.timing.measure(settled=...)``): once the GPU is not
+    held back.
+
+    Called with the warm-up's elapsed ms after each warm-up call. True once two consecutive polls of GPU 0
+    (:func:`gpu_state`, in a background thread every ``poll_s``, so that the load has no gaps), both begun at least
+    ``min_ms`` into the warm-up, show no limiting clock event (:data:`LIMITING_CLOCK_EVENTS`) and a draw under
+    ``margin`` of the enforced power limit: a load that stays there runs at the clock it has now, so a longer
+    warm-up would not change its figure. A load at the cap or near it, or a GPU without readings, is never settled:
+    its warm-up runs its full length. ``on_settled(elapsed_ms)`` is called once, where it ends early. Polls stop
+    once settled, or after ``max_s``."""
+
+    def __init__(self, min_ms: float = 500.0, poll_s: float = 0.15, margin: float = 0.85, max_s: float = 10.0,
+                 on_settled: Callable[[float], Any] | None = None):
+        self.min_ms, self.poll_s, self.margin, self.max_s = min_ms, poll_s, margin, max_s
+        self.on_settled = on_settled
+        self._start: float | None = None  # perf_counter at the warm-up's start
+        self._polls: list[tuple[float, dict[str, Any] | None]] = []  # (ms into the warm-up at the poll's start, state)
+        self._limit_w: float | None = None
+        self._done = threading.Event()
+        self.settled_ms: float | None = None
+
+    def __call__(self, elapsed_ms: float) -> bool:
+        if self.settled_ms is not None:
+            return True
+        if self._start is None:
+            self._start = time.perf_counter() - elapsed_ms / 1e3
+            threading.Thread(target=self._poll, name="optbench-power-settle", daemon=True).start()
+        polls = [state for at, state in list(self._polls) if at >= self.min_ms]
+        if len(polls) >= 2 and all(self._unlimited(state) for state in polls[-2:]):
+            self.settled_ms = elapsed_ms
+            self._done.set()
+            if self.on_settled is not None:
+                self.on_settled(elapsed_ms)
+            return True
+        return False
+
+    def _unlimited(self, state: dict[str, Any] | None) -> bool:
+        if not state or self._limit_w is None or state.get("power_w") is None:
+            return False
+        try:
+            events = int(str(state.get("clock_events")), 16)
+        except ValueError:
+            return False
+        return not events & LIMITING_CLOCK_EVENTS and state["power_w"] < self.margin * self._limit_w
+
+    def _poll(self) -> None:
+        self._limit_w = power_limit_w()
+        while not self._done.is_set() and self._start is not None:
+            at_ms = (time.perf_counter() - self._start) * 1e3
+            if at_ms > self.max_s * 1e3:
+                return
+            self._polls.append((at_ms, gpu_state()))
+            self._done.wait(self.poll_s)
 
 
 def machine_name(info: dict[str, Any] | None = None, emulate: str | None = None) -> str:

@@ -192,13 +192,16 @@ def measure(
     max_reps: int = 1000,
     graph: bool = True,
     clock: Callable[[], float] = time.perf_counter,
+    settled: Callable[[float], bool] | None = None,
 ) -> Measurement:
     """Time fn: wall milliseconds per call always, device milliseconds per call on CUDA.
 
     fn is one callable, or a rotation: one callable per input set, called in turn (the first set after the
     last), each keeping its last output until its next call. With sets sized by :func:`rotation_sets`, every
     call finds its inputs out of L2 and ``device`` is a cold-L2 time; ``device_warm`` times the first set alone.
-    The rotation is called at least 3 times, at least once per set, and until warmup_ms of wall time passed.
+    The rotation is called at least 3 times, at least once per set, and until warmup_ms of wall time passed, or
+    until ``settled(elapsed_ms)``, asked after each warm-up call, says the device has reached its steady state
+    (:class:`optbench.core.machine.PowerSettle`: a clock no power cap or heat holds back).
     A wall sample repeats it until it lasts about 1 ms (synchronizing CUDA around it, timed with `clock`,
     seconds); samples are taken until rep_ms is spent, at least min_reps and at most max_reps of them.
     Device time: with graph=True, replays of a CUDA graph of k back-to-back calls (k a multiple of the sets,
@@ -218,13 +221,13 @@ def measure(
     budget = _Budget(rep_ms, min_reps, max_reps)
     dev = torch.device(device)
     if dev.type == "cpu":
-        estimate_ms = _warm_up(rotation, _no_sync, clock, warmup_ms)
+        estimate_ms = _warm_up(rotation, _no_sync, clock, warmup_ms, settled)
         return Measurement(device=None, wall=_wall_timing(rotation, _no_sync, clock, estimate_ms, budget)[1])
     if dev.type != "cuda":
         raise ValueError(f"measure() supports cpu and cuda devices, not {dev.type!r}")
     with torch.cuda.device(dev):
         sync = torch.cuda.synchronize
-        estimate_ms = _warm_up(rotation, sync, clock, warmup_ms)
+        estimate_ms = _warm_up(rotation, sync, clock, warmup_ms, settled)
         if not graph:
             device_timing, wall = _wall_timing(rotation, sync, clock, estimate_ms, budget, events=True)
             return Measurement(device=_nonzero(device_timing), wall=wall)
@@ -265,14 +268,20 @@ def _nonzero(timing: Timing) -> Timing:
 
 
 def _warm_up(
-    rotation: _Rotation, sync: Callable[[], None], clock: Callable[[], float], warmup_ms: float
+    rotation: _Rotation, sync: Callable[[], None], clock: Callable[[], float], warmup_ms: float,
+    settled: Callable[[float], bool] | None = None,
 ) -> float:
-    """Call the rotation (synchronized) >= 3 times, once per set at least, and for >= warmup_ms; return the
-    fastest call, ms."""
+    """Call the rotation (synchronized) >= 3 times, once per set at least, and for >= warmup_ms unless
+    ``settled(elapsed_ms)`` is true first; return the fastest call, ms."""
     sync()
     start = clock()
     calls, fastest_ms, now = 0, math.inf, start
-    while calls < max(_WARMUP_CALLS, rotation.period) or (now - start) * 1e3 < warmup_ms:
+
+    def warming() -> bool:
+        elapsed_ms = (now - start) * 1e3
+        return elapsed_ms < warmup_ms and not (settled is not None and calls > 0 and settled(elapsed_ms))
+
+    while calls < max(_WARMUP_CALLS, rotation.period) or warming():
         before = clock()
         rotation()
         sync()

@@ -115,8 +115,9 @@ def hf_step_work(size: str, device: str, seed: int = 0) -> Work:
         return check_training(step, dict(model.named_parameters()), cfg.vocab_size, param_count(cfg))
 
     tokens = base.batch_size * base.seq_len
+    info = {"tokens": tokens, "primary_clock": "wall", "precision": "bf16", "batch_size": base.batch_size,
+            "seq_len": base.seq_len, "params": param_count(cfg), "setup": HF_SETUP,
+            "transformers": transformers.__version__}
     return Work(timed={"step": step, "forward": lambda: forward_loss().detach()}, check=check, memory=("step",),
-                flops={"step": flops_per_token(cfg, base.seq_len) * tokens}, graph=False, timing=step_timing(device),
-                info={"tokens": tokens, "primary_clock": "wall", "precision": "bf16", "batch_size": base.batch_size,
-                      "seq_len": base.seq_len, "params": param_count(cfg), "setup": HF_SETUP,
-                      "transformers": transformers.__version__})
+                flops={"step": flops_per_token(cfg, base.seq_len) * tokens}, graph=False,
+                timing=step_timing(device, info), info=info)
