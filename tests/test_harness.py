@@ -236,8 +236,13 @@ def _warm_up_ms(settled) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-FREE = {"sm_clock_mhz": 1980, "power_w": 380.0, "clock_events": "0x0000000000000000", "temperature_c": 50}
-CAPPED = {"sm_clock_mhz": 1755, "power_w": 699.0, "clock_events": "0x0000000000000004", "temperature_c": 60}
+FREE = {"sm_clock_mhz": 1980, "power_w": 380.0, "power_instant_w": 390.0, "clock_events": "0x0000000000000000",
+        "temperature_c": 50}
+CAPPED = {"sm_clock_mhz": 1755, "power_w": 699.0, "power_instant_w": 701.0, "clock_events": "0x0000000000000004",
+          "temperature_c": 60}
+# Half a second into a load that will reach the cap: the average still holds the idle second before, the draw now
+# is at the cap, and the clock is not held back yet (a 100M step captured in a graph at 67f6152, NOTES.md).
+RAMPING = {**FREE, "power_w": 450.0, "power_instant_w": 690.0}
 
 
 def test_a_warm_up_ends_early_only_on_a_gpu_that_is_not_held_back(monkeypatch):
@@ -246,7 +251,8 @@ def test_a_warm_up_ends_early_only_on_a_gpu_that_is_not_held_back(monkeypatch):
     limit, it runs its full length (each of those is a planted state the rule must refuse)."""
     free = _settle_on(monkeypatch, [FREE])
     assert _warm_up_ms(free) < 300 and 50 <= free.settled_ms < 300
-    for held in (CAPPED, {**FREE, "power_w": 650.0}, {**FREE, "clock_events": "0x0000000000000020"}, None):
+    for held in (CAPPED, RAMPING, {**FREE, "power_instant_w": 650.0}, {**FREE, "power_instant_w": None},
+                 {**FREE, "clock_events": "0x0000000000000020"}, None):
         settle = _settle_on(monkeypatch, [held])
         assert _warm_up_ms(settle) >= 600 and settle.settled_ms is None, held
     no_limit = _settle_on(monkeypatch, [FREE], limit_w=None)
@@ -262,15 +268,19 @@ def test_gpu_state_reads_nvml_in_process_and_falls_back_to_nvidia_smi(monkeypatc
     from optbench.core import machine
 
     calls: list = []
+    instant = types.SimpleNamespace(nvmlReturn=0, valueType=1, value=types.SimpleNamespace(uiVal=702_500))
     fake = types.SimpleNamespace(
-        NVML_CLOCK_SM=1, NVML_TEMPERATURE_GPU=0,
+        NVML_CLOCK_SM=1, NVML_TEMPERATURE_GPU=0, NVML_FI_DEV_POWER_INSTANT=186,
         nvmlDeviceGetClockInfo=lambda h, which: 1755, nvmlDeviceGetPowerUsage=lambda h: 699_123,
         nvmlDeviceGetTemperature=lambda h, which: 61, nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x4,
-        nvmlDeviceGetEnforcedPowerLimit=lambda h: 700_000)
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: 700_000,
+        nvmlDeviceGetFieldValues=lambda h, ids: [instant] if ids == [186] else [])
     monkeypatch.setattr(machine, "_nvml_device", lambda: (fake, "handle"))
     monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: calls.append(fields))
     assert machine.gpu_state() == {"sm_clock_mhz": 1755, "power_w": 699.123, "temperature_c": 61,
-                                   "clock_events": "0x0000000000000004"}
+                                   "clock_events": "0x0000000000000004", "power_instant_w": 702.5}
+    instant.nvmlReturn = 3  # NVML_ERROR_NOT_SUPPORTED: no instant reading, the rest as before
+    assert machine.gpu_state()["power_instant_w"] is None
     assert machine.power_limit_w() == 700.0 and calls == []
 
     def broken(h):
@@ -278,8 +288,9 @@ def test_gpu_state_reads_nvml_in_process_and_falls_back_to_nvidia_smi(monkeypatc
 
     monkeypatch.setattr(fake, "nvmlDeviceGetPowerUsage", broken)
     monkeypatch.setattr(fake, "nvmlDeviceGetEnforcedPowerLimit", broken)
-    monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: ["1980", "380.5", "50", "0x0"][:len(fields)])
-    assert machine.gpu_state() == {"sm_clock_mhz": 1980, "power_w": 380.5, "temperature_c": 50, "clock_events": "0x0"}
+    monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: ["1980", "380.5", "50", "0x0", "[N/A]"][:len(fields)])
+    assert machine.gpu_state() == {"sm_clock_mhz": 1980, "power_w": 380.5, "temperature_c": 50, "clock_events": "0x0",
+                                   "power_instant_w": None}
     assert machine.power_limit_w() == 1980.0  # nvidia-smi's first field, as asked for
     monkeypatch.setattr(machine, "_nvml_device", lambda: None)
     monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: None)

@@ -95,22 +95,24 @@ def interconnect(topo: str | None = None) -> str | None:
 
 
 def gpu_state() -> dict[str, Any] | None:
-    """GPU 0's state now: sm_clock_mhz, power_w, temperature_c and clock_events (the active clock-event reasons as a
-    hex mask: 0x4 a software power cap, 0x20/0x40 thermal slowdown). Taken right after a timing, it tells whether
-    the figure ran at boost or at a power- or heat-limited clock. Read through NVML in this process where
-    nvidia-ml-py is installed (about a millisecond), else from nvidia-smi (a process of its own, ~0.1 s); None
-    without either."""
+    """GPU 0's state now: sm_clock_mhz, power_w (the driver's average over about the last second), power_instant_w
+    (the draw now; None where the driver does not report it), temperature_c and clock_events (the active
+    clock-event reasons as a hex mask: 0x4 a software power cap, 0x20/0x40 thermal slowdown). Taken right after a
+    timing, it tells whether the figure ran at boost or at a power- or heat-limited clock. Read through NVML in
+    this process where nvidia-ml-py is installed (about a millisecond), else from nvidia-smi (a process of its own,
+    ~0.1 s); None without either."""
     nvml = _nvml_device()
     if nvml is not None:
         try:
             return _nvml_state(*nvml)
         except Exception:  # noqa: BLE001 - NVML errors are its own classes; nvidia-smi reads the same values
             pass
-    smi = _nvidia_smi(["clocks.sm", "power.draw", "temperature.gpu", "clocks_event_reasons.active"])
+    smi = _nvidia_smi(["clocks.sm", "power.draw", "temperature.gpu", "clocks_event_reasons.active",
+                       "power.draw.instant"])
     if smi is None:
         return None
     return {"sm_clock_mhz": _int_or_none(smi[0]), "power_w": _float_or_none(smi[1]),
-            "temperature_c": _int_or_none(smi[2]), "clock_events": smi[3]}
+            "temperature_c": _int_or_none(smi[2]), "clock_events": smi[3], "power_instant_w": _float_or_none(smi[4])}
 
 
 def power_limit_w() -> float | None:
@@ -146,7 +148,22 @@ def _nvml_state(pynvml: Any, handle: Any) -> dict[str, Any]:
     return {"sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
             "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
             "temperature_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
-            "clock_events": f"0x{reasons(handle):016x}"}
+            "clock_events": f"0x{reasons(handle):016x}", "power_instant_w": _nvml_instant_power_w(pynvml, handle)}
+
+
+# nvmlValueType_t -> the member of nvmlValue_t holding such a value
+_NVML_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
+def _nvml_instant_power_w(pynvml: Any, handle: Any) -> float | None:
+    """The draw now (NVML_FI_DEV_POWER_INSTANT), W; None where the driver does not report it."""
+    try:
+        value = pynvml.nvmlDeviceGetFieldValues(handle, [pynvml.NVML_FI_DEV_POWER_INSTANT])[0]
+        if value.nvmlReturn != 0:  # NVML_SUCCESS
+            return None
+        return getattr(value.value, _NVML_VALUE_MEMBERS[value.valueType]) / 1e3
+    except Exception:  # noqa: BLE001 - an older driver or nvidia-ml-py
+        return None
 
 
 # Clock-event reasons that mean the SM clock is held below what the load would get: a software power cap (0x4),
@@ -160,11 +177,12 @@ class PowerSettle:
 
     Called with the warm-up's elapsed ms after each warm-up call. True once two consecutive polls of GPU 0
     (:func:`gpu_state`, in a background thread every ``poll_s``, so that the load has no gaps), both begun at least
-    ``min_ms`` into the warm-up, show no limiting clock event (:data:`LIMITING_CLOCK_EVENTS`) and a draw under
+    ``min_ms`` into the warm-up, show no limiting clock event (:data:`LIMITING_CLOCK_EVENTS`) and a draw now
+    (``power_instant_w``: the average over the last second still holds the idle time before the warm-up) under
     ``margin`` of the enforced power limit: a load that stays there runs at the clock it has now, so a longer
-    warm-up would not change its figure. A load at the cap or near it, or a GPU without readings, is never settled:
-    its warm-up runs its full length. ``on_settled(elapsed_ms)`` is called once, where it ends early. Polls stop
-    once settled, or after ``max_s``."""
+    warm-up would not change its figure. A load at the cap or near it, or a GPU without those readings, is never
+    settled: its warm-up runs its full length. ``on_settled(elapsed_ms)`` is called once, where it ends early.
+    Polls stop once settled, or after ``max_s``."""
 
     def __init__(self, min_ms: float = 500.0, poll_s: float = 0.15, margin: float = 0.85, max_s: float = 10.0,
                  on_settled: Callable[[float], Any] | None = None):
@@ -192,13 +210,13 @@ class PowerSettle:
         return False
 
     def _unlimited(self, state: dict[str, Any] | None) -> bool:
-        if not state or self._limit_w is None or state.get("power_w") is None:
+        if not state or self._limit_w is None or state.get("power_instant_w") is None:
             return False
         try:
             events = int(str(state.get("clock_events")), 16)
         except ValueError:
             return False
-        return not events & LIMITING_CLOCK_EVENTS and state["power_w"] < self.margin * self._limit_w
+        return not events & LIMITING_CLOCK_EVENTS and state["power_instant_w"] < self.margin * self._limit_w
 
     def _poll(self) -> None:
         self._limit_w = power_limit_w()
