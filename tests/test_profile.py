@@ -3,12 +3,14 @@ found (one ``loss.item()`` sync, a Python loop over parameters), and ``--diff`` 
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from optbench.profiling import profile
 
@@ -164,3 +166,213 @@ def test_a_gpu_steps_mfu_divides_by_the_profiles_peak(monkeypatch: pytest.Monkey
     figures = profile.time_figures(step, parsed)
     assert figures["wall_ms"] == pytest.approx(10.0) and figures["gpu_busy_fraction"] == pytest.approx(1.0)
     assert figures["mfu"] == pytest.approx(1e15 / 0.01 / (Ceilings.from_profile(h100).peak("bf16") * 1e12))
+
+
+# --- kernel classes -----------------------------------------------------------------------------------------
+
+BF16_GEMMS = ["nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT",
+              "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off",
+              "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x3_tn",
+              "void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float>(...)",
+              "triton_tem_fused_mm_0"]
+FP8_GEMMS = ["nvjet_sm90_qqtst_128x256_128x6_2x1_v_bz_coopB_TNT",
+             "sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128_warpgroupsize1x1x1_execute_segment_k_off",
+             "void cutlass::device_kernel<at::cuda::detail::enable_3x_kernel_for_sm9x<cutlass::gemm::kernel::"
+             "GemmUniversal<cute::tuple<int, int, int>, cutlass::gemm::collective::CollectiveMma<"
+             "cutlass::float_e4m3_t>>>>",
+             "void f8f8bf16_rowwise_kernel<cutlass::gemm::GemmShape<128, 128, 128>>(...)",
+             "triton_tem_fused__scaled_mm_0"]
+ATTENTION = ["cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x128x128_4x1x1_kernel0_0",
+             "void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(int, int, int, int, float const*, float*)",
+             "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>(Flash_fwd_params)",
+             "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t>)"]
+FP8_CASTS = ["triton_red_fused_abs_amax_0", "triton_red_fused_abs_max_1",
+             "triton_poi_fused__to_copy_clamp_div_expand_mul_reciprocal_t_1",
+             "triton_red_fused__to_copy_abs_amax_clamp_div_exp2_floor_log2_mul_reciprocal_t_0",
+             "void at::native::vectorized_elementwise_kernel<4, at::native::float8_copy_kernel_cuda("
+             "at::TensorIteratorBase&)::{lambda(float)#1}, at::detail::Array<char*, 2>>(int, ...)"]
+OTHER = ["_adamw_kernel", "_rms_norm_bwd_kernel", "triton_red_fused__log_softmax__to_copy_prepare_softmax_online_2",
+         "Memset (Device)", "Memcpy DtoD (Device -> Device)", "some_kernel_nobody_knows_5f8a",
+         "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MaxNanFunctor<float>>>"]
+
+
+@pytest.mark.parametrize(("names", "kind"), [(BF16_GEMMS, "gemm"), (FP8_GEMMS, "gemm_fp8"), (ATTENTION, "attention"),
+                                             (FP8_CASTS, "fp8_cast"), (OTHER, "other")])
+def test_kernel_names_are_classified(names: list[str], kind: str) -> None:
+    """Kernels of no operator (a CUDA graph replay) by name; an FP8 GEMM is not a bf16 GEMM, nor the reverse."""
+    assert [profile.kernel_class(n) for n in names] == [kind] * len(names)
+
+
+def test_every_class_has_a_rule_and_the_last_rule_takes_any_name() -> None:
+    assert {kind for *_, kind in profile.KERNEL_RULES} == set(profile.KERNEL_CLASSES)
+    assert profile.KERNEL_RULES[-1] == ("kernel", "", "other")
+    assert profile.kernel_rule("") == len(profile.KERNEL_RULES) - 1
+
+
+def test_the_launching_operator_wins_over_the_name() -> None:
+    bf16_name, fp8_name = BF16_GEMMS[0], FP8_GEMMS[0]
+    assert profile.kernel_class(bf16_name, ("aten::_scaled_mm", "aten::mm", "matmul_with_hp_or_float8_args")) \
+        == "gemm_fp8"
+    assert profile.kernel_class("some_kernel_nobody_knows", ("aten::addmm", "aten::linear")) == "gemm"
+    assert profile.kernel_class(fp8_name, ("aten::mm",)) == "gemm"  # the op's evidence first, even against the name
+    # SDPA's math fallback: its bmm kernels are attention (an enclosing attention op beats the launching bmm)
+    assert profile.kernel_class(bf16_name, ("aten::bmm", "aten::_scaled_dot_product_attention_math")) == "attention"
+    assert profile.kernel_class("Memset (Device)", ("aten::zeros", "aten::_scaled_dot_product_cudnn_attention_"
+                                                    "backward")) == "attention"
+
+
+def test_eager_fp8_casts_are_classified_by_the_enclosing_torchao_function() -> None:
+    """Eager torchao: generic ATen kernels inside its float8 autograd functions are casts; its Float8 tensor's
+    aten::mm encloses the reciprocals of the scales (cast work) and the _scaled_mm (the FP8 GEMM)."""
+    reduce, pointwise = OTHER[-1], "void at::native::vectorized_elementwise_kernel<4, reciprocal_kernel_cuda>"
+    backward = ("matmul_with_hp_or_float8_argsBackward",
+                "autograd::engine::evaluate_function: matmul_with_hp_or_float8_argsBackward")
+    assert profile.kernel_class(reduce, ("aten::amax", "matmul_with_hp_or_float8_args")) == "fp8_cast"
+    assert profile.kernel_class(pointwise, ("aten::reciprocal", "aten::mm", *backward)) == "fp8_cast"
+    assert profile.kernel_class(pointwise, ("aten::copy_", "aten::_to_copy", "aten::to", "_ToFloat8ConstrFunc")) \
+        == "fp8_cast"
+    assert profile.kernel_class(BF16_GEMMS[0], ("aten::_scaled_mm", "aten::mm", *backward)) == "gemm_fp8"
+    assert profile.kernel_class(reduce, ("aten::amax", "aten::logsumexp")) == "other"  # no torchao around it
+
+
+def fake_parsed(host: list, device: list, steps: int = 1) -> profile.Parsed:
+    line = profile.Timeline([(i * 1000.0, (i + 1) * 1000.0) for i in range(steps)],
+                            [(i * 1000.0, (i + 1) * 1000.0, "forward") for i in range(steps)])
+    return profile.Parsed(host=host, device=device, line=line, curve=None)
+
+
+def span(name: str, start: float, us: float, kernels: tuple = (), parent: object = None, annotation: bool = False):
+    from types import SimpleNamespace as NS
+
+    return NS(name=name, time_range=NS(start=start, end=start + us, elapsed_us=lambda: us), duration=us,
+              kernels=[NS(name=k.name, duration=k.duration) for k in kernels], is_user_annotation=annotation,
+              cpu_parent=parent)
+
+
+def test_classes_sum_to_the_device_total() -> None:
+    """Two steps: attributed kernels by their ops, a graph replay's kernels by name, a 'Command Buffer Full'
+    span left out; the classes sum to the device split's total, per step."""
+    k = {"fp8": span(BF16_GEMMS[0], 10, 300), "mm": span(BF16_GEMMS[0], 400, 100),
+         "cast": span(OTHER[-1], 600, 40), "copy": span("Memcpy HtoD (Pageable -> Device)", 700, 10),
+         "replay_fp8": span(FP8_GEMMS[1], 1100, 500), "replay_cast": span(FP8_CASTS[0], 1700, 60),
+         "replay_bf16": span(BF16_GEMMS[0], 1800, 100), "sdpa": span(ATTENTION[0], 1950, 30)}
+    stall = span("Command Buffer Full", 5, 9000)
+    fn = span("matmul_with_hp_or_float8_args", 1, 50)
+    fp8_mm = span("aten::mm", 2, 10, parent=fn)
+    host = [fn, fp8_mm, span("aten::_scaled_mm", 3, 5, (k["fp8"], stall), parent=fp8_mm),
+            span("aten::mm", 20, 5, (k["mm"],)), span("aten::amax", 30, 5, (k["cast"],), parent=fn),
+            span("aten::copy_", 40, 5, (k["copy"],)),
+            span("ProfilerStep#1", 1000, 1000, (span("ProfilerStep#1", 1000, 900),), annotation=True)]
+    parsed = fake_parsed(host, list(k.values()), steps=2)
+    split = profile.class_split(parsed)
+    assert split["ms"] == pytest.approx({"gemm_fp8": 0.4, "gemm": 0.1, "fp8_cast": 0.05, "attention": 0.015,
+                                         "other": 0.005})
+    assert split["total_ms"] == pytest.approx(sum(split["ms"].values()))
+    assert split["total_ms"] == pytest.approx(sum(profile.device_split(parsed).values()))
+    assert split["kernels"]["gemm_fp8"] == pytest.approx(1.0) and split["kernels"]["gemm"] == pytest.approx(1.0)
+    # auditable: the one bf16-named kernel counted as FP8 by its op, and the rules that decided
+    assert {(t["name"], t["rule"]) for t in split["top"]["gemm_fp8"]} == {(BF16_GEMMS[0], 0), (FP8_GEMMS[1], 5)}
+    assert [t["name"] for t in split["top"]["gemm"]] == [BF16_GEMMS[0], BF16_GEMMS[0]]
+    used = {r["rule"]: r["ms"] for r in split["rules"] if r["kernels"]}
+    assert used == pytest.approx({0: 0.15, 2: 0.05, 3: 0.02, 4: 0.015, 5: 0.25, 6: 0.05, 7: 0.03, 8: 0.005})
+
+
+def test_no_device_kernels_is_an_empty_split() -> None:
+    split = profile.class_split(fake_parsed([span("aten::mm", 1, 5)], []))
+    assert split["total_ms"] == 0.0 and set(split["ms"].values()) == {0.0}
+    assert all(rows == [] for rows in split["top"].values())
+
+
+def test_cpu_report_has_no_kernel_classes(reports: dict[str, Path]) -> None:
+    r = load(reports["base"])
+    assert "kernel_classes" in r and r["kernel_classes"] is None
+    assert "Device time by kernel class" not in (reports["base"] / "report.md").read_text()
+    assert profile.figures(r)["kernel_classes"] is None
+    older = {k: v for k, v in r.items() if k != "kernel_classes"}  # a report from before the section: no KeyError
+    assert profile.figures(older)["kernel_classes"] is None
+
+
+class Float8Linear(torch.nn.Linear):
+    """Stands for torchao's class, matched by name."""
+
+
+def tiny_model() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(32, 64, bias=False), torch.nn.ReLU(),
+                               torch.nn.Linear(64, 32, bias=False), torch.nn.Linear(32, 10, bias=False))
+
+
+def test_gemm_flops_count_three_gemms_per_linear_layer() -> None:
+    model = tiny_model()
+    model[0].__class__ = model[2].__class__ = Float8Linear
+    flops = profile.linear_gemm_flops(model, tokens=100)
+    assert flops == {"fp8": 3 * 2 * 100 * (32 * 64 + 64 * 32), "other": 3 * 2 * 100 * 32 * 10,
+                     "fp8_layers": 2, "other_layers": 1}
+
+
+def test_gemm_flops_of_torchaos_float8_training() -> None:
+    """torchao's emulated float8 (what a CPU runs): the eligible layers (dims multiples of 16) are Float8Linear,
+    and models.step's Float8FusedLinear subclass counts as one."""
+    pytest.importorskip("torchao.float8")
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    from models.config import CONFIGS
+    from models.model import Decoder
+    from models.step import to_float8
+
+    model = tiny_model()
+    config = Float8LinearConfig.from_recipe_name("tensorwise")
+    convert_to_float8_training(model, config=dataclasses.replace(config, emulate=True),
+                               module_filter_fn=lambda m, fqn: m.out_features % 16 == 0)
+    assert profile.linear_gemm_flops(model, tokens=100) == {
+        "fp8": 600 * (32 * 64 + 64 * 32), "other": 600 * 32 * 10, "fp8_layers": 2, "other_layers": 1}
+
+    cfg = CONFIGS["tiny"]
+    decoder = Decoder(cfg, fused_proj=True)
+    swapped = to_float8(decoder, "rowwise", emulate=True)
+    assert any(type(decoder.get_submodule(n)).__name__ == "Float8FusedLinear" for n in swapped)
+    flops = profile.linear_gemm_flops(decoder, tokens=8)
+    assert flops["fp8_layers"] == len(swapped) and flops["other_layers"] == 1  # the LM head
+    assert flops["other"] == 6 * 8 * cfg.d_model * cfg.vocab_size
+
+
+def test_fp8_tflops_and_fraction_of_the_ceiling() -> None:
+    from types import SimpleNamespace as NS
+
+    model = tiny_model()
+    model[0].__class__ = Float8Linear
+    step = NS(model=model, tokens_per_step=1_000_000)
+    ms = {"gemm_fp8": 0.5, "gemm": 1.0}
+    fp8 = 6e6 * 32 * 64
+    m = profile.matmul_figures(step, ms, fp8_ceiling=1000.0)
+    assert m["gemm_fp8_tflops_achieved"] == pytest.approx(fp8 / 0.5e-3 / 1e12)
+    assert m["gemm_fp8_ceiling_fraction"] == pytest.approx(m["gemm_fp8_tflops_achieved"] / 1000.0)
+    assert m["gemm_tflops_achieved"] == pytest.approx(6e6 * (64 * 32 + 32 * 10) / 1e-3 / 1e12)
+    split = {"ms": ms}
+    assert any("target" in note for note in profile.class_notes(split, m))
+    none = profile.matmul_figures(step, ms, fp8_ceiling=None)
+    assert none["gemm_fp8_ceiling_fraction"] is None and none["fp8_ceiling_tflops"] is None
+    assert any("No FP8 ceiling given" in note for note in profile.class_notes(split, none))
+    lost = profile.matmul_figures(step, {"gemm_fp8": 0.0, "gemm": 1.0}, fp8_ceiling=1000.0)
+    assert lost["gemm_fp8_tflops_achieved"] is None and lost["gemm_fp8_ceiling_fraction"] is None
+    assert any("no kernel classed as an FP8 GEMM" in n for n in profile.class_notes({"ms": {"gemm_fp8": 0.0}}, lost))
+
+
+def test_kernel_classes_are_rendered(reports: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CUDA report's section in Markdown and HTML (a CPU report with a synthetic split and the CLI's ceiling)."""
+    from types import SimpleNamespace as NS
+
+    args = profile.parser().parse_args([*RUN, "--fp8-ceiling-tflops", "1200"])
+    assert args.fp8_ceiling_tflops == 1200.0 and profile.parser().parse_args(RUN).fp8_ceiling_tflops is None
+    r = load(reports["base"])
+    r["ops"]["top_device"] = r["ops"]["top_kernels"] = []
+    model = tiny_model()
+    model[0].__class__ = Float8Linear
+    kernel = span(FP8_GEMMS[0], 10, 300)
+    parsed = fake_parsed([span("aten::_scaled_mm", 1, 5, (kernel,))], [kernel])
+    step = NS(device=NS(type="cuda"), model=model, tokens_per_step=4096)
+    r["kernel_classes"] = profile.kernel_class_figures(step, parsed, args.fp8_ceiling_tflops)
+    md, page = (f(profile.report_blocks(r)) for f in (profile.to_markdown, profile.to_html))
+    assert "## Device time by kernel class (per step)" in md and "<h2>Device time by kernel class" in page
+    assert "| gemm_fp8 | 1 | 0.3 | 100.0% |" in md and "| gemm_fp8_ceiling_fraction |" in md
+    assert FP8_GEMMS[0] in md and "matmul_with_hp_or_float8_args" in md  # top kernels and the rules
+    assert profile.figures(r)["kernel_classes.ms.gemm_fp8"] == pytest.approx(0.3)
