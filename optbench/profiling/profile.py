@@ -96,9 +96,10 @@ FIGURE_SECTIONS = ("time", "launches", "smells", "memory", "kernel_classes")
 # Kernel classes: each device activity of the steps goes to one (memcpys and memsets too, mostly to other).
 KERNEL_CLASSES = ("gemm_fp8", "gemm", "fp8_cast", "attention", "other")
 GEMM_NAME = r"nvjet|gemm|gemv|xmma|cutlass|cublas|triton_tem_fused\w*mm"  # GEMM libraries, inductor's mm templates
-# FP8 operand types in GEMM names: cuBLAS(Lt) e4m3/e5m2 (nvjet's own FP8 names unconfirmed: 'qq' assumed), torch's
-# rowwise CUTLASS f8f8bf16 (cutlass::float_e4m3_t), inductor's _scaled_mm template; hex hashes are no 'f8'.
-FP8_NAME = r"e4m3|e5m2|fp8|float8|f8f8|(?<![0-9a-z])f8_|nvjet_(?:sm\d+_)?qq|_scaled_mm"
+# FP8 operand types in GEMM names: cuBLAS(Lt) e4m3/e5m2, nvjet's operand letters (seen on an H100: 'qq' e4m3 x e4m3,
+# 'qr' e4m3 x e5m2, against 'tst' for bf16), torch's rowwise CUTLASS f8f8bf16 (cutlass::float_e4m3_t), inductor's
+# _scaled_mm template; hex hashes are no 'f8'.
+FP8_NAME = r"e4m3|e5m2|fp8|float8|f8f8|(?<![0-9a-z])f8_|nvjet_(?:sm\d+_)?[qr][qr]|_scaled_mm"
 # (evidence, regex, class), first match wins (re.IGNORECASE). Evidence 'op': the kernel's launching operator (the
 # innermost host op the profiler attributes it to); 'within': that op or one enclosing it (torchao's float8 autograd
 # functions hold the amax, scale and cast ops of eager FP8, and the reciprocals and layout copies of its mm);
@@ -113,7 +114,7 @@ KERNEL_RULES: tuple[tuple[str, str, str], ...] = (
     ("kernel", r"flash|fmha|sdpa|attention|dot_do_o", "attention"),
     ("kernel", rf"^(?=.*(?:{GEMM_NAME}))(?=.*(?:{FP8_NAME}))", "gemm_fp8"),
     ("kernel", GEMM_NAME, "gemm"),
-    ("kernel", r"fused\w*_amax|fused\w*_abs\w*_max|fused__to_copy\w*_clamp\w*_(mul|reciprocal)|float8|fp8|e4m3|e5m2",
+    ("kernel", r"fused\w*_amax|fused\w*_abs\w*_max|fused\w*__to_copy\w*_clamp\w*_(mul|reciprocal)|float8|fp8|e4m3|e5m2",
      "fp8_cast"),
     ("kernel", r"", "other"),
 )

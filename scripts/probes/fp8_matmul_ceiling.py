@@ -1,8 +1,10 @@
 """The FP8 matmul ceiling of this GPU, measured as the bf16 one is (``optbench.core.roofline``'s probe): an n x n x n
 ``torch._scaled_mm`` of e4m3 operands into bf16 with per-tensor scales (the GEMM torchao's tensorwise float8
-training runs) and with per-row scales (its rowwise recipe's), beside the bf16 matmul, timed by optbench's timer
-(cold-L2 device time, random operands). Prints one JSON line per size: device ms and TFLOP/s (2 n^3 FLOPs per
-call) of each. Needs FP8 tensor cores (sm89+).
+training runs) and with per-row scales (its rowwise recipe's), each with and without fast accumulation
+(``use_fast_accum``: torchao's float8 forward GEMM uses it, its two backward GEMMs do not), beside the bf16 matmul,
+timed by optbench's timer (cold-L2 device time, random operands), each followed by the GPU's clock and power
+(``gpu_state``). Prints one JSON line per size: device ms, IQR and TFLOP/s (2 n^3 FLOPs per call) of each.
+Needs FP8 tensor cores (sm89+).
 
     python3 scripts/probes/fp8_matmul_ceiling.py --n 8192 4096
 """
@@ -12,11 +14,13 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+from typing import Any
 
 
 def main() -> int:
     import torch
 
+    from optbench.core.machine import gpu_state
     from optbench.core.roofline import matmul_probe
     from optbench.core.timing import measure
 
@@ -29,18 +33,19 @@ def main() -> int:
         one = torch.ones((), device="cuda")
         rows = torch.rand(n, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
         scaled = functools.partial(torch._scaled_mm, a, b, out_dtype=torch.bfloat16)
-        timings = {
-            "fp8_tensorwise": measure(functools.partial(scaled, scale_a=one, scale_b=one), device="cuda",
-                                      warmup_ms=100, rep_ms=500).device,
-            "fp8_rowwise": measure(functools.partial(scaled, scale_a=rows[0], scale_b=rows[1]), device="cuda",
-                                   warmup_ms=100, rep_ms=500).device,
-            "bf16": measure(matmul_probe("bf16", "cuda", n).fn, device="cuda", warmup_ms=100, rep_ms=500).device,
-        }
+        calls = {f"fp8_{name}{'_fast' if fast else ''}": functools.partial(scaled, scale_a=sa, scale_b=sb,
+                                                                        use_fast_accum=fast)
+                 for name, (sa, sb) in (("tensorwise", (one, one)), ("rowwise", rows)) for fast in (False, True)}
+        calls["bf16"] = matmul_probe("bf16", "cuda", n).fn
+        timings, states = {}, {}
+        for name, fn in calls.items():
+            timings[name] = measure(fn, device="cuda", warmup_ms=100, rep_ms=500).device
+            states[name] = gpu_state()
         flops = 2.0 * n**3
-        line: dict[str, float] = {"n": n}
+        line: dict[str, Any] = {"n": n}
         for name, t in timings.items():
             line.update({f"{name}_ms": t.median_ms, f"{name}_iqr_ms": t.iqr_ms,
-                         f"{name}_tflops": flops / t.median_ms / 1e9})
+                         f"{name}_tflops": flops / t.median_ms / 1e9, f"{name}_gpu": states[name]})
         print(json.dumps(line), flush=True)
     return 0
 
