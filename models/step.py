@@ -75,6 +75,9 @@ class StepOptions:
     # the final norm and the loss on their own: the blocks share one compiled graph, so compile time does not
     # grow with depth, and nothing fuses across a block's boundary.
     compile_scope: Literal["model", "blocks"] = "model"
+    # inductor's coordinate-descent tuning: each of its Triton kernels' launch configs (block sizes, warps) tuned
+    # by timing neighbours at the first call (torch.compile option coordinate_descent_tuning); needs compile='default'
+    compile_tuning: bool = False
     # FP8 matmuls in the blocks' Linear layers (not the LM head) through torchao's float8 training, with the
     # scaling of its recipe: 'tensorwise' (one dynamic scale per tensor, e5m2 gradients; cuBLAS) or 'rowwise'
     # (one power-of-two scale per row, e4m3 throughout; CUTLASS). Needs FP8 tensor cores (sm89+).
@@ -132,6 +135,9 @@ def validate(options: StepOptions, device: str | torch.device, profile: Any = No
             problems.append(f"{field.name}={value!r} is not one of {allowed}")
     if options.compile_scope != "model" and options.compile is None:
         problems.append(f"compile_scope={options.compile_scope!r} needs a compile mode")
+    if options.compile_tuning and options.compile != "default":
+        problems.append(f"compile_tuning tunes compile='default' (a mode and options exclude each other in "
+                        f"torch.compile), not compile={options.compile!r}")
     if options.rope != "eager" and (not options.fused_proj or options.qk_norm is not None):
         problems.append(f"rope={options.rope!r} rotates the packed q/k/v projection: it needs fused_proj=True "
                         "and no QK-norm")
@@ -291,6 +297,11 @@ def _set_hyper(optimizer: torch.optim.Optimizer | MasterAdamW, hyper: Hyper) -> 
         group.update(lr=hyper.lr, weight_decay=hyper.weight_decay)
 
 
+def compile_kwargs(options: StepOptions) -> dict[str, Any]:
+    """torch.compile's keywords for ``options``: its mode, or, with compile_tuning, inductor's options that tune."""
+    return {"options": {"coordinate_descent_tuning": True}} if options.compile_tuning else {"mode": options.compile}
+
+
 def _model_loss(model: Decoder, loss: Callable[[Tensor, Tensor, Tensor], Tensor], idx: Tensor,
                 targets: Tensor) -> Tensor:
     """Forward + loss, what ``compile`` compiles; a function, not a method, so a TrainStep holds no cycle."""
@@ -338,12 +349,13 @@ class TrainStep:
         self._master = isinstance(self.optimizer, MasterAdamW)
         self._grad_divisor: Tensor | None = None
         self._model_loss_fn = _model_loss
+        how = compile_kwargs(options)
         if options.compile and options.compile_scope == "blocks":
             for module in (*self.model.blocks, self.model.norm):
-                module.compile(mode=options.compile)
-            self._loss = torch.compile(self._loss, mode=options.compile)
+                module.compile(**how)
+            self._loss = torch.compile(self._loss, **how)
         elif options.compile:
-            self._model_loss_fn = torch.compile(_model_loss, mode=options.compile)
+            self._model_loss_fn = torch.compile(_model_loss, **how)
         self.stats: dict[str, Tensor] | None = None
         self._losses: list[float | Tensor] = []
         self._graph: torch.cuda.CUDAGraph | None = None

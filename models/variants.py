@@ -96,6 +96,10 @@ VARIANTS: dict[str, dict] = {
     # best-kernels with FP8 matmuls: torchao's casts fused by torch.compile, in the captured step.
     "best-kernels-fp8-tensorwise": {**_KERNELS, "fp8": "tensorwise", "numerics": "convergence"},
     "best-kernels-fp8-rowwise": {**_KERNELS, "fp8": "rowwise", "numerics": "convergence"},
+    # best-kernels-fp8-tensorwise with inductor's coordinate-descent tuning: its FP8 amax and cast kernels, a fifth
+    # of the 1B step's device time (NOTES.md, 287e6c5's profile), at launch configs tuned for their shapes.
+    "best-kernels-fp8-tensorwise-tuned": {**_KERNELS, "fp8": "tensorwise", "compile_tuning": True,
+                                          "numerics": "convergence"},
 }
 
 

@@ -97,7 +97,8 @@ BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-master", "bes
 COMPILE_MODES = ["compile-default", "compile-regional", "compile-reduce-overhead", "compile-max-autotune",
                  "compile-max-autotune-no-cudagraphs"]
 # FP8 matmuls (torchao float8 training), at the end of a grid: new, and a lost CUDA context ends its grid.
-FP8 = ["fp8-tensorwise", "fp8-rowwise", "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise"]
+FP8 = ["fp8-tensorwise", "fp8-rowwise", "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise",
+       "best-kernels-fp8-tensorwise-tuned"]
 
 STEP_GRIDS: dict[str, list[str]] = {
     # What a CPU runs (Triton through the interpreter is too slow for a timed step).
