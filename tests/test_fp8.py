@@ -32,7 +32,8 @@ from optbench.suite import plan as P
 
 TINY = CONFIGS["tiny"]
 SMALL = dict(batch_size=2, seq_len=32)
-FP8_VARIANTS = ["fp8-tensorwise", "fp8-rowwise", "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise"]
+FP8_VARIANTS = ["fp8-tensorwise", "fp8-rowwise", "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise",
+                "best-kernels-fp8-tensorwise-tuned"]
 H100 = SimpleNamespace(key="h100", supports_bf16=True, supports_tf32=True, fp8=True)
 A100 = SimpleNamespace(key="a100", supports_bf16=True, supports_tf32=True, fp8=False)
 HAS_FP8_GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() >= step_mod.FP8_MIN_CC

@@ -98,10 +98,11 @@ def test_machine_name_of_this_machine():
 
 
 def test_gpu_state_reads_clock_power_heat_and_clock_events(monkeypatch):
-    monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: ["1695", "690.12", "47", "0x0000000000000004"])
+    monkeypatch.setattr(machine, "_nvml_device", lambda: None)  # no NVML: nvidia-smi's fields
+    monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: ["1695", "690.12", "47", "0x0000000000000004", "702.5"])
     assert machine.gpu_state() == {"sm_clock_mhz": 1695, "power_w": 690.12, "temperature_c": 47,
-                                   "clock_events": "0x0000000000000004"}
-    monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: ["[N/A]", "[N/A]", "47", "[N/A]"])
+                                   "clock_events": "0x0000000000000004", "power_instant_w": 702.5}
+    monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: ["[N/A]", "[N/A]", "47", "[N/A]", "[N/A]"])
     assert machine.gpu_state()["sm_clock_mhz"] is None
     monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: None)
     assert machine.gpu_state() is None
