@@ -355,6 +355,9 @@ def test_fp8_tflops_and_fraction_of_the_ceiling() -> None:
     assert m["gemm_tflops_achieved"] == pytest.approx(6e6 * (64 * 32 + 32 * 10) / 1e-3 / 1e12)
     split = {"ms": ms}
     assert any("target" in note for note in profile.class_notes(split, m))
+    assert not any("Above the ceiling" in note for note in profile.class_notes(split, m))  # 2.5% of it
+    above = profile.matmul_figures(step, ms, fp8_ceiling=20.0)  # 123%: flagged, as a floor beaten is
+    assert any("Above the ceiling" in note for note in profile.class_notes(split, above))
     none = profile.matmul_figures(step, ms, fp8_ceiling=None)
     assert none["gemm_fp8_ceiling_fraction"] is None and none["fp8_ceiling_tflops"] is None
     assert any("No FP8 ceiling given" in note for note in profile.class_notes(split, none))
