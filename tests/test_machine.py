@@ -104,6 +104,13 @@ def test_gpu_state_reads_clock_power_heat_and_clock_events(monkeypatch):
                                    "clock_events": "0x0000000000000004", "power_instant_w": 702.5}
     monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: ["[N/A]", "[N/A]", "47", "[N/A]", "[N/A]"])
     assert machine.gpu_state()["sm_clock_mhz"] is None
+    # an older nvidia-smi without power.draw.instant fails the query that names it: the rest is still read
+    old_smi = {"clocks.sm": "1410", "power.draw": "250.5", "temperature.gpu": "60",
+               "clocks_event_reasons.active": "0x0000000000000000"}
+    monkeypatch.setattr(machine, "_nvidia_smi",
+                        lambda fields: None if "power.draw.instant" in fields else [old_smi[f] for f in fields])
+    assert machine.gpu_state() == {"sm_clock_mhz": 1410, "power_w": 250.5, "temperature_c": 60,
+                                   "clock_events": "0x0000000000000000", "power_instant_w": None}
     monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: None)
     assert machine.gpu_state() is None
 

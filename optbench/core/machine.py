@@ -107,12 +107,14 @@ def gpu_state() -> dict[str, Any] | None:
             return _nvml_state(*nvml)
         except Exception:  # noqa: BLE001 - NVML errors are its own classes; nvidia-smi reads the same values
             pass
-    smi = _nvidia_smi(["clocks.sm", "power.draw", "temperature.gpu", "clocks_event_reasons.active",
-                       "power.draw.instant"])
+    fields = ["clocks.sm", "power.draw", "temperature.gpu", "clocks_event_reasons.active"]
+    # a driver whose nvidia-smi lacks power.draw.instant refuses the whole query: ask again without it
+    smi = _nvidia_smi([*fields, "power.draw.instant"]) or _nvidia_smi(fields)
     if smi is None:
         return None
     return {"sm_clock_mhz": _int_or_none(smi[0]), "power_w": _float_or_none(smi[1]),
-            "temperature_c": _int_or_none(smi[2]), "clock_events": smi[3], "power_instant_w": _float_or_none(smi[4])}
+            "temperature_c": _int_or_none(smi[2]), "clock_events": smi[3],
+            "power_instant_w": _float_or_none(smi[4]) if len(smi) > 4 else None}
 
 
 def power_limit_w() -> float | None:
