@@ -82,6 +82,9 @@ class StepOptions:
     # scaling of its recipe: 'tensorwise' (one dynamic scale per tensor, e5m2 gradients; cuBLAS) or 'rowwise'
     # (one power-of-two scale per row, e4m3 throughout; CUTLASS). Needs FP8 tensor cores (sm89+).
     fp8: Fp8Recipe = "off"
+    # With fp8: fast accumulation (no periodic promotion of the partial sums to fp32 inside the FP8 GEMM) in the
+    # two backward GEMMs too; torchao's recipes use it in the forward GEMM only. Needs fp8.
+    fp8_fast_accum: bool = False
     batch_size: int = 8
     seq_len: int = 1024
 
@@ -138,6 +141,8 @@ def validate(options: StepOptions, device: str | torch.device, profile: Any = No
     if options.compile_tuning and options.compile != "default":
         problems.append(f"compile_tuning tunes compile='default' (a mode and options exclude each other in "
                         f"torch.compile), not compile={options.compile!r}")
+    if options.fp8_fast_accum and options.fp8 == "off":
+        problems.append("fp8_fast_accum sets the accumulation of FP8 GEMMs: it needs fp8='tensorwise' or 'rowwise'")
     if options.rope != "eager" and (not options.fused_proj or options.qk_norm is not None):
         problems.append(f"rope={options.rope!r} rotates the packed q/k/v projection: it needs fused_proj=True "
                         "and no QK-norm")
@@ -258,15 +263,20 @@ def _float8_fused_linear() -> type:
     return type("Float8FusedLinear", (Float8Linear, FusedLinear), {"__doc__": _float8_fused_linear.__doc__})
 
 
-def to_float8(model: Decoder, recipe: str, emulate: bool = False) -> list[str]:
+def to_float8(model: Decoder, recipe: str, emulate: bool = False, fast_accum: bool = False) -> list[str]:
     """Swap ``model``'s eligible Linear layers (:func:`fp8_eligible`) for torchao's Float8Linear with the
     scaling recipe ``recipe`` ('tensorwise' | 'rowwise', ``Float8LinearConfig.from_recipe_name``), in place;
     the weights stay the same Parameters. ``emulate``: torchao's emulation (FP8 rounding, matmuls in high
-    precision), what a device without FP8 tensor cores can run (tests on a CPU). Returns the swapped layers'
-    names."""
+    precision), what a device without FP8 tensor cores can run (tests on a CPU). ``fast_accum``: the backward
+    GEMMs (grad input, grad weight) accumulate fast as the forward one does (``StepOptions.fp8_fast_accum``).
+    Returns the swapped layers' names."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    from torchao.float8.config import Float8GemmConfig
 
     config = dataclasses.replace(Float8LinearConfig.from_recipe_name(recipe), emulate=emulate)
+    if fast_accum:
+        fast = Float8GemmConfig(use_fast_accum=True)
+        config = dataclasses.replace(config, gemm_config_grad_input=fast, gemm_config_grad_weight=fast)
     fused = {name: m.parts for name, m in model.named_modules() if isinstance(m, FusedLinear)}
     convert_to_float8_training(model, module_filter_fn=fp8_eligible, config=config)
     swapped = [name for name, m in model.named_modules() if type(m).__name__ == "Float8Linear"]
@@ -328,7 +338,7 @@ class TrainStep:
         if options.precision == "fp64":
             self.model.double()
         if options.fp8 != "off":  # emulated where no FP8 tensor cores are (validate keeps that to tests)
-            to_float8(self.model, options.fp8, emulate=self.device.type != "cuda")
+            to_float8(self.model, options.fp8, emulate=self.device.type != "cuda", fast_accum=options.fp8_fast_accum)
         self.model.checkpoint_every = options.checkpoint_every
         self.params = list(self.model.parameters())
         self.hyper = Hyper(LR, WEIGHT_DECAY, MAX_GRAD_NORM)

@@ -32,8 +32,7 @@ from optbench.suite import plan as P
 
 TINY = CONFIGS["tiny"]
 SMALL = dict(batch_size=2, seq_len=32)
-FP8_VARIANTS = ["fp8-tensorwise", "fp8-rowwise", "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise",
-                "best-kernels-fp8-tensorwise-tuned"]
+FP8_VARIANTS = [name for name in VARIANTS if switches(name).get("fp8", "off") != "off"]
 H100 = SimpleNamespace(key="h100", supports_bf16=True, supports_tf32=True, fp8=True)
 A100 = SimpleNamespace(key="a100", supports_bf16=True, supports_tf32=True, fp8=False)
 HAS_FP8_GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() >= step_mod.FP8_MIN_CC
@@ -141,6 +140,23 @@ def test_the_blocks_linear_layers_become_fp8_not_the_lm_head(recipe):
     for (name, ours), (_, theirs) in zip(step.model.named_parameters(), reference.model.named_parameters()):
         assert torch.equal(ours, theirs), name  # the same weights, the same Parameters as the optimizer's
     assert {id(p) for p in step.params} == {id(p) for group in step.optimizer.param_groups for p in group["params"]}
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_fp8_fast_accum_sets_the_backward_gemms_only(recipe):
+    """torchao's recipes accumulate fast in the forward GEMM only; fp8_fast_accum makes both backward GEMMs do so
+    too, and nothing else of the recipe changes."""
+    def gemms(step):
+        config = step.model.blocks[0].mlp.down_proj.config
+        return [c.use_fast_accum for c in (config.gemm_config_output, config.gemm_config_grad_input,
+                                           config.gemm_config_grad_weight)], config
+
+    (plain, plain_config), (fast, fast_config) = gemms(_fp8_step(recipe)), gemms(_fp8_step(recipe, fp8_fast_accum=True))
+    assert plain == [True, False, False] and fast == [True, True, True]
+    assert dataclasses.replace(fast_config, gemm_config_grad_input=plain_config.gemm_config_grad_input,
+                               gemm_config_grad_weight=plain_config.gemm_config_grad_weight) == plain_config
+    with pytest.raises(UnsupportedOptions, match="fp8_fast_accum"):
+        validate(BASELINE.replace(fp8_fast_accum=True), "cuda", H100)
 
 
 def test_only_dims_that_are_multiples_of_16_become_fp8():

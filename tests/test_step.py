@@ -28,7 +28,7 @@ from models.step import (
     validate,
     variant_options,
 )
-from models.variants import ABLATION, reference
+from models.variants import ABLATION, reference, switches
 
 TINY = CONFIGS["tiny"]
 SMALL = dict(batch_size=2, seq_len=32)
@@ -39,8 +39,7 @@ NEEDS = {"triton-norm": "kernels.rmsnorm", "triton-swiglu": "kernels.swiglu",
          "triton-qknorm": "kernels.qknorm", "triton-rope": "kernels.rope", "fused-ce": "kernels.fused_linear_ce",
          "liger-norm": "liger_kernel", "liger-swiglu": "liger_kernel", "liger-flce": "liger_kernel",
          "best": "kernels.fused_linear_ce", "adamw-8bit": "bitsandbytes",
-         **dict.fromkeys(["fp8-tensorwise", "fp8-rowwise", "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise"],
-                         "torchao")}
+         **{name: "torchao" for name in VARIANTS if switches(name).get("fp8", "off") != "off"}}
 CPU_FP32 = ["qknorm", "chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync", "cached-mask",
             "sdpa-causal", "fused-proj", "triton-norm", "triton-swiglu", "triton-qknorm", "triton-rope", "fused-ce",
             "compile-default", "compile-max-autotune-no-cudagraphs", "compile-regional"]
@@ -49,8 +48,7 @@ CPU_BF16 = ["fp16-scaler", "chunked-ce", "fused-ce", "triton-norm", "triton-swig
 GPU_ONLY = ["tf32", "liger-norm", "liger-swiglu", "liger-flce", "fused-adamw", "graph-prereqs", "cuda-graph",
             "compile-reduce-overhead", "compile-max-autotune", "best", "best-inductor", "best-graph",
             "best-compile-graph", "best-master", "best-fused", "best-kernels", "best-regional",
-            "adamw-8bit", "fp8-tensorwise", "fp8-rowwise", "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise",
-            "best-kernels-fp8-tensorwise-tuned"]
+            "adamw-8bit", *(name for name in VARIANTS if switches(name).get("fp8", "off") != "off")]
 H100 = SimpleNamespace(key="h100", supports_bf16=True, supports_tf32=True)
 
 
