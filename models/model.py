@@ -29,18 +29,18 @@ ATTN_MASKS = ("is_causal", "cached", "rebuilt")
 def rms_norm(dim: int, eps: float, impl: str) -> nn.Module:
     """An RMSNorm layer with a ``weight`` of size dim: 'eager' | 'triton' (kernels.rmsnorm) or 'liger'."""
     if impl == "liger":
-        from liger_kernel.transformers import LigerRMSNorm
+        from kernels.liger import liger
 
-        return LigerRMSNorm(dim, eps=eps)
+        return liger("transformers").LigerRMSNorm(dim, eps=eps)
     return RMSNorm(dim, eps=eps, impl=impl)
 
 
 def swiglu_fn(impl: str) -> Callable[[Tensor, Tensor], Tensor]:
     """silu(a) * b: 'eager' | 'triton' (kernels.swiglu) or 'liger'."""
     if impl == "liger":
-        from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+        from kernels.liger import liger
 
-        return LigerSiLUMulFunction.apply
+        return liger("ops.swiglu").LigerSiLUMulFunction.apply
     fns = {"eager": swiglu_eager, "triton": swiglu}
     if impl not in fns:
         raise ValueError(f"mlp impl must be 'eager', 'triton' or 'liger', got {impl!r}")

@@ -75,9 +75,6 @@ class StepOptions:
     # the final norm and the loss on their own: the blocks share one compiled graph, so compile time does not
     # grow with depth, and nothing fuses across a block's boundary.
     compile_scope: Literal["model", "blocks"] = "model"
-    # inductor's coordinate-descent tuning: each of its Triton kernels' launch configs (block sizes, warps) tuned
-    # by timing neighbours at the first call (torch.compile option coordinate_descent_tuning); needs compile='default'
-    compile_tuning: bool = False
     # FP8 matmuls in the blocks' Linear layers (not the LM head) through torchao's float8 training, with the
     # scaling of its recipe: 'tensorwise' (one dynamic scale per tensor, e5m2 gradients; cuBLAS) or 'rowwise'
     # (one power-of-two scale per row, e4m3 throughout; CUTLASS). Needs FP8 tensor cores (sm89+).
@@ -138,9 +135,6 @@ def validate(options: StepOptions, device: str | torch.device, profile: Any = No
             problems.append(f"{field.name}={value!r} is not one of {allowed}")
     if options.compile_scope != "model" and options.compile is None:
         problems.append(f"compile_scope={options.compile_scope!r} needs a compile mode")
-    if options.compile_tuning and options.compile != "default":
-        problems.append(f"compile_tuning tunes compile='default' (a mode and options exclude each other in "
-                        f"torch.compile), not compile={options.compile!r}")
     if options.fp8_fast_accum and options.fp8 == "off":
         problems.append("fp8_fast_accum sets the accumulation of FP8 GEMMs: it needs fp8='tensorwise' or 'rowwise'")
     if options.rope != "eager" and (not options.fused_proj or options.qk_norm is not None):
@@ -207,10 +201,10 @@ def validate(options: StepOptions, device: str | torch.device, profile: Any = No
 def _loss_fn(kind: str) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
     """Mean cross-entropy of ``hidden (N, H) @ weight (V, H).T`` against targets (N,), by implementation."""
     if kind == "liger":
-        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+        from kernels.liger import liger
 
-        liger = LigerFusedLinearCrossEntropyLoss()
-        return lambda hidden, weight, target: liger(weight, hidden, target)
+        flce = liger("transformers").LigerFusedLinearCrossEntropyLoss()
+        return lambda hidden, weight, target: flce(weight, hidden, target)
     if kind == "fused":
         from kernels.fused_linear_ce import fused_linear_cross_entropy
 
@@ -307,11 +301,6 @@ def _set_hyper(optimizer: torch.optim.Optimizer | MasterAdamW, hyper: Hyper) -> 
         group.update(lr=hyper.lr, weight_decay=hyper.weight_decay)
 
 
-def compile_kwargs(options: StepOptions) -> dict[str, Any]:
-    """torch.compile's keywords for ``options``: its mode, or, with compile_tuning, inductor's options that tune."""
-    return {"options": {"coordinate_descent_tuning": True}} if options.compile_tuning else {"mode": options.compile}
-
-
 def _model_loss(model: Decoder, loss: Callable[[Tensor, Tensor, Tensor], Tensor], idx: Tensor,
                 targets: Tensor) -> Tensor:
     """Forward + loss, what ``compile`` compiles; a function, not a method, so a TrainStep holds no cycle."""
@@ -359,7 +348,7 @@ class TrainStep:
         self._master = isinstance(self.optimizer, MasterAdamW)
         self._grad_divisor: Tensor | None = None
         self._model_loss_fn = _model_loss
-        how = compile_kwargs(options)
+        how = {"mode": options.compile}
         if options.compile and options.compile_scope == "blocks":
             for module in (*self.model.blocks, self.model.norm):
                 module.compile(**how)

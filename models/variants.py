@@ -96,17 +96,9 @@ VARIANTS: dict[str, dict] = {
     # best-kernels with FP8 matmuls: torchao's casts fused by torch.compile, in the captured step.
     "best-kernels-fp8-tensorwise": {**_KERNELS, "fp8": "tensorwise", "numerics": "convergence"},
     "best-kernels-fp8-rowwise": {**_KERNELS, "fp8": "rowwise", "numerics": "convergence"},
-    # best-kernels-fp8-tensorwise with inductor's coordinate-descent tuning: its FP8 amax and cast kernels, a fifth
-    # of the 1B step's device time (NOTES.md, 287e6c5's profile), at launch configs tuned for their shapes.
-    "best-kernels-fp8-tensorwise-tuned": {**_KERNELS, "fp8": "tensorwise", "compile_tuning": True,
-                                          "numerics": "convergence"},
     # best-kernels-fp8-tensorwise with fast accumulation in the backward GEMMs too (torchao's: forward only).
     "best-kernels-fp8-tensorwise-fast-accum": {**_KERNELS, "fp8": "tensorwise", "fp8_fast_accum": True,
                                                "numerics": "convergence"},
-    # best-fused with FP8 matmuls: inductor's own RMSNorm, SwiGLU and RoPE, into whose kernels it can fuse the
-    # amax reductions of the FP8 casts' inputs (our Triton kernels are opaque to it: in best-kernels-fp8-* each
-    # amax is a pass of its own over the tensor that kernel wrote).
-    "best-fused-fp8-tensorwise": {**_FUSED, "fp8": "tensorwise", "numerics": "convergence"},
 }
 
 

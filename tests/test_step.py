@@ -400,17 +400,3 @@ def test_a_tolerance_never_exceeds_its_precisions_ceiling():
     assert _tolerance(broken, "fp16", 16384) == dict.fromkeys(broken, CHECK_CEILING["fp16"])
     quiet = {"loss": 1e-5, "grads": 2e-2, "grad_norm": 1e-4, "weights": 1e-3}
     assert _tolerance(quiet, "bf16", 8192)["grads"] == pytest.approx(5e-2)  # 2.5x, below the ceiling
-
-
-def test_compile_tuning_tunes_the_default_mode_only():
-    """compile_tuning passes inductor's coordinate-descent option instead of a mode (torch.compile takes one or the
-    other), and is refused with any mode but 'default' or without compile."""
-    from models.step import compile_kwargs, validate
-
-    tuned = BASELINE.replace(compile="default", compile_tuning=True)
-    assert compile_kwargs(tuned) == {"options": {"coordinate_descent_tuning": True}}
-    assert compile_kwargs(tuned.replace(compile_tuning=False)) == {"mode": "default"}
-    validate(tuned, "cpu")
-    for wrong in (BASELINE.replace(compile_tuning=True), tuned.replace(compile="max-autotune-no-cudagraphs")):
-        with pytest.raises(UnsupportedOptions, match="compile_tuning"):
-            validate(wrong, "cpu")

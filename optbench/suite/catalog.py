@@ -98,7 +98,7 @@ COMPILE_MODES = ["compile-default", "compile-regional", "compile-reduce-overhead
                  "compile-max-autotune-no-cudagraphs"]
 # FP8 matmuls (torchao float8 training), at the end of a grid: new, and a lost CUDA context ends its grid.
 FP8 = ["fp8-tensorwise", "fp8-rowwise", "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise",
-       "best-kernels-fp8-tensorwise-tuned", "best-kernels-fp8-tensorwise-fast-accum", "best-fused-fp8-tensorwise"]
+       "best-kernels-fp8-tensorwise-fast-accum"]
 
 STEP_GRIDS: dict[str, list[str]] = {
     # What a CPU runs (Triton through the interpreter is too slow for a timed step).
@@ -123,8 +123,7 @@ STEP_GRIDS: dict[str, list[str]] = {
 # The convergence check: eager (its seeds give the tolerance), every variant that changes the numerics on purpose
 # (models.variants.numerics), and best-kernels, an exact one that must pass too.
 CONVERGENCE = ["eager", "adamw-8bit", "master-adamw", "fp8-tensorwise", "fp8-rowwise", "best-kernels",
-               "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise", "best-kernels-fp8-tensorwise-tuned",
-               "best-kernels-fp8-tensorwise-fast-accum", "best-fused-fp8-tensorwise"]
+               "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise", "best-kernels-fp8-tensorwise-fast-accum"]
 # Multi-GPU training steps (optbench.suite.distributed): DDP and FSDP2 over the eager step and over 'best'
 # (no CUDA graphs), each at 1, 2 and 4 GPUs of one host; the multigpu suite only.
 DISTRIBUTED = ["ddp", "fsdp2", "ddp-best", "fsdp2-best"]

@@ -94,7 +94,7 @@ def _wrap(step: Any, wrapper: str, device: Any, plant: str) -> Callable[[], None
     gradient reduction off (the 'no-sync' plant), else a no-op."""
     import torch
 
-    from models.step import _adamw, _model_loss, compile_kwargs
+    from models.step import _adamw, _model_loss
 
     dist = _dist()
     world = dist.get_world_size()
@@ -111,7 +111,7 @@ def _wrap(step: Any, wrapper: str, device: Any, plant: str) -> Callable[[], None
             hidden = ddp(idx).flatten(0, 1)
             return loss(hidden, ddp.module.lm_head.weight, targets.flatten()) * scale
 
-        step._model_loss_fn = torch.compile(ddp_loss, **compile_kwargs(step.options)) if compile_model else ddp_loss
+        step._model_loss_fn = torch.compile(ddp_loss, mode=step.options.compile) if compile_model else ddp_loss
 
         def no_sync() -> None:
             ddp.require_backward_grad_sync = False  # what DDP.no_sync() sets inside its block
@@ -130,7 +130,7 @@ def _wrap(step: Any, wrapper: str, device: Any, plant: str) -> Callable[[], None
         def scaled_loss(model, loss, idx, targets):
             return _model_loss(model, loss, idx, targets) * scale
 
-        step._model_loss_fn = (torch.compile(scaled_loss, **compile_kwargs(step.options)) if compile_model
+        step._model_loss_fn = (torch.compile(scaled_loss, mode=step.options.compile) if compile_model
                                else scaled_loss)
 
     def no_sync_fsdp() -> None:

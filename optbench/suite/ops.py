@@ -95,8 +95,8 @@ def _rmsnorm_impls() -> Callable[[str], Callable[..., Tensor]]:
         return rms_norm_eager
 
     def liger():
-        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-        return lambda x, w: LigerRMSNormFunction.apply(x, w, 1e-6)
+        from kernels.liger import liger
+        return lambda x, w: liger("ops.rms_norm").LigerRMSNormFunction.apply(x, w, 1e-6)
 
     def triton():
         from kernels.rmsnorm import rms_norm
@@ -153,8 +153,8 @@ def _swiglu_impls() -> Callable[[str], Callable[..., Tensor]]:
         return swiglu_eager
 
     def liger():
-        from liger_kernel.ops.swiglu import LigerSiLUMulFunction
-        return LigerSiLUMulFunction.apply
+        from kernels.liger import liger
+        return liger("ops.swiglu").LigerSiLUMulFunction.apply
 
     def triton():
         from kernels.swiglu import swiglu
@@ -267,13 +267,13 @@ def _linear_ce_impls() -> Callable[[str], Callable[..., Tensor]]:
         return fused_linear_cross_entropy
 
     def liger_ce():
-        from liger_kernel.transformers import LigerCrossEntropyLoss
-        loss = LigerCrossEntropyLoss()
+        from kernels.liger import liger
+        loss = liger("transformers").LigerCrossEntropyLoss()
         return lambda h, w, y: loss(h @ w.t(), y)
 
     def liger():
-        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
-        loss = LigerFusedLinearCrossEntropyLoss()
+        from kernels.liger import liger
+        loss = liger("transformers").LigerFusedLinearCrossEntropyLoss()
         return lambda h, w, y: loss(w, h, y)
 
     return _pick({"eager": eager, "compile": lambda: compile_for_shape(eager()), "chunked": chunked,

@@ -139,7 +139,9 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
     dtype = kernel_dtype(machine_profile(device), op_name)  # fp16 where the GPU has no bf16
     if impl.startswith("liger"):
         try:
-            import liger_kernel  # noqa: F401
+            from kernels.liger import liger
+
+            liger("ops")
         except ImportError as exc:
             raise NotImplementedError("liger-kernel is not installed") from exc
     dims = op.shapes[shape]
