@@ -42,6 +42,9 @@ SUBCOMMANDS = {
 # What asv needs after the grids of a run with a time budget: the remaining classes' quick skips, its track
 # processes and writing the results (a 9e238a7 run killed at its job limit wrote no asv results).
 ASV_WRAP_UP_S = 60.0
+# What a run spends before its first case: asv's start and discovery, the grid processes' start-up (14-25 s in the
+# quick runs' breakdowns and timestamped logs, NOTES.md): kept out of the budget in the estimate before a run.
+ASV_START_S = 20.0
 # The shortest --time-budget that can measure a case: the wrap-up, asv's start-up before the first grid (about
 # 30 s on an H100 runner) and the 30 s a case needs left to start (optbench.core.runner). On an H100, 110 s measured
 # nothing and 130 s measured three kernel cases.
@@ -179,8 +182,13 @@ def run(argv: list[str]) -> int:
           + f"; progress in {progress_file.relative_to(ROOT)}", flush=True)
     selection = ["--bench", asv_pattern(suite)]
     earlier = _asv_results(machine, commit)
+    store = ResultStore(results)
+    expected = progress.expected_seconds((run for c in store.commits(machine) for run in store.runs(machine, c)),
+                                         planned)
+    print(progress.estimate_note(planned, expected, args.time_budget, ASV_START_S + ASV_WRAP_UP_S), flush=True)
     out = console()
-    follower = progress.Follower(progress_file, len(planned), live=out.is_terminal, console=out)
+    follower = progress.Follower(progress_file, len(planned), live=out.is_terminal, console=out, planned=planned,
+                                 expected=expected)
     date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     started = time.perf_counter()
     code = progress.run_followed(
@@ -192,7 +200,7 @@ def run(argv: list[str]) -> int:
     print(f"optbench: suite {suite!r} on {machine} took {wall:.0f} s (asv exit {code}); {done.done} of {done.total} "
           f"grid cases ended ({', '.join(f'{n} {s}' for s, n in sorted(done.statuses.items())) or 'none'})",
           flush=True)
-    split, store = breakdown.phases(follower.events, wall), ResultStore(results)
+    split = breakdown.phases(follower.events, wall)
     stored = store.path(machine, commit, run_id)
     if stored.exists():  # a run that stored no record gets no file for this alone
         store.save(machine, commit, [breakdown.record(follower.events, wall, commit=commit, machine=machine,

@@ -61,6 +61,42 @@ def test_done_total_and_eta_from_the_events():
     assert progress.tally([_end("a", 1.0), _end("a", 1.0)], total=1, elapsed_s=1.0).done == 1
 
 
+def test_the_eta_sums_what_each_case_left_took_here_before():
+    planned, expected = ["a", "b", "c", "d"], {"a": 100.0, "b": 20.0, "c": 60.0}
+    t = progress.tally([], 4, 0.0, planned, expected)
+    assert t.eta_s is None  # d never ran here and this run has no mean yet
+    t = progress.tally([], 4, 0.0, planned[:3], expected)
+    assert t.eta_s == pytest.approx(180.0)  # not the mean x cases left, which has nothing to go on
+    events = [_start("a", 1000.0), _end("a", 90.0), _start("b", 1090.0)]
+    t = progress.tally(events, 4, 95.0, planned, expected, now=1095.0)
+    # b, running for 5 of its 20 s: 15 left; c 60; d never ran here: this run's mean, 90
+    assert t.eta_s == pytest.approx(15.0 + 60.0 + 90.0)
+    # With no history each case left counts at the mean (the running one less its 5 s).
+    assert progress.tally(events, 4, 95.0, planned, {}, now=1095.0).eta_s == pytest.approx(85.0 + 90.0 * 2)
+
+
+def test_expected_seconds_are_the_median_of_the_cases_that_ran():
+    def run(records):
+        return StoredRun("h100-sxm", "c0", "r", {k: {"key": k, **r} for k, r in records.items()})
+
+    runs = [run({"a": {"status": "ok", "seconds": 10.0}, "b": {"status": "skipped", "seconds": 0.0}}),
+            run({"a": {"status": "timeout", "seconds": 40.0}, "b": {"status": "skipped"}}),
+            run({"a": {"status": "wrong", "seconds": 12.0}, "c": {"status": "ok", "seconds": 5.0}})]
+    assert progress.expected_seconds(runs, ["a", "b"]) == {"a": 12.0}
+
+
+def test_the_estimate_before_a_run_says_whether_its_budget_will_cut_cases():
+    planned, expected = ["a", "b", "c"], {"a": 100.0, "b": 300.0}
+    note = progress.estimate_note(planned, expected, None, 60.0)
+    assert "~600 s" in note and "2 of 3 measured here before; 1 never, counted at the median" in note
+    assert "cut" not in note
+    assert "~600 s" in progress.estimate_note(planned, expected, 700.0, 60.0) and "cut" not in \
+        progress.estimate_note(planned, expected, 700.0, 60.0)
+    cut = progress.estimate_note(planned, expected, 600.0, 60.0)
+    assert "leaves 540 s for cases once 60 s are kept for asv's start and wrap-up: it will likely cut some" in cut
+    assert "no estimate" in progress.estimate_note(planned, {}, 600.0, 60.0)
+
+
 def test_the_line_of_a_finished_case():
     t = progress.tally([_end("a", 10.0), _end("b", 20.0)], total=5, elapsed_s=3725.0)
     line = progress.case_line(_end("b", 20.0), t)

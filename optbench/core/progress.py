@@ -17,8 +17,11 @@ run`` makes it ``results/<machine>/progress/<run id>.jsonl``), opened in append 
 Every event carries ``t`` (Unix time) and ``pid``. The ``optbench run`` process follows the file while asv
 runs (:class:`Follower`): on a terminal, a rich progress bar with the running case, done/total, elapsed time
 and ETA, and one line per finished case above it; elsewhere (CI logs) the line per finished case alone
-(:func:`case_line`). Done/total/ETA come from the events by one pure function, :func:`tally`: the ETA is the mean
-seconds per finished case times the cases left (it leaves out each process's start-up and asv's own time).
+(:func:`case_line`). Done/total/ETA come from the events by one pure function, :func:`tally`: the ETA sums, over
+the cases left, how long each took on this machine before (:func:`expected_seconds`: the median of its stored
+records), and for a case never run here the mean seconds per finished case of this run (it leaves out each
+process's start-up and asv's own time). Before a run, :func:`estimate_note` says the same of the whole run and
+whether its time budget will likely cut cases.
 """
 
 from __future__ import annotations
@@ -120,10 +123,42 @@ def asv_timed(benchmarks: Iterable[Any], suite: str) -> list[str]:
     return [b.name for b in benchmarks if b.kind == "cpu" and b.cases(suite)]
 
 
+def expected_seconds(runs: Iterable[Any], keys: Iterable[str]) -> dict[str, float]:
+    """Seconds per case of ``keys``, the median over every stored record of it that ran (ok, wrong or timeout)
+    in ``runs`` (``optbench.core.store.StoredRun``: one machine's, cold and warm caches alike); a case never run
+    there is absent."""
+    wanted, seen = set(keys), {}
+    for run in runs:
+        for key, rec in run.results().items():
+            if key in wanted and rec.get("status") in ("ok", "wrong", "timeout") and rec.get("seconds"):
+                seen.setdefault(key, []).append(float(rec["seconds"]))
+    return {key: statistics.median(seconds) for key, seconds in seen.items()}
+
+
+def estimate_note(planned: Sequence[str], expected: Mapping[str, float], budget_s: float | None,
+                  reserved_s: float) -> str:
+    """One line before a run: the seconds its ``planned`` cases took here before (:func:`expected_seconds`), how
+    many never ran here, and, with a time budget of ``budget_s`` of which ``reserved_s`` is kept for asv's
+    start and wrap-up, whether the budget will likely cut cases (those never run count as the median of the
+    others)."""
+    known = [expected[k] for k in planned if k in expected]
+    if not known:
+        return f"optbench: none of the {len(planned)} cases has run on this machine before: no estimate"
+    unknown = len(planned) - len(known)
+    total = sum(known) + unknown * statistics.median(known)
+    note = (f"optbench: expected ~{total:.0f} s of cases from this machine's stored runs ({len(known)} of "
+            f"{len(planned)} measured here before" + (f"; {unknown} never, counted at the median" if unknown else "")
+            + ")")
+    if budget_s is not None and total > budget_s - reserved_s:
+        note += (f"; the time budget leaves {budget_s - reserved_s:.0f} s for cases once {reserved_s:.0f} s are "
+                 "kept for asv's start and wrap-up: it will likely cut some")
+    return note
+
+
 @dataclass(frozen=True)
 class Tally:
     """Where a run stands: cases done of total, the one running (None between cases), seconds elapsed, the mean
-    seconds per finished case and the ETA (mean x cases left; None before a case has finished)."""
+    seconds per finished case and the ETA (None while it has nothing to go on: :func:`tally`)."""
 
     done: int
     total: int
@@ -138,14 +173,21 @@ class Tally:
         return self.total - self.done
 
 
-def tally(events: Iterable[Mapping[str, Any]], total: int, elapsed_s: float) -> Tally:
+def tally(events: Iterable[Mapping[str, Any]], total: int, elapsed_s: float, planned: Sequence[str] = (),
+          expected: Mapping[str, float] | None = None, now: float | None = None) -> Tally:
     """Done/total/ETA from a run's events in order. ``total``: the cases planned; cases seen beyond those count
-    too. The mean leaves out cases that the time budget did not start (no seconds)."""
+    too. The mean leaves out cases that the time budget did not start (no seconds). ETA: with ``planned`` (the
+    keys, in order) and ``expected`` (:func:`expected_seconds`), the sum over the planned cases not yet ended of
+    their expected seconds, a case without one at the mean (None while there is no mean), the running one less
+    the time it has run by ``now`` (Unix time); else the mean times the cases left."""
     finished: dict[str, Mapping[str, Any]] = {}
     running: str | None = None
+    started: dict[str, float] = {}
     for event in events:
         if event.get("event") == "start":
             running = event.get("key")
+            if event.get("t") is not None:
+                started[running] = float(event["t"])
         elif event.get("event") == "end":
             finished[event.get("key")] = event
             if running == event.get("key"):
@@ -157,8 +199,18 @@ def tally(events: Iterable[Mapping[str, Any]], total: int, elapsed_s: float) -> 
     statuses: dict[str, int] = {}
     for e in finished.values():
         statuses[str(e.get("status"))] = statuses.get(str(e.get("status")), 0) + 1
-    return Tally(len(finished), total, running, elapsed_s, mean,
-                 None if mean is None else mean * (total - len(finished)), statuses)
+    if planned and expected is not None:
+        left = [k for k in planned if k not in finished]
+        if any(k not in expected for k in left) and mean is None:
+            eta = None
+        else:
+            eta = 0.0
+            for k in left:
+                eta += (max(expected.get(k, mean) - (now - started[k]), 0.0)
+                        if k == running and now is not None and k in started else expected.get(k, mean))
+    else:
+        eta = None if mean is None else mean * (total - len(finished))
+    return Tally(len(finished), total, running, elapsed_s, mean, eta, statuses)
 
 
 def clock(seconds: float | None) -> str:
@@ -200,8 +252,10 @@ class Follower:
     finished case printed above it; else that line alone, on stdout). :meth:`print` shows another line (asv's
     output) without breaking the bar."""
 
-    def __init__(self, path: Path, total: int, *, live: bool, console: Any = None, poll_s: float = 0.5) -> None:
+    def __init__(self, path: Path, total: int, *, live: bool, console: Any = None, poll_s: float = 0.5,
+                 planned: Sequence[str] = (), expected: Mapping[str, float] | None = None) -> None:
         self.path, self.total, self.live, self.poll_s = Path(path), total, live, poll_s
+        self.planned, self.expected = list(planned), expected  # for the ETA (tally)
         self.events: list[dict[str, Any]] = []
         # From the file's end as it is now: a run id given again (OPTBENCH_RUN_ID) appends to an earlier file.
         self._offset, self._partial = (self.path.stat().st_size if self.path.exists() else 0), b""
@@ -252,7 +306,11 @@ class Follower:
 
     def tally(self) -> Tally:
         with self._lock:
-            return tally(self.events, self.total, time.perf_counter() - self._started)
+            return self._tally()
+
+    def _tally(self) -> Tally:
+        return tally(self.events, self.total, time.perf_counter() - self._started, self.planned, self.expected,
+                     time.time())
 
     def _follow(self) -> None:
         while not self._stop.wait(self.poll_s):
@@ -265,10 +323,9 @@ class Follower:
             for event in new:
                 self.events.append(event)
                 if event.get("event") == "end":
-                    self.print(case_line(event, tally(self.events, self.total,
-                                                      time.perf_counter() - self._started)))
+                    self.print(case_line(event, self._tally()))
             if self._progress is not None:
-                t = tally(self.events, self.total, time.perf_counter() - self._started)
+                t = self._tally()
                 between = "asv: after the grids" if t.total and t.done >= t.total else \
                     "asv: between grids" if t.done else "asv: starting"
                 self._progress.update(self._task, completed=t.done, total=t.total or None, eta=clock(t.eta_s),
