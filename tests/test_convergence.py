@@ -175,6 +175,58 @@ def test_a_wrong_variant_is_recorded_as_wrong_with_its_curves(eager, monkeypatch
     assert C.summary("tiny", "foreach-adamw")["ratio"] > 1
 
 
+def _stored_seeds_run(tmp_path, monkeypatch, eager, protocol=PROTOCOL, **software):
+    """Results under tmp_path holding one run (id 'r1') of the commit being measured whose eager convergence
+    record keeps ``eager``'s seeds, on this machine's software (``software`` overrides part of it)."""
+    from optbench.core.machine import machine_info
+    from optbench.core.store import MACHINE_KEY, ResultStore
+
+    for var, value in {"OPTBENCH_RESULTS": str(tmp_path), "OPTBENCH_MACHINE": "cpu-test", "ASV_COMMIT": "c0"}.items():
+        monkeypatch.setenv(var, value)
+    info = {"protocol": protocol.record(), "precision": OPTIONS.precision, "batch_size": OPTIONS.batch_size,
+            "seq_len": OPTIONS.seq_len, "eager": eager.record()}
+    ResultStore(tmp_path).save("cpu-test", "c0", [
+        {"key": MACHINE_KEY, "info": {**machine_info(), **software}, "date": "2026-11-25T00:00:00+00:00"},
+        {"key": "bench_convergence.Convergencetiny|variant=eager", "status": "ok", "seconds": 100.0,
+         "date": "2026-11-25T00:00:00+00:00", "info": info}], run_id="r1")
+
+
+def _variant_case(monkeypatch, trained: list) -> dict:
+    """The convergence case of foreach-adamw in a process without eager seeds; ``trained`` collects a marker
+    each time the eager seeds are trained."""
+    monkeypatch.setattr(C, "_EAGER", {})
+    train_seeds = C.eager_seeds
+    monkeypatch.setattr(C, "eager_seeds", lambda *a: trained.append(1) or train_seeds(*a))
+    return measure_case(Case({"variant": "foreach-adamw"},
+                             lambda: C.convergence_work("tiny", "foreach-adamw", "cpu", PROTOCOL)),
+                        device="cpu", budget_s=600)
+
+
+def test_a_variant_reads_the_eager_seeds_a_run_of_this_code_stored(eager, tmp_path, monkeypatch):
+    _stored_seeds_run(tmp_path, monkeypatch, eager)
+    trained: list = []
+    rec = _variant_case(monkeypatch, trained)
+    assert rec["status"] == "ok", rec.get("reason")
+    assert not trained and rec["info"]["eager"]["from_run"] == "r1"
+    assert rec["info"]["eager"]["curves"] == [c.record() for c in eager.curves]
+    # The eager case itself always trains: its record is a measurement of this run.
+    monkeypatch.setattr(C, "eager_seeds", lambda *a: trained.append(1) or eager)
+    measure_case(Case({"variant": "eager"}, lambda: C.convergence_work("tiny", "eager", "cpu", PROTOCOL)),
+                 device="cpu", budget_s=600)
+    assert trained == [1]
+
+
+@pytest.mark.parametrize("mismatch", ["protocol", "software"])
+def test_eager_seeds_of_another_protocol_or_software_are_not_read(eager, tmp_path, monkeypatch, mismatch):
+    if mismatch == "protocol":
+        _stored_seeds_run(tmp_path, monkeypatch, eager, dataclasses.replace(PROTOCOL, corpus_seed=99))
+    else:
+        _stored_seeds_run(tmp_path, monkeypatch, eager, torch="0.0.0")
+    trained: list = []
+    rec = _variant_case(monkeypatch, trained)
+    assert rec["status"] == "ok" and trained == [1] and "from_run" not in rec["info"]["eager"]
+
+
 # --- the suite ----------------------------------------------------------------------------------------------
 
 def test_the_convergence_suite_trains_every_variant_that_changes_the_numerics():

@@ -31,13 +31,17 @@ check.
 
 Records (``info``): every curve (the variant's and each eager seed's), the mean curve, the spread, the
 deviation, the largest point's deviation, the final loss (mean over the last tenth of the steps), the corpus's
-floor. The eager case stores the seeds; each variant's case trains them too where this process has not (an
-``optbench run --select`` of one variant), and keeps them for the next case.
+floor. The eager case stores the seeds (it always trains them); a variant's case where this process has none
+(an ``optbench run --select`` of one variant) reads those a stored run of the same code and software kept
+(:func:`stored_eager_seeds`, named in its record as ``eager.from_run``), else trains them, and keeps them for the
+next case.
 
 GPU time (100M, B=8 x S=1024 = 8192 tokens per step, 300 steps = 2.5M tokens per run, on an H100): the eager
 step at ~75 ms (110k tokens/s) takes ~23 s a run, ~90 s for its 4 seeds; an eager-speed variant (adamw-8bit,
 master-adamw, fp8-* without compile) ~20-30 s; a compiled one (best-kernels*) ~5 s of steps plus ~30 s of
-compilation. The grid (catalog.CONVERGENCE) is ~4-5 min; a variant run alone ~2 min (with the eager seeds).
+compilation. The grid (catalog.CONVERGENCE) is ~4-5 min; a variant run alone ~2 min more where it trains the
+eager seeds, which it reads instead from a stored run of the same code and software where there is one
+(:func:`stored_eager_seeds`).
 """
 
 from __future__ import annotations
@@ -139,6 +143,7 @@ class EagerSeeds:
 
     curves: tuple[Curve, ...]
     first: int
+    source: str | None = None  # the stored run they were read from (:func:`stored_eager_seeds`); None: trained here
 
     @property
     def mean(self) -> tuple[float, ...]:
@@ -160,7 +165,8 @@ class EagerSeeds:
 
     def record(self) -> dict[str, Any]:
         return {"curves": [c.record() for c in self.curves], "mean": list(self.mean), "spread": self.spread,
-                "compared_from_step": self.curves[0].steps[self.first], "leave_one_out": self.leave_one_out()}
+                "compared_from_step": self.curves[0].steps[self.first], "leave_one_out": self.leave_one_out(),
+                **({"from_run": self.source} if self.source else {})}
 
 
 def rms_deviation(curve: Curve, mean: tuple[float, ...], first: int) -> float:
@@ -215,7 +221,43 @@ def eager_seeds(build: Callable[[int], TrainStep], batches: Tensor, protocol: Pr
     return EagerSeeds(curves, protocol.first_compared)
 
 
-# (size, device, eager options, protocol) -> the eager seeds trained in this process; the last one only.
+# What a run's software must share with a stored run for that run's eager seeds to stand in for its own.
+SAME_SOFTWARE = ("gpu_name", "torch", "triton", "cuda")
+
+
+def stored_eager_seeds(size: str, protocol: Protocol, options: Any) -> EagerSeeds | None:
+    """Eager seeds that an earlier run of the code being measured stored on this machine: the seeds a convergence
+    record of ``size`` keeps (the eager case's, or a variant's, which keeps those it was judged against), trained
+    with this ``protocol`` at ``options``' precision, batch and sequence length, by a run with this process's GPU
+    model, torch, Triton and CUDA (:data:`SAME_SOFTWARE`), every seed having learned; the newest such run's,
+    with its id as ``source``. None where there is none. Reading them spares a variant's case the eager seeds'
+    training (~2 min at 100M on an H100) when it runs without the eager case (``optbench run --select``)."""
+    from optbench.core import settings
+    from optbench.core.machine import machine_info
+    from optbench.core.runner import current_commit, current_machine
+    from optbench.core.store import ResultStore
+
+    commit, machine = current_commit(), current_machine()
+    info = machine_info()
+    store = ResultStore(settings.current().results)
+    shape = (options.precision, options.batch_size, options.seq_len)
+    for run in reversed(store.runs(machine, commit) if commit != "unknown" else []):
+        if any(run.info.get(k) != info.get(k) for k in SAME_SOFTWARE):
+            continue
+        for key, rec in run.results().items():
+            kept = rec.get("info") or {}
+            if not key.startswith(f"bench_convergence.Convergence{size}|") or not kept.get("eager") or \
+                    kept.get("protocol") != protocol.record() or \
+                    (kept.get("precision"), kept.get("batch_size"), kept.get("seq_len")) != shape:
+                continue
+            curves = tuple(Curve(tuple(c["steps"]), tuple(c["loss"])) for c in kept["eager"]["curves"])
+            if all(c.loss[-1] < c.loss[0] for c in curves):
+                return EagerSeeds(curves, protocol.first_compared, source=run.run_id)
+    return None
+
+
+# (size, device, eager options, protocol) -> the eager seeds of this process (trained, or read by
+# stored_eager_seeds); the last one only.
 _EAGER: dict[tuple, EagerSeeds] = {}
 # (size, variant) -> Verdict.summary() of the cases measured in this process (what asv's track methods read).
 _SUMMARIES: dict[tuple[str, str], dict[str, float]] = {}
@@ -228,8 +270,10 @@ def summary(size: str, variant: str) -> dict[str, float] | None:
 
 def convergence_work(size: str, variant: str, device: str, protocol: Protocol = Protocol(), seed: int = 0) -> Work:
     """The convergence case of ``variant`` at ``size``: trains it (and the eager seeds, unless this process has
-    them) when built, so that the record's ``info`` holds the curves (:meth:`Verdict.record`) whatever the
-    verdict; its check raises WrongResult where the deviation is over the tolerance. Nothing is timed."""
+    them or, for a variant, a stored run of this code and software has: :func:`stored_eager_seeds`, named in the
+    record as ``eager.from_run``) when built, so that the record's ``info`` holds the curves
+    (:meth:`Verdict.record`) whatever the verdict; its check raises WrongResult where the deviation is over the
+    tolerance. The eager case always trains its seeds. Nothing is timed."""
     from models.config import CONFIGS
     from models.step import UnsupportedOptions, build_step
     from optbench.suite.plan import convergence_skip_reason, step_pair
@@ -245,10 +289,11 @@ def convergence_work(size: str, variant: str, device: str, protocol: Protocol = 
     batches, floor = protocol.batches(config.vocab_size, options.batch_size, options.seq_len)
     try:
         key = (size, str(device), eager_options, protocol)
-        if key not in _EAGER:
+        if key not in _EAGER or (variant == "eager" and _EAGER[key].source):
+            stored = None if variant == "eager" else stored_eager_seeds(size, protocol, eager_options)
             _EAGER.clear()  # a 100M run's curves are small; its model is gone: only the last key is kept
-            _EAGER[key] = eager_seeds(lambda s: build_step(config, eager_options, device, s, profile=profile),
-                                      batches, protocol)
+            _EAGER[key] = stored or eager_seeds(lambda s: build_step(config, eager_options, device, s,
+                                                                     profile=profile), batches, protocol)
         eager = _EAGER[key]
         curve = eager.curves[seed] if variant == "eager" and seed < len(eager.curves) else \
             train(build_step(config, options, device, seed, profile=profile), batches, protocol)
