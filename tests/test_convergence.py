@@ -216,12 +216,16 @@ def test_a_variant_reads_the_eager_seeds_a_run_of_this_code_stored(eager, tmp_pa
     assert trained == [1]
 
 
-@pytest.mark.parametrize("mismatch", ["protocol", "software"])
-def test_eager_seeds_of_another_protocol_or_software_are_not_read(eager, tmp_path, monkeypatch, mismatch):
+@pytest.mark.parametrize("mismatch", ["protocol", "software", "unlearned"])
+def test_eager_seeds_of_another_protocol_or_software_or_that_did_not_learn_are_not_read(eager, tmp_path, monkeypatch,
+                                                                                       mismatch):
     if mismatch == "protocol":
         _stored_seeds_run(tmp_path, monkeypatch, eager, dataclasses.replace(PROTOCOL, corpus_seed=99))
-    else:
+    elif mismatch == "software":
         _stored_seeds_run(tmp_path, monkeypatch, eager, torch="0.0.0")
+    else:  # seeds whose loss rose (their curves reversed)
+        reversed_curves = tuple(C.Curve(c.steps, c.loss[::-1]) for c in eager.curves)
+        _stored_seeds_run(tmp_path, monkeypatch, C.EagerSeeds(reversed_curves, eager.first))
     trained: list = []
     rec = _variant_case(monkeypatch, trained)
     assert rec["status"] == "ok" and trained == [1] and "from_run" not in rec["info"]["eager"]
