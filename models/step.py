@@ -348,13 +348,12 @@ class TrainStep:
         self._master = isinstance(self.optimizer, MasterAdamW)
         self._grad_divisor: Tensor | None = None
         self._model_loss_fn = _model_loss
-        how = {"mode": options.compile}
         if options.compile and options.compile_scope == "blocks":
             for module in (*self.model.blocks, self.model.norm):
-                module.compile(**how)
-            self._loss = torch.compile(self._loss, **how)
+                module.compile(mode=options.compile)
+            self._loss = torch.compile(self._loss, mode=options.compile)
         elif options.compile:
-            self._model_loss_fn = torch.compile(_model_loss, **how)
+            self._model_loss_fn = torch.compile(_model_loss, mode=options.compile)
         self.stats: dict[str, Tensor] | None = None
         self._losses: list[float | Tensor] = []
         self._graph: torch.cuda.CUDAGraph | None = None

@@ -130,8 +130,7 @@ def _wrap(step: Any, wrapper: str, device: Any, plant: str) -> Callable[[], None
         def scaled_loss(model, loss, idx, targets):
             return _model_loss(model, loss, idx, targets) * scale
 
-        step._model_loss_fn = (torch.compile(scaled_loss, mode=step.options.compile) if compile_model
-                               else scaled_loss)
+        step._model_loss_fn = torch.compile(scaled_loss, mode=step.options.compile) if compile_model else scaled_loss
 
     def no_sync_fsdp() -> None:
         step.model.set_requires_gradient_sync(False)
