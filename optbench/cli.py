@@ -129,6 +129,9 @@ def run(argv: list[str]) -> int:
                         "or notes are skipped)")
     p.add_argument("--emulate", help="hardware profile to emulate on a larger GPU (t4, a100-40gb, rtx5090, ...)")
     p.add_argument("--select", help="regex on record keys ('bench_step.Step1B|variant=best'): measure only those")
+    p.add_argument("--skip-existing", action="store_true",
+                   help="leave out the cases this commit already has a record of on this machine (any status but "
+                        "crashed): a suite too long for one call (sweep) is run in parts that add up")
     p.add_argument("--no-html", action="store_true", help="skip asv publish and optbench's charts")
     p.add_argument("--time-budget", type=float, metavar="SECONDS",
                    help="end the run within SECONDS (e.g. a runner's job limit): no case starts, and a running one "
@@ -173,16 +176,23 @@ def run(argv: list[str]) -> int:
                                    emulate=args.emulate, run_id=run_id, progress=progress_file)
     if args.select:
         settings = dataclasses.replace(settings, select=args.select)
+    if args.skip_existing:
+        settings = dataclasses.replace(settings, skip_existing="true")
     env = bench_env(settings)
     register_machine(machine)
     entries = BENCHMARKS.values()
+    store = ResultStore(results)
     planned, by_asv = progress.planned_cases(entries, suite, args.select), progress.asv_timed(entries, suite)
+    existing = store.measured_keys(machine, commit) if args.skip_existing else set()
+    if existing & set(planned):
+        print(f"optbench: --skip-existing: {len(existing & set(planned))} of the suite's cases were measured in an "
+              f"earlier run of {commit[:12]} here; left out", flush=True)
+        planned = [k for k in planned if k not in existing]
     print(f"optbench: suite {suite!r} on {machine} for {commit[:12]}, run {run_id}: {len(planned)} grid cases"
           + (f" (and {', '.join(by_asv)}, timed by asv itself: no progress of theirs)" if by_asv else "")
           + f"; progress in {progress_file.relative_to(ROOT)}", flush=True)
     selection = ["--bench", asv_pattern(suite)]
     earlier = _asv_results(machine, commit)
-    store = ResultStore(results)
     expected = progress.expected_seconds((run for c in store.commits(machine) for run in store.runs(machine, c)),
                                          planned)
     print(progress.estimate_note(planned, expected, args.time_budget, ASV_START_S + ASV_WRAP_UP_S), flush=True)

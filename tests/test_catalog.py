@@ -77,6 +77,16 @@ def test_suites_pick_their_benchmarks():
     assert quick_steps == catalog.STEP_GRIDS["quick"]
 
 
+def test_quick_is_in_full_and_full_in_the_sweep():
+    """Each per-commit suite is a part of the next: what quick measures, full does, and the sweep holds every case
+    of both, so a sweep run with --skip-existing after them adds only what they leave out."""
+    cases = {s: set(map(str, catalog.suite_cases(s))) for s in ("quick", "full", "sweep")}
+    assert cases["quick"] < cases["full"] < cases["sweep"]
+    assert set(catalog.SUITE_DOCS) == set(catalog.SUITE_NAMES)
+    for name in ("bench_step.Step500M", "bench_anchors.HFCompileStep"):  # the sweep's alone
+        assert name in catalog.SUITES["sweep"] and name not in catalog.SUITES["full"]
+
+
 def test_cli_and_pytest_twin_read_the_catalog(monkeypatch):
     from optbench import cli
 
@@ -94,7 +104,7 @@ def test_every_kernel_op_has_its_implementations():
     assert set(OPS) == set(catalog.KERNELS)
     for op in catalog.KERNELS.values():
         assert catalog.benchmark(op.benchmark).op == op.name
-        assert (op.quick_shape is None or op.quick_shape in op.shapes) and op.impls
+        assert op.shape_1b in op.shapes and op.impls
 
 
 def test_imports_without_torch():

@@ -418,6 +418,34 @@ def test_a_suite_with_nothing_selected_returns_its_skips_without_building_cases(
     assert in_full and all("not selected" in records[k]["reason"] for k in in_full)
 
 
+def test_skip_existing_leaves_out_what_an_earlier_run_of_the_commit_ended(tmp_path, monkeypatch):
+    """--skip-existing: a case this commit has a record of on this machine is a skip with its reason, whatever that
+    record's status, except 'crashed' (the process died in it): that one, and those never run, are measured."""
+    from optbench.suite import grids
+
+    commit = "e" * 40
+    monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
+    monkeypatch.setenv("ASV_COMMIT", commit)
+    monkeypatch.setenv("OPTBENCH_RESULTS", str(tmp_path))
+    monkeypatch.setenv("OPTBENCH_SUITE", "quick")
+    monkeypatch.setenv("OPTBENCH_SKIP_EXISTING", "true")
+    key = {mode: record_key("bench_precision.Matmul", {"n": "8192", "mode": mode}) for mode in ("fp32", "tf32", "bf16",
+                                                                                               "fp16")}
+    ResultStore(tmp_path).save("test-machine", commit, [
+        {"key": key["fp32"], "status": "ok"}, {"key": key["tf32"], "status": "wrong"},
+        {"key": key["bf16"], "status": "crashed"}], run_id="20261125T000000Z-aaaaaa")
+    measured = []
+    monkeypatch.setattr(grids, "_measure_grid", lambda name, grid, chosen, device: measured.extend(chosen) or {})
+    monkeypatch.setattr("optbench.core.runner.default_device", lambda: "cpu")
+    records = grids.measure_suite(["bench_precision.Matmul"])
+    assert measured == [key["bf16"], key["fp16"]]
+    assert records[key["fp32"]]["reason"] == records[key["tf32"]]["reason"] == grids.SKIPPED_EXISTING
+    measured.clear()
+    monkeypatch.setenv("OPTBENCH_SKIP_EXISTING", "")  # without it, all four
+    grids.measure_suite(["bench_precision.Matmul"])
+    assert measured == list(key.values())
+
+
 def test_the_grid_classes_share_two_setup_caches_the_steps_and_the_rest():
     """asv runs a setup_cache once per cache key (the defining line): one process for the training steps, one for
     everything else, each measuring the kinds of its own classes."""

@@ -67,7 +67,7 @@ def _asv_cases(suite: str, monkeypatch) -> set[tuple[str, tuple]]:
     return cases
 
 
-@pytest.mark.parametrize("suite", ["quick", "full", "ablation"])
+@pytest.mark.parametrize("suite", ["quick", "full", "sweep", "ablation"])
 def test_rows_are_the_suites_cases(suite, monkeypatch):
     rows = P.plan(H100, suite)
     keys = [(r.benchmark, tuple(r.params.items())) for r in rows]
@@ -76,15 +76,18 @@ def test_rows_are_the_suites_cases(suite, monkeypatch):
 
 
 def test_rows_follow_the_catalog():
-    rows = P.plan(H100, "full") + P.plan(H100, "ablation")
+    rows = P.plan(H100, "sweep") + P.plan(H100, "ablation")
     for op in KERNELS.values():
         got = {(r.params["shape"], r.params["impl"]) for r in rows if r.benchmark == op.benchmark}
         assert got == set(itertools.product(op.shapes, op.impls))
     assert [r.params["variant"] for r in rows if r.benchmark == "bench_step.Step1B"] == STEP_GRIDS["1B"]
     assert [r.params["variant"] for r in rows if r.benchmark == "bench_step.Ablation500M"] == STEP_GRIDS["ablation"]
+    full = P.plan(H100, "full")
+    for op in KERNELS.values():
+        assert {r.params["shape"] for r in full if r.benchmark == op.benchmark} == {op.shape_1b}
     quick = P.plan(H100, "quick")
     norm_shapes = {r.params["shape"] for r in quick if r.benchmark == "bench_kernels.AddRMSNorm"}
-    assert norm_shapes == {KERNELS["add_rmsnorm"].quick_shape}
+    assert norm_shapes == {KERNELS["add_rmsnorm"].shape_1b}
     step_variants = [r.params["variant"] for r in quick if r.benchmark == "bench_step.Step100M"]
     assert step_variants == STEP_GRIDS["quick"]
 
@@ -144,7 +147,7 @@ def test_batch_halves_until_the_estimate_fits():
     assert P.base_options(A100_40, "1B").batch_size < 8 <= P.base_options(A100_40, "500M").batch_size
 
 
-@pytest.mark.parametrize("suite", ["full", "ablation"])
+@pytest.mark.parametrize("suite", ["full", "sweep", "ablation"])
 def test_h100_runs_the_suite(suite):
     skipped = [r for r in P.plan(H100, suite) if r.action == "skip"]
     assert not skipped, skipped
@@ -261,5 +264,5 @@ def test_main_prints_a_plan(capsys):
 def test_runners_doc_shows_the_current_plans(capsys):
     doc = (ROOT / "docs" / "runners.md").read_text()
     for gpu in ("h100", "h200", "a100-80gb", "a100-40gb", "rtx5090", "t4"):
-        P.main(["--gpu", gpu, "--markdown"])
+        P.main(["--gpu", gpu, "--suite", "sweep", "--markdown"])
         assert capsys.readouterr().out in doc, f"docs/runners.md is out of date for {gpu}: regenerate it"

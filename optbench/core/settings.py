@@ -17,6 +17,7 @@ from pathlib import Path
 VARIABLES = {
     "suite": "OPTBENCH_SUITE",
     "select": "OPTBENCH_SELECT",
+    "skip_existing": "OPTBENCH_SKIP_EXISTING",
     "case_budget_s": "OPTBENCH_CASE_BUDGET_S",
     "deadline": "OPTBENCH_RUN_DEADLINE",
     "results": "OPTBENCH_RESULTS",
@@ -37,6 +38,7 @@ class Settings:
 
     suite: str = "auto"  # 'cpu', 'quick', 'full' or 'ablation' (optbench.suite.catalog.SUITES); auto: see from_env
     select: str | None = None  # regex on record keys: only the cases it matches run
+    skip_existing: str | None = None  # 'true': leave out the cases this commit has a record of on this machine
     case_budget_s: float = 180.0  # seconds one case may take before it is recorded as a timeout
     deadline: float | None = None  # Unix time after which no new case starts (the run's time budget)
     results: Path | None = None  # results root (default: results/ of the repository)

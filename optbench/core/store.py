@@ -211,6 +211,15 @@ class ResultStore:
             merged.update(run.records)
         return merged
 
+    def measured_keys(self, machine: str, commit: str) -> set[str]:
+        """Keys of the cases that a stored run of ``commit`` on ``machine`` ended with a verdict (any status but
+        'crashed', the mark of a process that died inside a case): what ``optbench run --skip-existing`` leaves
+        out. ``commit`` is a full hash; none stored gives the empty set."""
+        if commit not in self.commits(machine):
+            return set()
+        return {key for run in self.runs(machine, commit) for key, rec in run.results().items()
+                if rec.get("status") not in (None, "crashed")}
+
     def save(self, machine: str, commit: str, records: Iterable[Mapping[str, Any]], run_id: str | None = None) -> None:
         """Add ``records`` to one run's file (default: this process's run), replacing that run's records with the
         same key. Other runs' files are never touched."""

@@ -1,7 +1,8 @@
 """Everything optbench measures, in one place: plain data, importable without torch.
 
 - :data:`KERNELS`: each kernel op with its shapes (those of the 100M/500M/1B configs, tokens = batch 8 x
-  sequence 1024), its implementations (the first is the baseline) and the shape the quick suite measures.
+  sequence 1024), its implementations (the first is the baseline), the shape the full suite measures (the 1B
+  config's) and whether the quick suite measures it there too.
 - :data:`STEP_GRIDS`: which training-step variants (``models.variants``) each step grid measures.
 - :data:`CONVERGENCE`: which variants the convergence check (``optbench.suite.convergence``) trains.
 - :data:`BENCHMARKS`: every asv benchmark (name, kind, parameters per suite, metrics), built from the two above.
@@ -34,18 +35,35 @@ METRICS: dict[str, str] = {
     "loss": "convergence: training loss over the last tenth of the steps, nats; the curve's largest deviation "
             "from the eager seeds' mean curve, nats, and that over its tolerance",
 }
-SUITE_NAMES = ("cpu", "quick", "full", "ablation", "convergence", "multigpu")
+SUITE_NAMES = ("cpu", "quick", "full", "sweep", "ablation", "convergence", "multigpu")
+#: What each suite is for, and what it costs (goals on one H100, cold caches; measured figures: NOTES.md).
+SUITE_DOCS: dict[str, str] = {
+    "cpu": "the tiny config and the CPU classes: what a machine without a GPU runs",
+    "quick": "every commit, at most 3 minutes: the 100M step's switches of best-kernels one at a time, best-kernels "
+             "and best-regional; four kernel ops at their 1B shapes; the matmul ceilings",
+    "full": "every commit, at most 10 minutes: at 100M every switch against its reference, four best combinations, "
+            "torch.compile whole and regional, FP8; eager, best-regional and best-kernels at 1B; every kernel op "
+            "at its 1B shape; the precision modes; the matmul ceilings",
+    "sweep": "the whole matrix: every variant at 100M, 500M and 1B, every kernel shape, every compile mode "
+             "(max-autotune too), the HF + torch.compile anchor at each size; about 45 minutes on an H100, run in "
+             "parts: optbench run --suite sweep --skip-existing --time-budget S, until nothing is left",
+    "ablation": "best-kernels with each of its switches left out in turn, at each size",
+    "convergence": "a few hundred steps of training of the variants that change the numerics on purpose",
+    "multigpu": "DDP and FSDP2 at 1, 2 and 4 GPUs of one host",
+}
 
 
 @dataclass(frozen=True)
 class KernelOp:
-    """A kernel op: ``shapes`` label -> dimensions, ``impls`` (baseline first), the quick suite's shape."""
+    """A kernel op: ``shapes`` label -> dimensions, ``impls`` (baseline first), the shape of the 1B config (the
+    one the full suite measures) and whether the quick suite measures it."""
 
     name: str
     benchmark: str  # asv class in benchmarks/bench_kernels.py
     shapes: dict[str, dict[str, int]]
     impls: tuple[str, ...]
-    quick_shape: str | None = None  # None: not in the quick suite
+    shape_1b: str
+    quick: bool = False  # in the quick suite too (at shape_1b)
     backward: bool = True  # measured forward+backward too (fwdbwd), not only forward
 
 
@@ -60,27 +78,27 @@ KERNELS: dict[str, KernelOp] = {op.name: op for op in [
     KernelOp("rmsnorm", "bench_kernels.RMSNorm",
              _labelled("{}x{}", ("rows", "hidden"), [(8192, 768), (8192, 1536), (8192, 2048), (16384, 768),
                                                      (16384, 2048), (16384, 4096)]),
-             ("eager", "compile", "liger", "triton")),
+             ("eager", "compile", "liger", "triton"), "8192x2048"),
     # The residual add and the norm after it: x fp32 (the stream), y in the op's dtype.
     KernelOp("add_rmsnorm", "bench_kernels.AddRMSNorm",
              _labelled("{}x{}", ("rows", "hidden"), [(8192, 768), (8192, 1536), (8192, 2048)]),
-             ("eager", "compile", "triton"), quick_shape="8192x2048"),
+             ("eager", "compile", "triton"), "8192x2048", quick=True),
     KernelOp("swiglu", "bench_kernels.SwiGLU",
              _labelled("{}x{}", ("rows", "inter"), [(8192, 2048), (8192, 4096), (8192, 5632), (8192, 14336)]),
-             ("eager", "compile", "liger", "triton"), quick_shape="8192x5632"),
+             ("eager", "compile", "liger", "triton"), "8192x5632", quick=True),
     KernelOp("qknorm", "bench_kernels.QKNorm", _labelled("{}x{}+{}x{}", _HEADS, _ATTENTION),
-             ("eager", "compile", "triton")),
+             ("eager", "compile", "triton"), "8192x32+4x64"),
     # RoPE of the packed q/k/v projection.
     KernelOp("qkv_rope", "bench_kernels.QKVRope", _labelled("{}x{}+{}x{}", _HEADS, _ATTENTION),
-             ("eager", "compile", "triton"), quick_shape="8192x32+4x64"),
+             ("eager", "compile", "triton"), "8192x32+4x64", quick=True),
     KernelOp("linear_ce", "bench_kernels.LinearCrossEntropy",
              _labelled("{}x{}x{}", ("tokens", "hidden", "vocab"),
                        [(8192, 768, 32000), (8192, 1536, 32000), (8192, 2048, 32000), (8192, 2048, 128256)]),
              ("eager", "compile", "chunked", "triton-ce", "triton", "liger-ce", "liger"),
-             quick_shape="8192x2048x32000"),
+             "8192x2048x32000", quick=True),
     KernelOp("grad_stats", "bench_kernels.GradStats",
              {"100M": {"size_m": 100}, "500M": {"size_m": 500}, "1B": {"size_m": 1000}},
-             ("loop", "foreach"), backward=False),
+             ("loop", "foreach"), "1B", backward=False),
 ]}
 
 # The single switches, each reference that is not eager right before the switches measured against it.
@@ -105,12 +123,19 @@ STEP_GRIDS: dict[str, list[str]] = {
     "tiny": ["eager", "chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync",
              "cached-mask", "sdpa-causal", "fused-proj"],
     # The quick suite: the switches of our best combinations one at a time (with cuda-graph's reference), and
-    # the two best combinations with the fewest compiles (inductor's alone, and ours). Not compile-default (in the
-    # full suite): a 23-34 s cold compile for a host-bound figure whose three runs at 3151fb9 spread 33-57 ms
-    # (NOTES.md), too wide for any gate to read; best-compile-graph compiles the same model.
+    # two best combinations: ours (best-kernels) and inductor's with the least compile time (best-regional: each
+    # block compiled on its own, one graph shared by all but the first; 5-7 s cold at 100M where
+    # best-compile-graph's whole-model compile took 22-31 s, NOTES.md). Whole-model compiles are in the full suite.
     "quick": ["eager", "triton-norm", "triton-swiglu", "fused-ce", "foreach-stats", "fused-adamw", "master-adamw",
-              "no-item-sync", "sdpa-causal", "fused-proj", "graph-prereqs", "cuda-graph", "best-compile-graph",
+              "no-item-sync", "sdpa-causal", "fused-proj", "graph-prereqs", "cuda-graph", "best-regional",
               "best-kernels"],
+    # The full suite at 100M: every switch against its reference, the best combinations with the fewest compiles,
+    # torch.compile whole and regional, torchao's FP8. A whole-model compile costs 20-45 s cold, each: the rest of
+    # BEST, the other compile modes and the FP8 combinations are the sweep's.
+    "full100M": ["eager", *SWITCHES, "best-graph", "best-regional", "best-compile-graph", "best-kernels",
+                 "compile-default", "compile-regional", "fp8-tensorwise", "fp8-rowwise"],
+    # The full suite at 1B: where the step is device-bound, eager and our two cheapest-to-compile best steps.
+    "full1B": ["eager", "best-regional", "best-kernels"],
     "100M": ["eager", *SWITCHES, *BEST, *COMPILE_MODES, *FP8],
     "500M": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST, *FP8],
     "1B": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST, *FP8],
@@ -160,8 +185,8 @@ class Benchmark:
 
 
 def _kernel(op: KernelOp) -> Benchmark:
-    full = [list(op.shapes), list(op.impls)]
-    params = {"full": full, **({"quick": [[op.quick_shape], list(op.impls)]} if op.quick_shape else {})}
+    one = [[op.shape_1b], list(op.impls)]
+    params = {"full": one, "sweep": [list(op.shapes), list(op.impls)], **({"quick": one} if op.quick else {})}
     return Benchmark(op.benchmark, "kernel", ("shape", "impl"), params,
                      ("fwd", "fwdbwd") if op.backward else ("fwd",), op=op.name)
 
@@ -174,17 +199,19 @@ def _step(name: str, size: str, suites: dict[str, str], role: str = "variants", 
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
     *(_kernel(op) for op in KERNELS.values()),
     # The anchors before our steps: a run cut by its time budget keeps the reference its speedups divide by.
-    Benchmark("bench_anchors.HFCompileStep", "anchor", ("size",), {"full": [ANCHOR_SIZES]}, ("step", "forward"),
+    Benchmark("bench_anchors.HFCompileStep", "anchor", ("size",), {"sweep": [ANCHOR_SIZES]},
+              ("step", "forward"),
               doc="HF Llama + torch.compile, fused AdamW, bf16 autocast"),
     _step("bench_step.StepTiny", "tiny", {"cpu": "tiny"}, doc="the tiny config (B=2, S=128): what a CPU runs"),
-    _step("bench_step.Step100M", "100M", {"full": "100M", "quick": "quick"}),
-    _step("bench_step.Step500M", "500M", {"full": "500M"}),
-    _step("bench_step.Step1B", "1B", {"full": "1B"}),
-    _step("bench_precision.Step100M", "100M", {"full": "precision"}, "precision", "precision modes of the 100M step"),
+    _step("bench_step.Step100M", "100M", {"full": "full100M", "sweep": "100M", "quick": "quick"}),
+    _step("bench_step.Step500M", "500M", {"sweep": "500M"}),
+    _step("bench_step.Step1B", "1B", {"full": "full1B", "sweep": "1B"}),
+    _step("bench_precision.Step100M", "100M", {"full": "precision", "sweep": "precision"}, "precision",
+          "precision modes of the 100M step"),
     *(_step(f"bench_step.Ablation{size}", size, {"ablation": "ablation"}, "ablation", f"leave-one-out of {ABLATED}")
       for size in ("100M", "500M", "1B")),
     Benchmark("bench_precision.Matmul", "matmul", ("n", "mode"), {s: [[MATMUL_N], MATMUL_MODES]
-                                                                  for s in ("full", "quick")}, ("mm",)),
+                                                                  for s in ("full", "sweep", "quick")}, ("mm",)),
     Benchmark("bench_convergence.Convergence100M", "convergence", ("variant",), {"convergence": [CONVERGENCE]},
               ("loss",), size="100M", doc="loss curves of a few hundred steps on a synthetic language against "
                                           "the spread of eager seeds"),

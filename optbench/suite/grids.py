@@ -77,7 +77,8 @@ def _skips(keys: list[str], reason: str) -> dict[str, dict[str, Any]]:
 
 def measure_suite(names: list[str] | None = None, kinds: tuple[str, ...] = GRID_KINDS) -> dict[str, dict[str, Any]]:
     """Measure, in this process, every case of this run's suite (``optbench.core.settings``) that
-    ``$OPTBENCH_SELECT`` selects, grid after grid in the catalog's order, and return what asv's track methods
+    ``$OPTBENCH_SELECT`` selects (less, with ``$OPTBENCH_SKIP_EXISTING``, those measured in an earlier run of
+    this commit on this machine), grid after grid in the catalog's order, and return what asv's track methods
     read (:data:`KEPT_FIELDS`) by record key, for every case of ``names`` (default: every grid benchmark of the
     catalog of one of ``kinds``; asv lists them all): a case outside the suite, unselected, or not started before
     the run's time budget ended is a skip with its reason. Imports nothing heavy where nothing is selected."""
@@ -86,6 +87,7 @@ def measure_suite(names: list[str] | None = None, kinds: tuple[str, ...] = GRID_
     settings = current()
     suite, select = settings.suite, settings.select
     names = names or [b.name for b in catalog.BENCHMARKS.values() if b.kind in kinds]
+    existing = _existing() if settings.skip_existing else set()
     kept: dict[str, dict[str, Any]] = {}
     device = None
     for name in names:
@@ -95,14 +97,26 @@ def measure_suite(names: list[str] | None = None, kinds: tuple[str, ...] = GRID_
         if name not in catalog.SUITES[suite]:  # a plain `asv run` lists every class
             kept.update(_skips(keys, f"not in the {suite!r} suite (optbench run --suite, or OPTBENCH_SUITE)"))
             continue
-        chosen = [k for k in keys if not select or re.search(select, k)]
+        chosen = [k for k in keys if (not select or re.search(select, k)) and k not in existing]
         kept.update(_skips(keys, f"not selected in this run (OPTBENCH_SELECT={select})"))
+        kept.update(_skips([k for k in keys if k in existing], SKIPPED_EXISTING))
         if chosen:
             from optbench.core.runner import default_device
 
             device = device or default_device()
             kept.update(_measure_grid(name, grid, chosen, device))
     return kept
+
+
+SKIPPED_EXISTING = "measured in an earlier run of this commit on this machine (--skip-existing)"
+
+
+def _existing() -> set[str]:
+    """Keys of the cases this commit has a record of on this machine (``ResultStore.measured_keys``)."""
+    from optbench.core.runner import current_commit, current_machine
+    from optbench.core.store import ResultStore
+
+    return ResultStore(current().results).measured_keys(current_machine(), current_commit())
 
 
 def _measure_grid(name: str, grid: list[list[str]], chosen: list[str], device: str) -> dict[str, dict[str, Any]]:

@@ -474,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="optbench plan", description=main.__doc__)
     p.add_argument("--gpu", choices=sorted({*GPU_ALIASES, *PROFILES}),
                    help="hardware profile ('h100' = 'h100-sxm'); default: this machine, or what it emulates")
-    p.add_argument("--suite", choices=["quick", "full", "ablation", "convergence"], default="full")
+    p.add_argument("--suite", choices=["quick", "full", "sweep", "ablation", "convergence"], default="full")
     p.add_argument("--markdown", action="store_true", help="summary and skipped cases as Markdown")
     args = p.parse_args(argv)
     if args.gpu:
