@@ -39,8 +39,8 @@ SUITE_NAMES = ("cpu", "quick", "full", "sweep", "ablation", "convergence", "mult
 #: What each suite is for, and what it costs (goals on one H100, cold caches; measured figures: NOTES.md).
 SUITE_DOCS: dict[str, str] = {
     "cpu": "the tiny config and the CPU classes: what a machine without a GPU runs",
-    "quick": "every commit, at most 3 minutes: the 100M step's switches of best-kernels one at a time, best-kernels "
-             "and best-regional; four kernel ops at their 1B shapes; the matmul ceilings",
+    "quick": "every commit, at most 3 minutes: best-kernels and each of its switches alone at 100M; four kernel ops "
+             "at their 1B shapes; the matmul ceilings",
     "full": "every commit, at most 10 minutes: at 100M every switch against its reference, four best combinations, "
             "torch.compile whole and regional, FP8; eager, best-regional and best-kernels at 1B; every kernel op "
             "at its 1B shape; the precision modes; the matmul ceilings",
@@ -122,13 +122,11 @@ STEP_GRIDS: dict[str, list[str]] = {
     # What a CPU runs (Triton through the interpreter is too slow for a timed step).
     "tiny": ["eager", "chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync",
              "cached-mask", "sdpa-causal", "fused-proj"],
-    # The quick suite: the switches of our best combinations one at a time (with cuda-graph's reference), and
-    # two best combinations: ours (best-kernels) and inductor's with the least compile time (best-regional: each
-    # block compiled on its own, one graph shared by all but the first; 5-7 s cold at 100M where
-    # best-compile-graph's whole-model compile took 22-31 s, NOTES.md). Whole-model compiles are in the full suite.
+    # The quick suite: best-kernels and each of its switches alone (with cuda-graph's reference). best-kernels
+    # compiles the model (around our kernels); the other whole-model and regional compiles are the full suite's:
+    # each costs 20-40 s cold (best-compile-graph 22-31 s, best-regional 24.8 s at 100M, NOTES.md).
     "quick": ["eager", "triton-norm", "triton-swiglu", "fused-ce", "foreach-stats", "fused-adamw", "master-adamw",
-              "no-item-sync", "sdpa-causal", "fused-proj", "graph-prereqs", "cuda-graph", "best-regional",
-              "best-kernels"],
+              "no-item-sync", "sdpa-causal", "fused-proj", "graph-prereqs", "cuda-graph", "best-kernels"],
     # The full suite at 100M: every switch against its reference, the best combinations with the fewest compiles,
     # torch.compile whole and regional, torchao's FP8. A whole-model compile costs 20-45 s cold, each: the rest of
     # BEST, the other compile modes and the FP8 combinations are the sweep's.
