@@ -52,7 +52,8 @@ class Work:
     warm-L2 figure); a metric without one is timed on its one callable;
     ``memory`` names the metrics whose peak extra memory is measured (after ``before_memory``, e.g. dropping
     gradients so that their allocation counts, and with the bytes already allocated recorded beside it as
-    ``mem_base_bytes``); ``check`` runs before any timing
+    ``mem_base_bytes``, of which ``mem_before_bytes`` were allocated before the case was built: what earlier
+    cases of the process left); ``check`` runs before any timing
     and raises :class:`WrongResult` when the result is wrong; ``flops``/``bytes`` per metric feed the
     roofline (floor) at report time; ``info`` is free-form (dtype, tokens per call, ...); ``timing`` overrides
     the timer's warm-up and sampling budgets per metric (:func:`optbench.core.timing.measure`);
@@ -373,6 +374,8 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str) -> None:
     from optbench.core.timing import measure
 
     work, phase, baseline = None, "build", _allocated(device)
+    if baseline is not None:  # what earlier cases of this process still hold: not this case's own memory
+        rec["mem_before_bytes"] = baseline
     try:
         with _phase(rec, "build_seconds", compile_field="build_compile_seconds"):  # inputs, models, references
             work = case.build()  # (a step captured in a CUDA graph compiles here, in its warm-up calls)

@@ -192,6 +192,8 @@ def _block_bytes_per_token(cfg: ModelConfig, options: StepOptions) -> float:
     a, d, f = (2 if autocast else 4), cfg.d_model, cfg.ffn_dim
     kv = cfg.n_kv_heads * cfg.head_dim
     norms = 2 * 2 * 4 * d  # two RMSNorms: fp32 input and normalized x
+    if options.qk_norm:  # and the same of q's and k's heads
+        norms += 2 * 4 * (d + kv)
     projection_inputs = 5 * a * d if autocast else 2 * 4 * d
     sdpa = a * (2 * d + 2 * kv if options.attn_mask == "is_causal" else 4 * d)
     return norms + projection_inputs + sdpa + a * d + 4 * a * f
