@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import torch
+import torch._functorch.config
 from torch import Tensor
 
 from kernels.adamw import MasterAdamW
@@ -37,6 +38,13 @@ LR, WEIGHT_DECAY, MAX_GRAD_NORM = 1e-4, 0.1, 1.0  # what a step trains with (Tra
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 GRAPHED_COMPILE_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that use CUDA graphs
 FP8_MIN_CC = (8, 9)  # FP8 tensor cores (torch._scaled_mm): Ada sm89, Hopper sm90, Blackwell sm100/sm120
+
+# A compiled step with our kernels' autograd Functions (or torchao's float8 one) may reuse AOTAutograd's cached
+# forward/backward on a warm cache; by default torch bypasses that cache for any graph holding a custom autograd
+# Function and traces and partitions the joint graph again on every compile. The cache is keyed on the graph dynamo
+# traced, which holds each Function's forward and backward as traced, and our Triton launches are opaque custom ops
+# called by name when the step runs: nothing a Function does is left out of the key.
+torch._functorch.config.autograd_cache_allow_custom_autograd_functions = True
 
 Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16"]
 Fp8Recipe = Literal["off", "tensorwise", "rowwise"]

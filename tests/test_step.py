@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
@@ -355,6 +356,46 @@ def test_our_kernels_under_torch_compile_match_the_eager_step(monkeypatch):
     step = build_step(TINY, base.replace(**kernels), DEVICE)
     explained = torch._dynamo.explain(_model_loss)(step.model, step._loss, step.idx, step.targets)
     assert explained.graph_count == 1
+
+
+def _best_kernels_graph(monkeypatch) -> torch.fx.GraphModule:
+    """The graph dynamo hands the backend for best-kernels' forward + loss (our norm, SwiGLU and RoPE Functions)."""
+    if DEVICE == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pytest.importorskip("triton")
+    from models.step import _model_loss
+
+    graphs: list[torch.fx.GraphModule] = []
+
+    def record(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        graphs.append(gm)
+        return gm.forward
+
+    options = BASELINE.replace(precision="fp32", attn_mask="is_causal", fused_proj=True, norm="triton", mlp="triton",
+                               rope="triton", **SMALL)
+    step = build_step(TINY, options, DEVICE)
+    torch._dynamo.reset()
+    torch.compile(_model_loss, backend=record)(step.model, step._loss, step.idx, step.targets)
+    torch._dynamo.reset()
+    assert len(graphs) == 1
+    return graphs[0]
+
+
+@pytest.mark.parametrize("allowed", [True, False], ids=["as-set", "planted-default"])
+def test_a_compiled_step_with_our_kernels_can_reuse_aot_autograds_cache(allowed, monkeypatch):
+    """The graph of a step with our kernels' autograd Functions passes AOTAutograd's cacheability check, so a warm
+    compile reuses the cached forward/backward; mutation: with torch's default (custom Functions bypass the
+    cache) the same graph is refused."""
+    from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache, check_cacheable
+
+    assert torch._functorch.config.autograd_cache_allow_custom_autograd_functions  # set by models.step
+    monkeypatch.setattr(torch._functorch.config, "autograd_cache_allow_custom_autograd_functions", allowed)
+    graph = _best_kernels_graph(monkeypatch)
+    if allowed:
+        check_cacheable(graph)
+    else:
+        with pytest.raises(BypassAOTAutogradCache, match="autograd_function_apply|FunctionCtx"):
+            check_cacheable(graph)
 
 
 def test_regional_compilation_compiles_one_block_graph_whatever_the_depth():
