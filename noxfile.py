@@ -19,6 +19,9 @@ nox.options.reuse_venv = "yes"  # a session's virtualenv (torch and all) is buil
 
 CPU_TORCH = "torch==2.13.0"  # from the public index the CUDA build (it brings triton); a local CPU wheel where one is
 TRITON_FOR_CPU_TORCH = "triton==3.6.0"  # runs the kernels in its interpreter on a CPU; only where torch brought none
+# The FP8 switches' tests (torchao's float8 training, emulated on a CPU), where the machine has no torchao: a
+# release whose float8 training runs on CPU_TORCH's torch (the runners carry RUNNER_WHEELS' one, built for theirs).
+TORCHAO_FOR_TESTS = "torchao==0.18.0"
 RUNNER_CUDA = os.environ.get("OPTBENCH_RUNNER_CUDA", "130")  # the runners' CUDA build (see RUNNER_WHEELS)
 
 # What an offline GPU runner lacks (asv with its requirements, Liger-Kernel, bitsandbytes for the 8-bit AdamW
@@ -62,6 +65,8 @@ def _optbench(session: nox.Session, command: str) -> None:
 def tests(session: nox.Session) -> None:
     """Unit, kernel (Triton interpreter on a CPU) and harness tests. Zero tests collected fails."""
     _install_project(session)
+    if not _importable(session, "torchao"):
+        session.install(TORCHAO_FOR_TESTS)
     session.run("python", "-m", "pytest", "-q", *session.posargs, env={"TRITON_INTERPRET": "1"}
                 if not os.environ.get("CUDA_VISIBLE_DEVICES") else {})
 
