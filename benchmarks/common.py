@@ -82,6 +82,12 @@ class Grid(abc.ABC):
         peak = self.record(records, params).peak_bytes(metric)
         return float("nan") if peak is None else peak / 2**20
 
+    def compile_s(self, records: dict, params: tuple[str, ...]) -> float:
+        """Seconds torch.compile spent in the case's build and check, with the compile caches its run started
+        from (the machine record's ``info.compile_cache``); NaN where the record has no such count."""
+        seconds = self.record(records, params).compile_seconds
+        return float("nan") if seconds is None else seconds
+
 
 def unit(name: str):
     """Decorator setting asv's unit of a track method."""
@@ -105,7 +111,8 @@ class _StepWall:
 
 class _StepMetrics(_StepWall):
     """The track methods of a single-GPU training-step grid (ours or an anchor's): those of :class:`_StepWall`,
-    wall ms per forward+loss, peak MiB per step."""
+    wall ms per forward+loss, peak MiB per step, and what the step cost to compile (s; 0 for an eager step): a
+    user choosing a compile mode weighs it against the ms it saves per step."""
 
     @unit("ms")
     def track_forward_ms(self, records, *params):
@@ -114,6 +121,10 @@ class _StepMetrics(_StepWall):
     @unit("MB")
     def track_step_peak_mb(self, records, *params):
         return self.peak_mb(records, params, "step")
+
+    @unit("s")
+    def track_compile_s(self, records, *params):
+        return self.compile_s(records, params)
 
 
 class StepGrid(_StepMetrics, Grid):

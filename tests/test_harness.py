@@ -418,6 +418,21 @@ def test_a_suite_with_nothing_selected_returns_its_skips_without_building_cases(
     assert in_full and all("not selected" in records[k]["reason"] for k in in_full)
 
 
+def test_the_kept_records_carry_each_cases_compile_seconds(monkeypatch):
+    """What a grid process hands asv's track methods holds the runner's compile_seconds (track_compile_s reads it)."""
+    from optbench.core import runner
+    from optbench.suite import grids
+
+    params = {"variant": "best-kernels"}
+    key = record_key("bench_step.Step100M", params)
+    stored = {"key": key, "status": "ok", "reason": "", "metrics": {}, "compile_seconds": 12.5, "check_seconds": 1.0}
+    monkeypatch.setattr(grids, "cases", lambda *a: [Case(params, lambda: pytest.fail("built"))])
+    monkeypatch.setattr(runner, "out_of_run_time", lambda: False)
+    monkeypatch.setattr(runner, "run_grid", lambda name, todo, **kw: {key: stored})
+    kept = grids._measure_grid("bench_step.Step100M", [["best-kernels"]], [key], "cpu")
+    assert kept[key]["compile_seconds"] == 12.5 and "check_seconds" not in kept[key]
+
+
 def test_skip_existing_leaves_out_what_an_earlier_run_of_the_commit_ended(tmp_path, monkeypatch):
     """--skip-existing: a case this commit has a record of on this machine is a skip with its reason, whatever that
     record's status, except 'crashed' (the process died in it): that one, and those never run, are measured."""

@@ -7,7 +7,7 @@ import math
 import pytest
 from synthetic_results import record, samples
 
-from benchmarks.common import Grid
+from benchmarks.common import Grid, StepGrid
 from optbench.core.records import Record, TimingView
 from optbench.core.store import record_key
 
@@ -40,6 +40,7 @@ def test_old_and_partial_records_read_as_empty():
     assert rec.info == {} and rec.params == {} and rec.peaks() == {} and rec.clocks("fwd") == ()
     assert rec.timing("step", "wall") == TimingView(5.0, 5.0, 5.0)  # quartiles default to the median
     assert Record.of({}).metrics == () and Record.of({}).primary_clock == "device"
+    assert rec.compile_seconds is None
 
 
 class Probe(Grid):
@@ -63,3 +64,22 @@ def test_asv_track_methods_read_records_through_the_view():
         grid.setup(records, "skipped")
     with pytest.raises(RuntimeError, match="oom: big"):
         grid.setup(records, "oom")
+
+
+class StepProbe(StepGrid):
+    params = [["compiled", "eager", "old"]]
+
+
+def test_a_steps_compile_seconds_are_an_asv_metric_of_their_own():
+    """track_compile_s reports the record's compile_seconds (0 for a step that compiles nothing); NaN for a record
+    written before the runner counted them."""
+    def kept(variant: str, **fields) -> tuple[str, dict]:
+        return record_key(StepProbe.benchmark_name(), {"variant": variant}), fields
+
+    step = record("x", {}, times={"step": (samples(2.0, 1), samples(3.0, 2))})
+    records = dict([kept("compiled", **step, compile_seconds=12.5), kept("eager", **step, compile_seconds=0.0),
+                    kept("old", **step)])
+    grid = StepProbe()
+    assert grid.track_compile_s(records, "compiled") == 12.5 and grid.track_compile_s(records, "eager") == 0.0
+    assert math.isnan(grid.track_compile_s(records, "old"))
+    assert StepProbe.track_compile_s.unit == "s"

@@ -40,7 +40,8 @@ class TimingView:
 @dataclass(frozen=True)
 class Record:
     """One stored record. ``run`` is the run id ('' for records from before run ids), ``date`` the ISO 8601
-    time its run started; ``flops``/``bytes_moved`` map a metric to the work of one call (for the roofline)."""
+    time its run started; ``flops``/``bytes_moved`` map a metric to the work of one call (for the roofline);
+    ``compile_seconds``: torch.compile's seconds in the case's build and check (None in records without it)."""
 
     key: str
     benchmark: str
@@ -52,6 +53,7 @@ class Record:
     date: str
     flops: Mapping[str, float]
     bytes_moved: Mapping[str, float]
+    compile_seconds: float | None
     _timings: Mapping[str, Mapping[str, Mapping[str, Any] | None] | None] = field(repr=False)
     _peaks: Mapping[str, float | None] = field(repr=False)
 
@@ -61,7 +63,8 @@ class Record:
         return cls(key=data.get("key", ""), benchmark=data.get("benchmark", ""), params=data.get("params") or {},
                    status=data.get("status", ""), reason=data.get("reason", ""), info=data.get("info") or {},
                    run=data.get("run") or "", date=data.get("date") or "", flops=data.get("flops") or {},
-                   bytes_moved=data.get("bytes") or {}, _timings=data.get("metrics") or {},
+                   bytes_moved=data.get("bytes") or {}, compile_seconds=data.get("compile_seconds"),
+                   _timings=data.get("metrics") or {},
                    _peaks=data.get("peak_mem_bytes") or {})
 
     @property

@@ -33,7 +33,7 @@ GRID_KINDS = ("kernel", "matmul", "step", "anchor", "convergence", "distributed"
 PROCESSES = {"steps": ("step",), "other": tuple(k for k in GRID_KINDS if k != "step")}
 #: The fields of a record that asv's track methods read (samples stay in the store: asv reads the kept records
 #: once per track call).
-KEPT_FIELDS = ("status", "reason", "metrics", "peak_mem_bytes", "summary")
+KEPT_FIELDS = ("status", "reason", "metrics", "peak_mem_bytes", "summary", "compile_seconds")
 
 
 def cases(name: str, grid: list[list[str]], device: str) -> list[Case]:
