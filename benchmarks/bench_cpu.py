@@ -8,16 +8,11 @@ from __future__ import annotations
 
 from functools import cache
 
-
-def _sync_clock() -> float:
-    """``optbench.core.timing.sync_clock``, imported at the first call (after setup imported torch)."""
-    from optbench.core.timing import sync_clock
-
-    return sync_clock()
+from .common import sync_clock
 
 
 class _CPUTimed:
-    timer = staticmethod(_sync_clock)
+    timer = staticmethod(sync_clock)
     rounds = 1
     repeat = (3, 10, 5.0)
     warmup_time = 0.5

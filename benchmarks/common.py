@@ -89,6 +89,15 @@ class Grid(abc.ABC):
         return float("nan") if seconds is None else seconds
 
 
+def sync_clock() -> float:
+    """``optbench.core.timing.sync_clock`` (perf_counter seconds after a CUDA synchronize), imported at its first
+    call: asv imports every module of this package twice per run (discovery, forkserver) and pytest collects the
+    twin's, and none of them should pay for torch before a benchmark needs it."""
+    from optbench.core.timing import sync_clock as clock
+
+    return clock()
+
+
 def unit(name: str):
     """Decorator setting asv's unit of a track method."""
     def mark(fn):

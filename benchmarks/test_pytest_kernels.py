@@ -17,8 +17,9 @@ from __future__ import annotations
 import pytest
 
 from optbench.core.settings import current
-from optbench.core.timing import sync_clock
 from optbench.suite import catalog
+
+from .common import sync_clock
 
 # The kernel cases of the run's suite (the full grid outside the quick suite), as the asv classes measure them.
 SUITE = "quick" if current().suite == "quick" else "full"

@@ -8,6 +8,7 @@ import inspect
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -113,10 +114,30 @@ def test_imports_without_torch():
     assert out.returncode == 0 and int(out.stdout) == len(catalog.BENCHMARKS), out.stderr
 
 
+def _import_as_asv_does(root: Path, package: str) -> subprocess.CompletedProcess:
+    """Import ``package`` (under ``root``) and every module in it, recursively, as asv's discovery and forkserver
+    do (asv_runner.discovery.disc_modules: pkgutil over the package path), with torch made unimportable."""
+    code = ("import importlib, pkgutil, sys; sys.modules['torch'] = None\n"
+            "def walk(name):\n"
+            "    module = importlib.import_module(name)\n"
+            "    for _, sub, _ in pkgutil.iter_modules(getattr(module, '__path__', []), name + '.'):\n"
+            "        walk(sub)\n"
+            f"walk({package!r})")
+    return subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+
+
 def test_asv_lists_the_benchmarks_without_importing_torch():
-    """asv imports every benchmark module twice per run (its discovery and its forkserver) before any case runs:
-    neither pays for torch."""
-    code = ("import sys; sys.modules['torch'] = None; "
-            + "; ".join(f"import benchmarks.{m}" for m in BENCH_MODULES))
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    """asv imports every module of benchmarks/ twice per run (its discovery and its forkserver), the pytest twin
+    and conftest.py too, before any case runs: neither pays for torch (2-4 s each on a GPU runner)."""
+    out = _import_as_asv_does(ROOT, "benchmarks")
     assert out.returncode == 0, out.stderr
+
+
+def test_a_benchmark_module_importing_torch_is_caught(tmp_path):
+    """Mutation: a module beside the suites (as the pytest twin once was) that imports torch at its top."""
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "__init__.py").write_text("")
+    (tmp_path / "suite" / "bench_ok.py").write_text("import json\n")
+    (tmp_path / "suite" / "test_twin.py").write_text("import torch\n")
+    out = _import_as_asv_does(tmp_path, "suite")
+    assert out.returncode != 0 and "torch" in out.stderr
