@@ -33,7 +33,12 @@ fi
 # The compile caches optbench's asv runs use (optbench.cli.bench_env), also for pytest: restored from a carried
 # .compile-cache/<key>.tgz of this GPU, torch, Triton and CUDA where there is one (the run records 'restored <key>',
 # 'cold', or 'local' on a warm machine that kept its own: optbench.core.compile_cache), packed again afterwards.
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 \
+# Python's bytecode too: a runner image that ships no .pyc files and sets PYTHONDONTWRITEBYTECODE (the lent H100s
+# do) compiles torch's modules again in every process (`import torch._dynamo` 7.9-10.0 s each time there), and a run
+# has several (optbench's, asv's, each grid's). The first process writes the bytecode under .cache/pycache, the
+# others read it; nothing outside the checkout changes.
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX="$PWD/.cache/pycache" \
     TORCHINDUCTOR_CACHE_DIR="$PWD/.cache/inductor" TRITON_CACHE_DIR="$PWD/.cache/triton"
 OPTBENCH_COMPILE_CACHE=$(python3 -m optbench.core.compile_cache restore)
 export OPTBENCH_COMPILE_CACHE
