@@ -29,7 +29,7 @@ from torch import Tensor
 
 from kernels.adamw import MasterAdamW
 from kernels.grad_stats import clip_coefficient
-from kernels.numerics import rel_err, rel_errs
+from kernels.numerics import rel_err
 from models.config import ModelConfig, flops_per_token
 from models.model import Decoder, FusedLinear
 from models.variants import VARIANTS, reference, switches  # noqa: F401 (VARIANTS: re-exported)
@@ -592,7 +592,7 @@ def _errors(ref: Reference, got: Reference) -> tuple[dict[str, float], dict[str,
         errors["grad_norm"] = float("inf") if got.grad_norm is None else rel_err(got.grad_norm, ref.grad_norm)
     for quantity in ("grads", "weights"):
         ours, theirs = getattr(got, quantity), getattr(ref, quantity)
-        per_param = dict(zip(theirs, rel_errs((ours[name], theirs[name]) for name in theirs), strict=True))
+        per_param = {name: rel_err(ours[name], theirs[name]) for name in theirs}
         worst[quantity] = max(per_param, key=per_param.__getitem__)
         errors[quantity] = per_param[worst[quantity]]
     return errors, worst
