@@ -17,9 +17,10 @@ benchmark: its kernel file, one :class:`KernelOp` entry here (plus its implement
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from models.variants import ABLATED, ABLATION, ADDED
+from models.variants import ABLATED, ABLATION, ADDED, VARIANTS, switches
 
 #: metric -> what it measures and in what unit. Times are ms per call (kernels) or per optimizer step; every
 #: kernel time has three clocks: ``device`` (CUDA-graph replays over input sets larger than the L2: a cold
@@ -248,3 +249,49 @@ def suite_cases(suite: str) -> list[tuple[str, dict[str, str]]]:
 def asv_pattern(suite: str) -> str:
     """asv's ``--bench`` regex selecting the benchmarks of ``suite`` (every track method of each)."""
     return "^(" + "|".join(re.escape(name) for name in SUITES[suite]) + r")\."
+
+
+#: The regression gate's threshold per metric class: the smallest relative growth of head over base that fails
+#: a commit. Device-bound times (kernel device times, the matmul, CUDA-graphed steps, steps at 1B) move by well
+#: under 1% between processes of one GPU, so 3% is a change; host-bound steps (launch-bound eager steps at 100M
+#: and 500M, their forward) move by several percent between processes, so 10%; peak memory is deterministic:
+#: any growth over 1%; compile time 15% (the rule PyTorch's HUD applies to compilation latency).
+GATE_THRESHOLDS: dict[str, float] = {"device-bound": 0.03, "host-bound": 0.10, "memory": 0.01, "compile": 0.15}
+_GRAPHED_COMPILE_MODES = ("reduce-overhead", "max-autotune")  # inductor captures CUDA graphs in these
+
+
+def graphed(variant: str) -> bool:
+    """Whether a step variant replays CUDA graphs (its own capture, or a compile mode that captures): the host
+    no longer sets its pace."""
+    if variant not in VARIANTS and variant != "eager":
+        return False
+    options = switches(variant)
+    return bool(options.get("cuda_graph")) or options.get("compile") in _GRAPHED_COMPILE_MODES
+
+
+def metric_class(benchmark: str, params: Mapping[str, str], quantity: str, clock: str | None = None) -> str | None:
+    """The :data:`GATE_THRESHOLDS` class of one metric of one case, or None where the metric is not gated.
+
+    ``quantity`` is 'time' (with its ``clock``: 'device', 'device_warm' or 'wall'), 'peak memory' or 'compile'.
+    A kernel's or the matmul's wall time is host launch overhead: reported, never gated (its device times gate).
+    A step (ours, the anchor's, a distributed one) is device-bound at 1B or when it replays CUDA graphs, host-bound
+    otherwise, by every clock. Convergence losses and the CPU suite's classes are not gated here.
+    """
+    if quantity == "peak memory":
+        return "memory"
+    if quantity == "compile":
+        return "compile"
+    entry = BENCHMARKS.get(benchmark)
+    if entry is None or entry.kind in ("convergence", "cpu"):
+        return None
+    if entry.kind in ("kernel", "matmul"):
+        return None if clock == "wall" else "device-bound"
+    size = params.get("size") or entry.size
+    return "device-bound" if size == "1B" or graphed(params.get("variant", "")) else "host-bound"
+
+
+def gate_threshold(benchmark: str, params: Mapping[str, str], quantity: str,
+                   clock: str | None = None) -> float | None:
+    """The gate's threshold of one metric (:func:`metric_class`, :data:`GATE_THRESHOLDS`); None: not gated."""
+    cls = metric_class(benchmark, params, quantity, clock)
+    return None if cls is None else GATE_THRESHOLDS[cls]
