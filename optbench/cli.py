@@ -28,13 +28,13 @@ from optbench.core.store import ResultStore, new_run_id
 from optbench.suite.catalog import BENCHMARKS, SUITES, asv_pattern
 
 SUBCOMMANDS = {
-    "compare": "optbench.core.compare",
+    "compare": "optbench.gate.compare",
     "report": "optbench.reporting.site",
     "history": "optbench.reporting.history",
     "calibrate": "optbench.core.calibrate",
     "profile": "optbench.profiling.profile",
     "plan": "optbench.suite.plan",
-    "noisecheck": "optbench.core.noisecheck",
+    "noisecheck": "optbench.gate.noisecheck",
     "merge": "optbench.core.merge",
 }
 

@@ -1,4 +1,4 @@
-"""optbench.core.compare on synthetic stores in tmp_path (test data, not measurements)."""
+"""optbench.gate.compare on synthetic stores in tmp_path (test data, not measurements)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 import pytest
 from synthetic_results import commit, record, samples, save
 
-from optbench.core import compare as cmp
+from optbench.gate import compare as cmp
 from optbench.core.records import Record
 from optbench.core.store import ResultStore
 

@@ -1,6 +1,6 @@
 """The harness in layers: every import (module level or inside a function) points down, never up.
 
-core <- suite <- reporting, profiling <- cli; kernels <- models <- suite; benchmarks (asv) read the core and the
+core <- suite <- gate <- reporting, profiling <- cli; kernels <- models <- suite; benchmarks (asv) read the core and the
 suite. A planted upward import is caught (the check can fail).
 """
 
@@ -19,7 +19,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "models": ("kernels", "models"),
     "optbench.core": ("optbench.core",),
     "optbench.suite": ("optbench.core", "optbench.suite", "kernels", "models"),
-    "optbench.reporting": ("optbench.core", "optbench.suite", "optbench.reporting", "models"),
+    "optbench.gate": ("optbench.core", "optbench.suite", "optbench.gate"),
+    "optbench.reporting": ("optbench.core", "optbench.suite", "optbench.gate", "optbench.reporting", "models"),
     "optbench.profiling": ("optbench.core", "optbench.suite", "optbench.profiling", "kernels", "models"),
     "optbench.cli": ("optbench",),
     "benchmarks": ("optbench.core", "optbench.suite", "kernels", "models", "benchmarks"),
@@ -75,10 +76,11 @@ def test_every_import_points_down():
 def test_an_upward_import_is_caught():
     """Mutation: each kind of arrow the issue found running the wrong way is flagged."""
     planted = {
-        "optbench.core.compare": "from optbench.suite import catalog\n",
+        "optbench.core.store": "from optbench.gate import compare\n",
+        "optbench.gate.compare": "from optbench.reporting.site import publish\n",
         "optbench.suite.plan": "def f():\n    from optbench.cli import main\n",
         "kernels.rmsnorm": "import models.config\n",
-        "optbench.core.noisecheck": "from benchmarks.bench_kernels import RMSNorm\n",
+        "optbench.gate.noisecheck": "from benchmarks.bench_kernels import RMSNorm\n",
         "optbench.reporting.site": "from optbench import cli\n",
         "benchmarks.bench_step": "from optbench.reporting.site import publish\n",
     }

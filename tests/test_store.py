@@ -56,7 +56,7 @@ def test_asvs_tree_holds_only_what_asv_can_load():
 def test_a_cut_short_run_file_keeps_its_whole_records_and_names_the_file(tmp_path, capsys):
     """A run file whose last line was cut (a full disk, a killed copy): its whole lines are read, the cut one
     is skipped with a warning naming the file, and compare goes on (no traceback)."""
-    from optbench.core import compare
+    from optbench.gate import compare
 
     store = ResultStore(tmp_path)
     store.save("m", commit(1), [step(10.0)], run_id="r1")

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from optbench.core.compare import Change, verdict
+from optbench.gate.compare import Change, verdict
 from optbench.reporting.data import FloorRatio, TimeHistory
 
 VERDICT_COLORS = {"REGRESSION": "tab:red", "improvement": "tab:green"}  # other verdicts (not gated): gray

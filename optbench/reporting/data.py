@@ -6,7 +6,7 @@ the leave-one-out ablation of best-kernels; tokens/s and MFU; peak memory; kerne
 (device time, cold L2) and kernel times over their roofline floor; x HF (the HF anchor's step over our fastest).
 A commit's run may hold part of the suite only: :func:`fullest` picks, per size or kernel, the run that measured
 the most of it, the newest of those. :func:`time_histories` gives every metric's run medians over commits with
-the regression gate's verdicts (:mod:`optbench.core.compare`).
+the regression gate's verdicts (:mod:`optbench.gate.compare`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from models.variants import ABLATED, ABLATION, ADDED, VARIANTS, ablation_note, added_note, reference
-from optbench.core.compare import compare, series_clock, verdict
+from optbench.gate.compare import compare, series_clock, verdict
 from optbench.core.records import Record
 from optbench.core.roofline import Ceilings
 from optbench.core.store import DEVICE_CLOCK, MACHINE_KEY, ResultStore
@@ -352,7 +352,7 @@ class RunTime:
 
 @dataclass(frozen=True)
 class CommitTimes:
-    """A metric's runs at one commit, and the gate's verdict (:func:`optbench.core.compare.verdict`: 'REGRESSION',
+    """A metric's runs at one commit, and the gate's verdict (:func:`optbench.gate.compare.verdict`: 'REGRESSION',
     'improvement', '... (not gated)'; '' for none) with its head/base ratio, on the change from the machine's
     previous commit to this one."""
 
@@ -364,7 +364,7 @@ class CommitTimes:
 
 @dataclass(frozen=True)
 class TimeHistory:
-    """One record's metric by one clock (a clock by method: :func:`optbench.core.compare.series_clock`) over the
+    """One record's metric by one clock (a clock by method: :func:`optbench.gate.compare.series_clock`) over the
     commits that measured it, oldest first."""
 
     key: str

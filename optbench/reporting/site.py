@@ -16,7 +16,7 @@ never shares a chart with a real one):
   measurement problem, not drawn; none for an emulated run;
 - ``history.html``: per benchmark, a small chart per metric of its time over commits (each run's median and
   IQR), the changes the regression gate flags between consecutive commits marked;
-- ``compare.html``: two commits side by side (optbench.core.compare): table and chart of head/base changes.
+- ``compare.html``: two commits side by side (optbench.gate.compare): table and chart of head/base changes.
 
 Figures come from :mod:`optbench.reporting.data`, charts from :mod:`optbench.reporting.charts`; legends and
 columns name the commit each figure comes from.
@@ -37,7 +37,7 @@ from string import Template
 from matplotlib.figure import Figure
 
 from models.variants import ABLATED
-from optbench.core.compare import COLUMNS, compare, compared, resolve, rows, shown, verdict
+from optbench.gate.compare import COLUMNS, compare, compared, resolve, rows, shown, verdict
 from optbench.core.console import table
 from optbench.core.store import REPO_ROOT, ResultStore, asv_results_dir, results_dir
 from optbench.reporting import charts
@@ -93,7 +93,7 @@ PAGES: dict[str, tuple[str, str]] = {
                 "per benchmark: those flagged, then those measured most recently, then the longest histories; "
                 "asv's graphs hold every metric."),
     "compare": ("Two commits side by side",
-                "optbench.core.compare: each time's runs against its run-to-run noise, peak memory beyond the "
+                "optbench.gate.compare: each time's runs against its run-to-run noise, peak memory beyond the "
                 "threshold; head/base of the changes beyond what each metric's noise lets the gate detect."),
 }
 

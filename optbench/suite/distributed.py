@@ -50,7 +50,7 @@ it: weak scaling, the global batch is world size x that), then
 
 The asv side (``benchmarks/bench_distributed.py``) launches this through :func:`launch` and stores one record
 per (variant, world size): the world size is a parameter of the record key, so a comparison across commits
-(``optbench.core.compare``) only ever sets a 2-GPU figure beside a 2-GPU figure, never beside a 1-GPU one.
+(``optbench.gate.compare``) only ever sets a 2-GPU figure beside a 2-GPU figure, never beside a 1-GPU one.
 """
 
 from __future__ import annotations

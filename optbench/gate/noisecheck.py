@@ -5,7 +5,7 @@ Two checks of the gate of ``optbench compare``, on the stored runs of each machi
 - A/A: every run of a commit that has other runs of the same metrics is compared, as head, with those other
   runs (the noise estimated without it): the gate may flag nothing.
 - Planted slowdowns: every commit's runs, with every time multiplied by ``--plant`` (1.15), compared as a new
-  commit with the commit itself; each metric whose A/A run-to-run spread (:meth:`optbench.core.compare.Noise.aa_spread`)
+  commit with the commit itself; each metric whose A/A run-to-run spread (:meth:`optbench.gate.compare.Noise.aa_spread`)
   is under ``--spread`` (5%) must be flagged. Verdicts are per metric and the planted runs stay out of the
   noise estimate, so planting every metric at once gives each metric's verdict as if it alone were planted.
 
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from optbench.core.compare import NoiseModel, compare_runs, history_runs, run_medians
+from optbench.gate.compare import NoiseModel, compare_runs, history_runs, run_medians
 from optbench.core.store import ResultStore, StoredRun
 
 
