@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-import os
 import platform
 import re
 import subprocess
@@ -28,6 +27,7 @@ from optbench.core.store import ResultStore, new_run_id
 from optbench.suite.catalog import BENCHMARKS, SUITES, asv_pattern
 
 SUBCOMMANDS = {
+    "ab": "optbench.gate.ab",
     "compare": "optbench.gate.compare",
     "report": "optbench.reporting.site",
     "history": "optbench.reporting.history",
@@ -67,17 +67,12 @@ def git_commit(ref: str = "HEAD") -> str:
 def bench_env(settings: Settings) -> dict[str, str]:
     """Environment of the asv processes: the run's settings (``optbench.core.settings``, read back there), a
     run id they share, persistent compile caches."""
+    from optbench.core.settings import process_env
     from optbench.core.store import new_run_id
 
-    cache = ROOT / ".cache"
     if settings.run_id is None:
         settings = dataclasses.replace(settings, run_id=new_run_id())
-    env = dict(os.environ)
-    env.update(settings.env())
-    env.update(TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
-    env["ASV_PYTHONPATH"] = env["PYTHONPATH"]  # asv drops PYTHONPATH for its benchmark processes, not this
-    return env
+    return process_env(settings, ROOT, ROOT / ".cache")
 
 
 def register_machine(machine: str) -> None:

@@ -78,6 +78,18 @@ class Settings:
         return out
 
 
+def process_env(settings: Settings, code: Path, cache: Path) -> dict[str, str]:
+    """The environment of a benchmark process that runs the code of the work tree ``code`` (first on its import
+    path, also for the processes asv starts, which drop PYTHONPATH) with ``settings``, its compile caches
+    under ``cache`` (shared by every run and commit of a checkout): this process's environment plus those."""
+    env = dict(os.environ)
+    env.update(settings.env())
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH")])))
+    env["ASV_PYTHONPATH"] = env["PYTHONPATH"]
+    return env
+
+
 def has_nvidia_gpu(env: Mapping[str, str]) -> bool:
     """Whether an NVIDIA GPU is visible, without importing torch: the driver's control node exists and
     ``CUDA_VISIBLE_DEVICES`` does not hide every device."""

@@ -274,14 +274,16 @@ def metric_class(benchmark: str, params: Mapping[str, str], quantity: str, clock
 
     ``quantity`` is 'time' (with its ``clock``: 'device', 'device_warm' or 'wall'), 'peak memory' or 'compile'.
     A kernel's or the matmul's wall time is host launch overhead: reported, never gated (its device times gate).
+    Compile seconds are gated for training steps (ours and the anchor's), where a compile mode's cost matters to
+    the user choosing it; a kernel's compile (a fraction of a second) is not.
     A step (ours, the anchor's, a distributed one) is device-bound at 1B or when it replays CUDA graphs, host-bound
     otherwise, by every clock. Convergence losses and the CPU suite's classes are not gated here.
     """
     if quantity == "peak memory":
         return "memory"
-    if quantity == "compile":
-        return "compile"
     entry = BENCHMARKS.get(benchmark)
+    if quantity == "compile":
+        return "compile" if entry is not None and entry.kind in ("step", "anchor") else None
     if entry is None or entry.kind in ("convergence", "cpu"):
         return None
     if entry.kind in ("kernel", "matmul"):
