@@ -28,6 +28,7 @@ from optbench.suite.catalog import BENCHMARKS, SUITES, asv_pattern
 
 SUBCOMMANDS = {
     "ab": "optbench.gate.ab",
+    "bisect": "optbench.gate.bisect",
     "compare": "optbench.gate.compare",
     "report": "optbench.reporting.site",
     "history": "optbench.reporting.history",

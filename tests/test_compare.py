@@ -7,9 +7,9 @@ import random
 import pytest
 from synthetic_results import commit, record, samples, save
 
-from optbench.gate import compare as cmp
 from optbench.core.records import Record
 from optbench.core.store import ResultStore
+from optbench.gate import compare as cmp
 
 BASE, HEAD = commit(1), commit(2)
 SHAPES = ["8192x768", "16384x768", "16384x4096"]

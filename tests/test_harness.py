@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from optbench.core import hardware, machine
-from optbench.gate.compare import compare
 from optbench.core.roofline import Ceilings, floor_ms, roofline
 from optbench.core.runner import RUN_DEADLINE_ENV, Case, Work, WrongResult, run_grid
 from optbench.core.store import MACHINE_KEY, REPO_ROOT, ResultStore, record_key
 from optbench.core.timing import Timing
+from optbench.gate.compare import compare
 
 ROOT = REPO_ROOT
 

@@ -235,9 +235,9 @@ def test_the_breakdown_record():
 def test_optbenchs_readers_leave_the_breakdown_record_out(tmp_path):
     """A run file with ``__breakdown__``: compare, the report's data, the noise check and the typed reader see
     the cases alone, and the run's date stays its start."""
+    from optbench.core.records import Record
     from optbench.gate.compare import NoiseModel, compare_runs, run_medians
     from optbench.gate.noisecheck import planted
-    from optbench.core.records import Record
     from optbench.reporting import data
 
     def step(ms: float) -> dict:

@@ -40,7 +40,7 @@ from typing import NamedTuple
 from optbench.core.records import OK, Record
 from optbench.core.runner import measured_commit
 from optbench.core.settings import Settings, process_env
-from optbench.core.store import MACHINE_KEY, REPO_ROOT, ResultStore, new_run_id, write_json_atomic
+from optbench.core.store import MACHINE_KEY, REPO_ROOT, ResultStore, new_run_id, read_records, write_json_atomic
 from optbench.gate.ratio import INCONCLUSIVE, REGRESSION, Ratio, ratio
 from optbench.suite import catalog
 from optbench.suite.grids import PROCESSES
@@ -127,13 +127,12 @@ def run_round(side: Side, settings: Settings, groups: Iterable[str], logs: Path)
 
 
 def find_run(store: ResultStore, commit: str, run_id: str) -> tuple[str, dict[str, dict]] | None:
-    """(machine, records) of the stored run ``run_id`` of ``commit``, wherever its processes stored it."""
+    """(machine, records) of the stored run ``run_id`` of ``commit``, wherever its processes stored it (the
+    machine folder they named), read from its file."""
     for machine in store.machines():
         path = store.path(machine, commit, run_id)
         if path.exists():
-            run = next((r for r in store.runs(machine, commit) if r.run_id == run_id), None)
-            if run is not None:
-                return machine, run.records
+            return machine, read_records(path)
     return None
 
 
@@ -222,12 +221,22 @@ def _fmt(v: Verdict) -> tuple[str, ...]:
             f"{r.estimate:.3f}x [{r.low:.3f}, {r.high:.3f}]", f"{r.n_base}/{r.n_head}", v.verdict)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="optbench ab", description=__doc__.split("\n\n")[0],
-                                epilog="Exit codes: 0 no regression, 1 a regression, 2 nothing to compare, "
-                                       "3 inconclusive (the budget ended first).")
-    p.add_argument("base", help="base commit-ish")
-    p.add_argument("head", help="head commit-ish")
+@dataclass(frozen=True)
+class Options:
+    """What an A/B comparison measures and how long it may take (``optbench ab --help``)."""
+
+    suite: str = "quick"
+    select: str | None = None
+    time_budget: float = 540.0
+    min_rounds: int = 4
+    max_rounds: int = 12
+    warmup: int = 1
+    confidence: float = 0.95
+    results: Path | None = None
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    """The options of :class:`Options` on a command line (``ab`` and ``bisect`` share them)."""
     p.add_argument("--suite", default="quick", choices=list(catalog.SUITES),
                    help="the suite whose cases are measured (default quick)")
     p.add_argument("--select", help="regex on case keys: measure only those (the same on both sides)")
@@ -238,29 +247,48 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=1, help="pairs of rounds not judged (default 1)")
     p.add_argument("--confidence", type=float, default=0.95, help="of each interval (default 0.95)")
     p.add_argument("--results", type=Path, help="results root (default results/)")
-    args = p.parse_args(argv)
+
+
+def options_of(p: argparse.ArgumentParser, args: argparse.Namespace) -> Options:
+    """The :class:`Options` of parsed arguments (a bad ``--select`` is a usage error)."""
     if args.select:
         try:
             re.compile(args.select)
         except re.error as exc:
             p.error(f"--select {args.select!r} is not a regular expression: {exc}")
+    return Options(args.suite, args.select, args.time_budget, args.min_rounds, args.max_rounds, args.warmup,
+                   args.confidence, args.results)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="optbench ab", description=__doc__.split("\n\n")[0],
+                                epilog="Exit codes: 0 no regression, 1 a regression, 2 nothing to compare, "
+                                       "3 inconclusive (the budget ended first).")
+    p.add_argument("base", help="base commit-ish")
+    p.add_argument("head", help="head commit-ish")
+    add_options(p)
+    args = p.parse_args(argv)
+    return ab(args.base, args.head, options_of(p, args))
+
+
+def ab(base_ref: str, head_ref: str, options: Options) -> int:
+    """Compare ``head_ref`` with ``base_ref`` here (module docstring); the exit code."""
     started = time.monotonic()
     try:
-        base, head = (Side(label, ref, resolve(ref)) for label, ref in (("base", args.base), ("head", args.head)))
+        base, head = (Side(label, ref, resolve(ref)) for label, ref in (("base", base_ref), ("head", head_ref)))
     except ValueError as exc:
         print(f"optbench ab: {exc}", file=sys.stderr)
         return EXIT_NOTHING
     if base.commit == head.commit:
-        print(f"optbench ab: {args.base} and {args.head} hold the same code ({base.commit[:12]}): nothing can "
+        print(f"optbench ab: {base_ref} and {head_ref} hold the same code ({base.commit[:12]}): nothing can "
               "have slowed down")
         return EXIT_OK
-    groups = planned(args.suite, args.select)
+    groups = planned(options.suite, options.select)
     if not groups:
-        print(f"optbench ab: no case of the {args.suite!r} suite matches --select {args.select!r}",
+        print(f"optbench ab: no case of the {options.suite!r} suite matches --select {options.select!r}",
               file=sys.stderr)
         return EXIT_NOTHING
-    results = (args.results or REPO_ROOT / "results").resolve()
-    settings = Settings(suite=args.suite, select=args.select, results=results)
+    options = dataclasses.replace(options, results=(options.results or REPO_ROOT / "results").resolve())
     sides = {"base": base, "head": head}
     try:
         for side in sides.values():
@@ -269,22 +297,25 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"optbench ab: {side.ref} ({side.commit[:12]}) predates the grid processes ab runs",
                       file=sys.stderr)
                 return EXIT_NOTHING
-        return _rounds(args, sides, groups, settings, results, started)
+        return _rounds(options, sides, groups, started)
     finally:
         for side in sides.values():
             if side.tree is not None:
                 remove_worktree(side.tree)
 
 
-def _rounds(args: argparse.Namespace, sides: dict[str, Side], groups: dict[str, list[str]],
-            settings: Settings, results: Path, started: float) -> int:
+def _rounds(args: Options, sides: dict[str, Side], groups: dict[str, list[str]], started: float) -> int:
     from optbench.core.console import console, table
 
+    assert args.results is not None
+    results = args.results
+    settings = Settings(suite=args.suite, select=args.select, results=results)
     store = ResultStore(results)
     logs = REPO_ROOT / ".cache" / "ab" / "logs"
     cases = sum(map(len, groups.values()))
-    print(f"optbench ab: base {sides['base'].commit[:12]} ({args.base}), head {sides['head'].commit[:12]} "
-          f"({args.head}): {cases} cases a round; logs in {logs.relative_to(REPO_ROOT)}", flush=True)
+    print(f"optbench ab: base {sides['base'].commit[:12]} ({sides['base'].ref}), head "
+          f"{sides['head'].commit[:12]} ({sides['head'].ref}): {cases} cases a round; logs in "
+          f"{logs.relative_to(REPO_ROOT)}", flush=True)
     judged: dict[str, list[dict[Series, float]]] = {"base": [], "head": []}
     states: dict[str, list[dict[str, str]]] = {"base": [], "head": []}
     machine, gpus, pair_s, verdicts = None, set(), 0.0, []
@@ -329,8 +360,8 @@ def _rounds(args: argparse.Namespace, sides: dict[str, Side], groups: dict[str, 
     regressions = [v for v in verdicts if v.verdict == REGRESSION]
     undecided = [v for v in verdicts if v.verdict == INCONCLUSIVE]
     code = EXIT_REGRESSION if regressions or failed else EXIT_INCONCLUSIVE if undecided else EXIT_OK
-    record = {"base": {"ref": args.base, "commit": sides["base"].commit, "runs": sides["base"].runs},
-              "head": {"ref": args.head, "commit": sides["head"].commit, "runs": sides["head"].runs},
+    record = {side.label: {"ref": side.ref, "commit": side.commit, "runs": side.runs} for side in sides.values()}
+    record.update({
               "order": order(len(sides["base"].runs))[: len(sides["base"].runs) + len(sides["head"].runs)],
               "warmup_pairs": args.warmup, "gpu_uuids": sorted(filter(None, gpus)), "suite": args.suite,
               "select": args.select, "confidence": args.confidence, "exit": code,
@@ -339,7 +370,7 @@ def _rounds(args: argparse.Namespace, sides: dict[str, Side], groups: dict[str, 
                             "clock": v.series.clock, "class": v.klass, "threshold": v.threshold,
                             "base": v.base, "head": v.head, "ratio": v.ratio.estimate, "low": _finite(v.ratio.low),
                             "high": _finite(v.ratio.high), "verdict": v.verdict} for v in verdicts],
-              "failed_at_head": failed}
+              "failed_at_head": failed})
     pairing = results / str(machine) / "ab" / f"{sides['base'].runs[0]}.json"
     write_json_atomic(pairing, record)
     print(f"optbench ab: {len(regressions) + len(failed)} regressions, {len(undecided)} inconclusive of "

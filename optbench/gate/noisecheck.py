@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from optbench.gate.compare import NoiseModel, compare_runs, history_runs, run_medians
 from optbench.core.store import ResultStore, StoredRun
+from optbench.gate.compare import NoiseModel, compare_runs, history_runs, run_medians
 
 
 def planted(run: StoredRun, factor: float) -> StoredRun:

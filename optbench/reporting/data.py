@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from models.variants import ABLATED, ABLATION, ADDED, VARIANTS, ablation_note, added_note, reference
-from optbench.gate.compare import compare, series_clock, verdict
 from optbench.core.records import Record
 from optbench.core.roofline import Ceilings
 from optbench.core.store import DEVICE_CLOCK, MACHINE_KEY, ResultStore
+from optbench.gate.compare import compare, series_clock, verdict
 from optbench.suite import catalog
 from optbench.suite.catalog import ANCHOR_BENCHMARK
 

@@ -37,9 +37,9 @@ from string import Template
 from matplotlib.figure import Figure
 
 from models.variants import ABLATED
-from optbench.gate.compare import COLUMNS, compare, compared, resolve, rows, shown, verdict
 from optbench.core.console import table
 from optbench.core.store import REPO_ROOT, ResultStore, asv_results_dir, results_dir
+from optbench.gate.compare import COLUMNS, compare, compared, resolve, rows, shown, verdict
 from optbench.reporting import charts
 from optbench.reporting.data import (
     ABLATION_CAPTION,
