@@ -136,7 +136,6 @@ def test_asv_continuous_measures_both_commits_and_fails_on_a_planted_slowdown(tm
 
     same = _asv(repo, env, *gate, base, neutral)
     assert same.returncode == 0, same.stdout + same.stderr
-    assert "BENCHMARKS NOT SIGNIFICANTLY CHANGED" in same.stdout
     slower = _asv(repo, env, *gate, neutral, planted)
     assert slower.returncode == 1, slower.stdout + slower.stderr
     assert "PERFORMANCE DECREASED" in slower.stdout
