@@ -1,11 +1,18 @@
-"""Bad input gets one clear line and exit 2 (argparse's), never a traceback or the regression code 1."""
+"""The optbench command, also as ``python -m optbench``: bad input gets one clear line and exit 2
+(argparse's), never a traceback or the regression code 1."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from optbench import cli
+from optbench.core.store import REPO_ROOT
 
 BAD = [
     ["run", "--emulate", "nosuch"],
@@ -36,3 +43,19 @@ def test_calibrate_without_a_gpu_says_so(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["calibrate"])
     assert exc.value.code == 2 and "no CUDA GPU" in capsys.readouterr().err
+
+
+BUILT_IN = ["run", "machine"]
+COMMANDS = [*BUILT_IN, *cli.SUBCOMMANDS]
+USAGE = f"usage: optbench {{{','.join(COMMANDS)}}} [options]"
+
+
+def python_m_optbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m optbench ARGS`` run from ``cwd`` with this checkout importable."""
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-m", "optbench", *args], cwd=cwd, capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=path), timeout=120)
+
+
+def test_the_usage_names_every_command():
+    assert python_m_optbench("--help", cwd=REPO_ROOT).stdout.splitlines()[0] == USAGE
