@@ -21,6 +21,7 @@ from pathlib import Path
 from optbench.core import breakdown, progress
 from optbench.core.asv_atomic import asv
 from optbench.core.console import console
+from optbench.core.helptext import plain
 from optbench.core.settings import Settings, current
 from optbench.core.store import REPO_ROOT as ROOT
 from optbench.core.store import ResultStore, new_run_id
@@ -117,7 +118,7 @@ def _keep_earlier_cases(earlier: dict[Path, dict], machine: str, commit: str) ->
 
 def run(argv: list[str]) -> int:
     """``optbench run``: benchmark the current commit here, store results, publish HTML."""
-    p = argparse.ArgumentParser(prog="optbench run", description=run.__doc__)
+    p = argparse.ArgumentParser(prog="optbench run", description=plain(run.__doc__))
     p.add_argument("--suite", choices=["auto", *SUITES], default="auto",
                    help="auto: 'full' with a GPU, 'cpu' without")
     p.add_argument("--commit", default="HEAD",
@@ -223,6 +224,8 @@ def run(argv: list[str]) -> int:
 
 def machine(argv: list[str]) -> int:
     """``optbench machine``: prints this machine's info and results-folder name."""
+    p = argparse.ArgumentParser(prog="optbench machine", description=plain(machine.__doc__))
+    p.parse_args(argv)
     import json
 
     from optbench.core.machine import machine_info, machine_name
@@ -232,16 +235,22 @@ def machine(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``optbench <command> [options]`` (``argv``; default: the process's arguments): the command's
+    exit status. A subcommand's module docstring, its parser's description, is made plain text
+    (:func:`optbench.core.helptext.plain`) before its ``main`` runs."""
     argv = sys.argv[1:] if argv is None else argv
     commands = {"run": run, "machine": machine}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in {*commands, *SUBCOMMANDS}:
-        print(f"usage: optbench {{{','.join([*commands, *SUBCOMMANDS])}}} [options]\n\n{__doc__}")
+        usage = f"usage: optbench {{{','.join([*commands, *SUBCOMMANDS])}}} [options]"
+        print(f"{usage}\n\n{plain(__doc__)}")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     if argv[0] in commands:
         return commands[argv[0]](argv[1:])
     import importlib
 
-    return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
+    module = importlib.import_module(SUBCOMMANDS[argv[0]])
+    module.__doc__ = plain(module.__doc__)  # the description of its parser: plain text
+    return module.main(argv[1:])
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """The optbench command, also as ``python -m optbench``: bad input gets one clear line and exit 2
-(argparse's), never a traceback or the regression code 1."""
+(argparse's), never a traceback or the regression code 1; every command's help exits 0 in plain
+text."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +14,7 @@ import pytest
 import torch
 
 from optbench import cli
+from optbench.core.helptext import plain
 from optbench.core.store import REPO_ROOT
 
 BAD = [
@@ -48,6 +51,7 @@ def test_calibrate_without_a_gpu_says_so(capsys):
 BUILT_IN = ["run", "machine"]
 COMMANDS = [*BUILT_IN, *cli.SUBCOMMANDS]
 USAGE = f"usage: optbench {{{','.join(COMMANDS)}}} [options]"
+MARKUP = re.compile(r":[\w:-]+:`|``|\S::$", re.MULTILINE)  # roles, inline literals, literal blocks
 
 
 def python_m_optbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -59,3 +63,40 @@ def python_m_optbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]
 
 def test_the_usage_names_every_command():
     assert python_m_optbench("--help", cwd=REPO_ROOT).stdout.splitlines()[0] == USAGE
+
+
+HELP = [["--help"], ["-h"], *([command, "--help"] for command in COMMANDS)]
+
+
+@pytest.mark.parametrize("argv", HELP, ids=" ".join)
+def test_python_m_optbench_gives_every_commands_help_free_of_sphinx_markup(argv, tmp_path):
+    done = python_m_optbench(*argv, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    prog = " ".join(["optbench", *argv[:-1]])
+    assert done.stdout.startswith(f"usage: {prog} ") and not done.stderr
+    assert not MARKUP.search(done.stdout), MARKUP.search(done.stdout)
+
+
+def test_plain_takes_sphinx_markup_out_of_a_docstring():
+    doc = """Uses :func:`fit_noise`, :meth:`~optbench.gate.compare.Noise.aa_spread`,
+    :py:data:`the prior <PRIOR_SIGMA>` and ``zero_grad(
+    set_to_none=True)``; `interpreted`, *emphasis*, **strong**; ``*_skip_reason`` and
+    ``*_reason``, B * S * L; 'single quotes' stay. Usage::
+
+        optbench run
+
+    ::
+
+        optbench merge
+    """
+    assert plain(doc) == """Uses fit_noise, aa_spread,
+    the prior and zero_grad(
+    set_to_none=True); interpreted, emphasis, strong; *_skip_reason and
+    *_reason, B * S * L; 'single quotes' stay. Usage:
+
+        optbench run
+
+
+        optbench merge
+    """
+    assert plain(None) == ""
