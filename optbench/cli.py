@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import importlib
 import platform
 import re
 import subprocess
@@ -236,21 +237,29 @@ def machine(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``optbench <command> [options]`` (``argv``; default: the process's arguments): the command's
-    exit status. A subcommand's module docstring, its parser's description, is made plain text
-    (:func:`optbench.core.helptext.plain`) before its ``main`` runs."""
+    exit status; 2, with one line on stderr saying why and the usage, without a known command; 130,
+    with one line on stderr, when interrupted (Ctrl-C). A subcommand's module docstring, its
+    parser's description, is made plain text (:func:`optbench.core.helptext.plain`) before its
+    ``main`` runs."""
     argv = sys.argv[1:] if argv is None else argv
     commands = {"run": run, "machine": machine}
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in {*commands, *SUBCOMMANDS}:
-        usage = f"usage: optbench {{{','.join([*commands, *SUBCOMMANDS])}}} [options]"
+    usage = f"usage: optbench {{{','.join([*commands, *SUBCOMMANDS])}}} [options]"
+    if argv and argv[0] in ("-h", "--help"):
         print(f"{usage}\n\n{plain(__doc__)}")
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    if argv[0] in commands:
-        return commands[argv[0]](argv[1:])
-    import importlib
-
-    module = importlib.import_module(SUBCOMMANDS[argv[0]])
-    module.__doc__ = plain(module.__doc__)  # the description of its parser: plain text
-    return module.main(argv[1:])
+        return 0
+    if not argv or argv[0] not in {*commands, *SUBCOMMANDS}:
+        problem = f"unknown command {argv[0]!r}" if argv else "no command given"
+        print(f"optbench: {problem}\n{usage}", file=sys.stderr)
+        return 2
+    try:
+        if argv[0] in commands:
+            return commands[argv[0]](argv[1:])
+        module = importlib.import_module(SUBCOMMANDS[argv[0]])
+        module.__doc__ = plain(module.__doc__)  # the description of its parser: plain text
+        return module.main(argv[1:])
+    except KeyboardInterrupt:
+        print("optbench: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

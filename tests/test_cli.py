@@ -1,9 +1,10 @@
-"""The optbench command, also as ``python -m optbench``: bad input gets one clear line and exit 2
-(argparse's), never a traceback or the regression code 1; every command's help exits 0 in plain
-text."""
+"""The optbench command, also as ``python -m optbench``: bad input gets one clear line on stderr
+and exit 2 (argparse's), never a traceback or the regression code 1; Ctrl-C one line and 130;
+every command's help exits 0 in plain text."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import subprocess
@@ -61,6 +62,14 @@ def python_m_optbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]
                           text=True, env=dict(os.environ, PYTHONPATH=path), timeout=120)
 
 
+def exit_code(argv: list[str]) -> int:
+    """``optbench ARGV``'s exit status, whether returned or raised (argparse's SystemExit)."""
+    try:
+        return cli.main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
 def test_the_usage_names_every_command():
     assert python_m_optbench("--help", cwd=REPO_ROOT).stdout.splitlines()[0] == USAGE
 
@@ -75,6 +84,34 @@ def test_python_m_optbench_gives_every_commands_help_free_of_sphinx_markup(argv,
     prog = " ".join(["optbench", *argv[:-1]])
     assert done.stdout.startswith(f"usage: {prog} ") and not done.stderr
     assert not MARKUP.search(done.stdout), MARKUP.search(done.stdout)
+
+
+@pytest.mark.parametrize(("argv", "problem"), [(["bogus"], "unknown command 'bogus'"),
+                                               (["--bogus"], "unknown command '--bogus'"),
+                                               ([], "no command given")])
+def test_no_known_command_is_one_line_and_the_usage_on_stderr(argv, problem, tmp_path):
+    done = python_m_optbench(*argv, cwd=tmp_path)
+    assert done.returncode == 2 and not done.stdout
+    assert done.stderr.splitlines() == [f"optbench: {problem}", USAGE]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_ctrl_c_ends_any_command_with_one_line_and_130(command, monkeypatch, capsys):
+    def interrupted(argv: list[str]) -> int:
+        print("working")
+        raise KeyboardInterrupt
+
+    if command in BUILT_IN:
+        monkeypatch.setattr(cli, command, interrupted)
+    else:
+        monkeypatch.setattr(importlib.import_module(cli.SUBCOMMANDS[command]), "main", interrupted)
+    try:
+        code = exit_code([command, "--anything"])
+    except KeyboardInterrupt:
+        pytest.fail("the interrupt escaped optbench")
+    assert code == 130
+    out = capsys.readouterr()
+    assert out.out == "working\n" and out.err == "optbench: interrupted\n"
 
 
 def test_plain_takes_sphinx_markup_out_of_a_docstring():
