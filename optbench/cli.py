@@ -25,7 +25,7 @@ from optbench.core.console import console
 from optbench.core.helptext import plain
 from optbench.core.settings import Settings, current
 from optbench.core.store import REPO_ROOT as ROOT
-from optbench.core.store import ResultStore, new_run_id
+from optbench.core.store import ResultStore, new_run_id, unwritable
 from optbench.suite.catalog import BENCHMARKS, SUITES, asv_pattern
 
 SUBCOMMANDS = {
@@ -148,6 +148,11 @@ def run(argv: list[str]) -> int:
 
         if args.emulate not in PROFILES:
             p.error(f"--emulate {args.emulate!r}: no such hardware profile; one of {', '.join(sorted(PROFILES))}")
+    results = ROOT / "results"
+    problem = unwritable(results)
+    if problem:
+        print(f"optbench run: {problem}", file=sys.stderr)
+        return 2
 
     import torch
 
@@ -166,7 +171,7 @@ def run(argv: list[str]) -> int:
         except ValueError as exc:
             p.error(f"--emulate {args.emulate}: {exc}")
     deadline = time.time() + args.time_budget - ASV_WRAP_UP_S if args.time_budget else None
-    results, run_id = ROOT / "results", current().run_id or new_run_id()
+    run_id = current().run_id or new_run_id()
     progress_file = results / machine / "progress" / f"{run_id}.jsonl"  # the case events of every asv process
     progress_file.parent.mkdir(parents=True, exist_ok=True)
     progress_file.touch()

@@ -95,6 +95,42 @@ def test_no_known_command_is_one_line_and_the_usage_on_stderr(argv, problem, tmp
     assert done.stderr.splitlines() == [f"optbench: {problem}", USAGE]
 
 
+@pytest.fixture(params=["a file", "a read-only folder"])
+def unwritable_results(request, tmp_path: Path) -> Path:
+    """A results root that takes no file: a file in its place, or a folder one may not write."""
+    results = tmp_path / "results"
+    if request.param == "a file":
+        results.write_text("")
+        return results
+    if os.geteuid() == 0:
+        pytest.skip("root writes into a read-only folder")
+    results.mkdir()
+    results.chmod(0o500)
+    return results
+
+
+def one_line_naming(path: Path, out: pytest.CaptureResult[str]) -> bool:
+    """Whether the output is one line on stderr, naming ``path``."""
+    return not out.out and len(out.err.splitlines()) == 1 and str(path) in out.err
+
+
+def test_run_into_an_unwritable_results_folder_is_one_line_naming_it(unwritable_results,
+                                                                     monkeypatch, capsys):
+    monkeypatch.setattr(cli, "ROOT", unwritable_results.parent)
+    assert exit_code(["run"]) == 2
+    out = capsys.readouterr()
+    assert one_line_naming(unwritable_results, out), out
+
+
+def test_merge_into_an_unwritable_results_folder_is_one_line_naming_it(unwritable_results,
+                                                                       tmp_path, capsys):
+    source = tmp_path / "source"
+    (source / "m" / "optbench").mkdir(parents=True)
+    assert exit_code(["merge", str(source), "--into", str(unwritable_results)]) == 2
+    out = capsys.readouterr()
+    assert one_line_naming(unwritable_results, out), out
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_ctrl_c_ends_any_command_with_one_line_and_130(command, monkeypatch, capsys):
     def interrupted(argv: list[str]) -> int:
