@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import importlib
 import platform
 import re
 import subprocess
@@ -21,9 +22,10 @@ from pathlib import Path
 from optbench.core import breakdown, progress
 from optbench.core.asv_atomic import asv
 from optbench.core.console import console
+from optbench.core.helptext import plain
 from optbench.core.settings import Settings, current
 from optbench.core.store import REPO_ROOT as ROOT
-from optbench.core.store import ResultStore, new_run_id
+from optbench.core.store import ResultStore, new_run_id, unwritable
 from optbench.suite.catalog import BENCHMARKS, SUITES, asv_pattern
 
 SUBCOMMANDS = {
@@ -117,7 +119,7 @@ def _keep_earlier_cases(earlier: dict[Path, dict], machine: str, commit: str) ->
 
 def run(argv: list[str]) -> int:
     """``optbench run``: benchmark the current commit here, store results, publish HTML."""
-    p = argparse.ArgumentParser(prog="optbench run", description=run.__doc__)
+    p = argparse.ArgumentParser(prog="optbench run", description=plain(run.__doc__))
     p.add_argument("--suite", choices=["auto", *SUITES], default="auto",
                    help="auto: 'full' with a GPU, 'cpu' without")
     p.add_argument("--commit", default="HEAD",
@@ -146,6 +148,11 @@ def run(argv: list[str]) -> int:
 
         if args.emulate not in PROFILES:
             p.error(f"--emulate {args.emulate!r}: no such hardware profile; one of {', '.join(sorted(PROFILES))}")
+    results = ROOT / "results"
+    problem = unwritable(results)
+    if problem:
+        print(f"optbench run: {problem}", file=sys.stderr)
+        return 2
 
     import torch
 
@@ -164,7 +171,7 @@ def run(argv: list[str]) -> int:
         except ValueError as exc:
             p.error(f"--emulate {args.emulate}: {exc}")
     deadline = time.time() + args.time_budget - ASV_WRAP_UP_S if args.time_budget else None
-    results, run_id = ROOT / "results", current().run_id or new_run_id()
+    run_id = current().run_id or new_run_id()
     progress_file = results / machine / "progress" / f"{run_id}.jsonl"  # the case events of every asv process
     progress_file.parent.mkdir(parents=True, exist_ok=True)
     progress_file.touch()
@@ -223,6 +230,8 @@ def run(argv: list[str]) -> int:
 
 def machine(argv: list[str]) -> int:
     """``optbench machine``: prints this machine's info and results-folder name."""
+    p = argparse.ArgumentParser(prog="optbench machine", description=plain(machine.__doc__))
+    p.parse_args(argv)
     import json
 
     from optbench.core.machine import machine_info, machine_name
@@ -232,16 +241,30 @@ def machine(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``optbench <command> [options]`` (``argv``; default: the process's arguments): the command's
+    exit status; 2, with one line on stderr saying why and the usage, without a known command; 130,
+    with one line on stderr, when interrupted (Ctrl-C). A subcommand's module docstring, its
+    parser's description, is made plain text (:func:`optbench.core.helptext.plain`) before its
+    ``main`` runs."""
     argv = sys.argv[1:] if argv is None else argv
     commands = {"run": run, "machine": machine}
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in {*commands, *SUBCOMMANDS}:
-        print(f"usage: optbench {{{','.join([*commands, *SUBCOMMANDS])}}} [options]\n\n{__doc__}")
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    if argv[0] in commands:
-        return commands[argv[0]](argv[1:])
-    import importlib
-
-    return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
+    usage = f"usage: optbench {{{','.join([*commands, *SUBCOMMANDS])}}} [options]"
+    if argv and argv[0] in ("-h", "--help"):
+        print(f"{usage}\n\n{plain(__doc__)}")
+        return 0
+    if not argv or argv[0] not in {*commands, *SUBCOMMANDS}:
+        problem = f"unknown command {argv[0]!r}" if argv else "no command given"
+        print(f"optbench: {problem}\n{usage}", file=sys.stderr)
+        return 2
+    try:
+        if argv[0] in commands:
+            return commands[argv[0]](argv[1:])
+        module = importlib.import_module(SUBCOMMANDS[argv[0]])
+        module.__doc__ = plain(module.__doc__)  # the description of its parser: plain text
+        return module.main(argv[1:])
+    except KeyboardInterrupt:
+        print("optbench: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,11 +1,22 @@
-"""Bad input gets one clear line and exit 2 (argparse's), never a traceback or the regression code 1."""
+"""The optbench command, also as ``python -m optbench``: bad input gets one clear line on stderr
+and exit 2 (argparse's), never a traceback or the regression code 1; Ctrl-C one line and 130;
+every command's help exits 0 in plain text."""
 
 from __future__ import annotations
+
+import importlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from optbench import cli
+from optbench.core.helptext import plain
+from optbench.core.store import REPO_ROOT
 
 BAD = [
     ["run", "--emulate", "nosuch"],
@@ -36,3 +47,129 @@ def test_calibrate_without_a_gpu_says_so(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["calibrate"])
     assert exc.value.code == 2 and "no CUDA GPU" in capsys.readouterr().err
+
+
+BUILT_IN = ["run", "machine"]
+COMMANDS = [*BUILT_IN, *cli.SUBCOMMANDS]
+USAGE = f"usage: optbench {{{','.join(COMMANDS)}}} [options]"
+MARKUP = re.compile(r":[\w:-]+:`|``|\S::$", re.MULTILINE)  # roles, inline literals, literal blocks
+
+
+def python_m_optbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m optbench ARGS`` run from ``cwd`` with this checkout importable."""
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-m", "optbench", *args], cwd=cwd, capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=path), timeout=120)
+
+
+def exit_code(argv: list[str]) -> int:
+    """``optbench ARGV``'s exit status, whether returned or raised (argparse's SystemExit)."""
+    try:
+        return cli.main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+def test_the_usage_names_every_command():
+    assert python_m_optbench("--help", cwd=REPO_ROOT).stdout.splitlines()[0] == USAGE
+
+
+HELP = [["--help"], ["-h"], *([command, "--help"] for command in COMMANDS)]
+
+
+@pytest.mark.parametrize("argv", HELP, ids=" ".join)
+def test_python_m_optbench_gives_every_commands_help_free_of_sphinx_markup(argv, tmp_path):
+    done = python_m_optbench(*argv, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    prog = " ".join(["optbench", *argv[:-1]])
+    assert done.stdout.startswith(f"usage: {prog} ") and not done.stderr
+    assert not MARKUP.search(done.stdout), MARKUP.search(done.stdout)
+
+
+@pytest.mark.parametrize(("argv", "problem"), [(["bogus"], "unknown command 'bogus'"),
+                                               (["--bogus"], "unknown command '--bogus'"),
+                                               ([], "no command given")])
+def test_no_known_command_is_one_line_and_the_usage_on_stderr(argv, problem, tmp_path):
+    done = python_m_optbench(*argv, cwd=tmp_path)
+    assert done.returncode == 2 and not done.stdout
+    assert done.stderr.splitlines() == [f"optbench: {problem}", USAGE]
+
+
+@pytest.fixture(params=["a file", "a read-only folder"])
+def unwritable_results(request, tmp_path: Path) -> Path:
+    """A results root that takes no file: a file in its place, or a folder one may not write."""
+    results = tmp_path / "results"
+    if request.param == "a file":
+        results.write_text("")
+        return results
+    if os.geteuid() == 0:
+        pytest.skip("root writes into a read-only folder")
+    results.mkdir()
+    results.chmod(0o500)
+    return results
+
+
+def one_line_naming(path: Path, out: pytest.CaptureResult[str]) -> bool:
+    """Whether the output is one line on stderr, naming ``path``."""
+    return not out.out and len(out.err.splitlines()) == 1 and str(path) in out.err
+
+
+def test_run_into_an_unwritable_results_folder_is_one_line_naming_it(unwritable_results,
+                                                                     monkeypatch, capsys):
+    monkeypatch.setattr(cli, "ROOT", unwritable_results.parent)
+    assert exit_code(["run"]) == 2
+    out = capsys.readouterr()
+    assert one_line_naming(unwritable_results, out), out
+
+
+def test_merge_into_an_unwritable_results_folder_is_one_line_naming_it(unwritable_results,
+                                                                       tmp_path, capsys):
+    source = tmp_path / "source"
+    (source / "m" / "optbench").mkdir(parents=True)
+    assert exit_code(["merge", str(source), "--into", str(unwritable_results)]) == 2
+    out = capsys.readouterr()
+    assert one_line_naming(unwritable_results, out), out
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_ctrl_c_ends_any_command_with_one_line_and_130(command, monkeypatch, capsys):
+    def interrupted(argv: list[str]) -> int:
+        print("working")
+        raise KeyboardInterrupt
+
+    if command in BUILT_IN:
+        monkeypatch.setattr(cli, command, interrupted)
+    else:
+        monkeypatch.setattr(importlib.import_module(cli.SUBCOMMANDS[command]), "main", interrupted)
+    try:
+        code = exit_code([command, "--anything"])
+    except KeyboardInterrupt:
+        pytest.fail("the interrupt escaped optbench")
+    assert code == 130
+    out = capsys.readouterr()
+    assert out.out == "working\n" and out.err == "optbench: interrupted\n"
+
+
+def test_plain_takes_sphinx_markup_out_of_a_docstring():
+    doc = """Uses :func:`fit_noise`, :meth:`~optbench.gate.compare.Noise.aa_spread`,
+    :py:data:`the prior <PRIOR_SIGMA>` and ``zero_grad(
+    set_to_none=True)``; `interpreted`, *emphasis*, **strong**; ``*_skip_reason`` and
+    ``*_reason``, B * S * L; 'single quotes' stay. Usage::
+
+        optbench run
+
+    ::
+
+        optbench merge
+    """
+    assert plain(doc) == """Uses fit_noise, aa_spread,
+    the prior and zero_grad(
+    set_to_none=True); interpreted, emphasis, strong; *_skip_reason and
+    *_reason, B * S * L; 'single quotes' stay. Usage:
+
+        optbench run
+
+
+        optbench merge
+    """
+    assert plain(None) == ""

@@ -23,6 +23,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "optbench.reporting": ("optbench.core", "optbench.suite", "optbench.gate", "optbench.reporting", "models"),
     "optbench.profiling": ("optbench.core", "optbench.suite", "optbench.profiling", "kernels", "models"),
     "optbench.cli": ("optbench",),
+    "optbench.__main__": ("optbench.cli",),
     "benchmarks": ("optbench.core", "optbench.suite", "kernels", "models", "benchmarks"),
 }
 OURS = ("kernels", "models", "optbench", "benchmarks")

@@ -19,6 +19,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+from optbench.core.helptext import plain
 from optbench.core.store import REPO_ROOT
 
 CACHE_ROOT = REPO_ROOT / ".cache"  # holds inductor/ and triton/ during a run
@@ -67,7 +68,8 @@ def pack(key: str, out: Path, root: Path = CACHE_ROOT) -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m optbench.core.compile_cache", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python3 -m optbench.core.compile_cache",
+                                description=plain(__doc__.split("\n\n")[0]))
     p.add_argument("action", choices=["key", "restore", "pack"])
     p.add_argument("--out", type=Path, help="pack: the folder to write <key>.tgz into")
     args = p.parse_args(argv)

@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import shutil
+import sys
 import tarfile
 import tempfile
 from pathlib import Path
@@ -36,6 +37,7 @@ from optbench.core.store import (
     StoredRun,
     read_records,
     results_dir,
+    unwritable,
     write_json_atomic,
 )
 
@@ -146,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(s) for s in args.sources if not s.exists()]
     if missing:
         p.error(f"no such results root or tar: {', '.join(missing)}")
+    problem = unwritable(dest)
+    if problem:
+        print(f"optbench merge: {problem}", file=sys.stderr)
+        return 2
     for source in args.sources:
         with tempfile.TemporaryDirectory() as scratch:
             changed = merge_tree(_results_root(source, Path(scratch)), dest)

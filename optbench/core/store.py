@@ -55,6 +55,18 @@ def results_dir() -> Path:
     return current().results or REPO_ROOT / "results"
 
 
+def unwritable(root: Path) -> str | None:
+    """Why no file can be written into the results root ``root`` (made, with its parents, where
+    missing), in words that name it; None where one can."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=root):
+            pass
+    except OSError as exc:
+        return f"{root} is not a writable folder ({exc.strerror or exc})"
+    return None
+
+
 def asv_results_dir(root: Path | str | None = None) -> Path:
     """asv's own tree inside the results root ``root`` (machine files, results, ``benchmarks.json``). By default
     the repository's, which asv.conf.json's ``results_dir`` names: asv writes there whatever the settings say."""

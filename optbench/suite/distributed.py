@@ -68,6 +68,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from optbench.core.helptext import plain
 from optbench.core.store import REPO_ROOT
 
 WRAPPERS = ("ddp", "fsdp2")
@@ -341,7 +342,8 @@ def rank_main(args: argparse.Namespace) -> int:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m optbench.suite.distributed", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m optbench.suite.distributed",
+                                description=plain(__doc__.split("\n")[0]))
     p.add_argument("--size", default="1B")
     p.add_argument("--variant", choices=list(VARIANTS), default="ddp")
     p.add_argument("--out", help="the result JSON, written by rank 0")

@@ -53,6 +53,7 @@ from models.step import BASELINE, StepOptions, UnsupportedOptions, validate, var
 from models.variants import reference
 from optbench.core.console import console, table
 from optbench.core.hardware import PROFILES, HardwareProfile, dtype_name, lookup, torch_dtype
+from optbench.core.helptext import plain
 from optbench.core.roofline import Ceilings, floor_ms
 from optbench.suite import catalog
 from optbench.suite.ops import OPS
@@ -473,7 +474,7 @@ def _print_table(profile: HardwareProfile, suite: str, rows: list[PlanRow]) -> N
 
 def main(argv: list[str] | None = None) -> int:
     """``optbench plan``: what each case of the suite does on a GPU (default: this machine's)."""
-    p = argparse.ArgumentParser(prog="optbench plan", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="optbench plan", description=plain(main.__doc__))
     p.add_argument("--gpu", choices=sorted({*GPU_ALIASES, *PROFILES}),
                    help="hardware profile ('h100' = 'h100-sxm'); default: this machine, or what it emulates")
     p.add_argument("--suite", choices=["quick", "full", "sweep", "ablation", "convergence"], default="full")
