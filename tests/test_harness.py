@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from optbench.core import hardware, machine
-from optbench.gate.compare import compare
 from optbench.core.roofline import Ceilings, floor_ms, roofline
 from optbench.core.runner import RUN_DEADLINE_ENV, Case, Work, WrongResult, run_grid
 from optbench.core.store import MACHINE_KEY, REPO_ROOT, ResultStore, record_key
 from optbench.core.timing import Timing
+from optbench.gate.compare import compare
 
 ROOT = REPO_ROOT
 
@@ -335,13 +335,16 @@ def _record(key: str, samples: list[float], peak: int = 1000) -> dict:
 
 
 def test_gate_is_quiet_on_noise_and_flags_a_planted_slowdown(tmp_path):
-    """No history: each run may be 5% off (the prior), so the planted slowdown is 30%."""
+    """Two runs of each commit on one GPU (the A/A history the noise needs); the planted slowdown is 30%."""
     gen = torch.Generator().manual_seed(0)
     noise = lambda: (1.0 + 0.01 * torch.randn(60, generator=gen)).tolist()  # noqa: E731
     keys = [f"bench_kernels.RMSNorm|shape=s|impl={i}" for i in ("eager", "triton")]
     store = ResultStore(tmp_path)
+    gpu = {"key": MACHINE_KEY, "info": {"gpu_uuid": "GPU-1"}}
     for label, slow in (("a" * 40, 1.0), ("b" * 40, 1.0), ("d" * 40, 1.30)):
-        store.save("gpu", label, [_record(keys[0], noise()), _record(keys[1], [slow * v for v in noise()])])
+        for run in ("r1", "r2"):
+            store.save("gpu", label, [gpu, _record(keys[0], noise()), _record(keys[1], [slow * v for v in noise()])],
+                       run_id=run)
     assert not [c for c in compare(store, "a" * 8, "b" * 8) if c.regression]
     flagged = [c for c in compare(store, "a" * 8, "d" * 8) if c.regression]
     assert {c.key for c in flagged} == {keys[1]}
