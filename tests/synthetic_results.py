@@ -53,12 +53,13 @@ def record(benchmark: str, params: dict[str, str], *, status: str = "ok",
 
 def save(store: ResultStore, machine: str, sha: str, date: str, records: list[dict[str, Any]],
          gpu_name: str | None = H100, profile: str | None = None, emulate: str | None = None,
-         run_id: str | None = None, gpu_uuid: str | None = GPU, compile_cache: str | None = None) -> None:
+         run_id: str | None = None, gpu_uuid: str | None = GPU,
+         compile_cache: str | None = None) -> None:
     """Store records (with their machine record) as one run (default id: ``run-<date>``) of one machine and
     commit; a run without ``gpu_name`` has no ``gpu_uuid``."""
     info = {"gpu_name": gpu_name, "profile": profile or ("h100-sxm" if gpu_name else "cpu"),
-            "emulate": emulate, "torch": "synthetic", "cuda": None, "gpu_uuid": gpu_uuid if gpu_name else None,
-            "compile_cache": compile_cache}
+            "emulate": emulate, "torch": "synthetic", "cuda": None,
+            "gpu_uuid": gpu_uuid if gpu_name else None, "compile_cache": compile_cache}
     full = [{**r, "commit": sha, "machine": machine, "date": date} for r in records]
     store.save(machine, sha, [{"key": MACHINE_KEY, "info": info, "date": date, "commit": sha}, *full],
                run_id=run_id or f"run-{date}")
@@ -106,7 +107,7 @@ def _kernels(n: int) -> list[dict]:
 
 
 def slower(records: list[dict], factor: float) -> list[dict]:
-    """Copies of ``records`` with every time (samples, median, quartiles) multiplied by ``factor``."""
+    """Copies of ``records`` with every time (samples, median, quartiles) times ``factor``."""
     out = copy.deepcopy(records)
     for rec in out:
         for clocks in (rec.get("metrics") or {}).values():
@@ -119,8 +120,9 @@ def slower(records: list[dict], factor: float) -> list[dict]:
 
 
 def report_store(root) -> ResultStore:
-    """Three commits on an H100 (kernels + steps), two runs each on one GPU (the second 0.4% slower: the
-    A/A history the gate's noise needs), one emulated T4 commit, two CPU commits (no device time).
+    """Three commits on an H100 (kernels + steps), two runs each on one GPU (the second 0.4%
+    slower: the A/A history the gate's noise needs), one emulated T4 commit, two CPU commits (no
+    device time).
 
     The H100's commits are saved newest first, so file order differs from date order.
     """

@@ -27,9 +27,9 @@ MiB = 2**20
 
 def kernels(seed: int, slower: tuple[str, str] | None = None, peak_scale: float = 1.0, level: float = 1.0,
             run_sd: float = 0.01, scale: float = 1.2) -> list[dict]:
-    """RMSNorm records of one run: times jittered by a run-to-run factor (relative sd ``run_sd``, drawn
-    from ``seed``) times ``level``; the (shape, impl) ``slower`` takes ``scale`` times longer by both
-    clocks."""
+    """RMSNorm records of one run: times jittered by a run-to-run factor (relative sd ``run_sd``,
+    drawn from ``seed``) times ``level``; the (shape, impl) ``slower`` takes ``scale`` times longer
+    by both clocks."""
     jitter = level * (1 + random.Random(seed).gauss(0, run_sd))
     out = []
     for i, shape in enumerate(SHAPES):
@@ -44,14 +44,15 @@ def kernels(seed: int, slower: tuple[str, str] | None = None, peak_scale: float 
     return out
 
 
-def history(store: ResultStore, commits: int = 6, runs: int = 2, level=lambda n: 1.0, gpu: str = GPU,
-            run_sd: float = 0.01) -> None:
-    """Earlier commits of the same kernels, each with ``runs`` runs on ``gpu`` (dates before BASE's):
-    the A/A sets of the noise."""
+def history(store: ResultStore, commits: int = 6, runs: int = 2, level=lambda n: 1.0,
+            gpu: str = GPU, run_sd: float = 0.01) -> None:
+    """Earlier commits of the same kernels, each with ``runs`` runs on ``gpu`` (dates before
+    BASE's): the A/A sets of the noise."""
     for n in range(10, 10 + commits):
         for r in range(runs):
             save(store, "h100-sxm", commit(n), f"2024-12-{n:02d}T0{r}:00:00+00:00",
-                 kernels(100 * n + r, level=level(n), run_sd=run_sd), gpu_uuid=gpu, run_id=f"{gpu}-{n}-{r}")
+                 kernels(100 * n + r, level=level(n), run_sd=run_sd), gpu_uuid=gpu,
+                 run_id=f"{gpu}-{n}-{r}")
 
 
 def step(seed: int, status: str = "ok") -> dict:
@@ -121,15 +122,15 @@ def test_without_a_noise_estimate_on_the_gpu_nothing_is_gated(store, capsys):
 
 
 def test_noise_needs_degrees_of_freedom_of_one_commit_on_one_gpu(store):
-    """A/A sets are the runs of one commit on one GPU: two runs of one commit on two GPUs, or one run
-    of each of two commits on one GPU, are no A/A set."""
+    """A/A sets are the runs of one commit on one GPU: two runs of one commit on two GPUs, or one
+    run of each of two commits on one GPU, are no A/A set."""
     series = ("bench_kernels.RMSNorm|shape=8192x768|impl=eager", "fwd", "device")
     save(store, "h100-sxm", commit(10), "2024-12-01T00:00:00+00:00", kernels(1), gpu_uuid=GPU)
     save(store, "h100-sxm", commit(10), "2024-12-01T01:00:00+00:00", kernels(2), gpu_uuid=OTHER_GPU)
     save(store, "h100-sxm", commit(11), "2024-12-02T00:00:00+00:00", kernels(3), gpu_uuid=GPU)
     assert cmp.NoiseModel.of(cmp.machine_runs(store, "h100-sxm")).fitted == {}
     for r, n in enumerate((10, 10, 11, 11)):
-        save(store, "h100-sxm", commit(n), f"2024-12-03T0{r}:00:00+00:00", kernels(10 + r), gpu_uuid=GPU)
+        save(store, "h100-sxm", commit(n), f"2024-12-03T0{r}:00:00+00:00", kernels(10 + r))
     model = cmp.NoiseModel.of(cmp.machine_runs(store, "h100-sxm"))
     assert model.fitted[(GPU, series)][1] == 4  # commits 10 and 11: 3 runs each on GPU
     assert model.noise(GPU, series).df == 4 and model.noise(OTHER_GPU, series) is None
@@ -160,7 +161,8 @@ def spread(ms: float, half_width: float) -> list[float]:
 def wide_kernel(ms: float) -> list[dict]:
     """A kernel whose samples spread +-15% inside each run around a median of ``ms``."""
     return [record("bench_kernels.RMSNorm", {"shape": "8192x768", "impl": "eager"},
-                   times={"fwd": (spread(ms, 0.15), spread(ms, 0.15))}, info={"device_clock": "cold-l2"})]
+                   times={"fwd": (spread(ms, 0.15), spread(ms, 0.15))},
+                   info={"device_clock": "cold-l2"})]
 
 
 def test_the_spread_inside_a_run_is_not_its_noise(store):
@@ -179,23 +181,25 @@ def test_a_change_within_the_run_to_run_spread_is_not_a_regression(store):
     """Earlier runs of a host-bound step spread 20% between runs of one commit: a 20% slowdown stays
     within that noise, while the same run's 20% slower kernel (1% between runs) fails the gate."""
     def host_step(ms: float, seed: int) -> dict:
-        return record("bench_step.Step100M", {"variant": "eager"}, times={"step": (None, samples(ms, seed))},
-                      info={"primary_clock": "wall"})
+        return record("bench_step.Step100M", {"variant": "eager"},
+                      times={"step": (None, samples(ms, seed))}, info={"primary_clock": "wall"})
 
     for n, pair in ((3, (60.0, 72.0)), (4, (78.0, 66.0)), (5, (70.0, 58.0)), (6, (62.0, 75.0))):
         for r, ms in enumerate(pair):
             save(store, "h100-sxm", commit(n), f"2024-12-0{n}T0{r}:00:00+00:00",
                  [host_step(ms, n + r), *kernels(10 * n + r)])
-    write(store, [host_step(65.0, 1), *kernels(0)], [host_step(78.0, 2), *kernels(1000, slower=SLOW)])
+    write(store, [host_step(65.0, 1), *kernels(0)],
+          [host_step(78.0, 2), *kernels(1000, slower=SLOW)])
     changes = cmp.compare(store, BASE, HEAD)
     step_change = next(c for c in changes if c.key == "bench_step.Step100M|variant=eager")
-    assert step_change.ratio > 1.19 and step_change.noise.sigma > 0.08 and not step_change.regression
+    assert step_change.ratio > 1.19 and step_change.noise.sigma > 0.08
+    assert not step_change.regression
     assert {c.key for c in changes if c.regression} == {SLOW_KEY}
 
 
 def test_thresholds_are_the_catalogs_per_metric_class(store):
-    """A 4.5% slower kernel (device-bound: 3%) is a regression and an 8% slower host-bound step (10%)
-    is not, with quiet history; one 5% threshold for both would judge each the other way."""
+    """A 4.5% slower kernel (device-bound: 3%) is a regression and an 8% slower host-bound step
+    (10%) is not, with quiet history; one 5% threshold for both would judge each the other way."""
     def host_step(ms: float) -> dict:
         return record("bench_step.Step100M", {"variant": "eager"},
                       times={"step": (None, spread(ms, 0.01))}, info={"primary_clock": "wall"})
@@ -270,15 +274,16 @@ def test_peak_memory_growth_is_flagged(store):
     write(store, kernels(0), kernels(1000, peak_scale=1.02))
     flagged = [c for c in cmp.compare(store, BASE, HEAD) if c.significant]
     assert flagged and {c.quantity for c in flagged} == {"peak memory"}
-    assert all(c.params["impl"] == "triton" and c.regression and c.ratio == pytest.approx(1.02, rel=1e-3)
-               and c.detectable == 0.01 for c in flagged)
+    assert all(c.params["impl"] == "triton" and c.regression and c.detectable == 0.01
+               and c.ratio == pytest.approx(1.02, rel=1e-3) for c in flagged)
     assert not [c for c in cmp.compare(store, BASE, HEAD, threshold=0.05) if c.significant]
     assert run_main(store) == 1
 
 
 def compiled(seconds: float) -> list[dict]:
     rec = record("bench_kernels.RMSNorm", {"shape": "8192x768", "impl": "compile"},
-                 times={"fwd": (samples(1.0, 1), samples(1.1, 2))}, info={"device_clock": "cold-l2"})
+                 times={"fwd": (samples(1.0, 1), samples(1.1, 2))},
+                 info={"device_clock": "cold-l2"})
     return [{**rec, "compile_seconds": seconds}]
 
 
@@ -287,19 +292,23 @@ def test_compile_seconds_growth_is_flagged_on_one_gpu_from_a_cold_cache(store, c
     cache's seconds are not compared; across GPUs reported, not gated."""
     for sha, date, seconds in ((BASE, "01T00", 10.0), (BASE, "01T01", 10.4), (HEAD, "02T00", 12.0),
                                (HEAD, "02T01", 12.4)):
-        save(store, "h100-sxm", sha, f"2025-01-{date}:00:00+00:00", compiled(seconds), compile_cache="cold")
+        save(store, "h100-sxm", sha, f"2025-01-{date}:00:00+00:00", compiled(seconds),
+             compile_cache="cold")
     (change,) = [c for c in cmp.compare(store, BASE, HEAD) if c.quantity == "compile"]
-    assert change.regression and change.ratio == pytest.approx(12.2 / 10.2) and change.runs == (2, 2)
-    assert change.detectable == 0.15 and cmp.rows([change])[0][2:6] == ("compile", "", "10.2 s", "12.2 s")
+    assert change.regression and change.ratio == pytest.approx(12.2 / 10.2)
+    assert change.runs == (2, 2) and change.detectable == 0.15
+    assert cmp.rows([change])[0][2:6] == ("compile", "", "10.2 s", "12.2 s")
     assert run_main(store) == 1
     assert "REGRESSION" in capsys.readouterr().out
 
     small = ResultStore(store.root.parent / "small")
     write(small, compiled(10.0), compiled(11.0))
-    assert [c.quantity for c in cmp.compare(small, BASE, HEAD)].count("compile") == 0  # no cache info
+    no_cache_info = cmp.compare(small, BASE, HEAD)
+    assert [c.quantity for c in no_cache_info].count("compile") == 0
     for sha, date, seconds, cache in ((BASE, "01T10", 10.0, "cold"), (HEAD, "02T10", 11.0, "cold"),
                                       (HEAD, "02T11", 1.0, "local")):
-        save(small, "h100-sxm", sha, f"2025-01-{date}:00:00+00:00", compiled(seconds), compile_cache=cache)
+        save(small, "h100-sxm", sha, f"2025-01-{date}:00:00+00:00", compiled(seconds),
+             compile_cache=cache)
     (change,) = [c for c in cmp.compare(small, BASE, HEAD) if c.quantity == "compile"]
     assert change.runs == (1, 1) and not change.significant  # the warm run is left out
 
@@ -360,7 +369,8 @@ def test_different_code_on_different_gpus_is_cross_gpu_and_exits_2(store, capsys
     history(store)
     write(store, kernels(0), kernels(1000, slower=SLOW, scale=1.69), head_gpu=OTHER_GPU)
     changes = cmp.compare(store, BASE, HEAD)
-    assert changes and all(c.gpu is None and not c.gated and c.reason == cmp.CROSS_GPU for c in changes)
+    assert changes and all(c.gpu is None and c.reason == cmp.CROSS_GPU for c in changes)
+    assert not [c for c in changes if c.gated]
     assert not [c for c in changes if c.regression or c.improvement]
     assert {c.key for c in changes if c.significant} == {SLOW_KEY}
     assert run_main(store) == 2
@@ -383,14 +393,14 @@ def test_the_same_code_across_gpus_exits_0(store, capsys):
 
 
 def git(repo, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
+                          check=True, capture_output=True, text=True).stdout.strip()
 
 
 def test_a_docs_only_commit_compares_as_its_code_commit(store, tmp_path, monkeypatch, capsys):
-    """Runs are stored under the measured code commit: a commit that changes only docs resolves to its
-    parent's code, so comparing it with its parent is the same code (exit 0) and with an older commit
-    compares that code."""
+    """Runs are stored under the measured code commit: a commit that changes only docs resolves to
+    its parent's code, so comparing it with its parent is the same code (exit 0) and with an older
+    commit compares that code."""
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "-q")
@@ -414,8 +424,8 @@ def test_a_docs_only_commit_compares_as_its_code_commit(store, tmp_path, monkeyp
 
 
 def test_a_device_clock_that_measures_another_thing_is_not_compared(store, capsys):
-    """Records of the cold-L2 method (info.device_clock) against older warm-L2 ones: the device clocks
-    are listed as not compared, the wall clocks are still reported."""
+    """Records of the cold-L2 method (info.device_clock) against older warm-L2 ones: the device
+    clocks are listed as not compared, the wall clocks are still reported."""
     history(store)
     warm = [{**r, "info": {}} for r in kernels(0)]  # kernel records from before device_clock
     write(store, warm, kernels(1000, level=1.5))

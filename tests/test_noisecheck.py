@@ -37,7 +37,8 @@ def aa_store(root, commits: int = 5, run_sd: float = 0.003) -> ResultStore:
     store = ResultStore(root)
     for n in range(1, commits + 1):
         for r in range(2):
-            save(store, "h100-sxm", commit(n), f"2025-01-0{n}T0{r}:00:00+00:00", kernels(10 * n + r, run_sd))
+            save(store, "h100-sxm", commit(n), f"2025-01-0{n}T0{r}:00:00+00:00",
+                 kernels(10 * n + r, run_sd))
     return store
 
 
@@ -64,8 +65,10 @@ def test_held_out_pairs_raise_no_alarm_and_catch_the_plants(tmp_path, capsys):
     store = aa_store(tmp_path / "results")
     a = nc.audit(store, "h100-sxm")
     assert a.pairs == 5 and a.gpus == {"GPU-00000000-0000-0000-0000-000000000001"}
-    assert a.false_alarms == [] and a.missed == [] and a.aa_judged == 5 * 4 * 2  # device time, memory
-    assert a.planted[1.15] == {"device-bound": 20, "memory": 20} and a.caught[1.15] == a.planted[1.15]
+    assert a.false_alarms == [] and a.missed == []
+    assert a.aa_judged == 5 * 4 * 2  # device time and peak memory of 4 records
+    assert a.planted[1.15] == {"device-bound": 20, "memory": 20}
+    assert a.caught[1.15] == a.planted[1.15]
     assert a.planted[1.05] == {"device-bound": 20} and a.caught[1.05] == a.planted[1.05]
     assert run_main(store) == 0
     out = capsys.readouterr().out
@@ -84,7 +87,8 @@ def test_a_false_alarm_on_a_held_out_pair_exits_1(tmp_path, capsys):
     assert run_main(store) == 1
 
     hungry = aa_store(tmp_path / "hungry")
-    save(hungry, "h100-sxm", commit(9), "2025-01-09T01:00:00+00:00", kernels(91, 0.003, hungry=1.05))
+    save(hungry, "h100-sxm", commit(9), "2025-01-09T01:00:00+00:00",
+         kernels(91, 0.003, hungry=1.05))
     save(hungry, "h100-sxm", commit(9), "2025-01-09T00:00:00+00:00", kernels(90, 0.003))
     a = nc.audit(hungry, "h100-sxm")
     assert a.missed == [] and len(a.false_alarms) == 1 and "fwd peak memory" in a.false_alarms[0]
@@ -93,8 +97,8 @@ def test_a_false_alarm_on_a_held_out_pair_exits_1(tmp_path, capsys):
 
 
 def test_the_pair_is_held_out_of_the_fit(tmp_path):
-    """Three commits of two runs: without the pair, two degrees of freedom remain, under MIN_DF, so no
-    time is judged (a fit that kept the pair would have three and judge them)."""
+    """Three commits of two runs: without the pair, two degrees of freedom remain, under MIN_DF, so
+    no time is judged (a fit that kept the pair would have three and judge them)."""
     a = nc.audit(aa_store(tmp_path / "results", commits=3), "h100-sxm")
     assert a.pairs == 3 and a.blind["device-bound"] == 3 * 4
     assert a.planted[1.05]["device-bound"] == 0 and a.planted[1.15]["memory"] == 3 * 4
@@ -117,7 +121,8 @@ def test_planted_scales_times_memory_and_compile(tmp_path):
     run.records[key]["compile_seconds"] = 10.0
     slow = nc.planted(run, 1.5)
     rec, old = slow.records[key], run.records[key]
-    assert rec["metrics"]["fwd"]["device"]["median_ms"] == 1.5 * old["metrics"]["fwd"]["device"]["median_ms"]
+    device = rec["metrics"]["fwd"]["device"]["median_ms"]
+    assert device == 1.5 * old["metrics"]["fwd"]["device"]["median_ms"]
     assert rec["peak_mem_bytes"]["fwd"] == 1.5 * old["peak_mem_bytes"]["fwd"]
     assert rec["compile_seconds"] == 15.0 and old["compile_seconds"] == 10.0
     assert slow.commit == f"planted-{commit(1)}" and slow.info == run.info

@@ -353,7 +353,7 @@ def test_history_chart_draws_each_run_and_bands_the_verdict(store):
     fig = charts.history_grid("t", series, [commit(1), commit(2), commit(3)])
     ax = next(ax for ax in fig.axes if ax.get_title() == "shape=16384x4096 impl=triton fwd (device)")
     points = ax.containers[0].lines[0]  # the error bar's markers: each run's median
-    assert list(points.get_xdata()) == pytest.approx([-0.15, 0.15, 0.85, 1.15, 1.85, 2.15])  # two runs each
+    assert list(points.get_xdata()) == pytest.approx([-0.15, 0.15, 0.85, 1.15, 1.85, 2.15])
     assert list(points.get_ydata()) == [r.median_ms for p in series[0].commits for r in p.runs]
     (band,) = ax.patches
     assert band.get_facecolor() == to_rgba("tab:red", 0.2) and band.get_x() == pytest.approx(1.6)

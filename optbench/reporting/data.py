@@ -392,8 +392,8 @@ def time_histories(store: ResultStore, machine: str, min_commits: int = 2,
     """Each ok record's metrics on ``machine`` by the record's primary clock (wall where that has no timing), with
     every run's median and quartiles per commit, in the store's commit order (by the date of each commit's first
     run); only metrics measured at ``min_commits`` commits or more. Verdicts: ``compare(store, previous, commit,
-    [machine], threshold)`` for each commit after the first, on time metrics only (a status change is no time),
-    beyond what each comparison detects (a metric with no noise estimate on its GPU is marked nowhere)."""
+    [machine], threshold)`` for each commit after the first, on time metrics only (a status change
+    is no time), beyond what each comparison detects (none without a noise estimate on its GPU)."""
     commits = store.commits(machine)
     found: dict[tuple[str, str, str], dict[str, list[RunTime]]] = defaultdict(lambda: defaultdict(list))
     for commit in commits:
