@@ -419,6 +419,8 @@ def test_a_docs_only_commit_compares_as_its_code_commit(store, tmp_path, monkeyp
     assert cmp.resolve(store, "h100-sxm", docs) == cmp.resolve(store, "h100-sxm", "HEAD") == code
     assert cmp.main([code, docs, "--results", str(store.root)]) == 0
     assert "same code" in capsys.readouterr().out
+    assert cmp.main(["HEAD~1", "HEAD", "--results", str(tmp_path / "none")]) == 0  # nothing stored
+    assert f"both measure {code[:12]}" in capsys.readouterr().out
     assert cmp.main(["HEAD~2", "HEAD", "--results", str(store.root)]) == 1
     assert "REGRESSION" in capsys.readouterr().out
 

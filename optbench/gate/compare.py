@@ -537,6 +537,12 @@ def main(argv: list[str] | None = None) -> int:
 
     store = ResultStore(args.results)
     out = console()
+    if not (args.base_run or args.head_run):
+        code = {code_commit(args.base) or args.base, code_commit(args.head) or args.head}
+        if len(code) == 1:
+            out.print(f"same code: {args.base} and {args.head} both measure {code.pop()[:12]}: "
+                      "nothing to compare", style="green")
+            return 0
     machines = args.machine or store.machines()
     found: dict[str, list[str]] = {args.base: [], args.head: []}  # ref -> machines with runs of it
     same = False
