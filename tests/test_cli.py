@@ -27,7 +27,7 @@ BAD = [
     ["merge", "/nonexistent.tgz"],
     ["history", "nosuch..x"],
     ["profile", "--diff", "/nonexistent-a", "/nonexistent-b"],
-    ["compare", "HEAD", "HEAD"],
+    ["compare", "nosuch", "HEAD"],
 ]
 
 

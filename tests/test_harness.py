@@ -335,13 +335,16 @@ def _record(key: str, samples: list[float], peak: int = 1000) -> dict:
 
 
 def test_gate_is_quiet_on_noise_and_flags_a_planted_slowdown(tmp_path):
-    """No history: each run may be 5% off (the prior), so the planted slowdown is 30%."""
+    """Two runs of each commit on one GPU (the A/A history the noise needs); a 30% slowdown."""
     gen = torch.Generator().manual_seed(0)
     noise = lambda: (1.0 + 0.01 * torch.randn(60, generator=gen)).tolist()  # noqa: E731
     keys = [f"bench_kernels.RMSNorm|shape=s|impl={i}" for i in ("eager", "triton")]
     store = ResultStore(tmp_path)
+    gpu = {"key": MACHINE_KEY, "info": {"gpu_uuid": "GPU-1"}}
     for label, slow in (("a" * 40, 1.0), ("b" * 40, 1.0), ("d" * 40, 1.30)):
-        store.save("gpu", label, [_record(keys[0], noise()), _record(keys[1], [slow * v for v in noise()])])
+        for run in ("r1", "r2"):
+            records = [_record(keys[0], noise()), _record(keys[1], [slow * v for v in noise()])]
+            store.save("gpu", label, [gpu, *records], run_id=run)
     assert not [c for c in compare(store, "a" * 8, "b" * 8) if c.regression]
     flagged = [c for c in compare(store, "a" * 8, "d" * 8) if c.regression]
     assert {c.key for c in flagged} == {keys[1]}

@@ -107,7 +107,7 @@ def test_headline_table(store):
     assert f"| eager (ms per step [IQR]) | {eager_ms:.1f} ms [{eager_iqr:.1f}] |" in table
     for row in ("| triton-norm vs eager |", "| RMSNorm | triton |", "| GradStats | foreach |"):
         assert row in table
-    assert f"`{commit(3)[:12]}` (2025-01-03T12:00:00+00:00)" in table
+    assert f"`{commit(3)[:12]}` (2025-01-03T12:30:00+00:00)" in table  # its latest run
     assert "StepTiny" not in table and "| tiny @" in headline.headline_table(store, "cpu-host")
 
 
@@ -335,7 +335,7 @@ def test_history_marks_the_planted_regression_with_the_gates_verdict(store):
     assert [p.verdict for p in planted.commits] == ["", "", "REGRESSION"]
     assert planted.commits[2].ratio == pytest.approx(1.3, rel=0.05)
     rec = data.runs(store)["h100-sxm"][-1].records[PLANTED]
-    (run,) = planted.commits[2].runs  # one run per commit, its median and quartiles as stored
+    run = planted.commits[2].runs[-1]  # each run per commit, its median and quartiles as stored
     assert (run.median_ms, run.q25_ms, run.q75_ms) == (rec.timing("fwd", "device").median_ms,
                                                        rec.timing("fwd", "device").q25_ms,
                                                        rec.timing("fwd", "device").q75_ms)
@@ -353,8 +353,8 @@ def test_history_chart_draws_each_run_and_bands_the_verdict(store):
     fig = charts.history_grid("t", series, [commit(1), commit(2), commit(3)])
     ax = next(ax for ax in fig.axes if ax.get_title() == "shape=16384x4096 impl=triton fwd (device)")
     points = ax.containers[0].lines[0]  # the error bar's markers: each run's median
-    assert list(points.get_xdata()) == [0, 1, 2]
-    assert list(points.get_ydata()) == [p.runs[0].median_ms for p in series[0].commits]
+    assert list(points.get_xdata()) == pytest.approx([-0.15, 0.15, 0.85, 1.15, 1.85, 2.15])
+    assert list(points.get_ydata()) == [r.median_ms for p in series[0].commits for r in p.runs]
     (band,) = ax.patches
     assert band.get_facecolor() == to_rgba("tab:red", 0.2) and band.get_x() == pytest.approx(1.6)
     assert [t.get_text() for t in ax.texts] == [f"{series[0].commits[2].ratio - 1:+.0%}"]

@@ -65,4 +65,6 @@ def test_a_cut_short_run_file_keeps_its_whole_records_and_names_the_file(tmp_pat
     path.write_text(path.read_text() + '{"key": "bench_step.Step100M|variant=fused-ce", "metr')
     assert [r.run_id for r in ResultStore(tmp_path).runs("m", commit(2))] == ["r2"]
     assert str(path) in capsys.readouterr().err
-    assert compare.main([commit(1), commit(2), "--results", str(tmp_path)]) == 0
+    # runs without a GPU UUID are compared across GPUs, reported, never gated: nothing comparable
+    assert compare.main([commit(1), commit(2), "--results", str(tmp_path)]) == 2
+    assert "CROSS-GPU" in capsys.readouterr().out

@@ -1,31 +1,58 @@
-"""``optbench noisecheck``: does the regression gate stay quiet on noise and catch a real slowdown?
+"""``optbench noisecheck``: does the stored-history comparison stay quiet on noise and catch a real
+slowdown, on runs its noise estimate has not seen?
 
-Two checks of the gate of ``optbench compare``, on the stored runs of each machine (no GPU needed):
+On each machine, every pair of runs of one commit on one GPU (an A/A pair) is held out in turn:
+the noise (:class:`optbench.gate.compare.NoiseModel`) is fitted on every other stored run of the
+machine, and the pair is compared, the earlier run as base and the later as head, by
+:func:`optbench.gate.compare.compare_runs`:
 
-- A/A: every run of a commit that has other runs of the same metrics is compared, as head, with those other
-  runs (the noise estimated without it): the gate may flag nothing.
-- Planted slowdowns: every commit's runs, with every time multiplied by ``--plant`` (1.15), compared as a new
-  commit with the commit itself; each metric whose A/A run-to-run spread (:meth:`optbench.gate.compare.Noise.aa_spread`)
-  is under ``--spread`` (5%) must be flagged. Verdicts are per metric and the planted runs stay out of the
-  noise estimate, so planting every metric at once gives each metric's verdict as if it alone were planted.
+- A/A: the pair as it is. Every gated verdict (a regression or an improvement) is a false alarm.
+- Planted: the later run with every time, peak memory and compile seconds multiplied by a factor
+  (:func:`planted`): 1.15, and 1.05 for the device-bound times. Each metric's verdict is counted per
+  metric class (:func:`optbench.suite.catalog.metric_class`): the power. Planting every metric of a
+  run at once gives each metric its own verdict, as if it alone were planted.
 
-Exits 1 when an A/A comparison flags anything or a planted metric under the spread goes unflagged.
+A metric without a noise estimate on its GPU (:data:`optbench.gate.compare.NO_NOISE`) is counted
+apart: the comparison does not judge it. A plant is required to be caught at 1.15 in every judged
+time metric whose A/A spread (:meth:`optbench.gate.compare.Noise.aa_spread`, of the held-out fit)
+is under ``--spread`` and in every peak memory, and at 1.05 in every judged device-bound time;
+compile seconds are reported only (15%, their class threshold, is what the plant adds).
+
+Exit codes: 0 no false alarm and every required plant caught; 1 otherwise; 2 nothing checked (an
+unknown machine, no A/A pair of runs of one commit on one GPU).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import sys
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from itertools import combinations
 from pathlib import Path
 
 from optbench.core.store import ResultStore, StoredRun
-from optbench.gate.compare import NoiseModel, compare_runs, history_runs, run_medians
+from optbench.gate.compare import (
+    NO_NOISE,
+    Change,
+    NoiseModel,
+    compare_runs,
+    compared,
+    gpu_of,
+    machine_runs,
+)
+from optbench.suite.catalog import metric_class
+
+PLANTS = {1.15: ("device-bound", "host-bound", "memory", "compile"), 1.05: ("device-bound",)}
+REQUIRED = {1.15: ("device-bound", "host-bound", "memory"), 1.05: ("device-bound",)}
+TIME_CLASSES = ("device-bound", "host-bound")
 
 
 def planted(run: StoredRun, factor: float) -> StoredRun:
-    """A copy of ``run`` with every time (samples, median, quartiles) multiplied by ``factor``."""
+    """A copy of ``run`` with every time (samples, median, quartiles), peak memory and compile
+    seconds multiplied by ``factor``."""
     records = copy.deepcopy(run.records)
     for rec in records.values():
         for clocks in (rec.get("metrics") or {}).values():
@@ -36,51 +63,84 @@ def planted(run: StoredRun, factor: float) -> StoredRun:
                 for name in ("median_ms", "q25_ms", "q75_ms", "iqr_ms"):
                     if name in t:
                         t[name] *= factor
+        peaks = rec.get("peak_mem_bytes") or {}
+        for metric, value in peaks.items():
+            if value is not None:
+                peaks[metric] = value * factor
+        if rec.get("compile_seconds") is not None:
+            rec["compile_seconds"] *= factor
     return replace(run, commit=f"planted-{run.commit}", records=records)
+
+
+def aa_pairs(runs: Sequence[StoredRun]) -> list[tuple[StoredRun, StoredRun]]:
+    """Every pair of ``runs`` (oldest first) of one commit on one GPU, the earlier run first."""
+    return [(a, b) for a, b in combinations(runs, 2)
+            if a.commit == b.commit and gpu_of(a) is not None and gpu_of(a) == gpu_of(b)]
+
+
+def _class(c: Change) -> str | None:
+    return metric_class(c.benchmark, c.params, c.quantity, c.clock)
+
+
+def _label(c: Change) -> str:
+    what = c.metric if c.quantity == "time" else f"{c.metric} {c.quantity}".strip()
+    ratio = "" if c.ratio is None else f" {c.ratio:.3f}x"
+    spread = f", A/A spread {c.noise.aa_spread():.1%}" if c.noise is not None else ""
+    detectable = "" if c.detectable is None else f" (detectable {c.detectable:.1%}{spread})"
+    status = f" {c.base_status} -> {c.head_status}" if c.quantity == "status" else ""
+    return f"{c.base_commit[:8]} {c.gpu} {c.key} {what} {c.clock or ''}{status}{ratio}{detectable}"
 
 
 @dataclass
 class Audit:
-    """What the gate did on one machine: A/A comparisons and planted slowdowns, counted per time metric."""
+    """What the comparison did on one machine's held-out A/A pairs."""
 
     machine: str
-    aa_metrics: int = 0
-    aa_flagged: list[str] | None = None
-    planted_metrics: int = 0
-    planted_flagged: int = 0
-    quiet_metrics: int = 0  # planted metrics whose A/A spread is under the spread bound
-    quiet_flagged: int = 0
-    quiet_missed: list[str] | None = None
+    pairs: int = 0
+    gpus: set[str] = field(default_factory=set)
+    aa_judged: int = 0  # gated verdicts of the A/A comparisons
+    false_alarms: list[str] = field(default_factory=list)
+    blind: Counter[str] = field(default_factory=Counter)  # time metrics without noise, per class
+    planted: dict[float, Counter[str]] = field(default_factory=dict)  # factor -> class -> judged
+    caught: dict[float, Counter[str]] = field(default_factory=dict)  # factor -> class -> flagged
+    missed: list[str] = field(default_factory=list)  # required plants not caught
+
+    @property
+    def ok(self) -> bool:
+        return not self.false_alarms and not self.missed
 
 
-def _label(c) -> str:
-    return f"{c.base_commit[:8]} {c.key} {c.metric} {c.clock} {c.ratio:.3f}x (detectable {c.detectable:.1%})"
+def _required(c: Change, factor: float, spread: float) -> bool:
+    cls = _class(c)
+    if cls not in REQUIRED[factor]:
+        return False
+    return cls not in TIME_CLASSES or factor != 1.15 or c.noise.aa_spread() < spread
 
 
-def audit(store: ResultStore, machine: str, factor: float = 1.15, spread: float = 0.05,
-          threshold: float = 0.05) -> Audit:
-    """A/A comparisons and planted slowdowns over the stored runs of ``machine`` (see the module docstring)."""
-    result = Audit(machine, aa_flagged=[], quiet_missed=[])
-    everything = NoiseModel.of(history_runs(store, machine))
-    for commit in store.commits(machine):
-        runs = store.runs(machine, commit)
-        for head in runs:
-            others = [r for r in runs if r is not head and set(run_medians(r)) & set(run_medians(head))]
-            if not others:
-                continue
-            noise = NoiseModel.of(history_runs(store, machine, leave_out=[head.run_id]))
-            times = [c for c in compare_runs(others, [head], noise, threshold) if c.quantity == "time" and c.gated]
-            result.aa_metrics += len(times)
-            result.aa_flagged += [_label(c) for c in times if c.significant]
-        changes = compare_runs(runs, [planted(r, factor) for r in runs], everything, threshold)
-        for c in (c for c in changes if c.quantity == "time" and c.gated):
-            result.planted_metrics += 1
-            result.planted_flagged += c.regression
-            if c.noise is not None and c.noise.aa_spread() < spread:
-                result.quiet_metrics += 1
-                result.quiet_flagged += c.regression
-                if not c.regression:
-                    result.quiet_missed.append(_label(c))
+def audit(store: ResultStore, machine: str, spread: float = 0.05) -> Audit:
+    """The held-out A/A pairs of ``machine`` and their plants (see the module docstring)."""
+    result = Audit(machine, planted={f: Counter() for f in PLANTS},
+                   caught={f: Counter() for f in PLANTS})
+    everything = machine_runs(store, machine)
+    for base, head in aa_pairs(everything):
+        held = {base.run_id, head.run_id}
+        noise = NoiseModel.of(r for r in everything if r.run_id not in held)
+        aa = [c for c in compare_runs([base], [head], noise) if compared(c)]
+        if not aa:
+            continue
+        result.pairs += 1
+        result.gpus.add(gpu_of(base))
+        result.aa_judged += sum(c.gated for c in aa)
+        result.false_alarms += [_label(c) for c in aa if c.regression or c.improvement]
+        result.blind.update(_class(c) for c in aa if c.reason == NO_NOISE)
+        for factor, classes in PLANTS.items():
+            for c in compare_runs([base], [planted(head, factor)], noise):
+                if not (c.gated and c.base and c.base.median > 0 and _class(c) in classes):
+                    continue  # a status, a class not planted at this factor, or nothing to scale
+                result.planted[factor][_class(c)] += 1
+                result.caught[factor][_class(c)] += c.regression
+                if not c.regression and _required(c, factor, spread):
+                    result.missed.append(f"{factor:g}x: {_label(c)}")
     return result
 
 
@@ -88,22 +148,50 @@ def _fraction(part: int, whole: int) -> str:
     return f"{part} of {whole}" + (f" ({part / whole:.0%})" if whole else "")
 
 
+def report(a: Audit, spread: float) -> list[str]:
+    """The lines ``optbench noisecheck`` prints for one machine."""
+    lines = [f"{a.machine}: {a.pairs} held-out A/A pairs of runs of one commit on one GPU "
+             f"({len(a.gpus)} GPUs)",
+             f"  A/A: {len(a.false_alarms)} false alarms in {a.aa_judged} gated verdicts",
+             "  not judged, no noise estimate on the GPU without the pair: "
+             + (", ".join(f"{cls} {n}" for cls, n in sorted(a.blind.items())) or "none")]
+    for factor, classes in PLANTS.items():
+        caught = ", ".join(f"{cls} {_fraction(a.caught[factor][cls], a.planted[factor][cls])}"
+                           for cls in classes)
+        lines.append(f"  planted {factor:g}x, caught: {caught}")
+    lines.append(f"  required: 1.15x in every judged time metric with an A/A spread under "
+                 f"{spread:.0%} and every peak memory, 1.05x in every judged device-bound time; "
+                 f"missed: {len(a.missed)}")
+    lines += [f"  false alarm: {x}" for x in a.false_alarms]
+    lines += [f"  missed {x}" for x in a.missed]
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="optbench noisecheck", description=__doc__.splitlines()[0])
+    """``optbench noisecheck``: exit 0 all held-out checks pass, 1 one fails, 2 nothing checked."""
+    p = argparse.ArgumentParser(prog="optbench noisecheck", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--machine", action="append", help="machine folder (repeatable; default all)")
-    p.add_argument("--plant", type=float, default=1.15, help="factor every planted time is multiplied by")
-    p.add_argument("--spread", type=float, default=0.05, help="A/A spread under which a plant must be flagged")
-    p.add_argument("--threshold", type=float, default=0.05, help="the gate's threshold (as optbench compare)")
-    p.add_argument("--results", type=Path, help="results root (default $OPTBENCH_RESULTS or results/)")
+    p.add_argument("--spread", type=float, default=0.05,
+                   help="A/A spread under which a time metric's 1.15x plant must be caught")
+    p.add_argument("--results", type=Path,
+                   help="results root (default $OPTBENCH_RESULTS or results/)")
     args = p.parse_args(argv)
     store = ResultStore(args.results)
-    ok = True
-    for machine in args.machine or store.machines():
-        a = audit(store, machine, args.plant, args.spread, args.threshold)
-        print(f"{machine}: A/A: {len(a.aa_flagged)} of {a.aa_metrics} compared time metrics flagged; planted "
-              f"{args.plant:g}x: {_fraction(a.planted_flagged, a.planted_metrics)} flagged, of those with an A/A "
-              f"spread under {args.spread:.0%}: {_fraction(a.quiet_flagged, a.quiet_metrics)}")
-        for line in [*(f"  A/A flagged: {x}" for x in a.aa_flagged), *(f"  missed: {x}" for x in a.quiet_missed)]:
-            print(line)
-        ok &= not a.aa_flagged and not a.quiet_missed
-    return 0 if ok else 1
+    unknown = [m for m in args.machine or () if m not in store.machines()]
+    if unknown:
+        print(f"optbench noisecheck: no stored runs of machine {', '.join(unknown)} in "
+              f"{store.root}", file=sys.stderr)
+        return 2
+    audits = [audit(store, machine, args.spread) for machine in args.machine or store.machines()]
+    for a in audits:
+        print("\n".join(report(a, args.spread)))
+    if not any(a.pairs for a in audits):
+        print(f"optbench noisecheck: nothing checked: no machine in {store.root} holds two runs of "
+              "one commit on one GPU", file=sys.stderr)
+        return 2
+    return 0 if all(a.ok for a in audits) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

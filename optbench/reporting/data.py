@@ -388,11 +388,12 @@ class TimeHistory:
 
 
 def time_histories(store: ResultStore, machine: str, min_commits: int = 2,
-                   threshold: float = 0.05) -> list[TimeHistory]:
+                   threshold: float | None = None) -> list[TimeHistory]:
     """Each ok record's metrics on ``machine`` by the record's primary clock (wall where that has no timing), with
     every run's median and quartiles per commit, in the store's commit order (by the date of each commit's first
     run); only metrics measured at ``min_commits`` commits or more. Verdicts: ``compare(store, previous, commit,
-    [machine], threshold)`` for each commit after the first, on time metrics only (a status change is no time)."""
+    [machine], threshold)`` for each commit after the first, on time metrics only (a status change
+    is no time), beyond what each comparison detects (none without a noise estimate on its GPU)."""
     commits = store.commits(machine)
     found: dict[tuple[str, str, str], dict[str, list[RunTime]]] = defaultdict(lambda: defaultdict(list))
     for commit in commits:
@@ -413,7 +414,7 @@ def time_histories(store: ResultStore, machine: str, min_commits: int = 2,
     verdicts: dict[tuple[str, str, str, str], tuple[str, float | None]] = {}
     for base, head in zip(commits, commits[1:]):
         for c in compare(store, base, head, [machine], threshold):
-            if c.quantity == "time" and verdict(c):
+            if c.quantity == "time" and c.significant and verdict(c):
                 verdicts[c.key, c.metric, c.clock, head] = (verdict(c), c.ratio)
     return [TimeHistory(*series, tuple(CommitTimes(commit, tuple(times), *verdicts.get((*series, commit), ("", None)))
                                        for commit, times in by_commit.items()))

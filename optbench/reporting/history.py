@@ -52,14 +52,17 @@ def run_commit(commit: str, run_args: list[str]) -> int:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="optbench history", description=__doc__.splitlines()[0])
     p.add_argument("range", help="A..B (commits after A up to B) or one commit")
-    p.add_argument("run_args", nargs=argparse.REMAINDER, help="passed to `optbench run` (e.g. --suite quick)")
+    p.add_argument("run_args", nargs=argparse.REMAINDER,
+                   help="passed to `optbench run` (e.g. --suite quick); --no-html: publish no HTML "
+                        "at the end")
     args = p.parse_args(argv)
     try:
         commits = commits_in(args.range)
     except subprocess.CalledProcessError as exc:
         p.error(f"{args.range!r} is not a commit or range git knows: {exc.stderr.strip()}")
     codes = [run_commit(c, args.run_args) for c in commits]
-    from optbench.reporting.site import publish
+    if "--no-html" not in args.run_args:
+        from optbench.reporting.site import publish
 
-    publish()
+        publish()
     return max(codes, default=0)
