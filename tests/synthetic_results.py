@@ -51,11 +51,13 @@ def record(benchmark: str, params: dict[str, str], *, status: str = "ok",
 
 def save(store: ResultStore, machine: str, sha: str, date: str, records: list[dict[str, Any]],
          gpu_name: str | None = H100, profile: str | None = None, emulate: str | None = None,
-         run_id: str | None = None) -> None:
+         run_id: str | None = None, gpu_uuid: str | None = None) -> None:
     """Store records (with their machine record) as one run (default id: ``run-<date>``) of one machine and
-    commit."""
+    commit; ``gpu_uuid`` names the GPU it ran on (none recorded by default)."""
     info = {"gpu_name": gpu_name, "profile": profile or ("h100-sxm" if gpu_name else "cpu"),
             "emulate": emulate, "torch": "synthetic", "cuda": None}
+    if gpu_uuid is not None:
+        info["gpu_uuid"] = gpu_uuid
     full = [{**r, "commit": sha, "machine": machine, "date": date} for r in records]
     store.save(machine, sha, [{"key": MACHINE_KEY, "info": info, "date": date, "commit": sha}, *full],
                run_id=run_id or f"run-{date}")
