@@ -93,6 +93,9 @@ def unit_series(
 
 def _unit_change_points(unit: str, commits: Sequence[tuple[str, Sequence[float]]],
                         min_magnitude: float) -> list[ChangePoint]:
+    # asv rather than a change-point package of its own: apache-otava 0.8.0 pins numpy==2.2.0 and
+    # brings BigQuery, Postgres and Slack clients; signal-processing-algorithms 2.1.6 is a source
+    # distribution with a C extension, for Python 3.11 only and numpy<2.
     from asv.step_detect import detect_steps
 
     values = [statistics.median(medians) for _, medians in commits]
