@@ -390,6 +390,54 @@ def test_history_of_several_runs_per_commit(tmp_path):
     assert not eager.flagged
 
 
+STEP_BEST = "bench_step.Step100M|variant=best"
+GPU_A = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
+
+
+def change_point_store(root: Path) -> ResultStore:
+    """16 commits of one GPU, 'best' 20% slower from commit 9 on; at each commit a second run on a
+    GPU that recorded no UUID, twice as slow, which joins no change-point series."""
+    store = ResultStore(root)
+    for n in range(1, 17):
+        date = f"2025-01-{n:02d}T12:00:00+00:00"
+        ms = 50.0 * (1.2 if n >= 9 else 1.0)
+        save(store, "h100-sxm", commit(n), date, [_step("bench_step.Step100M", "best", ms, n)],
+             gpu_uuid=GPU_A)
+        save(store, "h100-sxm", commit(n), date.replace("T12", "T13"),
+             [_step("bench_step.Step100M", "best", 100.0, 100 + n)])
+    return store
+
+
+def test_history_finds_the_planted_change_point_on_its_gpu(tmp_path):
+    store = change_point_store(tmp_path / "results")
+    (series,) = data.time_histories(store, "h100-sxm")
+    assert {r.unit for p in series.commits for r in p.runs} == {GPU_A, None}
+    (point,) = series.change_points
+    assert (point.unit, point.before, point.after) == (GPU_A, commit(8), commit(9))
+    assert point.ratio == pytest.approx(1.2, rel=0.02)
+    assert series.searched_units() == 1
+
+
+def test_history_chart_bands_the_change_points_commit_range(tmp_path):
+    (series,) = data.time_histories(change_point_store(tmp_path / "results"), "h100-sxm")
+    fig = charts.history_grid("t", [series], [p.commit for p in series.commits])
+    (ax,) = fig.axes
+    (band,) = [p for p in ax.patches if p.get_hatch() == "//"]
+    span = (band.get_x(), band.get_x() + band.get_width())
+    assert span == pytest.approx((7, 8))  # from commit 8 (x = 7) to commit 9
+    assert f"{series.change_points[0].ratio - 1:+.0%}" in [t.get_text() for t in ax.texts]
+
+
+def test_history_page_lists_the_planted_change_point(tmp_path, asv_calls):
+    store = change_point_store(tmp_path / "results")
+    page = (site.publish(store.root, tmp_path / "html").parent / "history.html").read_text()
+    assert "1 change points in 1 series of a metric on one GPU" in page
+    row = (f"<tr><td>bench_step.Step100M</td><td>variant=best step (wall)</td><td>{GPU_A[:12]}</td>"
+           f"<td>{commit(8)[:12]} → {commit(9)[:12]}</td><td>1.2")
+    assert row in page
+    assert re.search(r"<td>1\.(19|20|21)\d×</td><td>\d+\.\d</td></tr>", page)
+
+
 def test_asv_publishes_into_a_folder_of_its_own(tmp_path, monkeypatch):
     """asv publish empties its html dir first: it gets html/asv/, so optbench's pages beside it survive."""
     from optbench.core import asv_atomic

@@ -17,6 +17,7 @@ from optbench.gate.compare import Change, verdict
 from optbench.reporting.data import FloorRatio, TimeHistory
 
 VERDICT_COLORS = {"REGRESSION": "tab:red", "improvement": "tab:green"}  # other verdicts (not gated): gray
+CHANGE_POINT_COLOR = "tab:purple"
 
 
 def _figure(title: str, n: int, ncols: int = 2, width: float = 7.5,
@@ -130,8 +131,10 @@ def changes(title: str, labels: Sequence[str], found: Sequence[Change]) -> Figur
 def history_grid(title: str, series: Sequence[TimeHistory], commits: Sequence[str], ncols: int = 4) -> Figure:
     """Small multiples, one panel per series, over ``commits`` (x, oldest first; each series' commits among
     them): each run's median ms as a point with its samples' IQR as an error bar, a line through each commit's
-    geometric mean of run medians, and a band at each commit with a verdict (red: regression, green:
-    improvement, gray: not gated) labelled with head/base − 1."""
+    geometric mean of run medians, a band at each commit with a verdict (red: regression, green:
+    improvement, gray: not gated) labelled with head/base − 1, and a hatched purple band over the
+    commit range of each change point (its last commit before to its first after) labelled with
+    after/before − 1 at the bottom."""
     fig, axes = _figure(title, len(series), ncols=ncols, width=3.8, height=2.7)
     x = {commit: i for i, commit in enumerate(commits)}
     for ax, s in zip(axes, series):
@@ -153,6 +156,13 @@ def history_grid(title: str, series: Sequence[TimeHistory], commits: Sequence[st
             if point.ratio is not None:
                 ax.annotate(f"{point.ratio - 1:+.0%}", (i, 1.0), xycoords=("data", "axes fraction"), ha="center",
                             va="top", fontsize="x-small", color=VERDICT_COLORS.get(point.verdict, "tab:gray"))
+        for cp in s.change_points:
+            start, end = x[cp.before], x[cp.after]
+            ax.axvspan(start, end, facecolor="none", edgecolor=CHANGE_POINT_COLOR, hatch="//",
+                       alpha=0.5, linewidth=0)
+            ax.annotate(f"{cp.ratio - 1:+.0%}", ((start + end) / 2, 0.0),
+                        xycoords=("data", "axes fraction"), ha="center", va="bottom",
+                        fontsize="x-small", color=CHANGE_POINT_COLOR)
         ax.set_xticks(range(len(commits)), [c[:7] for c in commits], rotation=90, fontsize="x-small")
         ax.set_xlim(-0.5, len(commits) - 0.5)
         ax.set_title(s.label, fontsize="small")

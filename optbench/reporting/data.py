@@ -6,11 +6,13 @@ the leave-one-out ablation of best-kernels; tokens/s and MFU; peak memory; kerne
 (device time, cold L2) and kernel times over their roofline floor; x HF (the HF anchor's step over our fastest).
 A commit's run may hold part of the suite only: :func:`fullest` picks, per size or kernel, the run that measured
 the most of it, the newest of those. :func:`time_histories` gives every metric's run medians over commits with
-the regression gate's verdicts (:mod:`optbench.gate.compare`).
+the regression gate's verdicts (:mod:`optbench.gate.compare`) and its change points
+(:mod:`optbench.core.changepoints`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections import defaultdict
@@ -19,6 +21,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from models.variants import ABLATED, ABLATION, ADDED, VARIANTS, ablation_note, added_note, reference
+from optbench.core.changepoints import (
+    MIN_COMMITS,
+    ChangePoint,
+    RunMedian,
+    change_points,
+    unit_of,
+    unit_series,
+)
 from optbench.core.records import Record
 from optbench.core.roofline import Ceilings
 from optbench.core.store import DEVICE_CLOCK, MACHINE_KEY, ResultStore
@@ -342,12 +352,15 @@ def hf_ratio(run: Run, size: str) -> tuple[float, str, str] | None:
 
 @dataclass(frozen=True)
 class RunTime:
-    """One run's timing of a metric: the median and quartiles of its samples, ms per call."""
+    """One run's timing of a metric: the median and quartiles of its samples, ms per call, and the
+    unit it ran on (:func:`optbench.core.changepoints.unit_of`: its GPU's UUID; None for a GPU that
+    recorded none)."""
 
     run: str
     median_ms: float
     q25_ms: float
     q75_ms: float
+    unit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -365,12 +378,14 @@ class CommitTimes:
 @dataclass(frozen=True)
 class TimeHistory:
     """One record's metric by one clock (a clock by method: :func:`optbench.gate.compare.series_clock`) over the
-    commits that measured it, oldest first."""
+    commits that measured it, oldest first, and its change points
+    (:func:`optbench.core.changepoints.change_points` of :meth:`unit_runs`)."""
 
     key: str
     metric: str
     clock: str
     commits: tuple[CommitTimes, ...]
+    change_points: tuple[ChangePoint, ...] = ()
 
     @property
     def benchmark(self) -> str:
@@ -386,18 +401,33 @@ class TimeHistory:
         """The commits with a verdict."""
         return tuple(c for c in self.commits if c.verdict)
 
+    def unit_runs(self) -> list[tuple[str, list[RunMedian]]]:
+        """(commit, run medians with their unit) in commit order, without the runs of no known
+        unit: the input of :func:`optbench.core.changepoints.change_points`."""
+        return [(c.commit, [RunMedian(r.unit, r.median_ms) for r in c.runs if r.unit is not None])
+                for c in self.commits]
+
+    def searched_units(self) -> int:
+        """How many units (GPUs) measured this metric at enough commits to be searched for change
+        points."""
+        series = unit_series(self.unit_runs())
+        return sum(len(commits) >= MIN_COMMITS for commits in series.values())
+
 
 def time_histories(store: ResultStore, machine: str, min_commits: int = 2,
                    threshold: float | None = None) -> list[TimeHistory]:
     """Each ok record's metrics on ``machine`` by the record's primary clock (wall where that has no timing), with
-    every run's median and quartiles per commit, in the store's commit order (by the date of each commit's first
-    run); only metrics measured at ``min_commits`` commits or more. Verdicts: ``compare(store, previous, commit,
-    [machine], threshold)`` for each commit after the first, on time metrics only (a status change
-    is no time), beyond what each comparison detects (none without a noise estimate on its GPU)."""
+    every run's median and quartiles per commit and the unit it ran on, in the store's commit order
+    (by the date of each commit's first run); only metrics measured at ``min_commits`` commits or
+    more. Verdicts: ``compare(store, previous, commit, [machine], threshold)`` for each commit after
+    the first, on time metrics only (a status change is no time). Change points:
+    :func:`optbench.core.changepoints.change_points` of each metric's runs, each GPU on its own;
+    verdicts beyond what each comparison detects (none without a noise estimate on its GPU)."""
     commits = store.commits(machine)
     found: dict[tuple[str, str, str], dict[str, list[RunTime]]] = defaultdict(lambda: defaultdict(list))
     for commit in commits:
         for run in store.runs(machine, commit):
+            unit = unit_of(run.info, machine)
             for key, data in run.results().items():
                 rec = Record.of(data)
                 if not rec.ok:
@@ -407,7 +437,7 @@ def time_histories(store: ResultStore, machine: str, min_commits: int = 2,
                     t = rec.timing(metric, clock)
                     if t is not None:
                         found[key, metric, series_clock(rec, clock)][commit].append(
-                            RunTime(run.run_id, t.median_ms, t.q25_ms, t.q75_ms))
+                            RunTime(run.run_id, t.median_ms, t.q25_ms, t.q75_ms, unit))
     kept = {series: by_commit for series, by_commit in found.items() if len(by_commit) >= min_commits}
     if not kept:
         return []
@@ -416,6 +446,11 @@ def time_histories(store: ResultStore, machine: str, min_commits: int = 2,
         for c in compare(store, base, head, [machine], threshold):
             if c.quantity == "time" and c.significant and verdict(c):
                 verdicts[c.key, c.metric, c.clock, head] = (verdict(c), c.ratio)
-    return [TimeHistory(*series, tuple(CommitTimes(commit, tuple(times), *verdicts.get((*series, commit), ("", None)))
-                                       for commit, times in by_commit.items()))
-            for series, by_commit in kept.items()]
+    histories = []
+    for series, by_commit in kept.items():
+        history = TimeHistory(*series, tuple(
+            CommitTimes(commit, tuple(times), *verdicts.get((*series, commit), ("", None)))
+            for commit, times in by_commit.items()))
+        found_points = tuple(change_points(history.unit_runs()))
+        histories.append(dataclasses.replace(history, change_points=found_points))
+    return histories

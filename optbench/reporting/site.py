@@ -15,7 +15,8 @@ never shares a chart with a real one):
   bytes/bandwidth), with the warm-L2 time beside it; a cold time at or below the floor is listed as a
   measurement problem, not drawn; none for an emulated run;
 - ``history.html``: per benchmark, a small chart per metric of its time over commits (each run's median and
-  IQR), the changes the regression gate flags between consecutive commits marked;
+  IQR), the changes the regression gate flags between consecutive commits marked, and the change
+  points of each GPU's series (:mod:`optbench.core.changepoints`) banded and listed;
 - ``compare.html``: two commits side by side (optbench.gate.compare): table and chart of head/base changes.
 
 Figures come from :mod:`optbench.reporting.data`, charts from :mod:`optbench.reporting.charts`; legends and
@@ -37,6 +38,7 @@ from string import Template
 from matplotlib.figure import Figure
 
 from models.variants import ABLATED
+from optbench.core.changepoints import MIN_COMMITS, MIN_MAGNITUDE, ChangePoint
 from optbench.core.console import table
 from optbench.core.store import REPO_ROOT, ResultStore, asv_results_dir, results_dir
 from optbench.gate.compare import COLUMNS, compare, compared, resolve, rows, shown, verdict
@@ -89,9 +91,15 @@ PAGES: dict[str, tuple[str, str]] = {
                 "(wall where it has no device time): each run's median ms with its samples' IQR, commits in the "
                 "order of their first run, a line through each commit's geometric mean. Bands mark what the "
                 "regression gate (optbench compare) flags from the machine's previous commit: red a regression, "
-                f"green an improvement, gray a change it reports but does not gate. At most {MAX_PANELS} charts "
-                "per benchmark: those flagged, then those measured most recently, then the longest histories; "
-                "asv's graphs hold every metric."),
+                "green an improvement, gray a change it reports but does not gate. Hatched purple "
+                "bands span the commit range of each change point: asv's step detection over each "
+                "GPU's own series (the median of its runs per commit; never two GPUs in one "
+                f"series), on series of at least {MIN_COMMITS} commits, kept where the step "
+                "exceeds both segments' mean absolute deviation and "
+                f"{MIN_MAGNITUDE:.0%}; significance = step / the larger of the two. At most "
+                f"{MAX_PANELS} charts per benchmark: those flagged or with a change point, then "
+                "those measured most recently, then the longest histories; asv's graphs hold every "
+                "metric."),
     "compare": ("Two commits side by side",
                 "optbench.gate.compare: each time's runs against its run-to-run noise, peak memory beyond the "
                 "threshold; head/base of the changes beyond what each metric's noise lets the gate detect."),
@@ -217,8 +225,9 @@ def roofline_parts(history: list[Run]) -> list[Part]:
 
 
 def history_parts(store: ResultStore, history: list[Run]) -> list[Part]:
-    """The gate's flagged changes as a table (oldest commit first), then per benchmark a grid of
-    :func:`charts.history_grid`: at most :data:`MAX_PANELS` charts, those flagged first, then those measured most
+    """The gate's flagged changes as a table (oldest commit first), the change points
+    (:func:`change_point_parts`), then per benchmark a grid of :func:`charts.history_grid`: at most
+    :data:`MAX_PANELS` charts, those flagged or with a change point first, then those measured most
     recently, then the longest histories."""
     machine = history[-1].machine
     found = time_histories(store, machine)
@@ -233,19 +242,50 @@ def history_parts(store: ResultStore, history: list[Run]) -> list[Part]:
                            [[point.commit[:12], s.benchmark, s.label,
                              "" if point.ratio is None else f"{point.ratio:.3f}×", point.verdict]
                             for s, point in flagged], "html", marks=[point.verdict for _, point in flagged]))
+    parts += change_point_parts(found, order)
     by_benchmark: dict[str, list[TimeHistory]] = defaultdict(list)
     for s in found:
         by_benchmark[s.benchmark].append(s)
     for benchmark, series in sorted(by_benchmark.items()):
-        chosen = sorted(series, key=lambda s: (not s.flagged, -order[s.commits[-1].commit], -len(s.commits)))
+        chosen = sorted(series, key=lambda s: (not (s.flagged or s.change_points),
+                                               -order[s.commits[-1].commit], -len(s.commits)))
         chosen = chosen[:MAX_PANELS]
         commits = sorted({p.commit for s in chosen for p in s.commits}, key=order.__getitem__)
         parts.append(f"<h3>{escape(benchmark)}</h3>")
         if len(series) > len(chosen):
-            parts.append(note(f"{len(chosen)} of its {len(series)} metrics: those flagged, then those measured most "
-                              "recently, then the longest histories (asv's graphs hold every metric)."))
+            parts.append(note(f"{len(chosen)} of its {len(series)} metrics: those flagged or with "
+                              "a change point, then those measured most recently, then the "
+                              "longest histories (asv's graphs hold every metric)."))
         parts.append(charts.history_grid(f"{history[-1].label}: {benchmark}, ms per call by commit", chosen,
                                          commits))
+    return parts
+
+
+CHANGE_POINT_COLUMNS = ["benchmark", "params metric (clock)", "GPU / machine",
+                        "last commit before → first after", "after/before",
+                        "significance (step / L1 error)"]
+
+
+def change_point_row(s: TimeHistory, cp: ChangePoint) -> list[str]:
+    """A change point's cells (:data:`CHANGE_POINT_COLUMNS`): GPU UUIDs and commits shortened to 12
+    characters."""
+    significance = "∞" if math.isinf(cp.significance) else f"{cp.significance:.1f}"
+    return [s.benchmark, s.label, cp.unit[:12], f"{cp.before[:12]} → {cp.after[:12]}",
+            f"{cp.ratio:.3f}×", significance]
+
+
+def change_point_parts(found: list[TimeHistory], order: dict[str, int]) -> list[Part]:
+    """How many series of a metric on one GPU were searched, and the change points found as a table
+    ordered by their first commit after (``order``: a commit's position on the machine)."""
+    points = sorted(((s, cp) for s in found for cp in s.change_points),
+                    key=lambda scp: (order[scp[1].after], scp[0].key, scp[1].unit))
+    searched = sum(s.searched_units() for s in found)
+    parts: list[Part] = [f"<p>{len(points)} change points in {searched} series of a metric on one "
+                         f"GPU measured at {MIN_COMMITS} commits or more (the only ones "
+                         "searched).</p>"]
+    if points:
+        parts.append(table(CHANGE_POINT_COLUMNS, [change_point_row(s, cp) for s, cp in points],
+                           "html"))
     return parts
 
 

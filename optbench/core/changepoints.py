@@ -1,0 +1,124 @@
+"""Change points of one metric over commits: where its level moved, one GPU (or CPU machine) at a
+time.
+
+Input: one metric's runs in commit order, each run's median with the unit it ran on
+(:func:`unit_of`). Lent machines of one kind differ by more than many changes worth finding, so a
+series never mixes units: each unit's commits form a series of their own, and a change point names
+its unit. Each commit of a unit's series is the median of that unit's run medians there, weighted by
+their number.
+
+The detection is asv's step detection (``asv.step_detect.detect_steps``, imported lazily): a
+piecewise-constant fit of the series minimising the L1 error plus a penalty per segment, chosen by
+asv's information criterion (its default beta, 4 ln(n) / n per segment). Each boundary between two
+fitted segments is a candidate, kept where it passes asv's own rule for a regression
+(``asv.step_detect.detect_regressions``), applied here in both directions: the step between the
+segments' medians exceeds the L1 error estimate of either segment (the mean absolute deviation of
+its commits from its median) and ``min_magnitude`` of the level before. asv gives no p-value; the
+significance reported is that step over the larger of the two error estimates (infinite where both
+segments are flat): above 1 by construction, larger is clearer.
+
+A change point lies between the last commit of the segment before (``before``) and the first commit
+of the segment after (``after``) in its unit's series: commits between them in the machine's order
+ran on other units or not at all, so the change lies somewhere in that range. ``ratio`` is the
+segment medians after / before.
+
+This module needs no torch.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Commits a unit's series needs before it is searched. On synthetic flat series with 3% Gaussian
+# noise, asv's step detection plus the rule above reports a step in 10% of 6-commit series and in
+# 0.4% of 8-commit ones.
+MIN_COMMITS = 8
+# The smallest move reported, after / before - 1 either way: the gate's smallest threshold on a time
+# (the device-bound class of optbench.suite.catalog.GATE_THRESHOLDS); a smaller step would fail no
+# comparison either.
+MIN_MAGNITUDE = 0.03
+
+
+@dataclass(frozen=True)
+class RunMedian:
+    """One run's median of the metric (ms) and the unit it ran on (:func:`unit_of`)."""
+
+    unit: str
+    median: float
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A move of one metric's level on one unit: between commits ``before`` and ``after``
+    (``index``: the position of ``after`` in the unit's series), ``ratio`` = segment median after /
+    before, ``significance`` = the step over the larger L1 error estimate of the two segments (see
+    the module docstring)."""
+
+    unit: str
+    before: str
+    after: str
+    index: int
+    ratio: float
+    significance: float
+
+
+def unit_of(info: Mapping[str, Any], machine: str) -> str | None:
+    """The unit a run measured on, from its ``__machine__`` record's info: its GPU's UUID; the
+    machine folder for a run without a GPU; None for a GPU run that recorded no UUID (which of the
+    lent GPUs it ran on is unknown, so it joins no series)."""
+    if info.get("gpu_uuid"):
+        return str(info["gpu_uuid"])
+    return None if info.get("gpu_name") else machine
+
+
+def unit_series(
+    series: Sequence[tuple[str, Sequence[RunMedian]]],
+) -> dict[str, list[tuple[str, list[float]]]]:
+    """Each unit's (commit, run medians) in the order of ``series``, a commit listed where the unit
+    has runs."""
+    found: dict[str, list[tuple[str, list[float]]]] = defaultdict(list)
+    for commit, runs in series:
+        by_unit: dict[str, list[float]] = defaultdict(list)
+        for run in runs:
+            by_unit[run.unit].append(run.median)
+        for unit, medians in by_unit.items():
+            found[unit].append((commit, medians))
+    return dict(found)
+
+
+def _unit_change_points(unit: str, commits: Sequence[tuple[str, Sequence[float]]],
+                        min_magnitude: float) -> list[ChangePoint]:
+    # asv rather than a change-point package of its own: apache-otava 0.8.0 pins numpy==2.2.0 and
+    # brings BigQuery, Postgres and Slack clients; signal-processing-algorithms 2.1.6 is a source
+    # distribution with a C extension, for Python 3.11 only and numpy<2.
+    from asv.step_detect import detect_steps
+
+    values = [statistics.median(medians) for _, medians in commits]
+    steps = detect_steps(values, [float(len(medians)) for _, medians in commits])
+    found = []
+    for (_, right, level, _, err), (left, _, next_level, _, next_err) in zip(steps, steps[1:]):
+        step = abs(next_level - level)
+        noise = max(err, next_err)
+        if level <= 0 or step <= noise or step < min_magnitude * level:
+            continue
+        # asv's segments cover the series without gaps: ``right`` (exclusive) of one is ``left``
+        # of the next
+        found.append(ChangePoint(unit, commits[right - 1][0], commits[left][0], left,
+                                 next_level / level, step / noise if noise > 0 else math.inf))
+    return found
+
+
+def change_points(series: Sequence[tuple[str, Sequence[RunMedian]]],
+                  min_commits: int = MIN_COMMITS,
+                  min_magnitude: float = MIN_MAGNITUDE) -> list[ChangePoint]:
+    """The change points of one metric: ``series`` is its (commit, runs) in commit order; each unit
+    with ``min_commits`` commits or more is searched on its own (see the module docstring). Ordered
+    by unit, then commit."""
+    return [point for unit, commits in sorted(unit_series(series).items())
+            if len(commits) >= min_commits
+            for point in _unit_change_points(unit, commits, min_magnitude)]
