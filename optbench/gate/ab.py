@@ -12,14 +12,18 @@ and the history gains them. The first pair of rounds (``--warmup``) fills the co
 judged. Then, per metric, head/base of the runs' values with its Mann-Whitney interval
 (:mod:`optbench.gate.ratio`) against the metric's threshold (``optbench.suite.catalog.GATE_THRESHOLDS``:
 device-bound times 3%, host-bound 10%, peak memory 1%, compile seconds 15%). Rounds go on until every
-metric has a verdict other than inconclusive (at least ``--min-rounds`` judged rounds a side) or until
-``--max-rounds`` or the ``--time-budget`` would be passed. A case that is ok at base and fails at head in
+metric of the classes that must be decided (``--require``: device-bound and memory by default) has a verdict
+other than inconclusive, after at least ``--min-rounds`` judged rounds a side, or until ``--max-rounds`` or
+the ``--time-budget`` would be passed. Host-bound times and compile seconds move by tens of percent between
+processes of one GPU: they are judged and reported, and flag a regression when their whole interval is past
+the threshold, but an interval that still straddles it does not hold up the verdict unless required.
+A case that is ok at base and fails at head in
 any round is a regression. The pairing (which runs, in which order, on which GPU, the verdicts) is stored
 in ``results/<machine>/ab/<first run id>.json``.
 
 Exit codes: 0 no regression (or the same code on both sides), 1 a regression, 2 nothing to compare (a ref git
 cannot resolve, no case measured on both sides), 3 inconclusive: no regression found, but the budget ended
-before every metric had a verdict (run again with a larger ``--time-budget``, or narrow ``--select``).
+before every required metric had a verdict (run again with a larger ``--time-budget``, or narrow ``--select``).
 """
 
 from __future__ import annotations
@@ -151,7 +155,7 @@ def values(records: dict[str, dict]) -> tuple[dict[Series, float], dict[str, str
         for metric in rec.metrics:
             for clock in rec.clocks(metric):
                 t = rec.timing(metric, clock)
-                if t and t.median_ms > 0 and catalog.metric_class(rec.benchmark, rec.params, "time", clock):
+                if t and t.median_ms > 0 and catalog.metric_class(rec.benchmark, rec.params, "time", clock, metric):
                     found[Series(key, metric, "time", clock)] = t.median_ms
         for metric, peak in rec.peaks().items():
             if peak > 0:
@@ -185,7 +189,7 @@ def judge(base: list[dict[Series, float]], head: list[dict[Series, float]],
     for series in sorted(common):
         benchmark, *_ = series.key.split("|")
         params = dict(p.split("=", 1) for p in series.key.split("|")[1:])
-        klass = catalog.metric_class(benchmark, params, series.quantity, series.clock)
+        klass = catalog.metric_class(benchmark, params, series.quantity, series.clock, series.metric)
         if klass is None:
             continue
         b, h = tuple(run[series] for run in base), tuple(run[series] for run in head)
@@ -198,6 +202,12 @@ def status_regressions(base: list[dict[str, str]], head: list[dict[str, str]]) -
     keys = set().union(*base) if base else set()
     return sorted(k for k in keys if all(r.get(k) == OK for r in base)
                   and any(r.get(k, OK) not in (OK, "skipped") for r in head))
+
+
+def undecided(verdicts: Iterable[Verdict], required: Iterable[str]) -> list[Verdict]:
+    """The inconclusive verdicts of the metric classes ``required``."""
+    classes = set(required)
+    return [v for v in verdicts if v.klass in classes and v.verdict == INCONCLUSIVE]
 
 
 def order(pairs: int) -> list[str]:
@@ -233,6 +243,7 @@ class Options:
     warmup: int = 1
     confidence: float = 0.95
     results: Path | None = None
+    require: tuple[str, ...] = ("device-bound", "memory")
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -247,6 +258,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=1, help="pairs of rounds not judged (default 1)")
     p.add_argument("--confidence", type=float, default=0.95, help="of each interval (default 0.95)")
     p.add_argument("--results", type=Path, help="results root (default results/)")
+    p.add_argument("--require", action="append", choices=list(catalog.GATE_THRESHOLDS),
+                   help="a metric class that must be decided (repeatable; default device-bound and memory)")
 
 
 def options_of(p: argparse.ArgumentParser, args: argparse.Namespace) -> Options:
@@ -257,7 +270,7 @@ def options_of(p: argparse.ArgumentParser, args: argparse.Namespace) -> Options:
         except re.error as exc:
             p.error(f"--select {args.select!r} is not a regular expression: {exc}")
     return Options(args.suite, args.select, args.time_budget, args.min_rounds, args.max_rounds, args.warmup,
-                   args.confidence, args.results)
+                   args.confidence, args.results, tuple(args.require or Options.require))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -324,7 +337,7 @@ def _rounds(args: Options, sides: dict[str, Side], groups: dict[str, list[str]],
         pair = index // 2
         if index % 2 == 0 and pair > args.warmup:  # before a new pair: judge, and stop when done or out of time
             verdicts = judge(judged["base"], judged["head"], args.confidence)
-            done = pair - args.warmup >= args.min_rounds and all(v.verdict != INCONCLUSIVE for v in verdicts)
+            done = pair - args.warmup >= args.min_rounds and not undecided(verdicts, args.require)
             if done or time.monotonic() - started + pair_s > args.time_budget:
                 break
         side = sides[label]
@@ -358,14 +371,15 @@ def _rounds(args: Options, sides: dict[str, Side], groups: dict[str, list[str]],
     for key in failed:
         print(f"REGRESSION: {key} is ok at base and fails at head")
     regressions = [v for v in verdicts if v.verdict == REGRESSION]
-    undecided = [v for v in verdicts if v.verdict == INCONCLUSIVE]
-    code = EXIT_REGRESSION if regressions or failed else EXIT_INCONCLUSIVE if undecided else EXIT_OK
+    required = undecided(verdicts, args.require)
+    undecided_all = [v for v in verdicts if v.verdict == INCONCLUSIVE]
+    code = EXIT_REGRESSION if regressions or failed else EXIT_INCONCLUSIVE if required else EXIT_OK
     record = {side.label: {"ref": side.ref, "commit": side.commit, "runs": side.runs} for side in sides.values()}
     record.update({
               "order": order(len(sides["base"].runs))[: len(sides["base"].runs) + len(sides["head"].runs)],
               "warmup_pairs": args.warmup, "gpu_uuids": sorted(filter(None, gpus)), "suite": args.suite,
               "select": args.select, "confidence": args.confidence, "exit": code,
-              "seconds": round(time.monotonic() - started, 1),
+              "seconds": round(time.monotonic() - started, 1), "required": list(args.require),
               "verdicts": [{"key": v.series.key, "metric": v.series.metric, "quantity": v.series.quantity,
                             "clock": v.series.clock, "class": v.klass, "threshold": v.threshold,
                             "base": v.base, "head": v.head, "ratio": v.ratio.estimate, "low": _finite(v.ratio.low),
@@ -373,7 +387,8 @@ def _rounds(args: Options, sides: dict[str, Side], groups: dict[str, list[str]],
               "failed_at_head": failed})
     pairing = results / str(machine) / "ab" / f"{sides['base'].runs[0]}.json"
     write_json_atomic(pairing, record)
-    print(f"optbench ab: {len(regressions) + len(failed)} regressions, {len(undecided)} inconclusive of "
+    print(f"optbench ab: {len(regressions) + len(failed)} regressions, {len(undecided_all)} inconclusive "
+          f"({len(required)} of them of a required class: {', '.join(args.require)}) of "
           f"{len(verdicts)} metrics ({len(judged['base'])}/{len(judged['head'])} judged rounds, "
           f"{record['seconds']:.0f} s, GPU {', '.join(record['gpu_uuids']) or 'none'}); "
           f"pairing in {pairing.relative_to(results.parent) if results.parent in pairing.parents else pairing}")

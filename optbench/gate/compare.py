@@ -262,10 +262,11 @@ def _latest(runs: Sequence[StoredRun], key: str) -> Record | None:
     return next((Record.of(run.records[key]) for run in reversed(runs) if key in run.records), None)
 
 
-def _limit(rec: Record, quantity: str, clock: str | None, threshold: float | None) -> float | None:
+def _limit(rec: Record, quantity: str, clock: str | None, threshold: float | None,
+           metric: str = "") -> float | None:
     """The threshold of a metric: ``threshold`` where given, else its class's; None where the
     catalog does not gate the metric."""
-    limit = gate_threshold(rec.benchmark, rec.params, quantity, clock)
+    limit = gate_threshold(rec.benchmark, rec.params, quantity, clock, metric)
     return None if limit is None else (limit if threshold is None else threshold)
 
 
@@ -332,7 +333,7 @@ def _record_changes(base: Sequence[StoredRun], head: Sequence[StoredRun], key: s
             if not (logs[0] and logs[1]):
                 continue
             diff = statistics.fmean(logs[1]) - statistics.fmean(logs[0])
-            limit = _limit(h, "time", clock, threshold)
+            limit = _limit(h, "time", clock, threshold, metric)
             model = noise.noise(gpu, series) if gpu is not None else None
             if gpu is None:  # across GPUs: beyond the threshold, reported
                 detectable, reason = limit, CROSS_GPU

@@ -79,7 +79,7 @@ def aa_pairs(runs: Sequence[StoredRun]) -> list[tuple[StoredRun, StoredRun]]:
 
 
 def _class(c: Change) -> str | None:
-    return metric_class(c.benchmark, c.params, c.quantity, c.clock)
+    return metric_class(c.benchmark, c.params, c.quantity, c.clock, c.metric)
 
 
 def _label(c: Change) -> str:

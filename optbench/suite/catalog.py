@@ -269,7 +269,8 @@ def graphed(variant: str) -> bool:
     return bool(options.get("cuda_graph")) or options.get("compile") in _GRAPHED_COMPILE_MODES
 
 
-def metric_class(benchmark: str, params: Mapping[str, str], quantity: str, clock: str | None = None) -> str | None:
+def metric_class(benchmark: str, params: Mapping[str, str], quantity: str, clock: str | None = None,
+                 metric: str = "") -> str | None:
     """The :data:`GATE_THRESHOLDS` class of one metric of one case, or None where the metric is not gated.
 
     ``quantity`` is 'time' (with its ``clock``: 'device', 'device_warm' or 'wall'), 'peak memory' or 'compile'.
@@ -277,7 +278,8 @@ def metric_class(benchmark: str, params: Mapping[str, str], quantity: str, clock
     Compile seconds are gated for training steps (ours and the anchor's), where a compile mode's cost matters to
     the user choosing it; a kernel's compile (a fraction of a second) is not.
     A step (ours, the anchor's, a distributed one) is device-bound at 1B or when it replays CUDA graphs, host-bound
-    otherwise, by every clock. Convergence losses and the CPU suite's classes are not gated here.
+    otherwise, by every clock; a graphed step's ``forward`` runs eagerly (its graph replays the whole step), so it
+    is host-bound below 1B. Convergence losses and the CPU suite's classes are not gated here.
     """
     if quantity == "peak memory":
         return "memory"
@@ -289,11 +291,12 @@ def metric_class(benchmark: str, params: Mapping[str, str], quantity: str, clock
     if entry.kind in ("kernel", "matmul"):
         return None if clock == "wall" else "device-bound"
     size = params.get("size") or entry.size
-    return "device-bound" if size == "1B" or graphed(params.get("variant", "")) else "host-bound"
+    replayed = graphed(params.get("variant", "")) and metric != "forward"
+    return "device-bound" if size == "1B" or replayed else "host-bound"
 
 
 def gate_threshold(benchmark: str, params: Mapping[str, str], quantity: str,
-                   clock: str | None = None) -> float | None:
+                   clock: str | None = None, metric: str = "") -> float | None:
     """The gate's threshold of one metric (:func:`metric_class`, :data:`GATE_THRESHOLDS`); None: not gated."""
-    cls = metric_class(benchmark, params, quantity, clock)
+    cls = metric_class(benchmark, params, quantity, clock, metric)
     return None if cls is None else GATE_THRESHOLDS[cls]
