@@ -281,9 +281,9 @@ def test_peak_memory_growth_is_flagged(store):
 
 
 def compiled(seconds: float) -> list[dict]:
-    rec = record("bench_kernels.RMSNorm", {"shape": "8192x768", "impl": "compile"},
-                 times={"fwd": (samples(1.0, 1), samples(1.1, 2))},
-                 info={"device_clock": "cold-l2"})
+    """A compiled step's record (the catalog gates compile seconds of steps, not of kernels)."""
+    rec = record("bench_step.Step100M", {"variant": "compile-default"},
+                 times={"step": (samples(20.0, 1), samples(20.1, 2))}, info={"primary_clock": "wall"})
     return [{**rec, "compile_seconds": seconds}]
 
 

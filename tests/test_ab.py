@@ -1,0 +1,233 @@
+"""optbench ab and bisect on synthetic runs (test data, not measurements): the interval, the verdicts, the
+rounds' order and stopping, the exit codes; each with a planted case it must catch."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from synthetic_results import record, samples
+
+from optbench.core.store import MACHINE_KEY, ResultStore
+from optbench.gate import ab, bisect
+from optbench.gate.ratio import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, Ratio, ratio
+
+STEP_1B = "bench_step.Step1B|variant=best-kernels"
+STEP_100M = "bench_step.Step100M|variant=eager"
+
+
+def noisy(level: float, n: int, sd: float, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [level * (1 + rng.gauss(0, sd)) for _ in range(n)]
+
+
+# The interval and its verdicts.
+
+def test_a_five_percent_shift_at_half_a_percent_noise_is_a_regression_at_three():
+    r = ratio(noisy(100, 5, 0.005, 1), noisy(105, 5, 0.005, 2))
+    assert r.low > 1.03 and r.verdict(0.03) == REGRESSION
+    assert r.low <= r.estimate <= r.high
+
+
+def test_the_same_code_is_no_change_and_its_interval_holds_one():
+    for seed in range(20):
+        r = ratio(noisy(100, 5, 0.005, seed), noisy(100, 5, 0.005, seed + 100))
+        assert r.low < 1 < r.high and r.verdict(0.03) == NO_CHANGE
+
+
+def test_three_runs_a_side_bound_nothing_at_95_percent():
+    """The exact two-sided test of 3 against 3 cannot reach 5%: however far apart, inconclusive."""
+    r = ratio([1.0, 1.0, 1.0], [2.0, 2.0, 2.0])
+    assert (r.low, r.high) == (0.0, float("inf")) and r.verdict(0.03) == INCONCLUSIVE
+    assert ratio([1.0] * 4, [2.0] * 4).verdict(0.03) == REGRESSION
+
+
+def test_one_outlying_slow_run_leaves_the_lower_end_and_the_verdict():
+    """A head run 5x slow moves only the pairwise differences it takes part in, all at the top: the
+    interval's lower end, the estimate and the verdict stay."""
+    base, head = noisy(100, 6, 0.002, 3), noisy(110, 6, 0.002, 4)
+    clean = ratio(base, head)
+    spoiled = ratio(base, [*head[:-1], 500.0])
+    assert spoiled.verdict(0.03) == clean.verdict(0.03) == REGRESSION
+    assert spoiled.low == pytest.approx(clean.low, rel=2e-3)
+    assert spoiled.estimate == pytest.approx(clean.estimate, rel=5e-3)
+
+
+def test_verdict_bounds_are_relative_to_the_threshold():
+    at = lambda low, high: Ratio(1.0, low, high, 5, 5).verdict(0.10)  # noqa: E731
+    assert at(1.11, 1.2) == REGRESSION and at(1.09, 1.2) == INCONCLUSIVE
+    assert at(0.8, 0.9) == IMPROVEMENT and at(0.8, 0.95) == INCONCLUSIVE
+    assert at(0.95, 1.05) == NO_CHANGE
+
+
+def test_a_mean_of_runs_would_be_moved_by_one_outlier_but_the_estimate_is_not():
+    """Mutation: an estimator that averages (not a median of pairwise differences) follows one
+    outlying run; Hodges-Lehmann does not."""
+    r = ratio([100.0] * 5, [100.0] * 4 + [300.0])
+    assert r.estimate == pytest.approx(1.0) and r.verdict(0.03) != REGRESSION
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError):
+        ratio([], [1.0])
+    with pytest.raises(ValueError):
+        ratio([1.0, 0.0], [1.0])
+
+
+# The rounds: a fake side run writes synthetic records where a real one would.
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """ab with its git, worktrees and grid processes replaced: each side run stores one synthetic
+    run whose 1B step takes ``levels[label]`` ms (noise 0.3%) and whose 100M step is host-bound noise."""
+    results = tmp_path / "results"
+    state = {"levels": {"base": 100.0, "head": 100.0}, "calls": [], "status": {"base": "ok", "head": "ok"},
+             "commits": {"BASE": "a" * 40, "HEAD": "b" * 40}}
+    rng = random.Random(7)
+
+    def resolve(ref, root=None):
+        if ref not in state["commits"]:
+            raise ValueError(f"git cannot resolve {ref!r}")
+        return state["commits"][ref]
+
+    def add_worktree(commit, root=None):
+        tree = tmp_path / "trees" / commit[:12] / "optbench" / "suite"
+        tree.mkdir(parents=True, exist_ok=True)
+        (tree / "grids.py").write_text("def measure_suite(): ...\n")
+        return tree.parents[1]
+
+    def run_round(side, settings, groups, logs):
+        run_id = f"run{len(state['calls']):02d}"
+        state["calls"].append(side.label)
+        level = state["levels"][side.label] * (1 + rng.gauss(0, 0.003))
+        host = 70.0 * (1 + rng.gauss(0, 0.15))
+        recs = [record("bench_step.Step1B", {"variant": "best-kernels"}, status=state["status"][side.label],
+                       times={"step": (samples(level, 1), samples(level, 2))}, peak={"step": 512},
+                       info={"primary_clock": "wall"}),
+                record("bench_step.Step100M", {"variant": "eager"}, times={"step": (None, samples(host, 3))},
+                       info={"primary_clock": "wall"})]
+        machine = {"key": MACHINE_KEY, "info": {"gpu_uuid": "GPU-test"}, "commit": side.commit}
+        ResultStore(results).save("h100-sxm", side.commit, [machine, *recs], run_id=run_id)
+        side.runs.append(run_id)
+        return run_id, 1.0, 0
+
+    monkeypatch.setattr(ab, "resolve", resolve)
+    monkeypatch.setattr(ab, "add_worktree", add_worktree)
+    monkeypatch.setattr(ab, "remove_worktree", lambda tree, root=None: None)
+    monkeypatch.setattr(ab, "run_round", run_round)
+    monkeypatch.setattr(ab, "planned", lambda suite, select: {"steps": [STEP_1B, STEP_100M]})
+    state["options"] = ab.Options(suite="full", results=results, warmup=1, min_rounds=4, max_rounds=8)
+    return state
+
+
+def pairing(state) -> dict:
+    (path,) = Path(state["options"].results, "h100-sxm", "ab").glob("*.json")
+    return json.loads(path.read_text())
+
+
+def test_same_code_passes_with_nothing_measured(fake):
+    fake["commits"]["HEAD"] = fake["commits"]["BASE"]
+    assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_OK and fake["calls"] == []
+
+
+def test_an_unknown_ref_is_nothing_to_compare(fake, capsys):
+    assert ab.ab("BASE", "nosuch", fake["options"]) == ab.EXIT_NOTHING
+    assert "nosuch" in capsys.readouterr().err
+
+
+def test_neutral_change_passes_after_the_fewest_rounds_in_abba_order(fake):
+    assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_OK
+    assert fake["calls"] == ab.order(5)  # one warm-up pair, four judged
+    assert fake["calls"][:6] == ["base", "head", "head", "base", "base", "head"]
+    record = pairing(fake)
+    assert len(record["base"]["runs"]) == len(record["head"]["runs"]) == 5 and record["warmup_pairs"] == 1
+    assert record["gpu_uuids"] == ["GPU-test"] and record["exit"] == 0
+    step = next(v for v in record["verdicts"] if v["key"] == STEP_1B and v["quantity"] == "time")
+    assert step["class"] == "device-bound" and step["verdict"] == NO_CHANGE and len(step["base"]) == 4
+
+
+def test_a_five_percent_slower_1b_step_is_a_regression(fake):
+    fake["levels"]["head"] = 105.0
+    assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_REGRESSION
+    verdicts = {(v["key"], v["quantity"]): v["verdict"] for v in pairing(fake)["verdicts"]}
+    assert verdicts[STEP_1B, "time"] == REGRESSION and verdicts[STEP_1B, "peak memory"] == NO_CHANGE
+
+
+def test_the_warm_up_pair_is_not_judged(fake, monkeypatch):
+    """Mutation: a cold first pair (head 40% slower in its warm-up round only) must not decide."""
+    original = fake["levels"]
+    seen = {"head": 0}
+
+    def level(label):
+        seen[label] = seen.get(label, 0) + 1
+        return 140.0 if label == "head" and seen[label] == 1 else 100.0
+
+    class Levels(dict):
+        def __getitem__(self, label):
+            return level(label)
+
+    fake["levels"] = Levels(original)
+    assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_OK
+
+
+def test_a_case_failing_at_head_is_a_regression(fake, capsys):
+    fake["status"]["head"] = "wrong"
+    assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_REGRESSION
+    assert f"REGRESSION: {STEP_1B}" in capsys.readouterr().out
+
+
+def test_a_required_class_left_undecided_is_inconclusive(fake):
+    """Host-bound noise (15% a run) cannot be decided at 10% in 8 rounds: it holds up the verdict only
+    when required."""
+    options = fake["options"]
+    assert ab.ab("BASE", "HEAD", options) == ab.EXIT_OK
+    fake["calls"].clear()
+    required = ab.Options(**{**options.__dict__, "require": ("device-bound", "memory", "host-bound")})
+    assert ab.ab("BASE", "HEAD", required) == ab.EXIT_INCONCLUSIVE
+    assert len(fake["calls"]) == 2 * (1 + options.max_rounds)
+
+
+def test_the_time_budget_stops_the_rounds(fake):
+    options = ab.Options(**{**fake["options"].__dict__, "time_budget": 0.0})
+    assert ab.ab("BASE", "HEAD", options) == ab.EXIT_INCONCLUSIVE
+    assert fake["calls"] == ["base", "head", "head", "base"]  # the warm-up pair and one judged pair
+
+
+# Bisection.
+
+@pytest.mark.parametrize("first", range(6))
+def test_bisection_names_the_first_bad_commit(first):
+    commits = [f"c{i}" for i in range(6)]
+    asked = []
+
+    def is_bad(c):
+        asked.append(c)
+        return commits.index(c) >= first
+
+    assert bisect.first_bad(commits, is_bad) == (first, None)
+    assert len(asked) <= 3
+
+
+def test_bisection_stops_at_an_undecided_step():
+    commits = [f"c{i}" for i in range(8)]
+    index, undecided = bisect.first_bad(commits, lambda c: None)
+    assert undecided == 3 and index == 7
+
+
+def test_bisect_compares_every_step_with_good(monkeypatch, capsys):
+    """Mutation: comparing a step with its neighbour would let two small steps each pass."""
+    seen = []
+    monkeypatch.setattr(bisect, "commits_between", lambda good, bad: ["c1", "c2", "c3", "c4"])
+    monkeypatch.setattr(bisect, "_subject", lambda c: c)
+    monkeypatch.setattr(bisect, "ab", lambda base, head, options: seen.append((base, head)) or
+                        (ab.EXIT_REGRESSION if head >= "c2" else ab.EXIT_OK))
+    assert bisect.main(["GOOD", "BAD", "--select", "x"]) == 0
+    assert {base for base, _ in seen} == {"GOOD"}
+    assert "first bad commit is c2" in capsys.readouterr().out
+
+
+def test_bisect_without_a_range_is_nothing_to_search(monkeypatch):
+    monkeypatch.setattr(bisect, "commits_between", lambda good, bad: [])
+    assert bisect.main(["GOOD", "BAD", "--select", "x"]) == ab.EXIT_NOTHING
