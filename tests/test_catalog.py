@@ -6,8 +6,10 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -16,25 +18,43 @@ from optbench.core.store import REPO_ROOT
 from optbench.suite import catalog
 
 ROOT = REPO_ROOT
-BENCH_MODULES = ("bench_kernels", "bench_step", "bench_precision", "bench_anchors", "bench_cpu", "bench_convergence",
-                 "bench_distributed")
 BENCHMARK_NAME = re.compile(r"""["'`](bench_\w+\.[A-Z]\w*)(?![\w{])""")
 
 
-def asv_classes(suite: str, monkeypatch) -> dict[str, list[list[str]]]:
-    """name -> params of every class asv would list (public, concrete, with a track_/time_ method) under the
-    suite, the modules imported afresh with that suite set."""
-    monkeypatch.syspath_prepend(str(ROOT))
+@contextmanager
+def _benchmark_package_imported_afresh():
+    """Inside, no ``benchmarks`` module is imported (asv imports the package from its
+    benchmark_dir); after, sys.modules and the import hooks hold what they held before."""
+    def ours(name: str) -> bool:
+        return name == "benchmarks" or name.startswith("benchmarks.")
+
+    saved = {name: sys.modules.pop(name) for name in [k for k in sys.modules if ours(k)]}
+    meta_path = list(sys.meta_path)
+    try:
+        yield
+    finally:
+        for name in [k for k in sys.modules if ours(k)]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+        sys.meta_path[:] = meta_path
+
+
+def asv_classes(suite: str, monkeypatch, benchmark_dir: Path = ROOT / "benchmarks") -> dict:
+    """Owner -> params of every benchmark asv discovers in ``benchmark_dir`` under the suite, by
+    asv's own discovery (asv_runner.discovery.disc_benchmarks: every module of the package,
+    recursively; in each, every public concrete class with a benchmark method and every benchmark
+    function: time_, track_, mem_, peakmem_, timeraw_). The owner is ``module.Class`` for a method,
+    ``module.function`` for a function; the modules are imported afresh with the suite set."""
+    from asv_runner._aux import update_sys_path
+    from asv_runner.discovery import disc_benchmarks
+
     monkeypatch.setenv("OPTBENCH_SUITE", suite)
     found = {}
-    for name in BENCH_MODULES:
-        monkeypatch.delitem(sys.modules, f"benchmarks.{name}", raising=False)
-        module = importlib.import_module(f"benchmarks.{name}")
-        for attr, cls in vars(module).items():
-            if attr.startswith("_") or not inspect.isclass(cls) or inspect.isabstract(cls):
-                continue
-            if any(m.startswith(("track_", "time_")) for m in dir(cls)):
-                found[f"{name}.{cls.__name__}"] = [list(p) for p in cls.params]
+    with _benchmark_package_imported_afresh():
+        update_sys_path(str(benchmark_dir))  # as asv's list_benchmarks does
+        for bench in disc_benchmarks(str(benchmark_dir)):
+            owner = bench.name.rsplit(".", 1)[0] if inspect.ismethod(bench.func) else bench.name
+            found[owner] = [list(p) for p in bench._params]
     return found
 
 
@@ -56,6 +76,33 @@ def test_a_class_the_catalog_lacks_is_caught(monkeypatch):
     assert disagreements({**classes, "bench_kernels.Extra": [["1x1"], ["eager"]]}, "quick") == ["bench_kernels.Extra"]
     own = {**classes, "bench_kernels.SwiGLU": [["8192x2048"], ["eager", "triton"]]}
     assert disagreements(own, "quick") == ["bench_kernels.SwiGLU"]
+
+
+EXTRA_MODULE = """
+class Extra:
+    params = [["a", "b"]]
+
+    def track_x(self, p):
+        return 1.0
+
+
+def time_function():
+    pass
+"""
+
+
+@pytest.mark.parametrize("where", ["bench_extra.py", "extra/bench_more.py"])
+def test_a_benchmark_module_the_catalog_lacks_is_caught(where, tmp_path, monkeypatch):
+    """Mutation: a new module in benchmarks/ (or in a package below it), whose class and function
+    asv discovers though the catalog lists neither."""
+    suite = tmp_path / "benchmarks"
+    shutil.copytree(ROOT / "benchmarks", suite, ignore=shutil.ignore_patterns("__pycache__"))
+    (suite / where).parent.mkdir(exist_ok=True)
+    (suite / where).parent.joinpath("__init__.py").touch()
+    (suite / where).write_text(EXTRA_MODULE)
+    module = where.removesuffix(".py").replace("/", ".")
+    found = asv_classes("quick", monkeypatch, suite)
+    assert disagreements(found, "quick") == [f"{module}.Extra", f"{module}.time_function"]
 
 
 def test_every_name_in_the_code_is_in_the_catalog():

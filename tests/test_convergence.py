@@ -26,6 +26,21 @@ TINY = CONFIGS["tiny"]
 PROTOCOL = C.Protocol(steps=200, log_every=10, seeds=4, hyper=Hyper(lr=3e-3, weight_decay=0.1, max_grad_norm=1.0),
                       batch_size=4)
 OPTIONS = BASELINE.replace(precision="fp32", batch_size=4, seq_len=128)  # the tiny baseline on a CPU, batch 4
+# A case's budget guards against a hang and checks no speed: 1 s for each step it may train (the
+# eager seeds' and one variant's), 40 times a step's 0.025 s on 2 idle cores and 30 times its
+# 0.035 s beside two busy processes (the eager seeds' 800 steps: 19 s and 27 s).
+BUDGET_S = 1.0 * PROTOCOL.steps * (PROTOCOL.seeds + 1)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """torch on one intra-op thread while this module trains: the tiny model's ops gain nothing from
+    two, and on a loaded CPU the threads of each op wait on each other (two threads trained 15 times
+    slower than one beside two busy processes on 2 cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 # --- the corpus ---------------------------------------------------------------------------------------------
@@ -70,7 +85,7 @@ def eager() -> C.EagerSeeds:
     """The eager seeds, through the convergence case of 'eager' (which leaves them for the later cases)."""
     C._EAGER.clear()
     rec = measure_case(Case({"variant": "eager"}, lambda: C.convergence_work("tiny", "eager", "cpu", PROTOCOL)),
-                       device="cpu", budget_s=600)
+                       device="cpu", budget_s=BUDGET_S)
     assert rec["status"] == "ok", rec.get("reason")
     (seeds,) = C._EAGER.values()
     assert len(seeds.curves) == 4 and rec["info"]["curve"] == seeds.curves[0].record()
@@ -167,7 +182,7 @@ def test_a_wrong_variant_is_recorded_as_wrong_with_its_curves(eager, monkeypatch
         else adamw(model, kind, capturable, hyper))
     rec = measure_case(Case({"variant": "foreach-adamw"},
                             lambda: C.convergence_work("tiny", "foreach-adamw", "cpu", PROTOCOL)),
-                       device="cpu", budget_s=600)
+                       device="cpu", budget_s=BUDGET_S)
     assert rec["status"] == "wrong" and "deviates from the eager seeds' mean" in rec["reason"], rec.get("reason")
     info = rec["info"]
     assert len(info["curve"]["loss"]) == 20 and len(info["eager"]["curves"]) == 4
@@ -199,7 +214,7 @@ def _variant_case(monkeypatch, trained: list) -> dict:
     monkeypatch.setattr(C, "eager_seeds", lambda *a: trained.append(1) or train_seeds(*a))
     return measure_case(Case({"variant": "foreach-adamw"},
                              lambda: C.convergence_work("tiny", "foreach-adamw", "cpu", PROTOCOL)),
-                        device="cpu", budget_s=600)
+                        device="cpu", budget_s=BUDGET_S)
 
 
 def test_a_variant_reads_the_eager_seeds_a_run_of_this_code_stored(eager, tmp_path, monkeypatch):
@@ -212,7 +227,7 @@ def test_a_variant_reads_the_eager_seeds_a_run_of_this_code_stored(eager, tmp_pa
     # The eager case itself always trains: its record is a measurement of this run.
     monkeypatch.setattr(C, "eager_seeds", lambda *a: trained.append(1) or eager)
     measure_case(Case({"variant": "eager"}, lambda: C.convergence_work("tiny", "eager", "cpu", PROTOCOL)),
-                 device="cpu", budget_s=600)
+                 device="cpu", budget_s=BUDGET_S)
     assert trained == [1]
 
 

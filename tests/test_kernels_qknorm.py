@@ -6,7 +6,7 @@ import pytest
 import torch
 import triton
 from autograd_numerics import assert_all_close, run_and_reference, seed_and_poison
-from kernel_numerics import DEVICE, rel_err, requires_cuda
+from kernel_numerics import DEVICE, randn_rows_at_eps_scales, rel_err, requires_cuda
 
 import kernels.qknorm as qknorm_mod
 import kernels.rmsnorm as rmsnorm_mod
@@ -64,6 +64,26 @@ def test_module_impls_agree():
         assert rel_err(t, e) <= TOL[torch.float32]
     with pytest.raises(ValueError):
         QKNorm(8, impl="cuda")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_heads_where_eps_matters_match_fp64(dtype):
+    """Heads of q and of k with tiny and zero mean square, where eps sets the norm (a kernel
+    without it gives NaN or 1/rms)."""
+    q = randn_rows_at_eps_scales((1, 7, 6, 100), dtype)
+    k = randn_rows_at_eps_scales((1, 7, 3, 100), dtype)
+    wq, wk = _randn(100, dtype=dtype), _randn(100, dtype=dtype)
+    results, refs = run_and_reference(qk_norm, qk_norm_eager, [q, k, wq, wk])
+    assert_all_close(results, refs, NAMES, TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_a_large_eps_matches_fp64(dtype):
+    eps = 0.1  # 10% of N(0, 1)'s mean square: its rstd differs by 5% from one without eps
+    results, refs = run_and_reference(lambda q, k, wq, wk: qk_norm(q, k, wq, wk, eps),
+                                      lambda q, k, wq, wk: qk_norm_eager(q, k, wq, wk, eps),
+                                      _inputs(1, 7, 6, 3, 100, dtype))
+    assert_all_close(results, refs, NAMES, TOL[dtype])
 
 
 @pytest.mark.parametrize("mutate", ["flip_sign_dk", "scale_dwq", "nan_in_k_out", "eps", "short_grid"])

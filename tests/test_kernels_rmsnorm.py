@@ -6,7 +6,13 @@ import pytest
 import torch
 import triton
 from autograd_numerics import assert_all_close, run_and_reference, seed_and_poison
-from kernel_numerics import DEVICE, assert_rel_close, rel_err, requires_cuda
+from kernel_numerics import (
+    DEVICE,
+    assert_rel_close,
+    randn_rows_at_eps_scales,
+    rel_err,
+    requires_cuda,
+)
 
 import kernels.rmsnorm as rmsnorm_mod
 from kernels.rmsnorm import RMSNorm, add_rms_norm, add_rms_norm_eager, rms_norm, rms_norm_eager
@@ -65,6 +71,24 @@ def test_module_impls_agree():
         RMSNorm(8, impl="cuda")
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rows_where_eps_matters_match_fp64(dtype):
+    """Rows of tiny and zero mean square, where eps sets the norm (a kernel without it gives NaN
+    or 1/rms)."""
+    x, w = randn_rows_at_eps_scales((37, 257), dtype), torch.randn(257, device=DEVICE).to(dtype)
+    results, refs = run_and_reference(rms_norm, rms_norm_eager, [x, w])
+    assert_all_close(results, refs, NAMES, TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_a_large_eps_matches_fp64(dtype):
+    eps = 0.1  # 10% of N(0, 1)'s mean square: its rstd differs by 5% from one without eps
+    results, refs = run_and_reference(lambda x, w: rms_norm(x, w, eps),
+                                      lambda x, w: rms_norm_eager(x, w, eps),
+                                      _inputs((37, 257), dtype))
+    assert_all_close(results, refs, NAMES, TOL[dtype])
+
+
 @pytest.mark.parametrize("mutate", ["flip_sign_dx", "scale_dweight", "nan_in_y", "eps", "short_grid"])
 def test_wrong_kernel_is_caught(mutate, monkeypatch):
     dtype, tol = torch.float32, TOL[torch.float32]
@@ -116,6 +140,16 @@ def test_add_matches_fp64(shape, x_dtype, y_dtype, out_dtype):
     assert out.dtype == (out_dtype or torch.float32)
     low = max(TOL[d] for d in (x_dtype, y_dtype, out_dtype or torch.float32))
     assert_all_close(results, refs, ADD_NAMES, low)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_add_rows_where_eps_matters_match_fp64(dtype):
+    """h = x + y with rows of tiny and zero mean square (x and y share each row's scale)."""
+    x = randn_rows_at_eps_scales((37, 257), torch.float32)
+    y = randn_rows_at_eps_scales((37, 257), dtype)
+    results, refs = run_and_reference(lambda x, y, w: add_rms_norm(x, y, w, out_dtype=dtype),
+                                      add_rms_norm_eager, [x, y, torch.randn(257, device=DEVICE)])
+    assert_all_close(results, refs, ADD_NAMES, TOL[dtype])
 
 
 def test_add_residual_gradient_counts():

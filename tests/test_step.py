@@ -4,6 +4,7 @@ cannot run, and combinations that cannot work, are refused at build time."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable
@@ -127,8 +128,53 @@ def test_validate_rejects_bad_combinations(changes, reason):
         validate(BASELINE.replace(**changes), "cuda", H100)
 
 
-def test_graph_captures_a_compiled_step():
-    validate(BASELINE.replace(cuda_graph=True, item_sync=False, compile="default"), "cuda", H100)
+def test_graph_captures_a_compiled_step(monkeypatch):
+    """cuda_graph with compile='default' is valid, and its step compiles forward + loss, captures
+    one whole optimizer step (the compiled forward + loss inside) after its warm-up steps, restores
+    the initial weights and replays the graph at each call. On a CPU, torch.cuda's streams and graph
+    are stood in for (the capture runs the step eagerly; a replay is recorded) and the capturable
+    optimizer asked for is built without capturable, which a CPU refuses; a GPU runs the real
+    capture in test_gpu_switch_matches_bf16_baseline (best-compile-graph)."""
+    options = BASELINE.replace(cuda_graph=True, item_sync=False, compile="default")
+    validate(options, "cuda", H100)
+    events: list = []
+
+    def compile_(fn, mode=None):
+        events.append(("compile", fn, mode))
+        return lambda *args: events.append("compiled forward") or fn(*args)
+
+    def adamw(model, kind, capturable, hyper):
+        events.append(("optimizer", kind, capturable))
+        optimizer = build_adamw(model, kind, False, hyper)
+        optimizer.register_step_post_hook(lambda *_: events.append("optimizer step"))
+        return optimizer
+
+    @contextlib.contextmanager
+    def graph(cuda_graph):
+        events.append("capture")
+        yield
+        events.append("captured")
+
+    stream = SimpleNamespace(wait_stream=lambda other: None)
+    build_adamw = step_mod._adamw
+    monkeypatch.setattr(step_mod, "_adamw", adamw)
+    monkeypatch.setattr(torch, "compile", compile_)
+    stand_ins = {"Stream": lambda device: stream, "current_stream": lambda device: stream,
+                 "stream": lambda s: contextlib.nullcontext(), "graph": graph,
+                 "CUDAGraph": lambda: SimpleNamespace(replay=lambda: events.append("replay"))}
+    for name, stand_in in stand_ins.items():
+        monkeypatch.setattr(torch.cuda, name, stand_in)
+    options = options.replace(precision="fp32", **SMALL)
+    step = TrainStep(TINY, options, "cpu", 0)
+    warm_up = ["compiled forward", "optimizer step"] * 3
+    assert events == [("optimizer", "loop", True), ("compile", step_mod._model_loss, "default"),
+                      *warm_up, "capture", "compiled forward", "optimizer step", "captured"]
+    unstepped = TrainStep(TINY, options.replace(cuda_graph=False, compile=None), "cpu", 0)
+    assert all(torch.equal(w, unstepped.weights()[n]) for n, w in step.weights().items())
+    del events[:]
+    step()
+    step()
+    assert events == ["replay", "replay"]
 
 
 def test_8bit_adamw_is_skipped_with_its_reason_without_bitsandbytes(monkeypatch):

@@ -7,7 +7,9 @@ import os
 
 from synthetic_results import commit, record, samples
 
+from optbench.core.records import Record
 from optbench.core.store import LEGACY_RUN, REPO_ROOT, ResultStore, asv_results_dir
+from optbench.core.timing import Measurement, Timing
 
 SHA = commit(3)
 
@@ -25,6 +27,39 @@ def test_a_later_run_never_changes_an_earlier_runs_records(tmp_path):
     store.drop("cpu", SHA, [step(1.0)["key"]], run_id="second")
     assert store.path("cpu", SHA, "first").read_bytes() == before
     assert [r.run_id for r in store.runs("cpu", SHA)] == ["first"]  # the second run holds nothing now
+
+
+def test_a_saved_run_loads_back_with_every_sample_and_quartile(tmp_path):
+    """What the runner writes (a Measurement's clocks, each with its raw samples and their
+    quartiles) reads back from disk unchanged, through a fresh store: after the first write, after a
+    later write of the same run rewrote the file, and after a merge copied the run into another
+    results tree."""
+    clocks = {"device": Timing(samples(2.0, 1, n=25), "cuda-graph"),
+              "device_warm": Timing(samples(1.5, 2, n=25), "cuda-graph"),
+              "wall": Timing(samples(2.5, 3, n=25), "perf-counter")}
+    saved = {**record("bench_kernels.RMSNorm", {"shape": "8x8", "impl": "triton"}),
+             "metrics": {"fwd": Measurement(**clocks).to_dict()},
+             "date": "2026-01-01T00:00:00+00:00"}
+
+    def assert_kept(root) -> None:
+        loaded = ResultStore(root).load("cpu", SHA)[saved["key"]]
+        assert loaded == saved
+        for clock, timing in clocks.items():
+            view = Record.of(loaded).timing("fwd", clock)
+            assert view.samples_ms == timing.samples_ms, clock
+            assert (view.q25_ms, view.median_ms, view.q75_ms) == \
+                (timing.q25_ms, timing.median_ms, timing.q75_ms)
+            # the statistics follow from the stored samples
+            assert Timing.from_dict(loaded["metrics"]["fwd"][clock]) == timing
+
+    store = ResultStore(tmp_path / "a")
+    store.save("cpu", SHA, [saved], run_id="r1")
+    assert_kept(tmp_path / "a")
+    store.save("cpu", SHA, [step(50.0)], run_id="r1")  # reads r1's file back and rewrites it
+    assert_kept(tmp_path / "a")
+    (run,) = ResultStore(tmp_path / "a").runs("cpu", SHA)
+    assert ResultStore(tmp_path / "b").add_run(run) == ["r1"]
+    assert_kept(tmp_path / "b")
 
 
 def test_an_old_layout_file_reads_as_one_run_per_process(tmp_path):
