@@ -278,8 +278,9 @@ def metric_class(benchmark: str, params: Mapping[str, str], quantity: str, clock
     Compile seconds are gated for training steps (ours and the anchor's), where a compile mode's cost matters to
     the user choosing it; a kernel's compile (a fraction of a second) is not.
     A step (ours, the anchor's, a distributed one) is device-bound at 1B or when it replays CUDA graphs, host-bound
-    otherwise, by every clock; a graphed step's ``forward`` runs eagerly (its graph replays the whole step), so it
-    is host-bound below 1B. Convergence losses and the CPU suite's classes are not gated here.
+    otherwise, by every clock; a graphed step's ``forward`` runs eagerly (its graph replays the whole step) and
+    moves by several percent between processes at every size, so it is host-bound. Convergence losses and the CPU
+    suite's classes are not gated here.
     """
     if quantity == "peak memory":
         return "memory"
@@ -291,8 +292,9 @@ def metric_class(benchmark: str, params: Mapping[str, str], quantity: str, clock
     if entry.kind in ("kernel", "matmul"):
         return None if clock == "wall" else "device-bound"
     size = params.get("size") or entry.size
-    replayed = graphed(params.get("variant", "")) and metric != "forward"
-    return "device-bound" if size == "1B" or replayed else "host-bound"
+    if graphed(params.get("variant", "")):
+        return "host-bound" if metric == "forward" else "device-bound"
+    return "device-bound" if size == "1B" else "host-bound"
 
 
 def gate_threshold(benchmark: str, params: Mapping[str, str], quantity: str,
