@@ -40,7 +40,7 @@ METRICS: dict[str, str] = {
             "from the eager seeds' mean curve, nats, and that over its tolerance",
 }
 SUITE_NAMES = ("cpu", "quick", "full", "sweep", "ablation", "convergence", "multigpu")
-#: What each suite is for, and what it costs (goals on one H100, cold caches; measured figures: NOTES.md).
+#: What each suite is for, and what it costs (goals on one H100, cold caches).
 SUITE_DOCS: dict[str, str] = {
     "cpu": "the tiny config and the CPU classes: what a machine without a GPU runs",
     "quick": "every commit, at most 3 minutes: best-kernels and each of its switches alone at 100M; four kernel ops "
@@ -128,7 +128,7 @@ STEP_GRIDS: dict[str, list[str]] = {
              "cached-mask", "sdpa-causal", "fused-proj"],
     # The quick suite: best-kernels and each of its switches alone (with cuda-graph's reference). best-kernels
     # compiles the model (around our kernels); the other whole-model and regional compiles are the full suite's:
-    # each costs 20-40 s cold (best-compile-graph 22-31 s, best-regional 24.8 s at 100M, NOTES.md).
+    # each costs 20-40 s of cold compile at 100M.
     "quick": ["eager", "triton-norm", "triton-swiglu", "fused-ce", "foreach-stats", "fused-adamw", "master-adamw",
               "no-item-sync", "sdpa-causal", "fused-proj", "graph-prereqs", "cuda-graph", "best-kernels"],
     # The full suite at 100M: every switch against its reference, the best combinations with the fewest compiles,
