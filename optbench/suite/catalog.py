@@ -9,9 +9,8 @@
 - :data:`SUITES`: which benchmarks ``optbench run --suite S`` runs; :data:`METRICS`: what each metric measures.
 
 asv's classes (``benchmarks/``), the pytest-benchmark twin, the plan, the report and the CLI read this module;
-``tests/test_catalog.py`` fails where any of them names a benchmark this catalog lacks. Adding a kernel
-benchmark: its kernel file, one :class:`KernelOp` entry here (plus its implementations in
-``optbench.suite.ops``), and an asv class in ``benchmarks/bench_kernels.py``.
+``tests/test_catalog.py`` fails where any of them names a benchmark this catalog lacks, and where an asv class and
+its entry differ. What to touch to add a kernel benchmark, a step variant or a suite: docs/architecture.md.
 """
 
 from __future__ import annotations
