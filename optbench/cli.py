@@ -43,14 +43,14 @@ SUBCOMMANDS = {
 
 
 # What asv needs after the grids of a run with a time budget: the remaining classes' quick skips, its track
-# processes and writing the results (a 9e238a7 run killed at its job limit wrote no asv results).
+# processes and writing the results (a run stopped before asv writes them stores no asv results).
 ASV_WRAP_UP_S = 60.0
-# What a run spends before its first case: asv's start and discovery, the grid processes' start-up (14-25 s in the
-# quick runs' breakdowns and timestamped logs, NOTES.md): kept out of the budget in the estimate before a run.
+# What a run spends before its first case: asv's start and discovery, the grid processes' start-up (each run's
+# stored breakdown holds its own): kept out of the budget in the estimate before a run.
 ASV_START_S = 20.0
 # The shortest --time-budget that can measure a case: the wrap-up, asv's start-up before the first grid (about
-# 30 s on an H100 runner) and the 30 s a case needs left to start (optbench.core.runner). On an H100, 110 s measured
-# nothing and 130 s measured three kernel cases.
+# 30 s on an H100 runner) and the 30 s a case needs left to start (optbench.core.runner): a shorter budget is
+# refused, since it would measure nothing.
 MIN_TIME_BUDGET_S = ASV_WRAP_UP_S + 60.0
 
 

@@ -9,9 +9,8 @@
 - :data:`SUITES`: which benchmarks ``optbench run --suite S`` runs; :data:`METRICS`: what each metric measures.
 
 asv's classes (``benchmarks/``), the pytest-benchmark twin, the plan, the report and the CLI read this module;
-``tests/test_catalog.py`` fails where any of them names a benchmark this catalog lacks. Adding a kernel
-benchmark: its kernel file, one :class:`KernelOp` entry here (plus its implementations in
-``optbench.suite.ops``), and an asv class in ``benchmarks/bench_kernels.py``.
+``tests/test_catalog.py`` fails where any of them names a benchmark this catalog lacks, and where an asv class and
+its entry differ. What to touch to add a kernel benchmark, a step variant or a suite: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ METRICS: dict[str, str] = {
             "from the eager seeds' mean curve, nats, and that over its tolerance",
 }
 SUITE_NAMES = ("cpu", "quick", "full", "sweep", "ablation", "convergence", "multigpu")
-#: What each suite is for, and what it costs (goals on one H100, cold caches; measured figures: NOTES.md).
+#: What each suite is for, and what it costs (goals on one H100, cold caches).
 SUITE_DOCS: dict[str, str] = {
     "cpu": "the tiny config and the CPU classes: what a machine without a GPU runs",
     "quick": "every commit, at most 3 minutes: best-kernels and each of its switches alone at 100M; four kernel ops "
@@ -128,7 +127,7 @@ STEP_GRIDS: dict[str, list[str]] = {
              "cached-mask", "sdpa-causal", "fused-proj"],
     # The quick suite: best-kernels and each of its switches alone (with cuda-graph's reference). best-kernels
     # compiles the model (around our kernels); the other whole-model and regional compiles are the full suite's:
-    # each costs 20-40 s cold (best-compile-graph 22-31 s, best-regional 24.8 s at 100M, NOTES.md).
+    # each costs 20-40 s of cold compile at 100M.
     "quick": ["eager", "triton-norm", "triton-swiglu", "fused-ce", "foreach-stats", "fused-adamw", "master-adamw",
               "no-item-sync", "sdpa-causal", "fused-proj", "graph-prereqs", "cuda-graph", "best-kernels"],
     # The full suite at 100M: every switch against its reference, the best combinations with the fewest compiles,

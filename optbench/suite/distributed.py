@@ -32,7 +32,7 @@ it: weak scaling, the global batch is world size x that), then
    against one mean: rounding of ~2^-24 per addition over a few thousand terms gives ~1e-6; 100x margin).
    bf16 autocast: 0.15. Both the distributed and the single-process step round their matmuls to bf16 (the
    weight gradient of a shard is rounded before the all-reduce, the global one once), so each is a bf16 step
-   off the exact gradient by what a bf16 step is: up to 4.4e-2 at 1B on an H100 (``models.step``'s note on
+   off the exact gradient by what a bf16 step is: up to 4.4e-2 at 1B (``models.step``'s note on
    CHECK_CEILING). Two independent such errors differ by up to sqrt(2) x 4.4e-2 = 6.2e-2; 2.5x that
    (``models.step.CHECK_FACTOR``, the factor the step check allows over the eager step's own error) is 0.16,
    rounded down to 0.15. The bugs it is there for are larger: a gradient scaled by the world size is off by
