@@ -250,6 +250,13 @@ def asv_pattern(suite: str) -> str:
     return "^(" + "|".join(re.escape(name) for name in SUITES[suite]) + r")\."
 
 
+#: The cases ``optbench ab`` measures by default (a regex on case keys, in the full suite): a kernel with
+#: its eager baseline at its 1B shape, and the device-bound best-kernels steps at 100M and 1B, about a minute
+#: a round on an H100 (a pull request's gate: 4 judged rounds a side in under 10 minutes).
+GATE_SELECT = (r"^bench_kernels\.SwiGLU\|shape=8192x5632\|impl=(eager|triton)$"
+               r"|^bench_step\.Step(100M|1B)\|variant=best-kernels$")
+GATE_SUITE = "full"
+
 #: The regression gate's threshold per metric class: the smallest relative growth of head over base that fails
 #: a commit. Device-bound times (kernel device times, the matmul, CUDA-graphed steps, steps at 1B) move by well
 #: under 1% between processes of one GPU, so 3% is a change; host-bound steps (launch-bound eager steps at 100M
