@@ -6,7 +6,7 @@ Run under torchrun (one process per GPU; ``--standalone`` picks a free rendezvou
         --size 1B --variant ddp --out result.json
 
 Every rank builds the same training step (``models.step.build_step``: same seed, same init) with this machine's
-baseline options for the size (``optbench.suite.plan.base_options``; per-rank batch as a single GPU's step has
+baseline options for the size (``optbench.suite.baseline.base_options``; per-rank batch as a single GPU's step has
 it: weak scaling, the global batch is world size x that), then
 
 - ``ddp``: wraps the model in ``torch.nn.parallel.DistributedDataParallel`` (gradients all-reduced, averaged,
@@ -70,12 +70,9 @@ from typing import Any
 
 from optbench.core.helptext import plain
 from optbench.core.store import REPO_ROOT
+from optbench.suite.catalog import DISTRIBUTED_VARIANTS
 
 WRAPPERS = ("ddp", "fsdp2")
-# variant -> (wrapper, the single-GPU step variant of models.variants it wraps); catalog.DISTRIBUTED lists
-# the variants the multigpu suite measures (these).
-VARIANTS: dict[str, tuple[str, str]] = {"ddp": ("ddp", "eager"), "fsdp2": ("fsdp2", "eager"),
-                                        "ddp-best": ("ddp", "best"), "fsdp2-best": ("fsdp2", "best")}
 GRAD_TOLERANCE = {"fp32": 1e-4, "tf32": 0.15, "bf16": 0.15, "fp16": 0.15}  # see the module docstring
 PLANTS = ("none", "no-sync", "loss-scale")  # bugs planted for the check's own tests
 WRONG_EXIT = 3
@@ -288,7 +285,7 @@ def rank_main(args: argparse.Namespace) -> int:
     dist.init_process_group(args.backend or ("nccl" if device.type == "cuda" else "gloo"),
                             device_id=device if device.type == "cuda" else None)
     rank, world = dist.get_rank(), dist.get_world_size()
-    wrapper, step_variant = VARIANTS[args.variant]
+    wrapper, step_variant = DISTRIBUTED_VARIANTS[args.variant]
     step_variant = args.step_variant or step_variant
     result: dict[str, Any] = {"variant": args.variant, "wrapper": wrapper, "step_variant": step_variant,
                               "size": args.size, "world_size": world, "backend": dist.get_backend(),
@@ -345,7 +342,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m optbench.suite.distributed",
                                 description=plain(__doc__.split("\n")[0]))
     p.add_argument("--size", default="1B")
-    p.add_argument("--variant", choices=list(VARIANTS), default="ddp")
+    p.add_argument("--variant", choices=list(DISTRIBUTED_VARIANTS), default="ddp")
     p.add_argument("--out", help="the result JSON, written by rank 0")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda where there is one")
     p.add_argument("--backend", default=None, help="default: nccl on GPUs, gloo on a CPU")
