@@ -128,13 +128,8 @@ def _allowed(hint: Any) -> tuple[Any, ...]:
     return ()
 
 
-def validate(options: StepOptions, device: str | torch.device, profile: Any = None) -> None:
-    """Raise UnsupportedOptions listing every reason ``options`` cannot run on ``device``.
-
-    ``profile`` (optional, e.g. optbench.core.hardware.HardwareProfile) has ``supports_bf16``, ``supports_tf32``,
-    ``fp8`` (FP8 tensor cores; False where it lacks the attribute) and ``key``; without it, a CUDA device's own
-    capabilities are asked.
-    """
+def _value_problems(options: StepOptions) -> list[str]:
+    """Values outside an option's Literal, and combinations of options that cannot go together."""
     problems = []
     hints = get_type_hints(StepOptions)
     for field in dataclasses.fields(StepOptions):
@@ -150,25 +145,35 @@ def validate(options: StepOptions, device: str | torch.device, profile: Any = No
                         "and no QK-norm")
     if options.checkpoint_every < 0 or options.batch_size < 1 or options.seq_len < 1:
         problems.append("checkpoint_every must be >= 0, batch_size and seq_len >= 1")
+    return problems
 
-    device = torch.device(device)
-    where = profile.key if profile is not None else device.type
-    if device.type != "cuda":
-        impls = {options.norm, options.mlp, options.qk_norm, options.loss, options.rope}
-        if "liger" in impls:
-            problems.append("Liger-Kernel needs a CUDA device (its kernels do not run on a CPU)")
-        if ("triton" in impls or options.loss == "fused" or options.optimizer == "master") \
-                and os.environ.get("TRITON_INTERPRET") != "1":
-            problems.append("Triton kernels need a CUDA device, or TRITON_INTERPRET=1 to interpret them")
-        if options.cuda_graph:
-            problems.append("cuda_graph needs a CUDA device")
-        if options.optimizer == "fused":
-            problems.append("optimizer='fused' (the fused CUDA AdamW) needs a CUDA device")
-        if options.optimizer == "adamw8bit":
-            problems.append("optimizer='adamw8bit' (bitsandbytes' 8-bit kernels) needs a CUDA device")
-        if options.compile in GRAPHED_COMPILE_MODES:
-            problems.append(f"compile={options.compile!r} uses CUDA graphs; use 'default' or "
-                            "'max-autotune-no-cudagraphs' on a CPU")
+
+def _cpu_problems(options: StepOptions) -> list[str]:
+    """The options that need a CUDA device, for a step on another device."""
+    problems = []
+    impls = {options.norm, options.mlp, options.qk_norm, options.loss, options.rope}
+    if "liger" in impls:
+        problems.append("Liger-Kernel needs a CUDA device (its kernels do not run on a CPU)")
+    if ("triton" in impls or options.loss == "fused" or options.optimizer == "master") \
+            and os.environ.get("TRITON_INTERPRET") != "1":
+        problems.append("Triton kernels need a CUDA device, or TRITON_INTERPRET=1 to interpret them")
+    if options.cuda_graph:
+        problems.append("cuda_graph needs a CUDA device")
+    if options.optimizer == "fused":
+        problems.append("optimizer='fused' (the fused CUDA AdamW) needs a CUDA device")
+    if options.optimizer == "adamw8bit":
+        problems.append("optimizer='adamw8bit' (bitsandbytes' 8-bit kernels) needs a CUDA device")
+    if options.compile in GRAPHED_COMPILE_MODES:
+        problems.append(f"compile={options.compile!r} uses CUDA graphs; use 'default' or "
+                        "'max-autotune-no-cudagraphs' on a CPU")
+    return problems
+
+
+def _precision_problems(options: StepOptions, device: torch.device, profile: Any,
+                        where: str) -> list[str]:
+    """The precision and FP8 options that the device (``profile``'s, else its own) or each other
+    rule out."""
+    problems = []
     if options.precision == "fp64" and {options.norm, options.mlp, options.qk_norm, options.loss,
                                         options.rope} & {"triton", "liger", "fused"}:
         problems.append("precision='fp64' (the check's reference) runs eager kernels only")
@@ -192,16 +197,39 @@ def validate(options: StepOptions, device: str | torch.device, profile: Any = No
             device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0))
         if not tf32:
             problems.append(f"precision='tf32' is not supported on {where}")
-    if options.cuda_graph:
-        if options.precision == "fp16":
-            problems.append("cuda_graph cannot capture fp16's GradScaler (its inf check syncs with the host)")
-        if options.item_sync:
-            problems.append("cuda_graph cannot capture loss.item(): set item_sync=False")
-        if options.compile in GRAPHED_COMPILE_MODES:
-            problems.append(f"cuda_graph captures the whole step itself: compile={options.compile!r} would "
-                            "capture CUDA graphs inside it; use 'default' or 'max-autotune-no-cudagraphs'")
-        if options.optimizer == "adamw8bit":
-            problems.append("cuda_graph: bitsandbytes' AdamW8bit is not capturable")
+    return problems
+
+
+def _cuda_graph_problems(options: StepOptions) -> list[str]:
+    """What a CUDA graph of the whole step cannot capture."""
+    if not options.cuda_graph:
+        return []
+    problems = []
+    if options.precision == "fp16":
+        problems.append("cuda_graph cannot capture fp16's GradScaler (its inf check syncs with the host)")
+    if options.item_sync:
+        problems.append("cuda_graph cannot capture loss.item(): set item_sync=False")
+    if options.compile in GRAPHED_COMPILE_MODES:
+        problems.append(f"cuda_graph captures the whole step itself: compile={options.compile!r} would "
+                        "capture CUDA graphs inside it; use 'default' or 'max-autotune-no-cudagraphs'")
+    if options.optimizer == "adamw8bit":
+        problems.append("cuda_graph: bitsandbytes' AdamW8bit is not capturable")
+    return problems
+
+
+def validate(options: StepOptions, device: str | torch.device, profile: Any = None) -> None:
+    """Raise UnsupportedOptions listing every reason ``options`` cannot run on ``device``.
+
+    ``profile`` (optional, e.g. optbench.core.hardware.HardwareProfile) has ``supports_bf16``, ``supports_tf32``,
+    ``fp8`` (FP8 tensor cores; False where it lacks the attribute) and ``key``; without it, a CUDA device's own
+    capabilities are asked.
+    """
+    device = torch.device(device)
+    where = profile.key if profile is not None else device.type
+    problems = [*_value_problems(options),
+                *(_cpu_problems(options) if device.type != "cuda" else []),
+                *_precision_problems(options, device, profile, where),
+                *_cuda_graph_problems(options)]
     if problems:
         raise UnsupportedOptions("; ".join(problems))
 

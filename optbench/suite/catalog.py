@@ -151,8 +151,11 @@ STEP_GRIDS: dict[str, list[str]] = {
 CONVERGENCE = ["eager", "adamw-8bit", "master-adamw", "fp8-tensorwise", "fp8-rowwise", "best-kernels",
                "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise", "best-kernels-fp8-tensorwise-fast-accum"]
 # Multi-GPU training steps (optbench.suite.distributed): DDP and FSDP2 over the eager step and over 'best'
-# (no CUDA graphs), each at 1, 2 and 4 GPUs of one host; the multigpu suite only.
-DISTRIBUTED = ["ddp", "fsdp2", "ddp-best", "fsdp2-best"]
+# (no CUDA graphs), each at 1, 2 and 4 GPUs of one host; the multigpu suite only. Each variant -> (its wrapper,
+# the single-GPU step variant of models.variants it wraps).
+DISTRIBUTED_VARIANTS: dict[str, tuple[str, str]] = {"ddp": ("ddp", "eager"), "fsdp2": ("fsdp2", "eager"),
+                                                    "ddp-best": ("ddp", "best"), "fsdp2-best": ("fsdp2", "best")}
+DISTRIBUTED = list(DISTRIBUTED_VARIANTS)
 WORLD_SIZES = ["1", "2", "4"]
 ANCHOR_SIZES = ["100M", "500M", "1B"]  # HF + torch.compile step sizes
 MATMUL_N, MATMUL_MODES = "8192", ["fp32", "tf32", "bf16", "fp16"]
