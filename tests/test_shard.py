@@ -4,6 +4,7 @@ the GPUs faked."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import subprocess
@@ -253,3 +254,28 @@ def test_gpus_naming_no_gpu_here_is_one_line_and_exit_2(spec, tmp_path, capsys):
 def test_without_option_takes_every_spelling_of_it():
     argv = ["--suite", "full", "--gpus", "all", "--gpu=0,1", "--select", "x", "--gp", "1"]
     assert shard.without_option(argv, "--gpus") == ["--suite", "full", "--select", "x"]
+
+
+def test_shards_writing_one_asv_results_file_at_once_keep_each_others_cases(tmp_path):
+    """asv reads a commit's results file as it starts and writes it whole as it ends: the shard that
+    ends last keeps the cases that another shard wrote meanwhile; a null never erases a value, a
+    new value replaces an old one."""
+    from optbench.core import asv_atomic
+
+    columns = ["result", "params", "version"]
+    row = "bench_step.Step100M.track_step_ms"
+    params = [["'eager'", "'best'", "'fused-ce'"]]
+
+    def results(values: list[float | None]) -> dict:
+        return {"commit_hash": "c", "result_columns": columns, "durations": {},
+                "results": {row: [values, params, "1"]}}
+
+    path = tmp_path / "asv" / "h100-sxm" / "c-existing-py.json"
+    asv_atomic._write_json(path, results([80.0, None, 9.0]), api_version=2)  # shard 1 ends
+    asv_atomic._write_json(path, results([None, 20.0, 7.0]), api_version=2)  # shard 2, read before
+    written = json.loads(path.read_text())
+    assert written["results"][row][0] == [80.0, 20.0, 7.0] and written["version"] == 2
+    other = tmp_path / "asv" / "h100-sxm" / "machine.json"  # not a results file: written as it is
+    asv_atomic._write_json(other, {"machine": "h100-sxm"}, api_version=1)
+    asv_atomic._write_json(other, {"machine": "h100-sxm", "cpu": "x"}, api_version=1)
+    assert json.loads(other.read_text()) == {"machine": "h100-sxm", "cpu": "x", "version": 1}
