@@ -279,3 +279,15 @@ def test_shards_writing_one_asv_results_file_at_once_keep_each_others_cases(tmp_
     asv_atomic._write_json(other, {"machine": "h100-sxm"}, api_version=1)
     asv_atomic._write_json(other, {"machine": "h100-sxm", "cpu": "x"}, api_version=1)
     assert json.loads(other.read_text()) == {"machine": "h100-sxm", "cpu": "x", "version": 1}
+
+
+def test_the_cases_outside_a_shard_are_skipped_with_a_short_reason(monkeypatch):
+    from optbench.suite import grids
+
+    others = progress.planned_cases(BENCHMARKS.values(), "full", None)
+    monkeypatch.setenv("OPTBENCH_SUITE", "cpu")
+    monkeypatch.setenv("OPTBENCH_SELECT", shard.pattern(others))  # none of the CPU suite's cases
+    kept = grids.measure_suite(["bench_step.StepTiny"])
+    assert kept and {r["status"] for r in kept.values()} == {"skipped"}
+    assert all(r["reason"].startswith("not selected in this run") and len(r["reason"]) < 150
+               for r in kept.values())
