@@ -31,7 +31,10 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from optbench.core.store import ResultStore
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -75,12 +78,12 @@ def pattern(keys: Sequence[str]) -> str:
     return "^(?:" + "|".join(map(re.escape, keys)) + ")$" if keys else "(?!)"
 
 
-def shard_select(shard: tuple[int, int], suite: str, select: str | None, store: Any,
+def shard_select(shard: tuple[int, int], suite: str, select: str | None, store: ResultStore,
                  machine: str, commit: str, out: IO[str] | None = None) -> str:
     """The selection (:func:`pattern`) of shard ``shard`` (I, N) of the cases of ``suite`` that
     ``select`` matches; says on ``out`` (default stdout) how many cases it holds and their expected
-    seconds, beside every shard's. ``store``: the results (``optbench.core.store.ResultStore``),
-    whose runs of ``machine`` other than those of ``commit`` give the times."""
+    seconds, beside every shard's. The runs in ``store`` of ``machine``, but for those of
+    ``commit``, give the times."""
     from optbench.core import progress
     from optbench.suite.catalog import BENCHMARKS
 
