@@ -25,6 +25,7 @@ from optbench.core.helptext import plain
 from optbench.core.settings import Settings, current
 from optbench.core.store import REPO_ROOT as ROOT
 from optbench.core.store import ResultStore, new_run_id, unwritable
+from optbench.suite import shard
 from optbench.suite.catalog import BENCHMARKS, SUITES, asv_pattern
 
 SUBCOMMANDS = {
@@ -153,7 +154,15 @@ def run(argv: list[str]) -> int:
     p.add_argument("--time-budget", type=float, metavar="SECONDS",
                    help="end the run within SECONDS (e.g. a runner's job limit): no case starts, and a running one "
                         f"stops, {ASV_WRAP_UP_S:g} s before it, so asv still writes what was measured")
+    p.add_argument("--shard", type=shard.parse_shard, metavar="I/N",
+                   help="measure only shard I of N of the (selected) cases, split by their "
+                        "times here (optbench.suite.shard)")
+    p.add_argument("--gpus", metavar="all|0,1,...",
+                   help="one shard per GPU, each a run of its own, all at once (logs in "
+                        "results/<machine>/progress/)")
     args = p.parse_args(argv)
+    if args.gpus is not None and args.shard is not None:
+        p.error("--gpus makes the shards itself: give it without --shard")
     if args.time_budget is not None and args.time_budget < MIN_TIME_BUDGET_S:
         p.error(f"--time-budget {args.time_budget:g} s cannot measure anything: at least {MIN_TIME_BUDGET_S:g} s "
                 f"({ASV_WRAP_UP_S:g} s of it are kept for asv to write its results)")
@@ -172,6 +181,8 @@ def run(argv: list[str]) -> int:
     if problem:
         print(f"optbench run: {problem}", file=sys.stderr)
         return 2
+    if args.gpus is not None:
+        return shard.run_on_gpus(argv, args.gpus, emulate=args.emulate, html=not args.no_html)
 
     import torch
 
@@ -196,6 +207,9 @@ def run(argv: list[str]) -> int:
     progress_file.touch()
     settings = dataclasses.replace(current(), suite=suite, deadline=deadline, results=results, machine=machine,
                                    emulate=args.emulate, run_id=run_id, progress=progress_file)
+    if args.shard:
+        args.select = shard.shard_select(args.shard, suite, args.select, ResultStore(results),
+                                         machine, commit)
     if args.select:
         settings = dataclasses.replace(settings, select=args.select)
     if args.skip_existing:

@@ -176,3 +176,33 @@ def test_a_merge_into_a_folder_git_ignores_says_how_to_commit_it(tmp_path, capsy
     err = capsys.readouterr().err
     assert "results/newgpu is ignored by git" in err and "git add -f results/newgpu" in err
     assert "results/known" not in err
+
+
+def shard_tree(root, run_id: str, gpu_uuid: str, records: list[dict], values: list[float | None]):
+    """The artifact of one shard's CI job: its run (records on its GPU) and asv's results of SHA,
+    with asv's benchmarks.json, in the results root ``root``."""
+    save(ResultStore(root), "h100-sxm", SHA, "2026-01-01T00:00:00+00:00", records, run_id=run_id,
+         gpu_uuid=gpu_uuid)
+    write_asv_file(root, values)
+    (root / "asv" / "benchmarks.json").write_text(json.dumps({"version": 2}))
+    return root
+
+
+def test_the_shards_of_one_commit_from_several_runners_merge_without_replacing_a_record(tmp_path):
+    """Two shards of one commit, started in the same second on two runners: every record of both is
+    kept, each run with its GPU, asv's results hold both shards' cases, in either order, and merging
+    again adds nothing."""
+    one = shard_tree(tmp_path / "shard1", "20260101T000000Z-aaaaaa", "GPU-1",
+                     [step("eager", 80.0, 1), step("fused-ce", 70.0, 3)], [80.0, None])
+    two = shard_tree(tmp_path / "shard2", "20260101T000000Z-bbbbbb", "GPU-2",
+                     [step("best", 20.0, 2)], [None, 20.0])
+    before = sorted(_all_records(ResultStore(one)) + _all_records(ResultStore(two)))
+    for order, dest in (((one, two), tmp_path / "dest12"), ((two, one), tmp_path / "dest21")):
+        assert merge.main([*map(str, order), "--into", str(dest)]) == 0
+        assert merge.main([*map(str, order), "--into", str(dest)]) == 0
+        assert _all_records(ResultStore(dest)) == before
+        runs = {r.run_id: r for r in ResultStore(dest).runs("h100-sxm", SHA)}
+        assert {i: r.info["gpu_uuid"] for i, r in runs.items()} == \
+            {"20260101T000000Z-aaaaaa": "GPU-1", "20260101T000000Z-bbbbbb": "GPU-2"}
+        asv = json.loads((dest / "asv" / "h100-sxm" / f"{SHA[:8]}-existing-py.json").read_text())
+        assert asv["results"]["bench_step.Step100M.track_step_ms"][0] == [80.0, 20.0]

@@ -2,14 +2,21 @@
 
 asv writes its results files in place (open, dump), so a run killed mid-write would leave a
 half-written file; this entry point swaps asv's writer for one that writes a temporary file and
-renames it. Use it as ``python -m optbench.core.asv_atomic <asv arguments>``.
+renames it. A results file (one commit and environment) is written over the one on disk under a
+lock on its folder, merged case by case (``optbench.core.merge.merge_asv_results``: what this run
+measured wins, its nulls keep what is there), so that runs of one commit at once (``optbench run
+--gpus``: one shard per GPU) each keep the cases the others wrote since asv read the file. Use it as
+``python -m optbench.core.asv_atomic <asv arguments>``.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from optbench.core.store import write_text_atomic
 
@@ -17,8 +24,33 @@ from optbench.core.store import write_text_atomic
 def _write_json(path, data, api_version=None, compact=False) -> None:
     if api_version is not None:
         data = dict(data, version=api_version)
-    text = json.dumps(data) if compact else json.dumps(data, indent=4, sort_keys=True)
-    write_text_atomic(Path(path).absolute(), text)
+    path = Path(path).absolute()
+    if "result_columns" not in data:
+        write_text_atomic(path, _text(data, compact))
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        write_text_atomic(path, _text(_over_disk(path, data), compact))
+    finally:
+        os.close(folder)  # and the lock with it
+
+
+def _text(data: Any, compact: bool) -> str:
+    return json.dumps(data) if compact else json.dumps(data, indent=4, sort_keys=True)
+
+
+def _over_disk(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """asv's results ``data`` merged over the file at ``path`` (``data`` as it is where that file
+    is missing, not JSON or of other columns)."""
+    from optbench.core.merge import merge_asv_results
+
+    try:
+        merged = merge_asv_results(json.loads(path.read_text()), data)
+    except (OSError, ValueError, KeyError):
+        return data
+    return {**data, "results": merged["results"], "durations": merged["durations"]}
 
 
 def asv(args: list[str], env: dict[str, str] | None = None) -> int:

@@ -97,7 +97,7 @@ def measure_suite(names: list[str] | None = None, kinds: tuple[str, ...] = GRID_
             kept.update(_skips(keys, f"not in the {suite!r} suite (optbench run --suite, or OPTBENCH_SUITE)"))
             continue
         chosen = [k for k in keys if (not select or re.search(select, k)) and k not in existing]
-        kept.update(_skips(keys, f"not selected in this run (OPTBENCH_SELECT={select})"))
+        kept.update(_skips(keys, f"not selected in this run (OPTBENCH_SELECT={_short(select)})"))
         kept.update(_skips([k for k in keys if k in existing], SKIPPED_EXISTING))
         if chosen:
             from optbench.core.runner import default_device
@@ -105,6 +105,13 @@ def measure_suite(names: list[str] | None = None, kinds: tuple[str, ...] = GRID_
             device = device or default_device()
             kept.update(_measure_grid(name, grid, chosen, device))
     return kept
+
+
+def _short(select: str | None, width: int = 80) -> str | None:
+    """``select`` cut to ``width`` characters (a shard's selection names every key it holds)."""
+    if select is None or len(select) <= width:
+        return select
+    return f"{select[:width - 20]}... ({len(select)} chars)"
 
 
 SKIPPED_EXISTING = "measured in an earlier run of this commit on this machine (--skip-existing)"

@@ -1,0 +1,199 @@
+"""Shards of a suite: ``optbench run --shard I/N`` measures one of N parts of the suite's cases,
+and ``optbench run --gpus`` runs one part per GPU of this host, all at once.
+
+:func:`split` is the rule, a pure function: the cases go, longest first (ties by key), each into
+the shard that holds the fewest expected seconds so far (the lowest-numbered among equals). Every
+case lands in exactly one shard; the same keys and times give the same shards whatever their
+order; no shard exceeds the mean (total / N) by more than the longest case. A case weighs its
+expected seconds on this machine; one never run here, the median of those known, or 1 s where
+none is.
+
+:func:`shard_select` applies it in a run. The times are the medians of this machine's stored runs
+of *other* commits (``optbench.core.progress.expected_seconds``), so that shards of one commit
+started at once (whose records land while the others still split) and shards on several runners
+of one checkout split alike. The shard's cases become the run's selection: an anchored regex of
+their keys, within ``--select`` where given. asv's own timed classes (the CPU suite's) are no
+grid cases: every shard runs them.
+
+:func:`run_on_gpus` starts ``optbench run --shard i/N`` per GPU, each with ``CUDA_VISIBLE_DEVICES``
+naming its GPU, a run id of its own and a log file beside its progress file
+(``results/<machine>/progress/<run id>.log``), without HTML: that is published once, after the
+last one ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from optbench.core.store import ResultStore
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``I/N`` as (I, N) with 1 <= I <= N (argparse's type for ``--shard``)."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not I/N (e.g. 2/4)")
+    index, count = int(match[1]), int(match[2])
+    if count < 1 or not 1 <= index <= count:
+        raise argparse.ArgumentTypeError(f"{text!r}: I must be within 1..N and N at least 1")
+    return index, count
+
+
+def weights(keys: Iterable[str], seconds: Mapping[str, float]) -> dict[str, float]:
+    """Each key's expected seconds from ``seconds``; a key without any, the median of those of
+    ``keys`` that have one, or 1.0 where none has."""
+    keys = list(keys)
+    known = [float(seconds[k]) for k in keys if k in seconds]
+    default = statistics.median(known) if known else 1.0
+    return {k: float(seconds[k]) if k in seconds else default for k in keys}
+
+
+def split(keys: Iterable[str], seconds: Mapping[str, float], count: int) -> list[list[str]]:
+    """``keys`` (distinct) in ``count`` shards by expected ``seconds`` (:func:`weights`): longest
+    first, ties by key, each into the shard with the fewest seconds so far, the first among equals.
+    Each shard's keys in the order of ``keys``."""
+    if count < 1:
+        raise ValueError(f"shards: {count}, at least 1")
+    keys = list(keys)
+    weight = weights(keys, seconds)
+    load, shard_of = [0.0] * count, {}
+    for key in sorted(keys, key=lambda k: (-weight[k], k)):
+        target = min(range(count), key=lambda i: (load[i], i))
+        shard_of[key] = target
+        load[target] += weight[key]
+    return [[k for k in keys if shard_of[k] == i] for i in range(count)]
+
+
+def pattern(keys: Sequence[str]) -> str:
+    """A regex (for ``re.search``) that matches exactly the record keys ``keys``; none if empty."""
+    return "^(?:" + "|".join(map(re.escape, keys)) + ")$" if keys else "(?!)"
+
+
+def shard_select(shard: tuple[int, int], suite: str, select: str | None, store: ResultStore,
+                 machine: str, commit: str, out: IO[str] | None = None) -> str:
+    """The selection (:func:`pattern`) of shard ``shard`` (I, N) of the cases of ``suite`` that
+    ``select`` matches; says on ``out`` (default stdout) how many cases it holds and their expected
+    seconds, beside every shard's. The runs in ``store`` of ``machine``, but for those of
+    ``commit``, give the times."""
+    from optbench.core import progress
+    from optbench.suite.catalog import BENCHMARKS
+
+    planned = progress.planned_cases(BENCHMARKS.values(), suite, select)
+    runs = (run for c in store.commits(machine) if c != commit for run in store.runs(machine, c))
+    seconds = progress.expected_seconds(runs, planned)
+    index, count = shard
+    shards = split(planned, seconds, count)
+    weight = weights(planned, seconds)
+    totals = [sum(weight[k] for k in s) for s in shards]
+    mine = shards[index - 1]
+    print(f"optbench: shard {index}/{count}: {len(mine)} of {len(planned)} cases, expected "
+          f"~{totals[index - 1]:.0f} s (every shard: {', '.join(f'{t:.0f}' for t in totals)} s; "
+          f"{len(planned) - len(seconds)} cases never run here counted at the median)",
+          file=out or sys.stdout, flush=True)
+    return pattern(mine)
+
+
+def gpu_indices(spec: str, available: int) -> list[int]:
+    """The GPU indices ``spec`` names: 'all' (0..available-1) or distinct indices '0,1,2' below
+    ``available``; ValueError saying why otherwise."""
+    if available < 1:
+        raise ValueError("no CUDA GPU visible here")
+    if spec.strip() == "all":
+        return list(range(available))
+    try:
+        indices = [int(part) for part in spec.split(",")]
+    except ValueError:
+        raise ValueError(f"{spec!r} is not 'all' nor GPU indices such as 0,1,2") from None
+    if any(not 0 <= i < available for i in indices) or len(set(indices)) != len(indices):
+        raise ValueError(f"{spec!r}: indices must be distinct, within 0..{available - 1}")
+    return indices
+
+
+def without_option(argv: Sequence[str], option: str) -> list[str]:
+    """``argv`` less ``option`` and its value (``--opt V``, ``--opt=V``, or an abbreviation that
+    argparse took for it)."""
+    out, skip = [], False
+    for arg in argv:
+        name = arg.split("=", 1)[0]
+        if skip:
+            skip = False
+        elif len(name) > 2 and name.startswith("--") and option.startswith(name):
+            skip = "=" not in arg
+        else:
+            out.append(arg)
+    return out
+
+
+def cuda_device_count() -> int:
+    """The CUDA devices this process sees (imports torch)."""
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def run_on_gpus(argv: Sequence[str], spec: str, *, emulate: str | None = None, html: bool = True,
+                device_count: Callable[[], int] | None = None,
+                start: Callable[..., Any] = subprocess.Popen,
+                env: Mapping[str, str] | None = None, root: Path | None = None,
+                machine: str | None = None, new_run_id: Callable[[], str] | None = None) -> int:
+    """``optbench run ARGV`` with ``--gpus SPEC``: one shard per GPU that ``spec`` names
+    (:func:`gpu_indices`), each ``python -m optbench run ARGV --shard i/N --no-html`` (``ARGV``
+    less ``--gpus``) started by ``start`` (Popen's signature) in ``root`` (default the repository)
+    with ``env`` (default this process's) plus ``CUDA_VISIBLE_DEVICES`` naming its GPU (the i-th of
+    ``env``'s ``CUDA_VISIBLE_DEVICES`` where set) and ``OPTBENCH_RUN_ID`` a run id of its own
+    (``new_run_id``), its output into its log file. Says where each went, waits for them all, then
+    (``html``) publishes. Returns the first non-zero exit status among them, else 0; 2, with one
+    line, where ``spec`` names no GPU here. ``device_count``: how many GPUs this process sees
+    (default :func:`cuda_device_count`); ``machine``: the results folder (default this machine's,
+    emulating ``emulate`` where given)."""
+    from optbench.core import store
+
+    env = dict(os.environ if env is None else env)
+    try:
+        gpus = gpu_indices(spec, (device_count or cuda_device_count)())
+    except ValueError as exc:
+        print(f"optbench run: --gpus {spec}: {exc}", file=sys.stderr)
+        return 2
+    root = root or store.REPO_ROOT
+    if machine is None:
+        from optbench.core.machine import machine_name
+
+        machine = machine_name(emulate=emulate)
+    logs = root / "results" / machine / "progress"
+    logs.mkdir(parents=True, exist_ok=True)
+    visible = env["CUDA_VISIBLE_DEVICES"].split(",") if env.get("CUDA_VISIBLE_DEVICES") else None
+    children = []
+    for n, gpu in enumerate(gpus, 1):
+        run_id = (new_run_id or store.new_run_id)()
+        log = logs / f"{run_id}.log"
+        command = [sys.executable, "-m", "optbench", "run", *without_option(argv, "--gpus"),
+                   "--shard", f"{n}/{len(gpus)}", "--no-html"]
+        device = visible[gpu].strip() if visible else str(gpu)
+        child_env = {**env, "CUDA_VISIBLE_DEVICES": device, "OPTBENCH_RUN_ID": run_id}
+        with open(log, "w", encoding="utf-8") as f:
+            proc = start(command, cwd=root, env=child_env, stdout=f, stderr=subprocess.STDOUT)
+        children.append((n, gpu, run_id, log, proc))
+        print(f"optbench: shard {n}/{len(gpus)} on GPU {gpu}: run {run_id}, log {log}", flush=True)
+    try:
+        codes = [proc.wait() for *_, proc in children]
+    except BaseException:  # an interrupt: the children got it too; let them end
+        for *_, proc in children:
+            proc.wait()
+        raise
+    for (n, gpu, run_id, log, _), code in zip(children, codes):
+        print(f"optbench: shard {n}/{len(gpus)} on GPU {gpu} (run {run_id}) ended with exit "
+              f"{code}; log {log}", flush=True)
+    if html:
+        from optbench.reporting.site import publish
+
+        publish()
+    return next((c for c in codes if c), 0)
