@@ -204,9 +204,15 @@ def run(argv: list[str]) -> int:
                                  expected=expected)
     date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     started = time.perf_counter()
-    code = progress.run_followed(
-        [sys.executable, "-m", "optbench.core.asv_atomic", "run", "--environment", f"existing:{sys.executable}",
-         "--set-commit-hash", commit, "--machine", machine, "--show-stderr", *selection], env, follower, cwd=ROOT)
+    try:
+        code = progress.run_followed(
+            [sys.executable, "-m", "optbench.core.asv_atomic", "run", "--environment",
+             f"existing:{sys.executable}", "--set-commit-hash", commit, "--machine", machine,
+             "--show-stderr", *selection], env, follower, cwd=ROOT)
+    except progress.RunInterrupted as exc:  # its processes have ended: the run is partial
+        store.mark_partial(machine, commit, f"interrupted by {exc.signal}", exc.stopped,
+                           run_id=run_id)
+        raise
     wall = time.perf_counter() - started
     _keep_earlier_cases(earlier, machine, commit)
     done = follower.tally()
