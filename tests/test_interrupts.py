@@ -291,3 +291,70 @@ def test_a_signal_to_the_parent_is_passed_on_and_it_waits_for_its_children(tmp_p
     assert Path(f"{pid_file}.interrupted").read_text() == "SIGTERM"
     said = json.loads(Path(f"{pid_file}.parent").read_text())
     assert said == {"signal": signal.Signals(signum).name, "stopped": {f"{GRID}|case=a": grid}}
+
+
+# -- a real run -----------------------------------------------------------------------------------
+
+CPU_BASE = "26c843170d685b63b91a96fe1c24b32a0dbd9ea1"  # a commit with committed CPU results
+BASE_FILE = REPO_ROOT / "results" / "cpu-amd-epyc" / "optbench" / f"{CPU_BASE}.jsonl"
+RUN_ID = "20261126T000000Z-sigint"
+
+
+def _project_copy(path: Path, machine: str) -> Path:
+    """This checkout's files (tracked and untracked, not ignored; no results) in a new repository at
+    ``path``, with the committed CPU results of :data:`CPU_BASE` as ``machine``'s."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO_ROOT,
+                           check=True, capture_output=True, text=True).stdout.splitlines()
+    for name in files:
+        if not name.startswith("results/") and (REPO_ROOT / name).is_file():
+            (path / name).parent.mkdir(parents=True, exist_ok=True)
+            (path / name).write_bytes((REPO_ROOT / name).read_bytes())
+    base = path / "results" / machine / "optbench" / BASE_FILE.name
+    base.parent.mkdir(parents=True)
+    base.write_bytes(BASE_FILE.read_bytes())
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "copy"]):
+        subprocess.run([*git, *args], cwd=path, check=True)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not BASE_FILE.exists(), reason="no committed CPU results")
+def test_ctrl_c_in_a_real_cpu_run_records_the_case_interrupted_and_compare_invents_nothing(
+        tmp_path):
+    """``optbench run`` of the CPU suite's eager tiny step, SIGINT to its process group (a
+    terminal's Ctrl-C) once the case runs: exit 130, the grid process gone within seconds, the case
+    'interrupted' and the run partial; compare against committed CPU results reports it as such,
+    with no regression."""
+    from optbench.core.machine import machine_name
+    from optbench.core.runner import measured_commit
+
+    machine = machine_name()
+    repo = _project_copy(tmp_path / "repo", machine)
+    env = {**os.environ, "PYTHONPATH": str(repo), "OPTBENCH_RUN_ID": RUN_ID}
+    run = subprocess.Popen([sys.executable, "-m", "optbench", "run", "--suite", "cpu", "--select",
+                            r"StepTiny\|variant=eager$", "--no-html"], cwd=repo, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    events = repo / "results" / machine / "progress" / f"{RUN_ID}.jsonl"
+    try:
+        deadline = time.monotonic() + 400
+        while not (events.exists() and progress.running_cases(progress.read_events(events))):
+            assert run.poll() is None and time.monotonic() < deadline, "the case never started"
+            time.sleep(0.05)
+        [grid] = progress.running_cases(progress.read_events(events)).values()
+        os.killpg(run.pid, signal.SIGINT)
+        assert run.wait(timeout=120) == 130
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    assert _gone([grid], within_s=30)
+    [partial] = ResultStore(repo / "results").runs(machine, measured_commit("HEAD", cwd=repo))
+    stopped = partial.records["bench_step.StepTiny|variant=eager"]
+    assert stopped["status"] == INTERRUPTED and partial.partial
+    out = subprocess.run([sys.executable, "-m", "optbench", "compare", CPU_BASE[:8], "HEAD",
+                          "--machine", machine], cwd=repo, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert "REGRESSION" not in out.stdout and cmp.INTERRUPTED_RUN in out.stdout
+    assert out.returncode in (0, 2), out.stdout + out.stderr  # 2: a CPU has no GPU to gate on

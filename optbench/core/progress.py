@@ -10,9 +10,10 @@ run`` makes it ``results/<machine>/progress/<run id>.jsonl``), opened in append 
   that moment: the interpreter, asv's runner, the imports of the benchmark modules and torch, building the
   grid's cases, the machine info. CUDA's context, made at the first allocation, falls in the first case's build.
 - ``{"event": "start", "key", "benchmark"}`` before a case and ``{"event": "end", "key", "status", "seconds",
-  "build_seconds", "check_seconds", "compile_seconds", ...}`` after it, whatever its outcome (also where the
-  case raised past the runner's handlers, as ``aborted``). A case that the run's time budget left out ends
-  with ``"not_started": true`` and no seconds.
+  "build_seconds", "check_seconds", "compile_seconds", ...}`` after it, whatever its outcome (status
+  ``interrupted`` where an interrupt stopped it; ``aborted`` where it raised past the runner's
+  handlers otherwise). A case that the run's time budget left out ends with ``"not_started": true``
+  and no seconds.
 
 Every event carries ``t`` (Unix time) and ``pid``. The ``optbench run`` process follows the file while asv
 runs (:class:`Follower`): on a terminal, a rich progress bar with the running case, done/total, elapsed time
@@ -46,7 +47,7 @@ from optbench.core import settings
 # The fields of a case's record that its 'end' event carries (the phases of optbench.core.breakdown).
 PHASE_FIELDS = ("build_seconds", "build_compile_seconds", "check_seconds", "compile_seconds", "timing_seconds",
                 "timing_compile_seconds", "memory_seconds")
-ABORTED = "aborted"  # the status of a case whose measurement raised past the runner (an interrupt)
+ABORTED = "aborted"  # the end of a case whose measurement raised past the runner (not an interrupt)
 
 _warned = False
 
