@@ -127,6 +127,19 @@ def test_mark_partial_turns_only_placeholders_into_interrupted(tmp_path):
     assert not store.path(MACHINE, SHA, "none").exists()
 
 
+def test_load_keeps_a_verdict_over_a_later_interrupted_record(tmp_path):
+    store = ResultStore(tmp_path)
+    store.save(MACHINE, SHA, [{"key": "g|case=a", "status": "ok", "date": "2026-01-01"},
+                              {"key": "g|case=b", "status": "ok", "date": "2026-01-01"}],
+               run_id="r1")
+    store.save(MACHINE, SHA, [{"key": "g|case=a", "status": INTERRUPTED, "date": "2026-01-02"},
+                              {"key": "g|case=c", "status": INTERRUPTED, "date": "2026-01-02"}],
+               run_id="r2")
+    loaded = store.load(MACHINE, SHA)
+    assert {k: r["status"] for k, r in loaded.items()} == {"g|case=a": "ok", "g|case=b": "ok",
+                                                           "g|case=c": INTERRUPTED}
+
+
 # -- optbench compare ----------------------------------------------------------------------------
 
 BASE, HEAD = commit(1), commit(2)
