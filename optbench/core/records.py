@@ -13,7 +13,7 @@ from typing import Any
 
 OK = "ok"
 # The status of a case that SIGINT or SIGTERM stopped (Ctrl-C, a runner's cancel): it says nothing
-# about the case, and its run is partial (:attr:`optbench.core.store.StoredRun.partial`).
+# about the case, and its run is partial (its ``__run__`` record, optbench.core.store).
 INTERRUPTED = "interrupted"
 
 

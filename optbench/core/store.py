@@ -171,13 +171,6 @@ class StoredRun:
         """The benchmark records (without special records such as ``__machine__``)."""
         return {k: r for k, r in self.records.items() if not k.startswith("__")}
 
-    @property
-    def partial(self) -> bool:
-        """Whether an interrupt stopped the run (its ``__run__`` record says so, or a case of it was
-        interrupted): cases it did not reach have no record, and the one it stopped says nothing."""
-        return bool(self.records.get(RUN_KEY, {}).get("partial")) or any(
-            r.get("status") == INTERRUPTED for r in self.results().values())
-
 
 class ResultStore:
     """Reads and writes optbench records under a results root."""
