@@ -166,14 +166,28 @@ def _fake_asv(results: Path, html: Path) -> None:
 
 
 @pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two-renames"])
-def test_a_publish_that_fails_midway_leaves_the_previous_pages_byte_identical(
-        store, tmp_path, monkeypatch, exchange):
+def test_swap_in_puts_the_new_tree_whole_where_the_old_one_was(tmp_path, monkeypatch, exchange):
+    if not exchange:
+        monkeypatch.setattr(site, "_rename_exchange", lambda new, target: False)
+    stage, target = tmp_path / f"{site.STAGE_PREFIX}x", tmp_path / "optbench"
+    for tree, text in ((stage / "optbench", "new"), (target, "old")):
+        (tree / "sub").mkdir(parents=True)
+        (tree / "sub" / "page.html").write_text(text)
+    (target / "gone.png").write_text("old")
+    site.swap_in(stage / "optbench", target)
+    assert _tree(target) == {"sub/page.html": b"new"}
+    assert {p.name for p in stage.iterdir()} == {"optbench" if exchange else "optbench.old"}
+    (tmp_path / "first").mkdir()
+    site.swap_in(tmp_path / "first", tmp_path / "none")  # nothing there yet: a plain rename
+    assert (tmp_path / "none").is_dir() and not (tmp_path / "first").exists()
+
+
+def test_a_publish_that_fails_midway_leaves_the_previous_pages_byte_identical(store, tmp_path,
+                                                                              monkeypatch):
     """A publish that raises while it writes optbench's pages, or between swapping asv's tree in and
     optbench's, leaves what it had not swapped in byte for byte as the previous publish left it, and
     no stage behind; the next publish replaces every tree whole."""
     monkeypatch.setattr(site, "asv_publish", _fake_asv)
-    if not exchange:
-        monkeypatch.setattr(site, "_rename_exchange", lambda new, target: False)
     html = tmp_path / "html"
     site.publish(store.root, html)
     before = _tree(html)
@@ -206,6 +220,7 @@ def test_a_publish_that_fails_midway_leaves_the_previous_pages_byte_identical(
     assert not (html / "optbench" / "stale.png").exists() and set(_tree(html)) == set(before)
 
 
+@pytest.mark.slow
 def test_a_publish_killed_midway_leaves_the_previous_pages_whole(store, tmp_path):
     """SIGKILL to a real publish while it writes its pages (each page slowed down): the previous
     pages are as they were, byte for byte."""
