@@ -38,8 +38,8 @@ RUNNER_WHEELS = [
 ]
 # asv's virtualenv requirement (with its own), pinned for the CI runners, where it comes with nox
 # (.github/workflows/gpu-bench.yml downloads nox under RUNNER_WHEELS + NOX_PINS), and left out of the wheelhouse:
-# scripts/gpu-run.sh runs asv in its 'existing' environment, which never imports virtualenv, and these 6.3 MB took
-# a lent machine's copied tree (work tree, .wheelhouse, .bundle) over its 64 MiB at 26a3bb8.
+# scripts/gpu-run.sh runs asv in its 'existing' environment, which never imports virtualenv, and these 6.3 MB
+# would take a lent machine's copied tree (work tree, .wheelhouse, .bundle) over its 64 MiB.
 NOX_PINS = ["virtualenv==21.15.8", "distlib==0.4.4", "platformdirs==4.14.7", "python-discovery==1.9.5"]
 
 

@@ -1,10 +1,10 @@
 """Liger-Kernel, the reference our kernels are measured against, imported without its optional peft import.
 
 Liger's package imports peft on its first import (``liger_kernel.utils``: to recognise PEFT-wrapped LM heads in
-its HuggingFace monkey patches, which optbench does not use), and peft imports transformers: on an H100 runner
-with the HF stack, 10.4 s of the 10.7 s that ``import liger_kernel.ops.swiglu`` took (fdd61ac, ``python -X
-importtime``, NOTES.md). :func:`liger` imports a Liger module with peft reading as not installed for that import
-only; Liger then takes the path it takes wherever peft is absent, and a later ``import peft`` works as usual.
+its HuggingFace monkey patches, which optbench does not use), and peft imports transformers: on a runner with
+the HF stack, nearly all of what ``import liger_kernel.ops.swiglu`` takes (``python -X importtime``).
+:func:`liger` imports a Liger module with peft reading as not installed for that import only; Liger then takes
+the path it takes wherever peft is absent, and a later ``import peft`` works as usual.
 """
 
 from __future__ import annotations

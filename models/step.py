@@ -128,13 +128,8 @@ def _allowed(hint: Any) -> tuple[Any, ...]:
     return ()
 
 
-def validate(options: StepOptions, device: str | torch.device, profile: Any = None) -> None:
-    """Raise UnsupportedOptions listing every reason ``options`` cannot run on ``device``.
-
-    ``profile`` (optional, e.g. optbench.core.hardware.HardwareProfile) has ``supports_bf16``, ``supports_tf32``,
-    ``fp8`` (FP8 tensor cores; False where it lacks the attribute) and ``key``; without it, a CUDA device's own
-    capabilities are asked.
-    """
+def _value_problems(options: StepOptions) -> list[str]:
+    """Values outside an option's Literal, and combinations of options that cannot go together."""
     problems = []
     hints = get_type_hints(StepOptions)
     for field in dataclasses.fields(StepOptions):
@@ -150,25 +145,35 @@ def validate(options: StepOptions, device: str | torch.device, profile: Any = No
                         "and no QK-norm")
     if options.checkpoint_every < 0 or options.batch_size < 1 or options.seq_len < 1:
         problems.append("checkpoint_every must be >= 0, batch_size and seq_len >= 1")
+    return problems
 
-    device = torch.device(device)
-    where = profile.key if profile is not None else device.type
-    if device.type != "cuda":
-        impls = {options.norm, options.mlp, options.qk_norm, options.loss, options.rope}
-        if "liger" in impls:
-            problems.append("Liger-Kernel needs a CUDA device (its kernels do not run on a CPU)")
-        if ("triton" in impls or options.loss == "fused" or options.optimizer == "master") \
-                and os.environ.get("TRITON_INTERPRET") != "1":
-            problems.append("Triton kernels need a CUDA device, or TRITON_INTERPRET=1 to interpret them")
-        if options.cuda_graph:
-            problems.append("cuda_graph needs a CUDA device")
-        if options.optimizer == "fused":
-            problems.append("optimizer='fused' (the fused CUDA AdamW) needs a CUDA device")
-        if options.optimizer == "adamw8bit":
-            problems.append("optimizer='adamw8bit' (bitsandbytes' 8-bit kernels) needs a CUDA device")
-        if options.compile in GRAPHED_COMPILE_MODES:
-            problems.append(f"compile={options.compile!r} uses CUDA graphs; use 'default' or "
-                            "'max-autotune-no-cudagraphs' on a CPU")
+
+def _cpu_problems(options: StepOptions) -> list[str]:
+    """The options that need a CUDA device, for a step on another device."""
+    problems = []
+    impls = {options.norm, options.mlp, options.qk_norm, options.loss, options.rope}
+    if "liger" in impls:
+        problems.append("Liger-Kernel needs a CUDA device (its kernels do not run on a CPU)")
+    if ("triton" in impls or options.loss == "fused" or options.optimizer == "master") \
+            and os.environ.get("TRITON_INTERPRET") != "1":
+        problems.append("Triton kernels need a CUDA device, or TRITON_INTERPRET=1 to interpret them")
+    if options.cuda_graph:
+        problems.append("cuda_graph needs a CUDA device")
+    if options.optimizer == "fused":
+        problems.append("optimizer='fused' (the fused CUDA AdamW) needs a CUDA device")
+    if options.optimizer == "adamw8bit":
+        problems.append("optimizer='adamw8bit' (bitsandbytes' 8-bit kernels) needs a CUDA device")
+    if options.compile in GRAPHED_COMPILE_MODES:
+        problems.append(f"compile={options.compile!r} uses CUDA graphs; use 'default' or "
+                        "'max-autotune-no-cudagraphs' on a CPU")
+    return problems
+
+
+def _precision_problems(options: StepOptions, device: torch.device, profile: Any,
+                        where: str) -> list[str]:
+    """The precision and FP8 options that the device (``profile``'s, else its own) or each other
+    rule out."""
+    problems = []
     if options.precision == "fp64" and {options.norm, options.mlp, options.qk_norm, options.loss,
                                         options.rope} & {"triton", "liger", "fused"}:
         problems.append("precision='fp64' (the check's reference) runs eager kernels only")
@@ -192,16 +197,39 @@ def validate(options: StepOptions, device: str | torch.device, profile: Any = No
             device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0))
         if not tf32:
             problems.append(f"precision='tf32' is not supported on {where}")
-    if options.cuda_graph:
-        if options.precision == "fp16":
-            problems.append("cuda_graph cannot capture fp16's GradScaler (its inf check syncs with the host)")
-        if options.item_sync:
-            problems.append("cuda_graph cannot capture loss.item(): set item_sync=False")
-        if options.compile in GRAPHED_COMPILE_MODES:
-            problems.append(f"cuda_graph captures the whole step itself: compile={options.compile!r} would "
-                            "capture CUDA graphs inside it; use 'default' or 'max-autotune-no-cudagraphs'")
-        if options.optimizer == "adamw8bit":
-            problems.append("cuda_graph: bitsandbytes' AdamW8bit is not capturable")
+    return problems
+
+
+def _cuda_graph_problems(options: StepOptions) -> list[str]:
+    """What a CUDA graph of the whole step cannot capture."""
+    if not options.cuda_graph:
+        return []
+    problems = []
+    if options.precision == "fp16":
+        problems.append("cuda_graph cannot capture fp16's GradScaler (its inf check syncs with the host)")
+    if options.item_sync:
+        problems.append("cuda_graph cannot capture loss.item(): set item_sync=False")
+    if options.compile in GRAPHED_COMPILE_MODES:
+        problems.append(f"cuda_graph captures the whole step itself: compile={options.compile!r} would "
+                        "capture CUDA graphs inside it; use 'default' or 'max-autotune-no-cudagraphs'")
+    if options.optimizer == "adamw8bit":
+        problems.append("cuda_graph: bitsandbytes' AdamW8bit is not capturable")
+    return problems
+
+
+def validate(options: StepOptions, device: str | torch.device, profile: Any = None) -> None:
+    """Raise UnsupportedOptions listing every reason ``options`` cannot run on ``device``.
+
+    ``profile`` (optional, e.g. optbench.core.hardware.HardwareProfile) has ``supports_bf16``, ``supports_tf32``,
+    ``fp8`` (FP8 tensor cores; False where it lacks the attribute) and ``key``; without it, a CUDA device's own
+    capabilities are asked.
+    """
+    device = torch.device(device)
+    where = profile.key if profile is not None else device.type
+    problems = [*_value_problems(options),
+                *(_cpu_problems(options) if device.type != "cuda" else []),
+                *_precision_problems(options, device, profile, where),
+                *_cuda_graph_problems(options)]
     if problems:
         raise UnsupportedOptions("; ".join(problems))
 
@@ -526,16 +554,16 @@ CHECK_FACTOR, CHECK_FLOOR = 2.5, 1e-6
 UNIT_ROUNDOFF = {"fp64": 2.0**-53, "fp32": 2.0**-24, "tf32": 2.0**-11, "fp16": 2.0**-11, "bf16": 2.0**-8}
 # The most a step in each precision may be off, whatever its eager step measured: where the candidate is the
 # eager step in its own precision (fp32, tf32, fp16-scaler), 2.5x its own error would pass anything finite. About
-# 5x of bf16 steps' largest error on an H100 (gradients 4.4e-2 at 1B), scaled by the unit roundoff.
+# 5x the largest error of a correct bf16 step at our sizes (gradients, 4.4e-2 at 1B), scaled by the unit roundoff.
 CHECK_CEILING = {"fp64": 1e-9, "fp32": 1e-3, "tf32": 5e-2, "fp16": 5e-2, "bf16": 0.3}
 # FP8 matmuls (options.fp8) round their operands to 3 mantissa bits (e4m3; tensorwise's gradients e5m2, 2 bits):
 # a numerics change on purpose, 16-32x bf16's rounding, which the 2.5x-of-eager tolerance is not made for.
 # torchao's own numerics test (test/float8/test_numerics_integration.py) holds one LLaMA FFN in FP8 to an SQNR
 # over 20 dB against bf16 (relative error under 0.1) in its output and gradients, per layer; errors compound with
 # depth. torchao's emulated FP8 steps on a CPU (tests/test_fp8.py), worst gradient: 0.09-0.12 on tiny (2 layers; bf16
-# eager 0.008), 0.18-0.28 at 12 layers (d_model 64 and 256; bf16 eager 0.019-0.025, as the 100M's 0.021 on an
-# H100). The exact check refuses that. An FP8 step's check catches broken plumbing instead: every quantity
-# within FP8_CHECK_TOLERANCE, 2.5x the worst FP8 error measured and under what gross bugs give (a lost or
+# eager 0.008), 0.18-0.28 at 12 layers (d_model 64 and 256; bf16 eager 0.019-0.025, as at 100M: 0.021). The
+# exact check refuses that. An FP8 step's check catches broken plumbing instead: every quantity within
+# FP8_CHECK_TOLERANCE, 2.5x the worst of those FP8 errors and under what gross bugs give (a lost or
 # unrelated gradient: 1 or sqrt 2; a sign flip: 2). Whether FP8 trains like eager is the convergence check's
 # call (optbench.suite.convergence).
 FP8_CHECK_TOLERANCE = 0.7

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 from optbench.core import breakdown, progress
-from optbench.core.asv_atomic import asv
 from optbench.core.console import console
 from optbench.core.helptext import plain
 from optbench.core.settings import Settings, current
@@ -43,14 +42,14 @@ SUBCOMMANDS = {
 
 
 # What asv needs after the grids of a run with a time budget: the remaining classes' quick skips, its track
-# processes and writing the results (a 9e238a7 run killed at its job limit wrote no asv results).
+# processes and writing the results (a run stopped before asv writes them stores no asv results).
 ASV_WRAP_UP_S = 60.0
-# What a run spends before its first case: asv's start and discovery, the grid processes' start-up (14-25 s in the
-# quick runs' breakdowns and timestamped logs, NOTES.md): kept out of the budget in the estimate before a run.
+# What a run spends before its first case: asv's start and discovery, the grid processes' start-up (each run's
+# stored breakdown holds its own): kept out of the budget in the estimate before a run.
 ASV_START_S = 20.0
 # The shortest --time-budget that can measure a case: the wrap-up, asv's start-up before the first grid (about
-# 30 s on an H100 runner) and the 30 s a case needs left to start (optbench.core.runner). On an H100, 110 s measured
-# nothing and 130 s measured three kernel cases.
+# 30 s on an H100 runner) and the 30 s a case needs left to start (optbench.core.runner): a shorter budget is
+# refused, since it would measure nothing.
 MIN_TIME_BUDGET_S = ASV_WRAP_UP_S + 60.0
 
 
@@ -79,15 +78,35 @@ def bench_env(settings: Settings) -> dict[str, str]:
 
 
 def register_machine(machine: str) -> None:
-    """Writes asv's machine file for ``machine`` with the GPU named beside the CPU."""
-    from optbench.core.machine import machine_info
+    """Makes ``machine`` known to asv in asv's per-user machine file (``~/.asv-machine.json``), whose entry
+    ``asv run --machine`` copies into ``results/asv/<machine>/machine.json``. Where that file exists
+    (committed results), the entry is its description as it is, so asv writes it back byte for byte;
+    else this machine's (OS, architecture, CPU with the GPU named beside it, CPUs, RAM). The entry is
+    written only where it differs; the other machines of the file are kept, and nothing under
+    ``results/`` is written here."""
+    import json
 
-    info = machine_info()
-    cpu = str(info.get("cpu") or platform.processor() or "unknown cpu")
-    if info.get("gpu_name"):
-        cpu = f"{cpu} | {info['gpu_count']}x {info['gpu_name']} (driver {info.get('driver')}, CUDA {info.get('cuda')})"
-    asv(["machine", "--yes", "--machine", machine, "--os", str(info.get("os")), "--arch", platform.machine(),
-         "--cpu", cpu, "--num_cpu", str(info.get("num_cpu")), "--ram", str(info.get("ram_gb"))])
+    from asv import util
+    from asv.machine import MachineCollection
+
+    from optbench.core.machine import machine_info
+    from optbench.core.store import asv_results_dir
+
+    try:
+        description = json.loads((asv_results_dir() / machine / "machine.json").read_text())
+        description.pop("version", None)
+    except (OSError, ValueError):
+        info = machine_info()
+        cpu = str(info.get("cpu") or platform.processor() or "unknown cpu")
+        if info.get("gpu_name"):
+            cpu = (f"{cpu} | {info['gpu_count']}x {info['gpu_name']} (driver {info.get('driver')}, "
+                   f"CUDA {info.get('cuda')})")
+        description = {"machine": machine, "os": str(info.get("os")), "arch": platform.machine(),
+                       "cpu": cpu, "num_cpu": str(info.get("num_cpu")), "ram": str(info.get("ram_gb"))}
+    path = Path(MachineCollection.get_machine_file_path())
+    known = util.load_json(str(path)) if path.is_file() else {}
+    if known.get(machine) != description:
+        MachineCollection.save(machine, description)
 
 
 def _asv_results(machine: str, commit: str) -> dict[Path, dict]:

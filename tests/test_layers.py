@@ -1,7 +1,8 @@
-"""The harness in layers: every import (module level or inside a function) points down, never up.
+"""The harness in layers: every import (module level or inside a function) points down, never up,
+and no modules import each other in a circle.
 
 core <- suite <- gate <- reporting, profiling <- cli; kernels <- models <- suite; benchmarks (asv) read the core and the
-suite. A planted upward import is caught (the check can fail).
+suite. A planted upward import and a planted cycle are caught (the checks can fail).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def _module(path: Path) -> str:
 
 
 def imports(source: str, module: str) -> set[str]:
-    """Absolute names of the repository's modules that ``source`` (module ``module``) imports anywhere."""
+    """Absolute names from the repository that ``source`` (module ``module``) imports anywhere:
+    modules, and ``package.name`` for ``from package import name`` (a module or a name in one)."""
     found = set()
     package = module.rsplit(".", 1)[0]
     for node in ast.walk(ast.parse(source)):
@@ -45,8 +47,7 @@ def imports(source: str, module: str) -> set[str]:
             if node.level:
                 parts = package.split(".")
                 base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
-            found |= {f"{base}.{alias.name}" for alias in node.names} if base in ("optbench", "optbench.core") \
-                else {base}
+            found |= {f"{base}.{alias.name}" for alias in node.names}
     return {name for name in found if name.split(".")[0] in OURS}
 
 
@@ -63,6 +64,43 @@ def violations(sources: dict[str, str]) -> list[str]:
             if not any(name == p or name.startswith(p + ".") for p in allowed):
                 bad.append(f"{module} -> {name}")
     return bad
+
+
+def module_of(name: str, modules: set[str]) -> str | None:
+    """The module of ``modules`` that the imported ``name`` is or is in (its longest prefix), or
+    None."""
+    parts = name.split(".")
+    prefixes = (".".join(parts[:i]) for i in range(len(parts), 0, -1))
+    return next((m for m in prefixes if m in modules), None)
+
+
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """module -> the other modules of ``sources`` it imports (module level or inside a function)."""
+    modules = set(sources)
+    graph: dict[str, set[str]] = {}
+    for module, source in sources.items():
+        found = {module_of(name, modules) for name in imports(source, module)}
+        graph[module] = {m for m in found if m is not None and m != module}
+    return graph
+
+
+def cycles(sources: dict[str, str]) -> list[list[str]]:
+    """The modules that import each other in a circle, as sorted groups: each module with every
+    module that it reaches through imports and that reaches it back."""
+    graph = import_graph(sources)
+
+    def reached(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for m in graph[todo.pop()] - seen:
+                seen.add(m)
+                todo.append(m)
+        return seen
+
+    reach = {m: reached(m) for m in graph}
+    groups = {tuple(sorted({m} | {n for n in reach[m] if m in reach[n]}))
+              for m in graph if m in reach[m]}
+    return sorted(list(g) for g in groups)
 
 
 def _sources() -> dict[str, str]:
@@ -87,3 +125,27 @@ def test_an_upward_import_is_caught():
     }
     assert len(violations(planted)) == len(planted)
     assert violations({"optbench.suite.plan": "from optbench.core.store import ResultStore\n"}) == []
+
+
+def test_no_import_cycle():
+    assert cycles(_sources()) == []
+
+
+def test_a_planted_cycle_is_caught():
+    """Mutation: a circle through a function-level import, through a package's submodule and
+    through three modules is flagged, in the repository's own modules too; a diamond (two paths to
+    one module) is none."""
+    two = {"optbench.suite.plan": "from optbench.suite import distributed\n",
+           "optbench.suite.distributed": "def f():\n    from optbench.suite.plan import VARIANTS\n"}
+    assert cycles(two) == [["optbench.suite.distributed", "optbench.suite.plan"]]
+    three = {"models.a": "import models.b\n", "models.b": "from models.c import x\n",
+             "models.c": "from . import a\n", "models.d": "import models.a\n"}
+    assert cycles(three) == [["models.a", "models.b", "models.c"]]
+    diamond = {"kernels.a": "import kernels.b, kernels.c\n", "kernels.b": "import kernels.d\n",
+               "kernels.c": "from kernels.d import y\n", "kernels.d": ""}
+    assert cycles(diamond) == []
+    sources = _sources()
+    planted = "\n\ndef planted():\n    from optbench.suite.workloads import step_options\n"
+    sources["optbench.suite.baseline"] += planted
+    circle = {"optbench.suite.baseline", "optbench.suite.workloads"}
+    assert any(circle <= set(group) for group in cycles(sources))

@@ -1,3 +1,4 @@
+import re
 import subprocess
 from types import SimpleNamespace
 
@@ -9,7 +10,7 @@ from optbench.core.machine import machine_info, machine_name
 
 KEYS = {
     "gpu_name", "gpu_count", "gpu_uuid", "driver", "cuda", "torch", "triton", "python", "cpu", "num_cpu", "ram_gb",
-    "os", "hostname", "profile", "sm_clock_mhz", "mem_clock_mhz", "date", "compile_cache", "interconnect",
+    "os", "hostname", "host_id", "profile", "sm_clock_mhz", "mem_clock_mhz", "date", "compile_cache", "interconnect",
 }
 
 
@@ -91,6 +92,32 @@ def test_machine_name_when_emulating():
     assert machine_name(info, emulate="t4") == "h100-sxm-emulating-t4"
     with pytest.raises(KeyError):
         machine_name(info, emulate="v100")
+
+
+def test_two_hosts_with_one_cpu_model_get_two_names(monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(machine.shutil, "which", lambda name: None)
+    monkeypatch.setattr(machine, "_cpu_model", lambda: "AMD EPYC 7763 64-Core Processor")
+    names = []
+    for host in ("a", "b"):
+        (tmp_path / host).write_text(f"{host * 32}\n")
+        monkeypatch.setattr(machine, "MACHINE_ID_FILES", (str(tmp_path / "none"), str(tmp_path / host)))
+        names += [machine_name(), machine_name()]  # stable on one host
+    assert names[0] == names[1] != names[2] == names[3]
+    assert all(re.fullmatch(r"cpu-amd-epyc-7763-[0-9a-f]{6}", name) for name in names)
+    # without a machine id, the host's name tells hosts apart
+    monkeypatch.setattr(machine, "MACHINE_ID_FILES", (str(tmp_path / "none"),))
+    by_hostname = set()
+    for host in ("vm1", "vm2"):
+        monkeypatch.setattr(machine.socket, "gethostname", lambda host=host: host)
+        by_hostname.add(machine_name())
+    assert len(by_hostname) == 2 and not by_hostname & set(names)
+
+
+def test_a_gpu_machine_keeps_its_profile_key_on_every_host():
+    for host_id in ("aaaaaa", "bbbbbb"):
+        info = {"gpu_name": "NVIDIA H100 80GB HBM3", "cpu": "AMD EPYC", "host_id": host_id}
+        assert machine_name(info) == "h100-sxm"
 
 
 def test_machine_name_of_this_machine():

@@ -154,3 +154,25 @@ def test_an_older_snapshots_placeholder_does_not_shadow_the_finished_record(tmp_
     assert merge.merge_tree(src, dest) == []
     assert [r.run_id for r in ResultStore(dest).runs("h100-sxm", SHA)] == ["r1"]
     assert ResultStore(dest).load("h100-sxm", SHA)["bench_step.Step100M|variant=best"]["status"] == "ok"
+
+
+def test_a_merge_into_a_folder_git_ignores_says_how_to_commit_it(tmp_path, capsys):
+    """A machine with no committed results is ignored (.gitignore): its merged runs would never land
+    unless committed on purpose, so merge names the folder; a tracked machine's merge says nothing."""
+    import subprocess
+
+    from optbench.core import merge
+
+    repo = tmp_path / "repo"
+    (repo / "results" / "known").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".gitignore").write_text("/results/*/\n!/results/known/\n")
+    src = tmp_path / "src"
+    for machine in ("known", "newgpu"):
+        run = src / machine / "optbench" / ("a" * 40)
+        run.mkdir(parents=True)
+        (run / "r1.jsonl").write_text('{"key": "__machine__", "info": {}}\n')
+    assert merge.main([str(src), "--into", str(repo / "results")]) == 0
+    err = capsys.readouterr().err
+    assert "results/newgpu is ignored by git" in err and "git add -f results/newgpu" in err
+    assert "results/known" not in err

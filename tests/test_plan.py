@@ -14,12 +14,14 @@ import pytest
 import torch
 
 from models.config import CONFIGS, flops_per_token, param_count
-from models.step import validate
+from models.step import BASELINE, validate
 from models.variants import ABLATED, ABLATION, ADDED, VARIANTS, ablation_note, reference, switch_name, switches
 from optbench.core.hardware import PROFILES
 from optbench.core.roofline import Ceilings
 from optbench.core.store import REPO_ROOT as ROOT
 from optbench.core.store import ResultStore
+from optbench.suite import baseline as B
+from optbench.suite import memory_estimate as M
 from optbench.suite import plan as P
 from optbench.suite.catalog import KERNELS, STEP_GRIDS, asv_pattern
 from optbench.suite.ops import OPS
@@ -111,11 +113,11 @@ def test_t4_skips_bf16_and_tf32():
 
 def test_t4_step_baseline_is_fp16_with_grad_scaler():
     for size in ("tiny", "100M", "500M", "1B"):
-        assert P.base_options(T4, size).precision == "fp16"  # models.step: fp16 autocast + GradScaler
-        assert any("GradScaler" in note for note in P.baseline_notes(T4, size))
-    assert P.base_options(H100, "100M") == P.BASELINE
-    assert P.base_options(PROFILES["cpu"], "tiny").precision == "fp32"
-    reference, candidate = P.step_pair(T4, "100M", "fp32")
+        assert B.base_options(T4, size).precision == "fp16"  # models.step: fp16 autocast + GradScaler
+        assert any("GradScaler" in note for note in B.baseline_notes(T4, size))
+    assert B.base_options(H100, "100M") == BASELINE
+    assert B.base_options(PROFILES["cpu"], "tiny").precision == "fp32"
+    reference, candidate = B.step_pair(T4, "100M", "fp32")
     assert (reference.precision, candidate.precision) == ("fp16", "fp32")
 
 
@@ -126,25 +128,25 @@ def test_1b_does_not_fit_16_gb():
     reason = P.step_skip_reason(T4, "1B", "eager")
     assert reason.startswith("memory:") and "would fit with checkpointing and an 8-bit optimizer" in reason
     # ... as the estimate says: the fp32 states alone exceed the card, checkpointing alone is not enough.
-    cfg, base, usable = CONFIGS["1B"], P.base_options(T4, "1B"), P.usable_bytes(T4)
-    assert base.batch_size == 1 and P.STATE_BYTES * param_count(cfg) > usable
+    cfg, base, usable = CONFIGS["1B"], B.base_options(T4, "1B"), M.usable_bytes(T4)
+    assert base.batch_size == 1 and M.STATE_BYTES * param_count(cfg) > usable
     checkpointed = base.replace(checkpoint_every=1)
-    assert P.step_memory_bytes(cfg, checkpointed) > usable
-    assert P.step_memory_bytes(cfg, checkpointed.replace(optimizer="adamw8bit")) <= usable
+    assert M.step_memory_bytes(cfg, checkpointed) > usable
+    assert M.step_memory_bytes(cfg, checkpointed.replace(optimizer="adamw8bit")) <= usable
 
 
 def test_batch_halves_until_the_estimate_fits():
     for key, size in itertools.product(GPUS, ("100M", "500M", "1B")):
-        profile, base = PROFILES[key], P.base_options(PROFILES[key], size)
-        fits = P.step_memory_bytes(CONFIGS[size], base) <= P.usable_bytes(profile)
-        notes = P.baseline_notes(profile, size)
+        profile, base = PROFILES[key], B.base_options(PROFILES[key], size)
+        fits = M.step_memory_bytes(CONFIGS[size], base) <= M.usable_bytes(profile)
+        notes = B.baseline_notes(profile, size)
         if not fits:
             assert base.batch_size == 1 and any(n.startswith("does not fit even at batch 1") for n in notes)
         elif base.batch_size < 8:
             larger = base.replace(batch_size=base.batch_size * 2)
-            assert P.step_memory_bytes(CONFIGS[size], larger) > P.usable_bytes(profile)
+            assert M.step_memory_bytes(CONFIGS[size], larger) > M.usable_bytes(profile)
             assert any(note.startswith(f"batch {base.batch_size}:") for note in notes)
-    assert P.base_options(A100_40, "1B").batch_size < 8 <= P.base_options(A100_40, "500M").batch_size
+    assert B.base_options(A100_40, "1B").batch_size < 8 <= B.base_options(A100_40, "500M").batch_size
 
 
 @pytest.mark.parametrize("suite", ["full", "sweep", "ablation"])
@@ -160,20 +162,20 @@ def test_each_grid_times_each_variants_reference():
             assert reference(variant) in variants, (grid, variant)
     assert [reference(v) for v in ("triton-qknorm", "cuda-graph", "triton-rope", "tf32", ABLATED)] == \
         ["qknorm", "graph-prereqs", "fused-proj", "fp32", "eager"]
-    assert P.step_pair(H100, "100M", "qknorm")[0].qk_norm == "eager"  # triton-qknorm's reference has QK-norm
+    assert B.step_pair(H100, "100M", "qknorm")[0].qk_norm == "eager"  # triton-qknorm's reference has QK-norm
     assert P.step_skip_reason(H100, "100M", "qknorm") is None  # a reference model: checked against itself
 
 
 def test_ablation_leaves_out_one_switch_and_what_needs_it():
-    best = P.step_pair(H100, "1B", ABLATED)[1]
+    best = B.step_pair(H100, "1B", ABLATED)[1]
     assert list(ABLATION) == [f"{ABLATED}-without-{switch_name(k, v)}" for k, v in switches(ABLATED).items()]
     assert STEP_GRIDS["ablation"] == ["eager", ABLATED, *ABLATION, *ADDED]
     for name, removed in ABLATION.items():
-        reference_options, options = P.step_pair(H100, "1B", name)
-        assert reference_options == P.BASELINE  # checked against eager, as best-kernels is
+        reference_options, options = B.step_pair(H100, "1B", name)
+        assert reference_options == BASELINE  # checked against eager, as best-kernels is
         changed = {f.name for f in dataclasses.fields(best) if getattr(options, f.name) != getattr(best, f.name)}
         assert changed == set(removed), name
-        assert all(getattr(options, k) == getattr(P.BASELINE, k) for k in removed), name
+        assert all(getattr(options, k) == getattr(BASELINE, k) for k in removed), name
         validate(options, "cuda", H100)
         for kept in removed[1:]:  # keeping a switch that needs the removed one is refused, as NEEDS says
             with pytest.raises(P.UnsupportedOptions):
@@ -203,9 +205,9 @@ def test_no_flash_attention_is_a_note_not_a_skip():
 
 def test_kernel_bytes():
     n_params = param_count(CONFIGS["1B"])
-    assert P.kernel_bytes("grad_stats", "1B", "loop") == 8 * n_params  # fp32 params and their grads
-    shape, logits = "8192x2048x32000", P.LOGIT_BYTES * 8192 * 32000
-    held = {impl: P.kernel_bytes("linear_ce", shape, impl) for impl in ("eager", "liger-ce", "triton")}
+    assert M.kernel_bytes("grad_stats", "1B", "loop") == 8 * n_params  # fp32 params and their grads
+    shape, logits = "8192x2048x32000", M.LOGIT_BYTES * 8192 * 32000
+    held = {impl: M.kernel_bytes("linear_ce", shape, impl) for impl in ("eager", "liger-ce", "triton")}
     assert held["eager"] == held["liger-ce"] == held["triton"] + logits
 
 
@@ -226,7 +228,7 @@ def _stored_h100_steps():
             size, variant = key.split("|")[0].removeprefix("bench_step.Step"), rec["params"]["variant"]
             if variant not in VARIANTS and variant != "eager":
                 continue
-            options = P.step_pair(H100, size, variant)[1]
+            options = B.step_pair(H100, size, variant)[1]
             if not options.cuda_graph and not options.compile:
                 own = rec["mem_base_bytes"]["step"] - rec.get("mem_before_bytes", 0) + rec["peak_mem_bytes"]["step"]
                 least[(size, variant)] = min(own, least.get((size, variant), own))
@@ -238,7 +240,7 @@ def test_memory_estimate_bounds_stored_h100_peaks():
     if not measured:
         pytest.skip("no stored H100 step results")
     for size, variant, peak in measured:
-        estimate = P.step_memory_bytes(CONFIGS[size], P.step_pair(H100, size, variant)[1])
+        estimate = M.step_memory_bytes(CONFIGS[size], B.step_pair(H100, size, variant)[1])
         assert peak <= estimate <= 1.25 * peak, (size, variant, estimate / peak)
 
 

@@ -12,7 +12,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from optbench.profiling import profile
+from optbench.profiling import breakdown, diff, profile, report, timeline
+from optbench.profiling.kernel_classes import (
+    KERNEL_CLASSES,
+    KERNEL_RULES,
+    class_notes,
+    class_split,
+    kernel_class,
+    kernel_class_figures,
+    kernel_rule,
+    linear_gemm_flops,
+    matmul_figures,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 RUN = ["--size", "tiny", "--device", "cpu", "--steps", "2", "--warmup", "1"]
@@ -45,7 +56,7 @@ def test_report_structure_and_files(reports: dict[str, Path]) -> None:
     folder = reports["base"]
     r = load(folder)
     assert {"meta", "notes", "time", "launches", "smells", "memory", "ops", "files"} <= r.keys()
-    assert set(r["time"]["host_ms"]) == set(profile.PHASES)
+    assert set(r["time"]["host_ms"]) == set(timeline.PHASES)
     assert {"wall_ms", "gpu_busy_fraction", "tokens_per_s", "mfu"} <= r["time"].keys()
     assert r["time"]["gpu_busy_fraction"] is None and r["notes"]  # CPU: null, with a note that says why
     assert {"copy_calls", "host_syncs", "small_kernels", "loops"} <= r["smells"].keys()
@@ -54,7 +65,7 @@ def test_report_structure_and_files(reports: dict[str, Path]) -> None:
     assert all(math.isfinite(x) for x in numbers(r))
     assert math.isclose(sum(r["time"]["host_ms"].values()), r["time"]["wall_ms"], rel_tol=0.05)
     assert r["memory"]["activations_bytes"] > 0 and r["memory"]["peak_backward_bytes"] > 0
-    assert 0 < len(r["ops"]["top_host"]) <= profile.TOP and r["launches"]["per_step"] > 0
+    assert 0 < len(r["ops"]["top_host"]) <= breakdown.TOP and r["launches"]["per_step"] > 0
 
     for name in ("report.json", "report.md", "report.html", "trace.json.gz", "time_split.png",
                  "memory_timeline.png"):
@@ -95,7 +106,7 @@ def test_loop_grad_stats_launch_more_ops(reports: dict[str, Path]) -> None:
 
 def test_diff_lists_the_sync(reports: dict[str, Path]) -> None:
     assert profile.main(["--diff", str(reports["base"]), str(reports["no_sync"] / "report.json")]) == 0
-    rows = {row[0]: row for row in profile.figure_rows(load(reports["base"]), load(reports["no_sync"]))}
+    rows = {row[0]: row for row in diff.figure_rows(load(reports["base"]), load(reports["no_sync"]))}
     assert rows["smells.host_syncs"][3] == -1
     text = (reports["no_sync"] / "diff.md").read_text()
     assert any(line.startswith("| smells.host_syncs |") and "| -1 |" in line for line in text.splitlines())
@@ -103,12 +114,12 @@ def test_diff_lists_the_sync(reports: dict[str, Path]) -> None:
 
 def test_staging_leaves_nothing_on_failure(tmp_path: Path) -> None:
     final = tmp_path / "report"
-    with pytest.raises(RuntimeError), profile.staging(final) as tmp:
+    with pytest.raises(RuntimeError), report.staging(final) as tmp:
         (tmp / "report.json").write_text("{}")
         raise RuntimeError("crash")
     assert list(tmp_path.iterdir()) == []
     for text in ("old", "new"):
-        with profile.staging(final) as tmp:
+        with report.staging(final) as tmp:
             (tmp / "report.json").write_text(text)
     assert [p.name for p in tmp_path.iterdir()] == ["report"] and (final / "report.json").read_text() == "new"
 
@@ -124,11 +135,11 @@ def test_cuda_call_names_are_classified() -> None:
     """Kineto's names of CUDA runtime and driver calls (the CUDA path cannot run here)."""
     launches = ["cudaLaunchKernel", "cudaLaunchKernelExC_v11060", "cuLaunchKernelEx", "cudaGraphLaunch_ptsz"]
     syncs = ["cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy"]
-    assert all(profile.LAUNCH_CALL.match(n) for n in launches)
-    assert all(profile.SYNC_CALL.match(n) for n in syncs)
-    assert not any(profile.SYNC_CALL.match(n) for n in ("cudaMemcpyAsync", "cudaStreamWaitEvent", *launches))
-    assert all(profile.DATA_CALL.match(n) for n in ("cudaMemcpyAsync", "cuMemcpyHtoDAsync_v2", *syncs))
-    assert not any(profile.DATA_CALL.match(n) for n in launches)
+    assert all(breakdown.LAUNCH_CALL.match(n) for n in launches)
+    assert all(breakdown.SYNC_CALL.match(n) for n in syncs)
+    assert not any(breakdown.SYNC_CALL.match(n) for n in ("cudaMemcpyAsync", "cudaStreamWaitEvent", *launches))
+    assert all(breakdown.DATA_CALL.match(n) for n in ("cudaMemcpyAsync", "cuMemcpyHtoDAsync_v2", *syncs))
+    assert not any(breakdown.DATA_CALL.match(n) for n in launches)
 
 
 def test_command_buffer_full_is_not_device_time():
@@ -141,10 +152,10 @@ def test_command_buffer_full_is_not_device_time():
                   duration=us, kernels=list(kernels), is_user_annotation=False)
 
     kernel, stall = span("gemm", 10, 2000), span("Command Buffer Full", 5, 90000)
-    line = profile.Timeline([(0, 100)], [(0, 100, "optimizer")])
-    parsed = profile.Parsed(host=[span("aten::mm", 1, 3, [kernel, stall])], device=[kernel], line=line,
+    line = timeline.Timeline([(0, 100)], [(0, 100, "optimizer")])
+    parsed = timeline.Parsed(host=[span("aten::mm", 1, 3, [kernel, stall])], device=[kernel], line=line,
                             curve=None)
-    split = profile.device_split(parsed)
+    split = breakdown.device_split(parsed)
     assert split["optimizer"] == pytest.approx(2.0) and split["unattributed"] == 0.0
 
 
@@ -158,12 +169,12 @@ def test_a_gpu_steps_mfu_divides_by_the_profiles_peak(monkeypatch: pytest.Monkey
 
     h100 = hardware.PROFILES["h100-sxm"]
     monkeypatch.setattr(hardware, "detect", lambda device=None: h100)
-    monkeypatch.setattr(profile, "host_split", lambda p: {})
-    monkeypatch.setattr(profile, "device_split", lambda p: {})
+    monkeypatch.setattr(breakdown, "host_split", lambda p: {})
+    monkeypatch.setattr(breakdown, "device_split", lambda p: {})
     kernel = NS(time_range=NS(start=0.0, end=10_000.0))
     parsed = NS(line=NS(ranges=[(0.0, 10_000.0)], n=1), device=[kernel])  # one 10 ms step, busy throughout
     step = NS(device=NS(type="cuda"), options=NS(precision="bf16"), tokens_per_step=8192, flops_per_step=1e15)
-    figures = profile.time_figures(step, parsed)
+    figures = breakdown.time_figures(step, parsed)
     assert figures["wall_ms"] == pytest.approx(10.0) and figures["gpu_busy_fraction"] == pytest.approx(1.0)
     assert figures["mfu"] == pytest.approx(1e15 / 0.01 / (Ceilings.from_profile(h100).peak("bf16") * 1e12))
 
@@ -206,24 +217,24 @@ OTHER = ["_adamw_kernel", "_rms_norm_bwd_kernel", "triton_red_fused__log_softmax
                                              (FP8_CASTS, "fp8_cast"), (OTHER, "other")])
 def test_kernel_names_are_classified(names: list[str], kind: str) -> None:
     """Kernels of no operator (a CUDA graph replay) by name; an FP8 GEMM is not a bf16 GEMM, nor the reverse."""
-    assert [profile.kernel_class(n) for n in names] == [kind] * len(names)
+    assert [kernel_class(n) for n in names] == [kind] * len(names)
 
 
 def test_every_class_has_a_rule_and_the_last_rule_takes_any_name() -> None:
-    assert {kind for *_, kind in profile.KERNEL_RULES} == set(profile.KERNEL_CLASSES)
-    assert profile.KERNEL_RULES[-1] == ("kernel", "", "other")
-    assert profile.kernel_rule("") == len(profile.KERNEL_RULES) - 1
+    assert {kind for *_, kind in KERNEL_RULES} == set(KERNEL_CLASSES)
+    assert KERNEL_RULES[-1] == ("kernel", "", "other")
+    assert kernel_rule("") == len(KERNEL_RULES) - 1
 
 
 def test_the_launching_operator_wins_over_the_name() -> None:
     bf16_name, fp8_name = BF16_GEMMS[0], FP8_GEMMS[0]
-    assert profile.kernel_class(bf16_name, ("aten::_scaled_mm", "aten::mm", "matmul_with_hp_or_float8_args")) \
+    assert kernel_class(bf16_name, ("aten::_scaled_mm", "aten::mm", "matmul_with_hp_or_float8_args")) \
         == "gemm_fp8"
-    assert profile.kernel_class("some_kernel_nobody_knows", ("aten::addmm", "aten::linear")) == "gemm"
-    assert profile.kernel_class(fp8_name, ("aten::mm",)) == "gemm"  # the op's evidence first, even against the name
+    assert kernel_class("some_kernel_nobody_knows", ("aten::addmm", "aten::linear")) == "gemm"
+    assert kernel_class(fp8_name, ("aten::mm",)) == "gemm"  # the op's evidence first, even against the name
     # SDPA's math fallback: its bmm kernels are attention (an enclosing attention op beats the launching bmm)
-    assert profile.kernel_class(bf16_name, ("aten::bmm", "aten::_scaled_dot_product_attention_math")) == "attention"
-    assert profile.kernel_class("Memset (Device)", ("aten::zeros", "aten::_scaled_dot_product_cudnn_attention_"
+    assert kernel_class(bf16_name, ("aten::bmm", "aten::_scaled_dot_product_attention_math")) == "attention"
+    assert kernel_class("Memset (Device)", ("aten::zeros", "aten::_scaled_dot_product_cudnn_attention_"
                                                     "backward")) == "attention"
 
 
@@ -233,18 +244,18 @@ def test_eager_fp8_casts_are_classified_by_the_enclosing_torchao_function() -> N
     reduce, pointwise = OTHER[-1], "void at::native::vectorized_elementwise_kernel<4, reciprocal_kernel_cuda>"
     backward = ("matmul_with_hp_or_float8_argsBackward",
                 "autograd::engine::evaluate_function: matmul_with_hp_or_float8_argsBackward")
-    assert profile.kernel_class(reduce, ("aten::amax", "matmul_with_hp_or_float8_args")) == "fp8_cast"
-    assert profile.kernel_class(pointwise, ("aten::reciprocal", "aten::mm", *backward)) == "fp8_cast"
-    assert profile.kernel_class(pointwise, ("aten::copy_", "aten::_to_copy", "aten::to", "_ToFloat8ConstrFunc")) \
+    assert kernel_class(reduce, ("aten::amax", "matmul_with_hp_or_float8_args")) == "fp8_cast"
+    assert kernel_class(pointwise, ("aten::reciprocal", "aten::mm", *backward)) == "fp8_cast"
+    assert kernel_class(pointwise, ("aten::copy_", "aten::_to_copy", "aten::to", "_ToFloat8ConstrFunc")) \
         == "fp8_cast"
-    assert profile.kernel_class(BF16_GEMMS[0], ("aten::_scaled_mm", "aten::mm", *backward)) == "gemm_fp8"
-    assert profile.kernel_class(reduce, ("aten::amax", "aten::logsumexp")) == "other"  # no torchao around it
+    assert kernel_class(BF16_GEMMS[0], ("aten::_scaled_mm", "aten::mm", *backward)) == "gemm_fp8"
+    assert kernel_class(reduce, ("aten::amax", "aten::logsumexp")) == "other"  # no torchao around it
 
 
-def fake_parsed(host: list, device: list, steps: int = 1) -> profile.Parsed:
-    line = profile.Timeline([(i * 1000.0, (i + 1) * 1000.0) for i in range(steps)],
+def fake_parsed(host: list, device: list, steps: int = 1) -> timeline.Parsed:
+    line = timeline.Timeline([(i * 1000.0, (i + 1) * 1000.0) for i in range(steps)],
                             [(i * 1000.0, (i + 1) * 1000.0, "forward") for i in range(steps)])
-    return profile.Parsed(host=host, device=device, line=line, curve=None)
+    return timeline.Parsed(host=host, device=device, line=line, curve=None)
 
 
 def span(name: str, start: float, us: float, kernels: tuple = (), parent: object = None, annotation: bool = False):
@@ -270,11 +281,11 @@ def test_classes_sum_to_the_device_total() -> None:
             span("aten::copy_", 40, 5, (k["copy"],)),
             span("ProfilerStep#1", 1000, 1000, (span("ProfilerStep#1", 1000, 900),), annotation=True)]
     parsed = fake_parsed(host, list(k.values()), steps=2)
-    split = profile.class_split(parsed)
+    split = class_split(parsed)
     assert split["ms"] == pytest.approx({"gemm_fp8": 0.4, "gemm": 0.1, "fp8_cast": 0.05, "attention": 0.015,
                                          "other": 0.005})
     assert split["total_ms"] == pytest.approx(sum(split["ms"].values()))
-    assert split["total_ms"] == pytest.approx(sum(profile.device_split(parsed).values()))
+    assert split["total_ms"] == pytest.approx(sum(breakdown.device_split(parsed).values()))
     assert split["kernels"]["gemm_fp8"] == pytest.approx(1.0) and split["kernels"]["gemm"] == pytest.approx(1.0)
     # auditable: the one bf16-named kernel counted as FP8 by its op, and the rules that decided
     assert {(t["name"], t["rule"]) for t in split["top"]["gemm_fp8"]} == {(BF16_GEMMS[0], 0), (FP8_GEMMS[1], 5)}
@@ -284,7 +295,7 @@ def test_classes_sum_to_the_device_total() -> None:
 
 
 def test_no_device_kernels_is_an_empty_split() -> None:
-    split = profile.class_split(fake_parsed([span("aten::mm", 1, 5)], []))
+    split = class_split(fake_parsed([span("aten::mm", 1, 5)], []))
     assert split["total_ms"] == 0.0 and set(split["ms"].values()) == {0.0}
     assert all(rows == [] for rows in split["top"].values())
 
@@ -293,9 +304,9 @@ def test_cpu_report_has_no_kernel_classes(reports: dict[str, Path]) -> None:
     r = load(reports["base"])
     assert "kernel_classes" in r and r["kernel_classes"] is None
     assert "Device time by kernel class" not in (reports["base"] / "report.md").read_text()
-    assert profile.figures(r)["kernel_classes"] is None
+    assert diff.figures(r)["kernel_classes"] is None
     older = {k: v for k, v in r.items() if k != "kernel_classes"}  # a report from before the section: no KeyError
-    assert profile.figures(older)["kernel_classes"] is None
+    assert diff.figures(older)["kernel_classes"] is None
 
 
 class Float8Linear(torch.nn.Linear):
@@ -310,7 +321,7 @@ def tiny_model() -> torch.nn.Module:
 def test_gemm_flops_count_three_gemms_per_linear_layer() -> None:
     model = tiny_model()
     model[0].__class__ = model[2].__class__ = Float8Linear
-    flops = profile.linear_gemm_flops(model, tokens=100)
+    flops = linear_gemm_flops(model, tokens=100)
     assert flops == {"fp8": 3 * 2 * 100 * (32 * 64 + 64 * 32), "other": 3 * 2 * 100 * 32 * 10,
                      "fp8_layers": 2, "other_layers": 1}
 
@@ -329,14 +340,14 @@ def test_gemm_flops_of_torchaos_float8_training() -> None:
     config = Float8LinearConfig.from_recipe_name("tensorwise")
     convert_to_float8_training(model, config=dataclasses.replace(config, emulate=True),
                                module_filter_fn=lambda m, fqn: m.out_features % 16 == 0)
-    assert profile.linear_gemm_flops(model, tokens=100) == {
+    assert linear_gemm_flops(model, tokens=100) == {
         "fp8": 600 * (32 * 64 + 64 * 32), "other": 600 * 32 * 10, "fp8_layers": 2, "other_layers": 1}
 
     cfg = CONFIGS["tiny"]
     decoder = Decoder(cfg, fused_proj=True)
     swapped = to_float8(decoder, "rowwise", emulate=True)
     assert any(type(decoder.get_submodule(n)).__name__ == "Float8FusedLinear" for n in swapped)
-    flops = profile.linear_gemm_flops(decoder, tokens=8)
+    flops = linear_gemm_flops(decoder, tokens=8)
     assert flops["fp8_layers"] == len(swapped) and flops["other_layers"] == 1  # the LM head
     assert flops["other"] == 6 * 8 * cfg.d_model * cfg.vocab_size
 
@@ -349,21 +360,21 @@ def test_fp8_tflops_and_fraction_of_the_ceiling() -> None:
     step = NS(model=model, tokens_per_step=1_000_000)
     ms = {"gemm_fp8": 0.5, "gemm": 1.0}
     fp8 = 6e6 * 32 * 64
-    m = profile.matmul_figures(step, ms, fp8_ceiling=1000.0)
+    m = matmul_figures(step, ms, fp8_ceiling=1000.0)
     assert m["gemm_fp8_tflops_achieved"] == pytest.approx(fp8 / 0.5e-3 / 1e12)
     assert m["gemm_fp8_ceiling_fraction"] == pytest.approx(m["gemm_fp8_tflops_achieved"] / 1000.0)
     assert m["gemm_tflops_achieved"] == pytest.approx(6e6 * (64 * 32 + 32 * 10) / 1e-3 / 1e12)
     split = {"ms": ms}
-    assert any("target" in note for note in profile.class_notes(split, m))
-    assert not any("Above the ceiling" in note for note in profile.class_notes(split, m))  # 2.5% of it
-    above = profile.matmul_figures(step, ms, fp8_ceiling=20.0)  # 123%: flagged, as a floor beaten is
-    assert any("Above the ceiling" in note for note in profile.class_notes(split, above))
-    none = profile.matmul_figures(step, ms, fp8_ceiling=None)
+    assert any("target" in note for note in class_notes(split, m))
+    assert not any("Above the ceiling" in note for note in class_notes(split, m))  # 2.5% of it
+    above = matmul_figures(step, ms, fp8_ceiling=20.0)  # 123%: flagged, as a floor beaten is
+    assert any("Above the ceiling" in note for note in class_notes(split, above))
+    none = matmul_figures(step, ms, fp8_ceiling=None)
     assert none["gemm_fp8_ceiling_fraction"] is None and none["fp8_ceiling_tflops"] is None
-    assert any("No FP8 ceiling given" in note for note in profile.class_notes(split, none))
-    lost = profile.matmul_figures(step, {"gemm_fp8": 0.0, "gemm": 1.0}, fp8_ceiling=1000.0)
+    assert any("No FP8 ceiling given" in note for note in class_notes(split, none))
+    lost = matmul_figures(step, {"gemm_fp8": 0.0, "gemm": 1.0}, fp8_ceiling=1000.0)
     assert lost["gemm_fp8_tflops_achieved"] is None and lost["gemm_fp8_ceiling_fraction"] is None
-    assert any("no kernel classed as an FP8 GEMM" in n for n in profile.class_notes({"ms": {"gemm_fp8": 0.0}}, lost))
+    assert any("no kernel classed as an FP8 GEMM" in n for n in class_notes({"ms": {"gemm_fp8": 0.0}}, lost))
 
 
 def test_kernel_classes_are_rendered(reports: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -379,9 +390,9 @@ def test_kernel_classes_are_rendered(reports: dict[str, Path], monkeypatch: pyte
     kernel = span(FP8_GEMMS[0], 10, 300)
     parsed = fake_parsed([span("aten::_scaled_mm", 1, 5, (kernel,))], [kernel])
     step = NS(device=NS(type="cuda"), model=model, tokens_per_step=4096)
-    r["kernel_classes"] = profile.kernel_class_figures(step, parsed, args.fp8_ceiling_tflops)
-    md, page = (f(profile.report_blocks(r)) for f in (profile.to_markdown, profile.to_html))
+    r["kernel_classes"] = kernel_class_figures(step, parsed, args.fp8_ceiling_tflops)
+    md, page = (f(report.report_blocks(r)) for f in (report.to_markdown, report.to_html))
     assert "## Device time by kernel class (per step)" in md and "<h2>Device time by kernel class" in page
     assert "| gemm_fp8 | 1 | 0.3 | 100.0% |" in md and "| gemm_fp8_ceiling_fraction |" in md
     assert FP8_GEMMS[0] in md and "matmul_with_hp_or_float8_args" in md  # top kernels and the rules
-    assert profile.figures(r)["kernel_classes.ms.gemm_fp8"] == pytest.approx(0.3)
+    assert diff.figures(r)["kernel_classes.ms.gemm_fp8"] == pytest.approx(0.3)

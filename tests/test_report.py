@@ -512,7 +512,7 @@ def change_point_store(root: Path) -> ResultStore:
         save(store, "h100-sxm", commit(n), date, [_step("bench_step.Step100M", "best", ms, n)],
              gpu_uuid=GPU_A)
         save(store, "h100-sxm", commit(n), date.replace("T12", "T13"),
-             [_step("bench_step.Step100M", "best", 100.0, 100 + n)])
+             [_step("bench_step.Step100M", "best", 100.0, 100 + n)], gpu_uuid=None)
     return store
 
 

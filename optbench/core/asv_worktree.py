@@ -57,6 +57,15 @@ def resolve_python(spec: str) -> str:
     return os.path.abspath(util.which(name))
 
 
+def python_version(executable: str) -> str:
+    """``X.Y`` of the interpreter ``executable`` (asv's own without starting it); raises
+    :class:`asv.util.ProcessError` where it does not run."""
+    if executable == sys.executable:
+        return f"{sys.version_info[0]}.{sys.version_info[1]}"
+    return util.check_output([executable, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             dots=False).strip()
+
+
 def python_path(worktree: Path, inherited: str | None, repo: Path) -> str:
     """``PYTHONPATH`` of a benchmark process: ``worktree`` first, then the entries of ``inherited``
     but the repository's own work tree ``repo``."""
@@ -75,7 +84,8 @@ class WorktreeEnvironment(Environment):
                  tagged_env_vars: dict[tuple[str, str], str]) -> None:
         try:
             self._executable = resolve_python(python)
-        except OSError as exc:
+            self._version = python_version(self._executable)
+        except (OSError, util.ProcessError) as exc:
             raise EnvironmentUnavailable(f"worktree: no python {python!r}: {exc}") from exc
         self._repo = Path(conf.repo).resolve()
         self._worktrees = Path(conf.env_dir).resolve() / WORKTREES_DIR
@@ -93,10 +103,10 @@ class WorktreeEnvironment(Environment):
 
     @property
     def name(self) -> str:
-        """asv's name of this environment, which its results files carry:
-        ``worktree-py<interpreter's path>``."""
-        return get_env_name(self.tool_name, self._executable.replace(os.path.sep, "_"), {},
-                            self._tagged_env_vars)
+        """asv's name of this environment, which its results files carry and by which ``asv
+        compare`` pairs results: ``worktree-py<X.Y>``, the interpreter's version, the same in every
+        clone and virtualenv (a path would make each clone's results an environment of its own)."""
+        return get_env_name(self.tool_name, self._version, {}, self._tagged_env_vars)
 
     def check_presence(self) -> bool:
         return os.path.isdir(self._path)

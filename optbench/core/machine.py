@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import re
@@ -21,6 +22,8 @@ from optbench.core import hardware
 
 _CPU_NOISE = re.compile(r"\((r|tm)\)|\bcpu\b|\bprocessor\b|@.*$|\b\d+-core\b", re.IGNORECASE)
 _CPU_SLUG_CHARS = 32
+HOST_ID_CHARS = 6
+MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 
 
 def machine_info() -> dict[str, Any]:
@@ -52,6 +55,7 @@ def machine_info() -> dict[str, Any]:
         "ram_gb": _ram_gb(),
         "os": platform.platform(),
         "hostname": socket.gethostname(),
+        "host_id": host_id(),
         "profile": hardware.detect(0).key,
         "sm_clock_mhz": _int_or_none(smi[1]) if smi else None,
         "mem_clock_mhz": _int_or_none(smi[2]) if smi else None,
@@ -230,16 +234,36 @@ class PowerSettle:
             self._done.wait(self.poll_s)
 
 
+def host_id() -> str:
+    """A short id of this host, stable across reboots: the first :data:`HOST_ID_CHARS` hex digits of the
+    SHA-256 of the first non-empty file of :data:`MACHINE_ID_FILES` (systemd's machine id), else of the
+    host's name."""
+    for path in MACHINE_ID_FILES:
+        try:
+            with open(path) as f:
+                ident = f.read().strip()
+        except OSError:
+            continue
+        if ident:
+            break
+    else:
+        ident = socket.gethostname()
+    return hashlib.sha256(ident.encode()).hexdigest()[:HOST_ID_CHARS]
+
+
 def machine_name(info: dict[str, Any] | None = None, emulate: str | None = None) -> str:
     """Results-folder name: the profile key of the GPU ('h100-sxm', 't4', or the slug of an unknown
-    GPU's name), 'cpu-<short cpu slug>' without a GPU, plus '-emulating-<key>' when emulating a profile.
+    GPU's name); without a GPU 'cpu-<short cpu slug>-<host_id>' (two hosts with one CPU model never
+    share a name; an info without ``host_id`` gets none); plus '-emulating-<key>' when emulating a
+    profile.
     """
     info = machine_info() if info is None else info
     if info.get("gpu_name"):
         name = hardware.key_for(info["gpu_name"])
     else:
         cpu = hardware.slugify(_CPU_NOISE.sub(" ", info.get("cpu") or ""))
-        name = f"cpu-{cpu[:_CPU_SLUG_CHARS].rstrip('-') or 'unknown'}"
+        name = "-".join(filter(None, ["cpu", cpu[:_CPU_SLUG_CHARS].rstrip("-") or "unknown",
+                                      info.get("host_id")]))
     return f"{name}-emulating-{hardware.lookup(emulate).key}" if emulate else name
 
 

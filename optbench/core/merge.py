@@ -158,4 +158,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"optbench merge: {source}: {len(changed)} files merged into {dest}")
         for rel in changed:
             print(f"  {rel}")
+        for folder in ignored_folders(dest, changed):
+            print(f"optbench merge: {folder} is ignored by git (a machine with no committed results): "
+                  f"commit it on purpose with `git add -f {folder}`", file=sys.stderr)
     return 0
+
+
+def ignored_folders(dest: Path, changed: list[str]) -> list[str]:
+    """The machine folders of ``changed`` (paths relative to ``dest``) that git ignores in ``dest``'s
+    repository, as git names them; none outside a repository."""
+    import subprocess
+
+    folders = sorted({"/".join(Path(rel).parts[:2] if Path(rel).parts[0] == "asv" else Path(rel).parts[:1])
+                      for rel in changed})
+    if not folders:
+        return []
+    out = subprocess.run(["git", "check-ignore", *[str(dest / f) for f in folders]], cwd=dest,
+                         capture_output=True, text=True)
+    return [str(Path(line).relative_to(dest.resolve().parent)) if Path(line).is_absolute() else line
+            for line in out.stdout.split()]

@@ -36,7 +36,7 @@ VARIABLES = {
 class Settings:
     """What one run measures and where it stores it; every field optional."""
 
-    suite: str = "auto"  # 'cpu', 'quick', 'full' or 'ablation' (optbench.suite.catalog.SUITES); auto: see from_env
+    suite: str = "auto"  # one of optbench.suite.catalog.SUITE_NAMES; auto: see from_env
     select: str | None = None  # regex on record keys: only the cases it matches run
     skip_existing: str | None = None  # 'true': leave out the cases this commit has a record of on this machine
     case_budget_s: float = 180.0  # seconds one case may take before it is recorded as a timeout

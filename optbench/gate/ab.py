@@ -235,8 +235,8 @@ def _fmt(v: Verdict) -> tuple[str, ...]:
 class Options:
     """What an A/B comparison measures and how long it may take (``optbench ab --help``)."""
 
-    suite: str = "quick"
-    select: str | None = None
+    suite: str = catalog.GATE_SUITE
+    select: str | None = catalog.GATE_SELECT
     time_budget: float = 540.0
     min_rounds: int = 4
     max_rounds: int = 12
@@ -248,9 +248,11 @@ class Options:
 
 def add_options(p: argparse.ArgumentParser) -> None:
     """The options of :class:`Options` on a command line (``ab`` and ``bisect`` share them)."""
-    p.add_argument("--suite", default="quick", choices=list(catalog.SUITES),
-                   help="the suite whose cases are measured (default quick)")
-    p.add_argument("--select", help="regex on case keys: measure only those (the same on both sides)")
+    p.add_argument("--suite", default=catalog.GATE_SUITE, choices=list(catalog.SUITES),
+                   help=f"the suite whose cases are measured (default {catalog.GATE_SUITE})")
+    p.add_argument("--select", default=catalog.GATE_SELECT,
+                   help="regex on case keys: measure only those, the same on both sides (default: the "
+                        "catalog's GATE_SELECT, a kernel and the 100M and 1B best-kernels steps)")
     p.add_argument("--time-budget", type=float, default=540.0, metavar="SECONDS",
                    help="no pair of rounds starts that would end after SECONDS (default 540)")
     p.add_argument("--min-rounds", type=int, default=4, help="judged rounds a side before stopping (default 4)")

@@ -1,12 +1,14 @@
-"""``optbench bisect GOOD BAD --select KEY``: the first commit of GOOD..BAD that slowed the selected cases down.
+"""``optbench bisect GOOD BAD [--select KEY]``: the first commit of GOOD..BAD that slowed the
+selected cases down.
 
-A binary search over the commits after GOOD up to BAD (oldest first, as ``git rev-list --reverse`` lists
-them), each step an ``optbench ab GOOD <commit>`` of the selected cases on this machine
-(:mod:`optbench.gate.ab`: interleaved rounds, every metric against its threshold): a commit whose A/B finds a
-regression is bad, one whose A/B finds none is good, and the search narrows to the first bad commit. BAD is
-taken as bad without an A/B of its own; every step compares with GOOD, so that small steps of several commits
-cannot each hide under the threshold. A commit that holds GOOD's code (results or docs alone) is good without
-being measured.
+The cases are ``--select``'s (default: those ``optbench ab`` measures); a narrow selection (the one
+case that slowed down) keeps each step short. A binary search over the commits after GOOD up to BAD
+(oldest first, as ``git rev-list --reverse`` lists them), each step an ``optbench ab GOOD <commit>``
+of the selected cases on this machine (:mod:`optbench.gate.ab`: interleaved rounds, every metric
+against its threshold): a commit whose A/B finds a regression is bad, one whose A/B finds none is
+good, and the search narrows to the first bad commit. BAD is taken as bad without an A/B of its own;
+every step compares with GOOD, so that small steps of several commits cannot each hide under the
+threshold. A commit that holds GOOD's code (results or docs alone) is good without being measured.
 
 Exit codes: 0 the first bad commit is named, 2 nothing to search (an empty range, a ref git cannot resolve, or
 a step with nothing to compare), 3 a step was inconclusive (its commit is named: run again with a larger
@@ -58,8 +60,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("bad", help="a later commit-ish with it")
     add_options(p)
     args = p.parse_args(argv)
-    if not args.select:
-        p.error("--select KEY is required: the cases that slowed down (a regex on case keys)")
     options = options_of(p, args)
     try:
         commits = commits_between(args.good, args.bad)

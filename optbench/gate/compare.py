@@ -30,10 +30,12 @@ The rule, per record, metric and clock (``device``, ``device_warm``, ``wall``), 
   sigma's degrees of freedom. A change beyond it is a regression (slower) or an improvement
   (faster). A metric the catalog does not gate (a kernel's wall time: host launch overhead) is
   reported, never gated.
-- Peak memory (one deterministic value per run) and compile seconds (quantity 'compile': the
-  record's ``compile_seconds``, one value per run, only of runs that started from a cold compile
-  cache, ``info.compile_cache``, since a warm cache skips the compilation it would time): a change
-  of the median over runs beyond the class threshold.
+- Compile seconds (quantity 'compile': the record's ``compile_seconds``, one value per run, only
+  of runs that started from a cold compile cache, ``info.compile_cache``, since a warm cache skips
+  the compilation it would time) are judged as times are: against their own A/A noise on that GPU
+  (a process's first compile and later ones in the same job differ several-fold), else reported.
+- Peak memory (one deterministic value per run): a change of the median over runs beyond the class
+  threshold.
 - Status (of each side's latest run that gave the record a verdict): ``ok`` to anything else (oom,
   wrong, timeout, error, skipped, crashed) is a regression, anything to ``ok`` an improvement;
   records skipped on both sides stay silent. A record on one side only is reported with status
@@ -77,6 +79,7 @@ COLUMNS = ("benchmark", "params", "metric", "clock", "base", "head", "head/base"
 ALPHA = 1e-3  # one-sided false-alarm rate of one metric's verdict
 MIN_DF = 3  # degrees of freedom of A/A runs on one GPU a metric's noise estimate needs
 COLD_CACHE = "cold"  # info.compile_cache of a run whose compile seconds are compared
+COMPILE_SERIES = ("compile", "seconds")  # (metric, clock) of compile seconds among a run's series
 CROSS_GPU = "CROSS-GPU"
 NO_NOISE = "no noise estimate on this GPU"
 NOT_GATED = "not gated"
@@ -209,8 +212,10 @@ def timing_of(rec: Record, metric: str, clock: str) -> TimingView | None:
 
 def run_medians(run: StoredRun) -> dict[Series, float]:
     """Median ms of every timed (metric, clock) of the run's ok records, by series (clocks by
-    method: :func:`series_clock`)."""
+    method: :func:`series_clock`), and the compile seconds of a run that started from a cold
+    compile cache, as series ``(key, 'compile', 'seconds')``."""
     found = {}
+    cold = run.info.get("compile_cache") == COLD_CACHE
     for key, data in run.results().items():
         rec = Record.of(data)
         if not rec.ok:
@@ -220,6 +225,8 @@ def run_medians(run: StoredRun) -> dict[Series, float]:
                 t = rec.timing(metric, clock)
                 if t.median_ms > 0:
                     found[(key, metric, series_clock(rec, clock))] = t.median_ms
+        if cold and rec.compile_seconds:
+            found[(key, *COMPILE_SERIES)] = rec.compile_seconds
     return found
 
 
@@ -339,48 +346,62 @@ def _record_changes(base: Sequence[StoredRun], head: Sequence[StoredRun], key: s
                                           significant=False, regression=False, improvement=False,
                                           method_changed=True, gated=False, reason=NOT_GATED))
                 continue
-            series = (key, metric, clock)
-            logs = [[math.log(m[series]) for m in side if series in m] for side in medians]
-            if not (logs[0] and logs[1]):
-                continue
-            diff = statistics.fmean(logs[1]) - statistics.fmean(logs[0])
-            limit = _limit(h, "time", clock, threshold, metric)
-            model = noise.noise(gpu, series) if gpu is not None else None
-            if gpu is None:  # across GPUs: beyond the threshold, reported
-                detectable, reason = limit, CROSS_GPU
-            elif model is None:
-                detectable, reason = None, NO_NOISE if limit is not None else NOT_GATED
-            else:
-                detectable = model.detectable(len(logs[0]), len(logs[1]), limit or 0.0)
-                reason = "" if limit is not None else NOT_GATED
-            significant = detectable is not None and abs(diff) > math.log1p(detectable)
-            gated = not reason
-            changes.append(Change(**common, metric=metric, quantity="time", clock=clock,
-                                  base=_summary(tb), head=_summary(th), ratio=math.exp(diff),
-                                  significant=significant,
-                                  regression=gated and significant and diff > 0,
-                                  improvement=gated and significant and diff < 0,
-                                  runs=(len(logs[0]), len(logs[1])), noise=model,
-                                  detectable=detectable, gated=gated, reason=reason))
+            change = _noise_change(common, (key, metric, clock), medians, noise, threshold, h,
+                                   "time", _summary(tb), _summary(th))
+            if change is not None:
+                changes.append(change)
+    seconds = [[m[(key, *COMPILE_SERIES)] for m in side if (key, *COMPILE_SERIES) in m]
+               for side in medians]
+    if seconds[0] and seconds[1]:
+        summaries = [Summary(*[statistics.median(side)] * 3) for side in seconds]
+        change = _noise_change(common, (key, *COMPILE_SERIES), medians, noise, threshold, h,
+                               "compile", *summaries)
+        if change is not None:
+            changes.append(dataclasses.replace(change, metric="", clock=None))
     changes += _median_changes(base, head, key, common, "peak memory", _peaks, threshold)
-    changes += _median_changes(base, head, key, common, "compile", _compile_seconds, threshold)
     return changes
+
+
+def _noise_change(common: dict, series: Series, medians: list[list[dict[Series, float]]],
+                  noise: NoiseModel, threshold: float | None, rec: Record, quantity: str,
+                  base: Summary, head: Summary) -> Change | None:
+    """The change of one series (a time, or compile seconds) between the runs' values
+    ``medians`` (base's, head's), judged against its A/A noise on the comparison's GPU; None where
+    a side lacks it."""
+    logs = [[math.log(m[series]) for m in side if series in m] for side in medians]
+    if not (logs[0] and logs[1]):
+        return None
+    _, metric, clock = series
+    diff = statistics.fmean(logs[1]) - statistics.fmean(logs[0])
+    limit = _limit(rec, quantity, None if quantity == "compile" else clock, threshold, metric)
+    gpu = common["gpu"]
+    model = noise.noise(gpu, series) if gpu is not None else None
+    if gpu is None:  # across GPUs: beyond the threshold, reported
+        detectable, reason = limit, CROSS_GPU
+    elif model is None:
+        detectable, reason = None, NO_NOISE if limit is not None else NOT_GATED
+    else:
+        detectable = model.detectable(len(logs[0]), len(logs[1]), limit or 0.0)
+        reason = "" if limit is not None else NOT_GATED
+    significant = detectable is not None and abs(diff) > math.log1p(detectable)
+    gated = not reason
+    return Change(**common, metric=metric, quantity=quantity, clock=clock, base=base, head=head,
+                  ratio=math.exp(diff), significant=significant,
+                  regression=gated and significant and diff > 0,
+                  improvement=gated and significant and diff < 0,
+                  runs=(len(logs[0]), len(logs[1])), noise=model, detectable=detectable,
+                  gated=gated, reason=reason)
 
 
 def _peaks(run: StoredRun, rec: Record) -> dict[str, float]:
     return rec.peaks()
 
 
-def _compile_seconds(run: StoredRun, rec: Record) -> dict[str, float]:
-    cold = run.info.get("compile_cache") == COLD_CACHE
-    return {"": rec.compile_seconds} if cold and rec.compile_seconds is not None else {}
-
-
 def _median_changes(base: Sequence[StoredRun], head: Sequence[StoredRun], key: str, common: dict,
                     quantity: str, values: Callable[[StoredRun, Record], dict[str, float]],
                     threshold: float | None) -> list[Change]:
-    """Changes of a quantity with one value per run and metric (peak memory, compile seconds): of
-    the median over runs, beyond the class threshold."""
+    """Changes of a quantity with one deterministic value per run and metric (peak memory): of the
+    median over runs, beyond the class threshold."""
     def found(runs: Sequence[StoredRun]) -> dict[str, list[float]]:
         by_metric: dict[str, list[float]] = defaultdict(list)
         for run in runs:

@@ -111,6 +111,9 @@ PAGES: dict[str, tuple[str, str]] = {
                 "threshold; head/base of the changes beyond what each metric's noise lets the gate detect."),
 }
 
+# The HTML root (html/) seen from optbench's pages (html/optbench/): PAGE's ``root``, the prefix of
+# its links to optbench/index.html and asv/index.html ("" on the landing page, html/index.html).
+PAGES_ROOT = "../"
 PAGE = Template("""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>$title</title>
 <style>
@@ -130,7 +133,8 @@ addEventListener("load", () => {
   document.body.dataset.errors = errors;
 });
 </script></head>
-<body><p><a href="index.html">optbench report</a> · <a href="../asv/index.html">asv benchmarks</a></p>
+<body><p><a href="${root}optbench/index.html">optbench report</a> ·
+<a href="${root}asv/index.html">asv benchmarks</a></p>
 <h1>$title</h1>
 $body
 </body></html>
@@ -346,7 +350,7 @@ def write_page(out: Path, name: str, found: dict[str, list[Run]],
     body += [_section(h[-1], chart(h), out, f"{name}-{slugify(m)}") for m, h in found.items()]
     if not found:
         body.append(note("No optbench results."))
-    page = PAGE.substitute(title=escape(title), body="\n".join(body))
+    page = PAGE.substitute(title=escape(title), body="\n".join(body), root=PAGES_ROOT)
     (out / f"{name}.html").write_text(page, encoding="utf-8")
 
 
@@ -356,7 +360,8 @@ def write_index(out: Path, found: dict[str, list[Run]]) -> None:
     machines = table(["machine", "commits", "newest commit", "date"],
                      [[h[-1].label, len(h), h[-1].commit[:12], h[-1].date] for h in found.values()], "html")
     body = f'<ul>{links}<li><a href="../asv/index.html">asv benchmarks</a></li></ul><h2>Machines</h2>{machines}'
-    (out / "index.html").write_text(PAGE.substitute(title="optbench report", body=body), encoding="utf-8")
+    page = PAGE.substitute(title="optbench report", body=body, root=PAGES_ROOT)
+    (out / "index.html").write_text(page, encoding="utf-8")
 
 
 def asv_publish(results: Path, html: Path) -> None:
@@ -453,7 +458,8 @@ def _write_trees(results: Path, html: Path, pair: tuple[str, str] | None) -> Non
     landing = ('<ul><li><a href="optbench/index.html">optbench report</a>: charts, compare, history</li>'
                '<li><a href="asv/index.html">asv benchmarks</a> (served: <code>asv preview</code> or '
                '<code>python3 -m http.server -d html</code>)</li></ul>')
-    (html / "index.html").write_text(PAGE.substitute(title="optbench", body=landing), encoding="utf-8")
+    page = PAGE.substitute(title="optbench", body=landing, root="")
+    (html / "index.html").write_text(page, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:

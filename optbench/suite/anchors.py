@@ -74,14 +74,15 @@ def check_training(step: Callable[[], Tensor], params: Mapping[str, Tensor], voc
 
 def hf_step_work(size: str, device: str, seed: int = 0) -> Work:
     """The HF + torch.compile training step of ``size`` at our baseline's batch and sequence length on this
-    machine (``optbench.suite.plan.base_options``): checked with :func:`check_training`, then timed as
+    machine (``optbench.suite.baseline.base_options``): checked with :func:`check_training`, then timed as
     ``optbench.suite.workloads.step_work`` times ours (wall ms per step, ``step_timing``; forward +
     loss; peak memory of a step). Skips (NotImplementedError) where ``optbench.suite.plan.anchor_skip_reason`` says
     the machine cannot run it, or where transformers is not installed."""
     import torch
 
     from models.config import CONFIGS, flops_per_token, param_count
-    from optbench.suite.plan import anchor_skip_reason, base_options
+    from optbench.suite.baseline import base_options
+    from optbench.suite.plan import anchor_skip_reason
     from optbench.suite.workloads import machine_profile, skip_if, step_timing
 
     profile = machine_profile(device)

@@ -2,7 +2,7 @@
 on purpose (``models.variants.numerics``: FP8 matmuls, 8-bit AdamW states, bf16 weights), which a 3-step check
 against a higher-precision reference cannot judge, this is what decides whether they are right.
 
-Protocol (:class:`Protocol`). The model of ``size`` on this machine's step baseline (``optbench.suite.plan.
+Protocol (:class:`Protocol`). The model of ``size`` on this machine's step baseline (``optbench.suite.baseline.
 base_options``: bf16 autocast on a GPU, fp32 on a CPU, its batch and sequence length) trains ``steps`` optimizer
 steps with :data:`HYPER` on a fixed corpus of a synthetic language (``optbench.suite.corpus``: the same batches in
 the same order for every run), from the init of one seed. Its loss curve: the mean training loss of each
@@ -276,7 +276,8 @@ def convergence_work(size: str, variant: str, device: str, protocol: Protocol = 
     tolerance. The eager case always trains its seeds. Nothing is timed."""
     from models.config import CONFIGS
     from models.step import UnsupportedOptions, build_step
-    from optbench.suite.plan import convergence_skip_reason, step_pair
+    from optbench.suite.baseline import step_pair
+    from optbench.suite.plan import convergence_skip_reason
     from optbench.suite.workloads import machine_profile, skip_if
 
     profile = machine_profile(device)

@@ -6,7 +6,7 @@ Run under torchrun (one process per GPU; ``--standalone`` picks a free rendezvou
         --size 1B --variant ddp --out result.json
 
 Every rank builds the same training step (``models.step.build_step``: same seed, same init) with this machine's
-baseline options for the size (``optbench.suite.plan.base_options``; per-rank batch as a single GPU's step has
+baseline options for the size (``optbench.suite.baseline.base_options``; per-rank batch as a single GPU's step has
 it: weak scaling, the global batch is world size x that), then
 
 - ``ddp``: wraps the model in ``torch.nn.parallel.DistributedDataParallel`` (gradients all-reduced, averaged,
@@ -32,7 +32,7 @@ it: weak scaling, the global batch is world size x that), then
    against one mean: rounding of ~2^-24 per addition over a few thousand terms gives ~1e-6; 100x margin).
    bf16 autocast: 0.15. Both the distributed and the single-process step round their matmuls to bf16 (the
    weight gradient of a shard is rounded before the all-reduce, the global one once), so each is a bf16 step
-   off the exact gradient by what a bf16 step is: up to 4.4e-2 at 1B on an H100 (``models.step``'s note on
+   off the exact gradient by what a bf16 step is: up to 4.4e-2 at 1B (``models.step``'s note on
    CHECK_CEILING). Two independent such errors differ by up to sqrt(2) x 4.4e-2 = 6.2e-2; 2.5x that
    (``models.step.CHECK_FACTOR``, the factor the step check allows over the eager step's own error) is 0.16,
    rounded down to 0.15. The bugs it is there for are larger: a gradient scaled by the world size is off by
@@ -70,12 +70,9 @@ from typing import Any
 
 from optbench.core.helptext import plain
 from optbench.core.store import REPO_ROOT
+from optbench.suite.catalog import DISTRIBUTED_VARIANTS
 
 WRAPPERS = ("ddp", "fsdp2")
-# variant -> (wrapper, the single-GPU step variant of models.variants it wraps); catalog.DISTRIBUTED lists
-# the variants the multigpu suite measures (these).
-VARIANTS: dict[str, tuple[str, str]] = {"ddp": ("ddp", "eager"), "fsdp2": ("fsdp2", "eager"),
-                                        "ddp-best": ("ddp", "best"), "fsdp2-best": ("fsdp2", "best")}
 GRAD_TOLERANCE = {"fp32": 1e-4, "tf32": 0.15, "bf16": 0.15, "fp16": 0.15}  # see the module docstring
 PLANTS = ("none", "no-sync", "loss-scale")  # bugs planted for the check's own tests
 WRONG_EXIT = 3
@@ -269,26 +266,50 @@ def _options(size: str, step_variant: str, device: Any, precision: str | None, b
     return options.replace(**changes)
 
 
-def rank_main(args: argparse.Namespace) -> int:
-    """One rank's part: build, wrap, check, time; rank 0 writes the result."""
+def _join(device_kind: str, backend: str | None) -> tuple[Any, int]:
+    """(this rank's device, its local rank), with the process group initialized: the GPU of
+    LOCAL_RANK for ``device_kind`` 'cuda' (NCCL by default), else the CPU (gloo)."""
     import torch
 
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device_kind == "cuda":
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+    else:
+        device = torch.device("cpu")
+    _dist().init_process_group(backend or ("nccl" if device.type == "cuda" else "gloo"),
+                               device_id=device if device.type == "cuda" else None)
+    return device, local
+
+
+def _timed(step: Any, device: Any, local: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The result's timing fields: every rank times the step (:func:`time_step`), the ranks'
+    timings are gathered, and the slowest rank's median is the figure."""
+    dist = _dist()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mine = time_step(step, device, args.warmup_ms, args.rep_ms, args.min_reps)
+    ranks: list[Any] = [None] * world
+    dist.all_gather_object(ranks, {"rank": rank, "host": os.uname().nodename, "local_rank": local,
+                                   "step": mine})
+    medians = [r["step"]["wall"]["median_ms"] for r in ranks]
+    slowest = max(range(world), key=medians.__getitem__)
+    return {"status": "ok", "ranks": ranks, "wall_median_ms": medians,
+            "device_median_ms": [(r["step"]["device"] or {}).get("median_ms") for r in ranks],
+            "slowest_rank": slowest, "step": ranks[slowest]["step"],
+            "tokens_per_s_per_gpu": step.tokens_per_step / (medians[slowest] / 1e3)}
+
+
+def rank_main(args: argparse.Namespace) -> int:
+    """One rank's part: build, wrap, check, time; rank 0 writes the result."""
     from models.config import CONFIGS
     from models.step import UnsupportedOptions, build_step
     from optbench.suite.plan import step_skip_reason
     from optbench.suite.workloads import machine_profile
 
     dist = _dist()
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    if args.device == "cuda":
-        torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
-    else:
-        device = torch.device("cpu")
-    dist.init_process_group(args.backend or ("nccl" if device.type == "cuda" else "gloo"),
-                            device_id=device if device.type == "cuda" else None)
+    device, local = _join(args.device, args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
-    wrapper, step_variant = VARIANTS[args.variant]
+    wrapper, step_variant = DISTRIBUTED_VARIANTS[args.variant]
     step_variant = args.step_variant or step_variant
     result: dict[str, Any] = {"variant": args.variant, "wrapper": wrapper, "step_variant": step_variant,
                               "size": args.size, "world_size": world, "backend": dist.get_backend(),
@@ -324,16 +345,7 @@ def rank_main(args: argparse.Namespace) -> int:
                           f"the single-process step's: {checked}")
             code = WRONG_EXIT
             return code
-        mine = time_step(step, device, args.warmup_ms, args.rep_ms, args.min_reps)
-        ranks: list[Any] = [None] * world
-        dist.all_gather_object(ranks, {"rank": rank, "host": os.uname().nodename, "local_rank": local,
-                                       "step": mine})
-        medians = [r["step"]["wall"]["median_ms"] for r in ranks]
-        slowest = max(range(world), key=medians.__getitem__)
-        result.update(status="ok", ranks=ranks, wall_median_ms=medians,
-                      device_median_ms=[(r["step"]["device"] or {}).get("median_ms") for r in ranks],
-                      slowest_rank=slowest, step=ranks[slowest]["step"],
-                      tokens_per_s_per_gpu=step.tokens_per_step / (medians[slowest] / 1e3))
+        result.update(_timed(step, device, local, args))
     finally:
         if rank == 0 and args.out:
             Path(args.out).write_text(json.dumps(result, default=str))
@@ -345,7 +357,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m optbench.suite.distributed",
                                 description=plain(__doc__.split("\n")[0]))
     p.add_argument("--size", default="1B")
-    p.add_argument("--variant", choices=list(VARIANTS), default="ddp")
+    p.add_argument("--variant", choices=list(DISTRIBUTED_VARIANTS), default="ddp")
     p.add_argument("--out", help="the result JSON, written by rank 0")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda where there is one")
     p.add_argument("--backend", default=None, help="default: nccl on GPUs, gloo on a CPU")

@@ -6,12 +6,11 @@ kinds (:data:`PROCESSES`): torch, CUDA, inductor and Liger-Kernel are imported o
 high-precision references are built once per size (``optbench.suite.workloads``) and the GPU stays warm between
 grids. Each asv track process then reads one metric of one case from what :func:`measure_suite` kept.
 
-The training steps have a process of their own: host-bound steps (eager, ~60-80 ms of launches at 100M) read
-~1.3x slower in runs where one process measured the kernel grids first (quick runs of 79c0fe1, 65a3058 and
-b0045ad against 3151fb9's, NOTES.md), so the steps start in a process that has done nothing else, as they did
-when each grid had its own. The price of sharing is isolation: a case that ends its process (the watchdog's hard
-stop, a crash in C) ends that process's remaining grids too (every record measured before it is stored), and one
-that leaves the CUDA context unusable marks the rest of them not measured (``optbench.core.runner.run_grid``).
+The training steps have a process of their own, which has done nothing else when they start: host-bound steps
+(eager, ~60-80 ms of launches at 100M) read about 1.3x slower in a process that measured the kernel grids first.
+The price of sharing is isolation: a case that ends its process (the watchdog's hard stop, a crash in C) ends that
+process's remaining grids too (every record measured before it is stored), and one that leaves the CUDA context
+unusable marks the rest of them not measured (``optbench.core.runner.run_grid``).
 """
 
 from __future__ import annotations

@@ -10,33 +10,8 @@ matmuls without FP8 tensor cores: T4, A100, a CPU), same as eager, unsupported (
 memory. A convergence case (``optbench.suite.convergence``) skips where its variant's step or the eager step
 would.
 
-Memory of a training step (``step_memory_bytes``), an estimate for ``models.step.TrainStep``::
-
-    bytes = P * 16 + 2 * P_cast [autocast] + B * S * (L * block + loss)
-
-- 16 B/param: fp32 weights, grads, AdamW exp_avg and exp_avg_sq (10 B/param with an 8-bit optimizer's
-  1-byte states). Counted in full although the step frees its grads before the forward (``zero_grad(
-  set_to_none=True)``), so the estimate errs high by 4 B/param.
-- 2 B/param under bf16/fp16 autocast: the half-precision weight copies autocast caches in the forward and
-  the backward keeps: the LM head's and those of the blocks that are not checkpointed (plus the one block
-  being recomputed); the embedding lookup is not cast.
-- block, bytes per token and layer that the eager block saves for backward, with a = 2 (autocast) or
-  4 (fp32, tf32) bytes per activation, d = d_model, f = ffn_dim, the residual stream in fp32:
-  16d (each of the two eager RMSNorms keeps its fp32 input and normalized x) + 5ad under autocast (q, k, v,
-  gate and up each keep their own half-precision copy of their input; 8d in fp32: one input per norm)
-  + 4ad (SDPA's q, k, v and output, k and v expanded to every head by an explicit mask; 2ad + 2a*kv_dim
-  with is_causal) + ad (o_proj's input) + 4af (gate, up, silu(gate), their product).
-  bf16 autocast with a mask: 36d + 8f; fp32: 44d + 16f. Checkpointing every k-th block keeps only the fp32
-  input (4d) of its L // k blocks, plus one block's activations live again while it is recomputed.
-- loss, bytes per token: 12 per logit (V) for the eager loss, which holds the fp32 log-softmax output for
-  backward and, at the start of the backward, its incoming and outgoing fp32 gradients; the chunked, fused and
-  Liger losses hold one chunk of logits about the size of the hidden states (``default_chunk_size``): 12d.
-
-Triton/Liger norms and SwiGLU, QK-norm and torch.compile change these terms by a few d (compile saves far
-more); they are ignored, so for them the estimate is an upper bound. The CUDA context, library workspaces
-and allocator fragmentation are left to ``MEMORY_MARGIN``. tests/test_plan.py holds the estimate against the
-step peaks stored for the H100 in results/: never below them, and within 25% where neither a CUDA graph nor
-torch.compile is on.
+The memory estimates behind the 'memory' skips are ``optbench.suite.memory_estimate``'s; the step baseline
+each variant builds on is ``optbench.suite.baseline``'s.
 """
 
 from __future__ import annotations
@@ -44,29 +19,30 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from dataclasses import dataclass
-from functools import cache
 
 import torch
 
-from models.config import CONFIGS, ModelConfig, flops_per_token, param_count
-from models.step import BASELINE, StepOptions, UnsupportedOptions, validate, variant_options
+from models.config import CONFIGS, flops_per_token, param_count
+from models.step import StepOptions, UnsupportedOptions, validate
 from models.variants import reference
 from optbench.core.console import console, table
 from optbench.core.hardware import PROFILES, HardwareProfile, dtype_name, lookup, torch_dtype
 from optbench.core.helptext import plain
 from optbench.core.roofline import Ceilings, floor_ms
 from optbench.suite import catalog
+from optbench.suite.baseline import base_options, baseline_notes, step_pair
+from optbench.suite.memory_estimate import (
+    STATE_BYTES,
+    gb,
+    kernel_bytes,
+    memory_remedy,
+    over_usable,
+    step_memory_bytes,
+    usable_bytes,
+)
 from optbench.suite.ops import OPS
 
-MEMORY_MARGIN = 0.10  # share of a card's memory held back: CUDA context, cuBLAS workspaces, fragmentation
-STATE_BYTES = 16  # fp32 weights + grads + AdamW exp_avg + exp_avg_sq, per parameter
-STATE_BYTES_8BIT = 10  # fp32 weights + grads + 1-byte exp_avg and exp_avg_sq
-LOGIT_BYTES = 12  # fp32 log-softmax output + its incoming and outgoing gradients, per logit
-
 GPU_ALIASES = {"h100": "h100-sxm"}
-# linear_ce implementations that hold the full (N, V) logits: eager and compile (fp32 log-softmax), and the
-# CE-only kernels that take h @ w.T; the others compute the logits chunk by chunk.
-_FULL_LOGITS = ("eager", "compile", "triton-ce", "liger-ce")
 
 
 @dataclass(frozen=True)
@@ -80,25 +56,12 @@ class PlanRow:
     floor_ms: float | None
 
 
-def _gb(nbytes: float) -> str:
-    return f"{nbytes / 1e9:.1f} GB"
-
-
 def _sm(profile: HardwareProfile) -> str:
     return "sm" + "".join(map(str, profile.compute_capability)) if profile.compute_capability else "no CUDA"
 
 
 def _device(profile: HardwareProfile) -> str:
     return f"{profile.name} ({_sm(profile)})"
-
-
-def usable_bytes(profile: HardwareProfile) -> float | None:
-    """Device bytes a case may plan to use: the card's memory less MEMORY_MARGIN; None if unknown (CPU)."""
-    return None if profile.mem_gb is None else profile.mem_gb * 1e9 * (1 - MEMORY_MARGIN)
-
-
-def _over(need: float, usable: float, profile: HardwareProfile) -> str:
-    return f"~{_gb(need)} (estimate) > {_gb(usable)} usable of {profile.mem_gb:g} GB"
 
 
 def _cuda_reason(profile: HardwareProfile, what: str) -> str | None:
@@ -134,32 +97,11 @@ def _first(*reasons: str | None) -> str | None:
 
 # --- kernels ------------------------------------------------------------------------------------------------
 
-def _nbytes(t: torch.Tensor | None) -> int:
-    return 0 if t is None else t.numel() * t.element_size()
-
-
-@cache
-def kernel_bytes(op_name: str, shape: str, impl: str) -> int:
-    """Device bytes one kernel case holds, estimated from its inputs built on the meta device: inputs and
-    the gradients they carry; with a backward, their gradients plus the output and its gradient (each at
-    most the largest input); the full fp32 logits (LOGIT_BYTES each) where linear_ce materializes them."""
-    op = OPS[op_name]
-    dims = op.shapes[shape]
-    inputs = op.make_inputs(dims, op.dtype, "meta", None)
-    held = sum(_nbytes(t) + _nbytes(t.grad) for t in inputs)
-    if op.backward:
-        held += sum(_nbytes(t) for t in inputs if t.requires_grad)
-        held += 0 if op.loss_like else 2 * max(map(_nbytes, inputs))
-    if op.loss_like and impl in _FULL_LOGITS:
-        held += LOGIT_BYTES * dims["tokens"] * dims["vocab"]
-    return held
-
-
 def _kernel_memory_reason(profile: HardwareProfile, op: str, shape: str, impl: str) -> str | None:
     usable = usable_bytes(profile)
     if usable is None or (need := kernel_bytes(op, shape, impl)) <= usable:
         return None
-    return f"memory: {op}/{impl} at {shape} holds {_over(need, usable, profile)}"
+    return f"memory: {op}/{impl} at {shape} holds {over_usable(need, usable, profile)}"
 
 
 def kernel_dtype(profile: HardwareProfile, op: str) -> torch.dtype:
@@ -187,106 +129,15 @@ def matmul_skip_reason(profile: HardwareProfile, mode: str) -> str | None:
 
 # --- training steps -----------------------------------------------------------------------------------------
 
-def _block_bytes_per_token(cfg: ModelConfig, options: StepOptions) -> float:
-    """Activation bytes one eager block saves for backward, per token (see the module docstring)."""
-    autocast = options.precision in ("bf16", "fp16")
-    a, d, f = (2 if autocast else 4), cfg.d_model, cfg.ffn_dim
-    kv = cfg.n_kv_heads * cfg.head_dim
-    norms = 2 * 2 * 4 * d  # two RMSNorms: fp32 input and normalized x
-    if options.qk_norm:  # and the same of q's and k's heads
-        norms += 2 * 4 * (d + kv)
-    projection_inputs = 5 * a * d if autocast else 2 * 4 * d
-    sdpa = a * (2 * d + 2 * kv if options.attn_mask == "is_causal" else 4 * d)
-    return norms + projection_inputs + sdpa + a * d + 4 * a * f
-
-
-def _layers_bytes_per_token(cfg: ModelConfig, options: StepOptions) -> float:
-    block = _block_bytes_per_token(cfg, options)
-    checkpointed = cfg.n_layers // options.checkpoint_every if options.checkpoint_every else 0
-    recompute = block if checkpointed else 0
-    return (cfg.n_layers - checkpointed) * block + checkpointed * 4 * cfg.d_model + recompute
-
-
-def _autocast_copied_params(cfg: ModelConfig, options: StepOptions) -> int:
-    """Parameters whose half-precision copy the backward holds: the LM head and the weights of every block
-    that is not checkpointed, plus the one block being recomputed (the embedding lookup is not cast)."""
-    if options.precision not in ("bf16", "fp16"):
-        return 0
-    head = cfg.vocab_size * cfg.d_model
-    block = (param_count(cfg, include_embedding=False) - head - cfg.d_model) // cfg.n_layers
-    checkpointed = cfg.n_layers // options.checkpoint_every if options.checkpoint_every else 0
-    return head + (cfg.n_layers - checkpointed + (1 if checkpointed else 0)) * block
-
-
-def step_memory_bytes(cfg: ModelConfig, options: StepOptions) -> float:
-    """Peak device bytes of one training step, estimated (formula in the module docstring)."""
-    state_bytes = STATE_BYTES_8BIT if options.optimizer == "adamw8bit" else STATE_BYTES
-    loss = LOGIT_BYTES * (cfg.vocab_size if options.loss == "eager" else cfg.d_model)
-    activations = options.batch_size * options.seq_len * (_layers_bytes_per_token(cfg, options) + loss)
-    return param_count(cfg) * state_bytes + 2 * _autocast_copied_params(cfg, options) + activations
-
-
-def _memory_remedy(cfg: ModelConfig, options: StepOptions, usable: float) -> str:
-    """The first of checkpointing, an 8-bit optimizer, or both, that the estimate says would fit."""
-    checkpointed = options.replace(checkpoint_every=1)
-    remedies = [("activation checkpointing", checkpointed),
-                ("an 8-bit optimizer", options.replace(optimizer="adamw8bit")),
-                ("checkpointing and an 8-bit optimizer", checkpointed.replace(optimizer="adamw8bit"))]
-    for name, opts in remedies:
-        need = step_memory_bytes(cfg, opts)
-        if need <= usable:
-            return f"would fit with {name} (~{_gb(need)})"
-    return "would not fit even with checkpointing and an 8-bit optimizer"
-
-
 def _step_memory_reason(profile: HardwareProfile, size: str, options: StepOptions) -> str | None:
     cfg, usable = CONFIGS[size], usable_bytes(profile)
     need = step_memory_bytes(cfg, options)
     if usable is None or need <= usable:
         return None
-    states = _gb(STATE_BYTES * param_count(cfg))
+    states = gb(STATE_BYTES * param_count(cfg))
     return (f"memory: {size} at B={options.batch_size}, S={options.seq_len} ({options.precision}), with "
-            f"{states} of fp32 weights, grads and AdamW states, needs {_over(need, usable, profile)}; "
-            f"{_memory_remedy(cfg, options, usable)}")
-
-
-def base_options(profile: HardwareProfile, size: str) -> StepOptions:
-    """The step baseline on ``profile``: bf16 autocast where supported, else fp16 autocast + GradScaler
-    (fp32 on a CPU, where autocast measures nothing users run); 'tiny' at B=2, S=128; the batch halved
-    from 8 while the memory estimate does not fit (down to 1; see ``baseline_notes``)."""
-    if not profile.compute_capability:
-        base = BASELINE.replace(precision="fp32")
-    else:
-        base = BASELINE if profile.supports_bf16 else BASELINE.replace(precision="fp16")
-    if size == "tiny":
-        base = base.replace(batch_size=2, seq_len=128)
-    usable = usable_bytes(profile)
-    while usable is not None and base.batch_size > 1 and step_memory_bytes(CONFIGS[size], base) > usable:
-        base = base.replace(batch_size=base.batch_size // 2)
-    return base
-
-
-def baseline_notes(profile: HardwareProfile, size: str) -> list[str]:
-    """Why ``base_options`` departs from models.step.BASELINE on ``profile`` (precision, batch size), or
-    that even batch 1 does not fit (every case of the size then skips)."""
-    base, usable, notes = base_options(profile, size), usable_bytes(profile), []
-    if profile.compute_capability and base.precision == "fp16":
-        notes.append(f"fp16 autocast + GradScaler baseline: {profile.name} has no bf16")
-    if usable is None or size == "tiny":
-        return notes
-    need = step_memory_bytes(CONFIGS[size], base)
-    if need > usable:
-        notes.append(f"does not fit even at batch 1: {_over(need, usable, profile)}")
-    elif base.batch_size < BASELINE.batch_size:
-        larger = base.batch_size * 2
-        need = step_memory_bytes(CONFIGS[size], base.replace(batch_size=larger))
-        notes.append(f"batch {base.batch_size}: batch {larger} needs {_over(need, usable, profile)}")
-    return notes
-
-
-def step_pair(profile: HardwareProfile, size: str, variant: str) -> tuple[StepOptions, StepOptions]:
-    """(reference, candidate) options of ``variant`` on top of this machine's baseline."""
-    return variant_options(variant, base_options(profile, size))
+            f"{states} of fp32 weights, grads and AdamW states, needs {over_usable(need, usable, profile)}; "
+            f"{memory_remedy(cfg, options, usable)}")
 
 
 def _triton_users(options: StepOptions) -> list[str]:
@@ -323,9 +174,7 @@ def step_skip_reason(profile: HardwareProfile, size: str, variant: str) -> str |
 
 def distributed_step_variant(variant: str) -> str:
     """The single-GPU step variant (models.variants) that the distributed ``variant`` wraps: 'ddp-best' -> 'best'."""
-    from optbench.suite.distributed import VARIANTS
-
-    return VARIANTS[variant][1]
+    return catalog.DISTRIBUTED_VARIANTS[variant][1]
 
 
 def distributed_skip_reason(profile: HardwareProfile, size: str, variant: str, world: int) -> str | None:
@@ -436,7 +285,7 @@ def _baseline_lines(profile: HardwareProfile, rows: list[PlanRow]) -> list[str]:
     lines = []
     for size in sizes:
         base = base_options(profile, size)
-        peak = _gb(step_memory_bytes(CONFIGS[size], base))
+        peak = gb(step_memory_bytes(CONFIGS[size], base))
         notes = "".join(f"; {note}" for note in baseline_notes(profile, size))
         shape = f"B={base.batch_size}, S={base.seq_len}"
         lines.append(f"{size}: {base.precision}, {shape}, peak ~{peak} (estimate){notes}")

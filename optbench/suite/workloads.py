@@ -249,9 +249,9 @@ _KEEP_REFERENCES = 3  # the least recently used goes first: most variants use ea
 
 def step_options(size: str, variant: str, device: str):
     """(reference, candidate) StepOptions of ``variant`` at ``size`` on this machine: its baseline is
-    ``optbench.suite.plan.base_options`` (bf16 autocast, fp16 + GradScaler without bf16, fp32 on a CPU; tiny at
+    ``optbench.suite.baseline.base_options`` (bf16 autocast, fp16 + GradScaler without bf16, fp32 on a CPU; tiny at
     B=2, S=128; the batch halved until the memory estimate fits)."""
-    from optbench.suite.plan import step_pair
+    from optbench.suite.baseline import step_pair
 
     return step_pair(machine_profile(device), size, variant)
 
@@ -281,7 +281,8 @@ def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
     """One training step of ``size`` with ``variant`` on: checked against its baseline, then timed."""
     from models.config import CONFIGS
     from models.step import UnsupportedOptions, baseline_of, build_step, check_against
-    from optbench.suite.plan import baseline_notes, step_skip_reason
+    from optbench.suite.baseline import baseline_notes
+    from optbench.suite.plan import step_skip_reason
 
     profile = machine_profile(device)
     skip_if(step_skip_reason(profile, size, variant))

@@ -1,0 +1,71 @@
+"""Running torch.profiler on a training step: the capture that every figure of a report is read from, the
+step's tensor bytes and, on CUDA, a memory snapshot of one more step."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from models.step import TrainStep
+
+
+@dataclasses.dataclass
+class Capture:
+    """A finished profile, with the bytes allocated on the device right after it."""
+
+    prof: profile
+    end_bytes: int
+    allocator_peak: int | None  # CUDA: max_memory_allocated over the profiled steps
+
+
+def nbytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the tensors' elements."""
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def step_tensors(step: TrainStep) -> dict[str, int]:
+    """Bytes of the step's weights, gradients and optimizer state (AdamW's step counters included, host
+    scalars unless the optimizer is capturable or fused)."""
+    state = [v for s in step.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    return {"weights_bytes": nbytes(step.params),
+            "gradients_bytes": nbytes(p.grad for p in step.params if p.grad is not None),
+            "optimizer_state_bytes": nbytes(state)}
+
+
+def allocated_bytes(step: TrainStep) -> int:
+    """Bytes allocated on the step's device now: the CUDA allocator's count; on a CPU the step's own tensors
+    (weights, gradients, optimizer state, buffers, batch), as the host allocator keeps no total."""
+    if step.device.type == "cuda":
+        return torch.cuda.memory_allocated(step.device)
+    return sum(step_tensors(step).values()) + nbytes(step.model.buffers()) + nbytes((step.idx, step.targets))
+
+
+def capture(step: TrainStep, steps: int, warmup: int) -> Capture:
+    """Run ``warmup`` steps, the last one under the profiler's warm-up, then profile ``steps`` steps."""
+    cuda = step.device.type == "cuda"
+    wait, warm = max(warmup - 1, 0), min(warmup, 1)
+    with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])],
+                 schedule=schedule(wait=wait, warmup=warm, active=steps, repeat=1), record_shapes=False,
+                 profile_memory=True, with_stack=False) as prof:
+        for i in range(wait + warm + steps):
+            if cuda and i == wait + warm:
+                torch.cuda.reset_peak_memory_stats(step.device)
+            step()
+            prof.step()  # the profiler synchronizes the device before it stops
+    peak = torch.cuda.max_memory_allocated(step.device) if cuda else None
+    return Capture(prof, allocated_bytes(step), peak)
+
+
+def dump_memory_snapshot(step: TrainStep, path: Path) -> None:
+    """One more step under the CUDA allocator's history (Python stacks of allocations), saved to ``path``."""
+    torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python")
+    try:
+        step()
+        torch.cuda.synchronize(step.device)
+        torch.cuda.memory._dump_snapshot(str(path))
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)

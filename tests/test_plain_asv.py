@@ -1,0 +1,114 @@
+"""Plain asv, as README's "asv by hand" lines run it, in a new clone after the quick start registered
+the machine: ``asv run -E worktree:same HEAD~2..HEAD`` stores asv's results and optbench's records under the
+same machine and commits, ``asv compare`` pairs them (numbers, not n/a), ``asv publish`` writes the
+site and ``asv preview`` serves it, and git sees nothing new."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from optbench.core.store import REPO_ROOT, ResultStore
+
+GIT = ["git", "-c", "user.name=optbench", "-c", "user.email=optbench@example.invalid"]
+BENCH = "StepTiny.track_step_ms"
+# One case, on one thread: two threads per step on a loaded 2-core machine slow it 10-70x at random.
+SELECT = r"StepTiny\|variant=eager$"
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run([*GIT, *args], cwd=repo, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _clone(path: Path) -> Path:
+    """This checkout's files (tracked and untracked, not ignored) with asv's committed list of
+    benchmarks and without the other results, as one commit of a new repository at ``path``."""
+    files = _git(REPO_ROOT, "ls-files", "-co", "--exclude-standard").splitlines()
+    path.mkdir(parents=True)
+    _git(path, "init", "-q", "-b", "main")
+    for name in files:
+        if (name.startswith("results/") and name != "results/asv/benchmarks.json"
+                or not (REPO_ROOT / name).is_file()):
+            continue
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO_ROOT / name, path / name)
+    _git(path, "add", "-A")
+    _git(path, "commit", "-q", "-m", "base")
+    return path
+
+
+def _run(repo: Path, env: dict[str, str], *args: str) -> str:
+    done = subprocess.run([sys.executable, *args], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, f"{args}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_plain_asv_runs_compares_and_publishes_under_optbench_machine_and_commits(tmp_path):
+    repo = _clone(tmp_path / "repo")
+    step_py = repo / "models" / "step.py"
+    for name in ("base", "head"):  # two commits after the clone's first
+        step_py.write_text(step_py.read_text() + f"# {name}: a comment, no change in what runs\n")
+        _git(repo, "commit", "-qam", name)
+    base, head = _git(repo, "rev-parse", "HEAD~1", "HEAD").split()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OPTBENCH_", "ASV", "PYTHONPATH"))}
+    env.update(HOME=str(tmp_path / "home"), OMP_NUM_THREADS="1", OPTBENCH_SUITE="cpu",
+               OPTBENCH_SELECT=SELECT, PYTHONPATH=str(repo))
+    (tmp_path / "home").mkdir()
+    # what `nox -s bench` (optbench run) does first: name this machine and tell asv
+    machine = _run(repo, env, "-c", "from optbench.cli import register_machine; "
+                   "from optbench.core.machine import machine_name; "
+                   "register_machine(machine_name()); print(machine_name())").strip()
+    del env["PYTHONPATH"]  # asv by hand: the worktree environment puts each commit's code first
+
+    _run(repo, env, "-m", "asv", "run", "-E", "worktree:same", "--bench", BENCH, "HEAD~2..HEAD")
+    for commit in (base, head):
+        assert list((repo / "results" / "asv" / machine).glob(f"{commit[:8]}-worktree-py*.json"))
+        assert ResultStore(repo / "results").load(machine, commit), commit  # optbench's, beside
+
+    compared = _run(repo, env, "-m", "asv", "compare", "HEAD~1", "HEAD")
+    row = next(line for line in compared.splitlines() if f"{BENCH}('eager')" in line)
+    assert re.search(r"\|\s*[\d.]+\s*\|\s*[\d.]+\s*\|\s*[\d.]+\s*\|", row), compared  # before, after, ratio
+
+    _run(repo, env, "-m", "asv", "publish")
+    assert (repo / "html" / "asv" / "index.html").is_file()
+    port = _free_port()
+    preview = subprocess.Popen([sys.executable, "-m", "asv", "preview", "--port", str(port)],
+                               cwd=repo, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/index.json", timeout=5) as r:
+                    assert machine in r.read().decode()
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("asv preview served nothing")
+    finally:
+        preview.terminate()
+        preview.wait(timeout=30)
+
+    # The new machine's results and the HTML are ignored. asv rewrites its list of benchmarks
+    # (results/asv/benchmarks.json) with the grids of the suite it ran: the one tracked file left.
+    changed = _git(repo, "status", "--porcelain", "--untracked-files=all").splitlines()
+    assert changed in ([], ["M results/asv/benchmarks.json"]), changed
