@@ -148,8 +148,9 @@ def run(argv: list[str]) -> int:
     p.add_argument("--emulate", help="hardware profile to emulate on a larger GPU (t4, a100-40gb, rtx5090, ...)")
     p.add_argument("--select", help="regex on record keys ('bench_step.Step1B|variant=best'): measure only those")
     p.add_argument("--skip-existing", action="store_true",
-                   help="leave out the cases this commit already has a record of on this machine (any status but "
-                        "crashed): a suite too long for one call (sweep) is run in parts that add up")
+                   help="leave out the cases this commit already has a record of on this machine "
+                        "(any status but crashed or interrupted): a suite too long for one call "
+                        "(sweep) is run in parts that add up")
     p.add_argument("--no-html", action="store_true", help="skip asv publish and optbench's charts")
     p.add_argument("--time-budget", type=float, metavar="SECONDS",
                    help="end the run within SECONDS (e.g. a runner's job limit): no case starts, and a running one "
@@ -237,9 +238,15 @@ def run(argv: list[str]) -> int:
                                  expected=expected)
     date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     started = time.perf_counter()
-    code = progress.run_followed(
-        [sys.executable, "-m", "optbench.core.asv_atomic", "run", "--environment", f"existing:{sys.executable}",
-         "--set-commit-hash", commit, "--machine", machine, "--show-stderr", *selection], env, follower, cwd=ROOT)
+    try:
+        code = progress.run_followed(
+            [sys.executable, "-m", "optbench.core.asv_atomic", "run", "--environment",
+             f"existing:{sys.executable}", "--set-commit-hash", commit, "--machine", machine,
+             "--show-stderr", *selection], env, follower, cwd=ROOT)
+    except progress.RunInterrupted as exc:  # its processes have ended: the run is partial
+        store.mark_partial(machine, commit, f"interrupted by {exc.signal}", exc.stopped,
+                           run_id=run_id)
+        raise
     wall = time.perf_counter() - started
     _keep_earlier_cases(earlier, machine, commit)
     done = follower.tally()

@@ -138,8 +138,8 @@ def test_every_case_of_a_grid_reports_its_start_and_end_to_the_progress_file(tmp
 
 
 def test_a_case_whose_measurement_raises_past_the_runner_still_reports_its_end(tmp_path, monkeypatch):
-    """An interrupt inside a case (past the runner's handlers) leaves an 'end' event, status 'aborted', and
-    goes on up."""
+    """An exception past the runner's handlers that is no interrupt (SystemExit) leaves an 'end'
+    event, status 'aborted', and goes on up (an interrupt: tests/test_interrupts.py)."""
     from optbench.core import progress, runner
 
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
@@ -147,16 +147,16 @@ def test_a_case_whose_measurement_raises_past_the_runner_still_reports_its_end(t
     monkeypatch.setenv("OPTBENCH_PROGRESS", str(tmp_path / "progress.jsonl"))
 
     def interrupted(case, **kw):
-        raise KeyboardInterrupt("stopped by the user")
+        raise SystemExit("stopped by the user")
 
     monkeypatch.setattr(runner, "measure_case", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(SystemExit):
         run_grid("bench_test.Grid", [Case({"case": "a"}, _skip), Case({"case": "b"}, _skip)], device="cpu",
                  store=ResultStore(tmp_path), log=lambda _: None)
     ends = [e for e in _events(tmp_path / "progress.jsonl") if e["event"] == "end"]
     assert [(e["key"], e["status"], e["seconds"]) for e in ends] == [("bench_test.Grid|case=a", progress.ABORTED,
                                                                       None)]
-    assert ends[0]["reason"] == "KeyboardInterrupt: stopped by the user"
+    assert ends[0]["reason"] == "SystemExit: stopped by the user"
 
 
 def test_a_case_records_the_seconds_torch_compile_spent_in_its_check_and_timing(tmp_path, monkeypatch):

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +17,7 @@ from synthetic_results import commit, record, report_store, samples, save
 
 from models.variants import ABLATED, ABLATION, ADDED
 from optbench.core.hardware import lookup
-from optbench.core.store import ResultStore
+from optbench.core.store import REPO_ROOT, ResultStore
 from optbench.reporting import charts, data, headline, site
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -45,7 +50,10 @@ def images(page: Path) -> list[Path]:
 
 def test_publish_writes_index_and_chart_pages(store, published):
     out, calls = published
-    assert calls == [(store.root, out.parent)]
+    [(results, stage)] = calls  # asv's site goes into the stage beside the trees, then in with them
+    assert results == store.root and stage.parent == out.parent
+    assert stage.name.startswith(site.STAGE_PREFIX) and not stage.exists()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["index.html", "optbench"]
     text = (out / "index.html").read_text()
     assert 'href="../asv/index.html"' in text
     for name in site.PAGES:
@@ -145,6 +153,106 @@ def test_the_headline_page_is_written_whole(store, tmp_path):
     headline.write_headline(page, store)
     text = page.read_text()
     assert text.startswith("# Headline figures\n") and "**h100-sxm" in text and "old figures" not in text
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def _fake_asv(results: Path, html: Path) -> None:
+    (html / "asv").mkdir()
+    (html / "asv" / "index.html").write_text(f"asv of {results}")
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two-renames"])
+def test_swap_in_puts_the_new_tree_whole_where_the_old_one_was(tmp_path, monkeypatch, exchange):
+    if not exchange:
+        monkeypatch.setattr(site, "_rename_exchange", lambda new, target: False)
+    stage, target = tmp_path / f"{site.STAGE_PREFIX}x", tmp_path / "optbench"
+    for tree, text in ((stage / "optbench", "new"), (target, "old")):
+        (tree / "sub").mkdir(parents=True)
+        (tree / "sub" / "page.html").write_text(text)
+    (target / "gone.png").write_text("old")
+    site.swap_in(stage / "optbench", target)
+    assert _tree(target) == {"sub/page.html": b"new"}
+    assert {p.name for p in stage.iterdir()} == {"optbench" if exchange else "optbench.old"}
+    (tmp_path / "first").mkdir()
+    site.swap_in(tmp_path / "first", tmp_path / "none")  # nothing there yet: a plain rename
+    assert (tmp_path / "none").is_dir() and not (tmp_path / "first").exists()
+
+
+def test_a_publish_that_fails_midway_leaves_the_previous_pages_byte_identical(store, tmp_path,
+                                                                              monkeypatch):
+    """A publish that raises while it writes optbench's pages, or between swapping asv's tree in and
+    optbench's, leaves what it had not swapped in byte for byte as the previous publish left it, and
+    no stage behind; the next publish replaces every tree whole."""
+    monkeypatch.setattr(site, "asv_publish", _fake_asv)
+    html = tmp_path / "html"
+    site.publish(store.root, html)
+    before = _tree(html)
+    assert "optbench/history.html" in before and "asv/index.html" in before
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("killed midway")
+
+    with monkeypatch.context() as mp:  # while the pages are written: after the first, at history
+        written = site.write_page
+        mp.setattr(site, "write_page", lambda out, name, *a: fail() if name == "history" else
+                   written(out, name, *a))
+        with pytest.raises(RuntimeError, match="killed midway"):
+            site.publish(store.root, html)
+    assert _tree(html) == before and not list(html.glob(f"{site.STAGE_PREFIX}*"))
+
+    swapped = site.swap_in
+    with monkeypatch.context() as mp:  # asv's tree is in, optbench's not yet
+        mp.setattr(site, "swap_in", lambda new, target: fail() if target.name == "optbench" else
+                   swapped(new, target))
+        with pytest.raises(RuntimeError, match="killed midway"):
+            site.publish(store.root, html)
+    after = _tree(html)
+    assert {k: v for k, v in after.items() if k.startswith("optbench/")} == \
+        {k: v for k, v in before.items() if k.startswith("optbench/")}
+    assert after["asv/index.html"] == before["asv/index.html"]
+    assert not list(html.glob(f"{site.STAGE_PREFIX}*"))
+    (html / "optbench" / "stale.png").write_bytes(b"old")
+    site.publish(store.root, html)
+    assert not (html / "optbench" / "stale.png").exists() and set(_tree(html)) == set(before)
+
+
+@pytest.mark.slow
+def test_a_publish_killed_midway_leaves_the_previous_pages_whole(store, tmp_path):
+    """SIGKILL to a real publish while it writes its pages (each page slowed down): the previous
+    pages are as they were, byte for byte."""
+    html = tmp_path / "html"
+    script = textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from optbench.reporting import site
+        site.asv_publish = lambda results, html: None
+        written = site.write_page
+        def slow(out, name, *args):
+            written(out, name, *args)
+            Path({str(tmp_path / "page")!r}).write_text(name)
+            if sys.argv[1] == "slow":
+                time.sleep(600)
+        site.write_page = slow
+        site.publish({str(store.root)!r}, {str(html)!r})
+    """)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    subprocess.run([sys.executable, "-c", script, "fast"], env=env, check=True, timeout=300)
+    before = _tree(html)
+    (tmp_path / "page").unlink()
+    proc = subprocess.Popen([sys.executable, "-c", script, "slow"], env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "page").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (tmp_path / "page").exists()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert {k: v for k, v in _tree(html).items() if not k.startswith(site.STAGE_PREFIX)} == before
 
 
 def test_asv_publish_skips_a_foreign_results_dir(tmp_path, capsys):

@@ -10,9 +10,10 @@ run`` makes it ``results/<machine>/progress/<run id>.jsonl``), opened in append 
   that moment: the interpreter, asv's runner, the imports of the benchmark modules and torch, building the
   grid's cases, the machine info. CUDA's context, made at the first allocation, falls in the first case's build.
 - ``{"event": "start", "key", "benchmark"}`` before a case and ``{"event": "end", "key", "status", "seconds",
-  "build_seconds", "check_seconds", "compile_seconds", ...}`` after it, whatever its outcome (also where the
-  case raised past the runner's handlers, as ``aborted``). A case that the run's time budget left out ends
-  with ``"not_started": true`` and no seconds.
+  "build_seconds", "check_seconds", "compile_seconds", ...}`` after it, whatever its outcome (status
+  ``interrupted`` where an interrupt stopped it; ``aborted`` where it raised past the runner's
+  handlers otherwise). A case that the run's time budget left out ends with ``"not_started": true``
+  and no seconds.
 
 Every event carries ``t`` (Unix time) and ``pid``. The ``optbench run`` process follows the file while asv
 runs (:class:`Follower`): on a terminal, a rich progress bar with the running case, done/total, elapsed time
@@ -26,9 +27,11 @@ whether its time budget will likely cut cases.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -44,7 +47,7 @@ from optbench.core import settings
 # The fields of a case's record that its 'end' event carries (the phases of optbench.core.breakdown).
 PHASE_FIELDS = ("build_seconds", "build_compile_seconds", "check_seconds", "compile_seconds", "timing_seconds",
                 "timing_compile_seconds", "memory_seconds")
-ABORTED = "aborted"  # the status of a case whose measurement raised past the runner (an interrupt)
+ABORTED = "aborted"  # the end of a case whose measurement raised past the runner (not an interrupt)
 
 _warned = False
 
@@ -344,17 +347,123 @@ class Follower:
         return parse_events(lines)
 
 
-def run_followed(command: Sequence[str], env: Mapping[str, str], follower: Follower, cwd: Path) -> int:
+# How long the processes of a run have to end once an interrupt is passed on to them (a grid process
+# records the case it stopped), before they are killed.
+STOP_GRACE_S = 20.0
+# Runs a command bound to the process that started it (``python -c BOUND <parent pid> command...``):
+# :func:`exec_bound`.
+BOUND = ("import sys; from optbench.core.progress import exec_bound; "
+         "exec_bound(int(sys.argv[1]), sys.argv[2:])")
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A followed run stopped by SIGINT or SIGTERM (``signal``: its name), once its processes ended:
+    ``stopped`` maps the cases that were running then to the process measuring them."""
+
+    def __init__(self, signal_name: str, stopped: Mapping[str, int]) -> None:
+        super().__init__(signal_name)
+        self.signal, self.stopped = signal_name, dict(stopped)
+
+
+def exec_bound(parent: int, argv: Sequence[str]) -> None:
+    """Become the command ``argv`` (``exec``), which gets SIGINT when its parent, process
+    ``parent``, ends, however it ends (``optbench.core.runner.die_with_parent``; Linux): as on
+    Ctrl-C, asv then ends the benchmark process it runs (SIGTERM, which a grid process records as an
+    interrupt) before it exits. Where ``parent`` has ended already, the signal comes at once."""
+    from optbench.core.runner import die_with_parent
+
+    die_with_parent(signal.SIGINT, parent)
+    os.execvp(argv[0], list(argv))
+
+
+def running_cases(events: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """The cases started and not ended in ``events`` (in order), each with the process measuring
+    it."""
+    running: dict[str, int] = {}
+    for event in events:
+        if event.get("event") == "start":
+            running[event.get("key")] = event.get("pid")
+        elif event.get("event") == "end":
+            running.pop(event.get("key"), None)
+    return running
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: signal 0 is all there is to go on
+    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+
+
+def _signal(pid: int, signum: int, group: bool = False) -> None:
+    """Send ``signum`` to process ``pid`` (``group``: to its process group); nothing where it has
+    ended."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        (os.killpg if group else os.kill)(pid, signum)
+
+
+def _wait_gone(pids: Iterable[int], until: float) -> None:
+    """Wait until no process of ``pids`` runs, or until the monotonic time ``until``."""
+    while any(alive(pid) for pid in pids) and time.monotonic() < until:
+        time.sleep(0.05)
+
+
+def stop_processes(proc: subprocess.Popen, measuring: Iterable[int],
+                   grace_s: float = STOP_GRACE_S) -> None:
+    """End ``proc`` (asv, the leader of its own process group), its group and the processes
+    ``measuring`` (those of the cases running): SIGTERM to ``measuring`` first, and as long as
+    ``grace_s`` for them to record what they stopped and end; then SIGINT to ``proc``'s group (asv
+    ends the process it runs, then itself) and as long again; then SIGKILL to whatever still
+    runs."""
+    measuring = [pid for pid in measuring if pid != proc.pid]
+    for pid in measuring:
+        _signal(pid, signal.SIGTERM)
+    _wait_gone(measuring, time.monotonic() + grace_s)
+    _signal(proc.pid, signal.SIGINT, group=True)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    _signal(proc.pid, signal.SIGKILL, group=True)
+    for pid in measuring:
+        if alive(pid):
+            _signal(pid, signal.SIGKILL)
+    proc.wait()
+
+
+def run_followed(command: Sequence[str], env: Mapping[str, str], follower: Follower, cwd: Path,
+                 grace_s: float = STOP_GRACE_S) -> int:
     """Run ``command`` with its output (stdout and stderr, line by line) shown through ``follower`` while it
-    follows the progress file; the command's exit status."""
-    with follower:
-        proc = subprocess.Popen(list(command), cwd=cwd, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
+    follows the progress file; the command's exit status.
+
+    The command's processes end with this one. The command runs in a process group of its own, bound
+    to this process (:func:`exec_bound`: SIGINT when this process ends, even by SIGKILL; a grid
+    process is bound to its parent in turn), so a terminal's Ctrl-C reaches this process alone;
+    SIGINT or SIGTERM here is passed on (:func:`stop_processes`: the processes of the cases running
+    then, from the progress file, first), and once they have ended :class:`RunInterrupted` names
+    those cases. Later signals are ignored meanwhile. Call it from the main thread."""
+    from optbench.core.runner import Interrupted, interruptible
+
+    with follower, interruptible():
+        proc = subprocess.Popen([sys.executable, "-c", BOUND, str(os.getpid()), *command], cwd=cwd,
+                                env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
+                                process_group=0)
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
                 follower.print(line.rstrip("\n"))
             return proc.wait()
-        except BaseException:  # an interrupt: the child got it too; let it end before the follower stops
-            proc.wait()
-            raise
+        except KeyboardInterrupt as exc:
+            follower.poll()
+            running = {key: pid for key, pid in running_cases(follower.events).items()
+                       if isinstance(pid, int) and alive(pid)}
+            stop_processes(proc, running.values(), grace_s)
+            name = exc.signal if isinstance(exc, Interrupted) else "SIGINT"
+            raise RunInterrupted(name, running) from exc

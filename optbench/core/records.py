@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 OK = "ok"
+# The status of a case that SIGINT or SIGTERM stopped (Ctrl-C, a runner's cancel): it says nothing
+# about the case, and its run is partial (its ``__run__`` record, optbench.core.store).
+INTERRUPTED = "interrupted"
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,11 @@ class Record:
     def ok(self) -> bool:
         """Whether the case was checked and measured."""
         return self.status == OK
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the case was stopped by an interrupt of its run: no verdict on the case."""
+        return self.status == INTERRUPTED
 
     @property
     def primary_clock(self) -> str:

@@ -6,7 +6,10 @@ recorded as such and the grid goes on; a case that the alarm cannot interrupt (b
 by a :func:`watchdog`, which ends the process if it must. A case that the run's time budget cuts short is not
 measured, and not stored. A case that leaves the CUDA context unusable (an illegal memory access) is recorded
 as *crashed*, and the cases after it as not measured: the grid returns what it measured, so that asv still
-reports the rest. Every record is saved to the result store as soon as it exists, so a run that dies keeps
+reports the rest. An interrupt (SIGINT, or SIGTERM: Ctrl-C, a cancel, the end of the parent
+process, :func:`die_with_parent`) stops the grid: the case it stopped is recorded as *interrupted*,
+the run is marked partial (:meth:`optbench.core.store.ResultStore.mark_partial`) and the interrupt
+goes on up. Every record is saved to the result store as soon as it exists, so a run that dies keeps
 what it measured. A record holds the seconds of each phase of its case (``build_seconds`` with its
 ``build_compile_seconds``, ``check_seconds``, ``compile_seconds``: torch.compile's seconds in the build and the
 check, what the case costs to compile; ``timing_seconds`` with its ``timing_compile_seconds``,
@@ -17,6 +20,7 @@ check, what the case costs to compile; ``timing_seconds`` with its ``timing_comp
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime as dt
 import glob
 import math
@@ -35,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from optbench.core import progress, settings
+from optbench.core.records import INTERRUPTED
 from optbench.core.store import IN_PROGRESS, MACHINE_KEY, REPO_ROOT, ResultStore, current_run_id, record_key
 
 
@@ -422,6 +427,72 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str) -> None:
                        reason=f"the CUDA context became unusable in this case: {type(exc).__name__}: {exc}"[:1000])
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM reached this process inside :func:`interruptible` (``signal``: its
+    name)."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal = signal_name
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(signum: int = signal.SIGTERM, parent: int | None = None) -> bool:
+    """Have the kernel send ``signum`` to this process when its parent ends, however it ends
+    (SIGKILL too): ``prctl(PR_SET_PDEATHSIG)``, Linux only; kept across ``exec``. The parent is the
+    thread that started this process: call it in a process started from its parent's main thread.
+    Where the parent has ended already (it is no longer ``parent``, default the parent when this is
+    called), ``signum`` is sent now. Returns whether it is set (False off Linux or where prctl
+    fails)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    parent = os.getppid() if parent is None else parent
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != parent:  # the parent ended before prctl took effect
+        os.kill(os.getpid(), signum)
+    return True
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Inside, SIGINT and SIGTERM raise :class:`Interrupted` in the main thread (SIGTERM would
+    otherwise end the process on the spot, with no word on the case it was measuring). Only the
+    first does: later ones are ignored while that interrupt is handled, so that what it stopped gets
+    recorded; the previous handlers are back once the code leaves. A no-op off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised = False
+
+    def stop(signum: int, frame: Any) -> None:
+        nonlocal raised
+        if not raised:
+            raised = True
+            raise Interrupted(signal.Signals(signum).name)
+
+    previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def interrupt_reason(exc: KeyboardInterrupt, key: str | None, seconds: float | None) -> str:
+    """What an interrupt record says: the signal (KeyboardInterrupt where none is known) and the
+    case it stopped, with how long that case had run, or that it came between cases."""
+    what = f"interrupted by {exc.signal if isinstance(exc, Interrupted) else 'KeyboardInterrupt'}"
+    return f"{what} {seconds:.1f} s into {key}" if key is not None else f"{what} between cases"
+
+
 def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None,
              budget_s: float = 120.0, store: ResultStore | None = None,
              log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
@@ -441,12 +512,39 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
     run = current_run_id()
     store.save(machine, commit, [{"key": MACHINE_KEY, "info": info, "date": now, "commit": commit, "run": run}])
     records: dict[str, dict[str, Any]] = {}
+    running: list[tuple[str, float]] = []  # the case measured now (key, start), until it is stored
+    try:
+        with interruptible():
+            shared = {"benchmark": benchmark, "commit": commit, "machine": machine, "date": now,
+                      "run": run, "pid": os.getpid()}
+            _run_cases(benchmark, cases, shared=shared, device=device, budget_s=budget_s,
+                       store=store, log=log, records=records, running=running)
+    except KeyboardInterrupt as exc:
+        key, seconds = None, None
+        if running:
+            key, seconds = running[0][0], time.perf_counter() - running[0][1]
+        reason = interrupt_reason(exc, key, seconds)
+        store.mark_partial(machine, commit, reason, [key] if key is not None else [])
+        if key is not None:
+            progress.case_ended(key, benchmark, {"status": INTERRUPTED, "reason": reason},
+                                measured={"seconds": round(seconds or 0.0, 3)})
+        log(f"{benchmark}: {reason}; the run is partial")
+        raise
+    return records
+
+
+def _run_cases(benchmark: str, cases: Iterable[Case], *, shared: dict[str, Any], device: str,
+               budget_s: float, store: ResultStore, log: Callable[[str], None],
+               records: dict[str, dict[str, Any]], running: list[tuple[str, float]]) -> None:
+    """The loop of :func:`run_grid`: each case's record into ``records`` (``shared``: the fields
+    every record of the grid shares); ``running`` holds the case whose record is not stored yet,
+    with its start."""
+    commit, machine = shared["commit"], shared["machine"]
     lost_in: str | None = None  # the case after which this process can no longer use the GPU
     for case in cases:
         key = record_key(benchmark, case.params)
         progress.process_started(benchmark)  # this process's start-up ends at its first case
-        head = {"key": key, "benchmark": benchmark, "commit": commit, "machine": machine, "date": now, "run": run,
-                "pid": os.getpid()}
+        head = {"key": key, **shared}
         if out_of_run_time(budget_s):  # not stored, as an unselected case is not: a later run measures it
             records[key] = {**head, "params": case.params, "status": "skipped", "reason": NOT_STARTED}
             progress.case_ended(key, benchmark, records[key])
@@ -459,31 +557,48 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
             records[key] = rec
             progress.case_ended(key, benchmark, rec)
             continue
+        running[:] = [(key, time.perf_counter())]
         # Stays in the store only if the process dies inside this case (a CUDA illegal memory access cannot
         # be caught and leaves the context unusable): the next reader sees which case and why the grid stopped.
+        # An interrupt replaces it (ResultStore.mark_partial).
         store.save(machine, commit, [{**head, "params": case.params, "status": "crashed",
                                       "reason": f"{IN_PROGRESS}; later cases of its grid were not measured in "
                                                 "that run"}])
-        left = run_time_left()
-        cut = left is not None and left < budget_s  # the run's budget ends first
-        keep = partial(_keep, store, head, cut=cut)
-
-        def hard_stop(body: dict[str, Any], keep: Callable[..., dict[str, Any]] = keep, key: str = key) -> None:
-            progress.case_ended(key, benchmark, keep(body))  # the watchdog ends the process next
-
-        progress.case_started(key, benchmark)
-        body = rec = None
-        try:
-            body = measure_case(case, device=device, budget_s=left if cut else budget_s, on_hard_stop=hard_stop,
-                                budget_name="what was left of the run's time budget" if cut else "its budget")
-            rec = keep(body)
-        finally:  # also where the measurement raised past its handlers (an interrupt): the case ended
-            progress.case_ended(key, benchmark, rec, sys.exc_info()[1], measured=body)
+        rec = _measure(benchmark, case, head, device=device, budget_s=budget_s, store=store)
+        running.clear()
         records[key] = rec
         if rec.get("context_lost"):
             lost_in = key
         log(f"{key}: {rec['status']} {rec.get('reason', '')[:120]}")
-    return records
+
+
+def _measure(benchmark: str, case: Case, head: dict[str, Any], *, device: str, budget_s: float,
+             store: ResultStore) -> dict[str, Any]:
+    """Measure one case within ``budget_s`` (or what is left of the run's time budget, where less)
+    and store its record (:func:`_keep`); its start and end go to the run's progress. An interrupt
+    goes on up, with no 'end' event (:func:`run_grid` reports it); another exception past the
+    measurement's handlers leaves the end :data:`optbench.core.progress.ABORTED`."""
+    key = head["key"]
+    left = run_time_left()
+    cut = left is not None and left < budget_s  # the run's budget ends first
+    keep = partial(_keep, store, head, cut=cut)
+
+    def hard_stop(body: dict[str, Any]) -> None:
+        progress.case_ended(key, benchmark, keep(body))  # the watchdog ends the process next
+
+    progress.case_started(key, benchmark)
+    try:
+        budget_name = "what was left of the run's time budget" if cut else "its budget"
+        body = measure_case(case, device=device, budget_s=left if cut else budget_s,
+                            on_hard_stop=hard_stop, budget_name=budget_name)
+        rec = keep(body)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # past the measurement's handlers: the case ended all the same
+        progress.case_ended(key, benchmark, None, exc)
+        raise
+    progress.case_ended(key, benchmark, rec, measured=body)
+    return rec
 
 
 def _keep(store: ResultStore, head: dict[str, Any], body: dict[str, Any], *, cut: bool) -> dict[str, Any]:

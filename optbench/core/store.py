@@ -15,8 +15,11 @@ A run is one ``optbench run`` (or one process where nothing set a run id): its r
 a rerun, a merge or an interrupt of a later run never changes an earlier run's records; runs of one commit add
 up. Inside its own file a run replaces its records by ``key`` (``"<benchmark>|<param>=<value>|..."``: the
 placeholder a case leaves while it runs becomes its record); the record with key ``"__machine__"`` holds the
-machine info of that run. Files are rewritten atomically (temporary file + ``os.replace``), so a run that dies
-leaves every file whole. A file of the old layout holds the runs of one commit merged by key; its records are
+machine info of that run. A run that an interrupt (SIGINT, SIGTERM) stopped is *partial*: the
+case it stopped has status ``interrupted`` and the record ``"__run__"`` says ``"partial": true``
+with the reason (:meth:`ResultStore.mark_partial`); the cases it never reached have no record.
+Files are rewritten atomically (temporary file + ``os.replace``), so a run that dies leaves every
+file whole. A file of the old layout holds the runs of one commit merged by key; its records are
 read back as one run per process (records that share their ``date``).
 """
 
@@ -36,8 +39,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from optbench.core.records import INTERRUPTED
+
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the work tree: results/, benchmarks/, asv.conf.json
 MACHINE_KEY = "__machine__"
+RUN_KEY = "__run__"  # a run as a whole: ``partial`` (and why) once an interrupt stopped it
 RECORDS_DIR = "optbench"
 ASV_DIR = "asv"  # asv's tree in the results root (asv.conf.json "results_dir": "results/asv")
 LEGACY_RUN = "legacy-"  # run ids of the records of an old-layout file: "legacy-<date, digits and T>"
@@ -217,20 +223,23 @@ class ResultStore:
 
     def load(self, machine: str, commit: str) -> dict[str, dict]:
         """The latest record of each key over the runs of (machine, commit) ({} if none): one record per case
-        for readers that show one figure; :meth:`runs` gives every run."""
+        for readers that show one figure (an interrupted record only where no run gave the case a
+        verdict); :meth:`runs` gives every run."""
         merged: dict[str, dict] = {}
         for run in self.runs(machine, commit):
-            merged.update(run.records)
+            merged.update({key: rec for key, rec in run.records.items()
+                           if rec.get("status") != INTERRUPTED or key not in merged})
         return merged
 
     def measured_keys(self, machine: str, commit: str) -> set[str]:
-        """Keys of the cases that a stored run of ``commit`` on ``machine`` ended with a verdict (any status but
-        'crashed', the mark of a process that died inside a case): what ``optbench run --skip-existing`` leaves
-        out. ``commit`` is a full hash; none stored gives the empty set."""
+        """Keys of the cases that a stored run of ``commit`` on ``machine`` ended with a verdict
+        (any status but 'crashed', the mark of a process that died inside a case, and
+        'interrupted'): what ``optbench run --skip-existing`` leaves out. ``commit`` is a full hash;
+        none stored gives the empty set."""
         if commit not in self.commits(machine):
             return set()
         return {key for run in self.runs(machine, commit) for key, rec in run.results().items()
-                if rec.get("status") not in (None, "crashed")}
+                if rec.get("status") not in (None, "crashed", INTERRUPTED)}
 
     def save(self, machine: str, commit: str, records: Iterable[Mapping[str, Any]], run_id: str | None = None) -> None:
         """Add ``records`` to one run's file (default: this process's run), replacing that run's records with the
@@ -250,6 +259,28 @@ class ResultStore:
         kept = [rec for key, rec in records.items() if key not in dropped]
         if len(kept) < len(records):
             self._write(path, records_text(kept))
+
+    def mark_partial(self, machine: str, commit: str, reason: str, stopped: Iterable[str] = (),
+                     run_id: str | None = None) -> list[str]:
+        """Record that an interrupt (``reason``: which, and where) stopped one run (default: this
+        process's): its ``__run__`` record says ``partial``, and each case of ``stopped`` whose
+        record is still the in-progress placeholder (its process was ended before it could say so
+        itself) becomes ``interrupted``. A run without a file gets none. Returns the keys it marked
+        interrupted."""
+        path = self.path(machine, commit, run_id)
+        if not path.exists():
+            return []
+        records = read_records(path)
+        marked = [key for key in stopped if key in records and _in_progress(records[key])]
+        for key in marked:
+            records[key] = {**records[key], "status": INTERRUPTED,
+                            "reason": f"{reason}; not measured"}
+        started = min((r["date"] for r in records.values() if r.get("date")), default=None)
+        # dated as the run's first record: StoredRun.date is the earliest
+        run = records.get(RUN_KEY, {"key": RUN_KEY, "date": started})
+        records[RUN_KEY] = {**run, "partial": True, "reason": run.get("reason") or reason}
+        self._write(path, records_text(records.values()))
+        return marked
 
     def _write(self, path: Path, text: str) -> None:
         self._runs.clear()

@@ -36,9 +36,12 @@ The rule, per record, metric and clock (``device``, ``device_warm``, ``wall``), 
   (a process's first compile and later ones in the same job differ several-fold), else reported.
 - Peak memory (one deterministic value per run): a change of the median over runs beyond the class
   threshold.
-- Status (of each side's latest run): ``ok`` to anything else (oom, wrong, timeout, error, skipped)
-  is a regression, anything to ``ok`` an improvement; records skipped on both sides stay silent. A
-  record on one side only is reported with status ``missing`` and never fails the gate.
+- Status (of each side's latest run that gave the record a verdict): ``ok`` to anything else (oom,
+  wrong, timeout, error, skipped, crashed) is a regression, anything to ``ok`` an improvement;
+  records skipped on both sides stay silent. A record on one side only is reported with status
+  ``missing`` and never fails the gate; nor does a record ``interrupted`` on a side (the case an
+  interrupt stopped, in a partial run; its side's latest run that did not stop it is taken where
+  there is one): reported with the verdict :data:`INTERRUPTED_RUN`, never gated, not compared.
 
 Across GPUs a change beyond the class threshold is reported as slower or faster (CROSS-GPU), never
 gated.
@@ -65,7 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from optbench.core.records import OK, Record, TimingView
+from optbench.core.records import INTERRUPTED, OK, Record, TimingView
 from optbench.core.runner import measured_commit
 from optbench.core.store import REPO_ROOT, ResultStore, StoredRun
 from optbench.suite.catalog import GATE_THRESHOLDS, gate_threshold
@@ -80,6 +83,7 @@ COMPILE_SERIES = ("compile", "seconds")  # (metric, clock) of compile seconds am
 CROSS_GPU = "CROSS-GPU"
 NO_NOISE = "no noise estimate on this GPU"
 NOT_GATED = "not gated"
+INTERRUPTED_RUN = "interrupted: not gated"
 
 Series = tuple[str, str, str]  # (record key, metric, clock)
 
@@ -266,7 +270,10 @@ def _summary(t: TimingView) -> Summary:
 
 
 def _latest(runs: Sequence[StoredRun], key: str) -> Record | None:
-    return next((Record.of(run.records[key]) for run in reversed(runs) if key in run.records), None)
+    """The record of ``key`` of the latest of ``runs`` that gave it a verdict, else (an interrupt
+    stopped it in every run that holds it) the latest; None where no run holds it."""
+    found = [Record.of(run.records[key]) for run in runs if key in run.records]
+    return next((r for r in reversed(found) if not r.interrupted), found[-1] if found else None)
 
 
 def _limit(rec: Record, quantity: str, clock: str | None, threshold: float | None,
@@ -313,6 +320,10 @@ def _record_changes(base: Sequence[StoredRun], head: Sequence[StoredRun], key: s
     if sb != OK or sh != OK:
         if sb == sh == "skipped":
             return []
+        if INTERRUPTED in (sb, sh):  # an interrupt stopped the case: no verdict on it
+            return [Change(**common, metric="", quantity="status", clock=None, base=None, head=None,
+                           ratio=None, significant=False, regression=False, improvement=False,
+                           base_status=sb, head_status=sh, gated=False, reason=INTERRUPTED_RUN)]
         significant = sb != sh and MISSING not in (sb, sh)
         judged = significant and gpu is not None
         return [Change(**common, metric="", quantity="status", clock=None, base=None, head=None,
@@ -472,14 +483,15 @@ def cross_machine(change: Change, base_machine: str) -> Change:
 
 
 def verdict(c: Change) -> str:
-    """'REGRESSION', 'improvement', 'no noise estimate on this GPU', a not-gated change ('slower
-    (CROSS-GPU)', 'faster (not gated)', 'status changed (CROSS-GPU)', ...) or ''."""
+    """'REGRESSION', 'improvement', 'no noise estimate on this GPU', 'interrupted: not gated', a
+    not-gated change ('slower (CROSS-GPU)', 'faster (not gated)', 'status changed (CROSS-GPU)', ...)
+    or ''."""
     if c.regression:
         return "REGRESSION"
     if c.improvement:
         return "improvement"
-    if c.reason == NO_NOISE:
-        return NO_NOISE
+    if c.reason in (NO_NOISE, INTERRUPTED_RUN):
+        return c.reason
     if c.significant and not c.gated:
         what = "status changed" if c.quantity == "status" else \
             ("slower" if (c.ratio or 1) > 1 else "faster")
@@ -510,14 +522,15 @@ def rows(changes: Iterable[Change]) -> list[tuple[str, ...]]:
 
 
 def compared(c: Change) -> bool:
-    """Whether the record has results at both commits."""
-    return MISSING not in (c.base_status, c.head_status)
+    """Whether the record has results at both commits (an interrupted one has none)."""
+    return not {MISSING, INTERRUPTED} & {c.base_status, c.head_status}
 
 
 def shown(c: Change) -> bool:
     """Whether a change belongs in the default table: beyond what the comparison detects, or failing
-    at head."""
-    return c.significant or c.head_status not in (OK, "skipped", MISSING)
+    at head, or interrupted on a side."""
+    return (c.significant or c.head_status not in (OK, "skipped", MISSING)
+            or c.reason == INTERRUPTED_RUN)
 
 
 def _title(c: Change) -> str:
@@ -627,6 +640,10 @@ def _notes(out: Any, mine: Sequence[Change]) -> None:
     if blind:
         out.print(f"note: {blind} time metrics on {where}: {NO_NOISE} (fewer than {MIN_DF} "
                   "degrees of freedom of A/A runs, runs of one commit on it): reported (--all), "
+                  "not gated")
+    stopped = sum(c.reason == INTERRUPTED_RUN for c in mine)
+    if stopped:
+        out.print(f"note: {stopped} records on {where} were interrupted (partial runs): reported, "
                   "not gated")
     lost = sum(c.base_status == OK and c.head_status == MISSING for c in mine)
     if lost:

@@ -26,8 +26,14 @@ columns name the commit each figure comes from.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import math
+import os
+import shutil
 import sys
+import tempfile
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from functools import partial
@@ -371,21 +377,76 @@ def asv_publish(results: Path, html: Path) -> None:
         print("optbench report: asv publish failed (see above); writing optbench's pages anyway")
 
 
+STAGE_PREFIX = ".publish-"  # the folder in <html>/ that a publish writes its trees into first
+STALE_STAGE_S = 3600.0  # a stage folder this old was left by a publish that was killed: removed
+
+
+def _rename_exchange(new: Path, target: Path) -> bool:
+    """Swap two paths in one step (Linux's ``renameat2(RENAME_EXCHANGE)``); False where
+    unavailable."""
+    if not sys.platform.startswith("linux"):
+        return False
+    rename = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if rename is None:
+        return False
+    at_cwd, exchange = -100, 2  # AT_FDCWD, RENAME_EXCHANGE (linux/fcntl.h, linux/fs.h)
+    return rename(at_cwd, os.fsencode(new), at_cwd, os.fsencode(target), exchange) == 0
+
+
+def swap_in(new: Path, target: Path) -> None:
+    """Put the complete tree ``new`` at ``target``; the tree that was there ends up inside ``new``'s
+    parent, to be removed with it. Readers see the old tree or the new one: in one step where the
+    kernel swaps two paths (:func:`_rename_exchange`), else by two renames, between which ``target``
+    is missing and the old tree whole beside ``new``."""
+    if not target.exists():
+        os.rename(new, target)
+    elif not _rename_exchange(new, target):
+        os.rename(target, new.with_name(f"{new.name}.old"))
+        os.rename(new, target)
+
+
+def _remove_stale_stages(html: Path) -> None:
+    """Remove the stage folders that publishes killed midway left in ``html``."""
+    for stage in html.glob(f"{STAGE_PREFIX}*"):
+        with contextlib.suppress(OSError):
+            if time.time() - stage.stat().st_mtime > STALE_STAGE_S:
+                shutil.rmtree(stage)
+
+
 def publish(results: Path | str | None = None, html: Path | str | None = None,
             pair: tuple[str, str] | None = None) -> Path:
     """asv publish into ``<html>/asv/``, then optbench's pages under ``<html>/optbench/`` and a landing page
     ``<html>/index.html`` linking both; returns optbench's index.html. asv's pages need an HTTP server (``asv
     preview``, or ``python3 -m http.server -d html``); optbench's open from disk.
 
+    Each tree is written whole into a new folder beside them (``<html>/.publish-*``), then swapped
+    in by renames (:func:`swap_in`) and the previous one removed: a publish that fails or is killed
+    at any point leaves every tree as it was or as the new one, never a part (asv's as it was where
+    asv writes none).
+
     ``pair`` (BASE, HEAD) picks the commits of the compare page (default: each machine's two newest).
     """
     results = Path(results) if results is not None else results_dir()
     html = Path(html) if html is not None else REPO_ROOT / "html"
+    html.mkdir(parents=True, exist_ok=True)
+    _remove_stale_stages(html)
+    stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX, dir=html))
+    try:
+        _write_trees(results, stage, pair)
+        for name in ("asv", "optbench"):
+            if (stage / name).exists():
+                swap_in(stage / name, html / name)
+        os.replace(stage / "index.html", html / "index.html")
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return html / "optbench" / "index.html"
+
+
+def _write_trees(results: Path, html: Path, pair: tuple[str, str] | None) -> None:
+    """asv's site, optbench's pages and the landing page into the empty folder ``html``."""
     asv_publish(results, html)
     out = html / "optbench"
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.png"):
-        old.unlink()
+    out.mkdir()
     store = ResultStore(results)
     found = runs(store)
     parts = {"speedup": speedup_parts, "memory": memory_parts, "throughput": throughput_parts,
@@ -399,7 +460,6 @@ def publish(results: Path | str | None = None, html: Path | str | None = None,
                '<code>python3 -m http.server -d html</code>)</li></ul>')
     page = PAGE.substitute(title="optbench", body=landing, root="")
     (html / "index.html").write_text(page, encoding="utf-8")
-    return out / "index.html"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -79,8 +79,10 @@ def measure_suite(names: list[str] | None = None, kinds: tuple[str, ...] = GRID_
     ``$OPTBENCH_SELECT`` selects (less, with ``$OPTBENCH_SKIP_EXISTING``, those measured in an earlier run of
     this commit on this machine), grid after grid in the catalog's order, and return what asv's track methods
     read (:data:`KEPT_FIELDS`) by record key, for every case of ``names`` (default: every grid benchmark of the
-    catalog of one of ``kinds``; asv lists them all): a case outside the suite, unselected, or not started before
-    the run's time budget ended is a skip with its reason. Imports nothing heavy where nothing is selected."""
+    catalog of one of ``kinds``; asv lists them all): a case outside the suite, unselected, or not
+    started before the run's time budget ended is a skip with its reason. Imports nothing heavy
+    where nothing is selected. Once something is, the process gets SIGTERM when its parent ends
+    (``runner.die_with_parent``): an interrupt, which the runner records as such."""
     from optbench.core.store import record_key
 
     settings = current()
@@ -100,9 +102,11 @@ def measure_suite(names: list[str] | None = None, kinds: tuple[str, ...] = GRID_
         kept.update(_skips(keys, f"not selected in this run (OPTBENCH_SELECT={_short(select)})"))
         kept.update(_skips([k for k in keys if k in existing], SKIPPED_EXISTING))
         if chosen:
-            from optbench.core.runner import default_device
+            from optbench.core.runner import default_device, die_with_parent
 
-            device = device or default_device()
+            if device is None:  # a grid process ends with the one that started it (asv, ab)
+                die_with_parent()
+                device = default_device()
             kept.update(_measure_grid(name, grid, chosen, device))
     return kept
 
