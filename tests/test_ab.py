@@ -189,10 +189,11 @@ def test_a_required_class_left_undecided_is_inconclusive(fake):
     assert len(fake["calls"]) == 2 * (1 + options.max_rounds)
 
 
-def test_the_time_budget_stops_the_rounds(fake):
+def test_the_time_budget_stops_the_rounds_and_says_what_would_reach_the_minimum(fake, capsys):
     options = ab.Options(**{**fake["options"].__dict__, "time_budget": 0.0})
     assert ab.ab("BASE", "HEAD", options) == ab.EXIT_INCONCLUSIVE
     assert fake["calls"] == ["base", "head", "head", "base"]  # the warm-up pair and one judged pair
+    assert "short of --min-rounds 4" in capsys.readouterr().err
 
 
 # Bisection.

@@ -339,8 +339,15 @@ def _rounds(args: Options, sides: dict[str, Side], groups: dict[str, list[str]],
         pair = index // 2
         if index % 2 == 0 and pair > args.warmup:  # before a new pair: judge, and stop when done or out of time
             verdicts = judge(judged["base"], judged["head"], args.confidence)
-            done = pair - args.warmup >= args.min_rounds and not undecided(verdicts, args.require)
-            if done or time.monotonic() - started + pair_s > args.time_budget:
+            judged_pairs = pair - args.warmup
+            done = judged_pairs >= args.min_rounds and not undecided(verdicts, args.require)
+            elapsed = time.monotonic() - started
+            if not done and elapsed + pair_s > args.time_budget and judged_pairs < args.min_rounds:
+                needed = elapsed + (args.min_rounds - judged_pairs) * pair_s
+                print(f"optbench ab: the time budget ends after {judged_pairs} judged rounds a side, "
+                      f"short of --min-rounds {args.min_rounds} (pairs take about {pair_s:.0f} s): "
+                      f"about --time-budget {needed:.0f} would reach it", file=sys.stderr)
+            if done or elapsed + pair_s > args.time_budget:
                 break
         side = sides[label]
         run_id, seconds, code = run_round(side, settings, groups, logs)
