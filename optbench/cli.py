@@ -183,7 +183,10 @@ def run(argv: list[str]) -> int:
         print(f"optbench run: {problem}", file=sys.stderr)
         return 2
     if args.gpus is not None:
-        return shard.run_on_gpus(argv, args.gpus, emulate=args.emulate, html=not args.no_html)
+        from optbench.reporting.site import publish
+
+        return shard.run_on_gpus(argv, args.gpus, emulate=args.emulate,
+                                 publish=None if args.no_html else publish)
 
     import torch
 

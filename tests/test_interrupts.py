@@ -19,7 +19,8 @@ from synthetic_results import GPU, commit, record, samples, save
 
 from optbench.core import progress
 from optbench.core.records import INTERRUPTED
-from optbench.core.runner import Case, Interrupted, Work, interruptible, run_grid
+from optbench.core.runner import Case, Work, run_grid
+from optbench.core.signals import Interrupted, interruptible
 from optbench.core.store import IN_PROGRESS, REPO_ROOT, RUN_KEY, ResultStore, record_key
 from optbench.gate import compare as cmp
 
@@ -208,7 +209,7 @@ GRID_PROCESS = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
     from optbench.core import progress
-    from optbench.core.runner import die_with_parent, interruptible
+    from optbench.core.signals import die_with_parent, interruptible
     die_with_parent()
     Path(sys.argv[1]).write_text(str(os.getpid()))
     try:

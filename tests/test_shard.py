@@ -212,7 +212,7 @@ def gpus_run(tmp_path, spec: str, codes: list[int], env: dict[str, str] | None =
     argv = argv or ("--suite", "quick", "--select", "Step", "--gpus", spec)
     calls, start = fake_start(codes)
     ids = iter(f"run-{i}" for i in range(10))
-    code = shard.run_on_gpus(list(argv), spec, html=False, device_count=lambda: 4, start=start,
+    code = shard.run_on_gpus(list(argv), spec, device_count=lambda: 4, start=start,
                              env=env or {"PATH": "/bin"}, root=tmp_path, machine="h100-sxm",
                              new_run_id=lambda: next(ids))
     return code, calls

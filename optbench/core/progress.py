@@ -367,10 +367,10 @@ class RunInterrupted(KeyboardInterrupt):
 
 def exec_bound(parent: int, argv: Sequence[str]) -> None:
     """Become the command ``argv`` (``exec``), which gets SIGINT when its parent, process
-    ``parent``, ends, however it ends (``optbench.core.runner.die_with_parent``; Linux): as on
+    ``parent``, ends, however it ends (``optbench.core.signals.die_with_parent``; Linux): as on
     Ctrl-C, asv then ends the benchmark process it runs (SIGTERM, which a grid process records as an
     interrupt) before it exits. Where ``parent`` has ended already, the signal comes at once."""
-    from optbench.core.runner import die_with_parent
+    from optbench.core.signals import die_with_parent
 
     die_with_parent(signal.SIGINT, parent)
     os.execvp(argv[0], list(argv))
@@ -448,7 +448,7 @@ def run_followed(command: Sequence[str], env: Mapping[str, str], follower: Follo
     SIGINT or SIGTERM here is passed on (:func:`stop_processes`: the processes of the cases running
     then, from the progress file, first), and once they have ended :class:`RunInterrupted` names
     those cases. Later signals are ignored meanwhile. Call it from the main thread."""
-    from optbench.core.runner import Interrupted, interruptible
+    from optbench.core.signals import Interrupted, interruptible
 
     with follower, interruptible():
         proc = subprocess.Popen([sys.executable, "-c", BOUND, str(os.getpid()), *command], cwd=cwd,

@@ -20,7 +20,6 @@ check, what the case costs to compile; ``timing_seconds`` with its ``timing_comp
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import datetime as dt
 import glob
 import math
@@ -40,6 +39,7 @@ from typing import Any
 
 from optbench.core import progress, settings
 from optbench.core.records import INTERRUPTED
+from optbench.core.signals import Interrupted, interruptible
 from optbench.core.store import IN_PROGRESS, MACHINE_KEY, REPO_ROOT, ResultStore, current_run_id, record_key
 
 
@@ -425,65 +425,6 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str) -> None:
         except Exception as exc:  # noqa: BLE001 - e.g. an illegal memory access: the CUDA context is gone
             rec.update(status="crashed", context_lost=True,
                        reason=f"the CUDA context became unusable in this case: {type(exc).__name__}: {exc}"[:1000])
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM reached this process inside :func:`interruptible` (``signal``: its
-    name)."""
-
-    def __init__(self, signal_name: str) -> None:
-        super().__init__(signal_name)
-        self.signal = signal_name
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def die_with_parent(signum: int = signal.SIGTERM, parent: int | None = None) -> bool:
-    """Have the kernel send ``signum`` to this process when its parent ends, however it ends
-    (SIGKILL too): ``prctl(PR_SET_PDEATHSIG)``, Linux only; kept across ``exec``. The parent is the
-    thread that started this process: call it in a process started from its parent's main thread.
-    Where the parent has ended already (it is no longer ``parent``, default the parent when this is
-    called), ``signum`` is sent now. Returns whether it is set (False off Linux or where prctl
-    fails)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    parent = os.getppid() if parent is None else parent
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
-            return False
-    except (OSError, AttributeError):
-        return False
-    if os.getppid() != parent:  # the parent ended before prctl took effect
-        os.kill(os.getpid(), signum)
-    return True
-
-
-@contextmanager
-def interruptible() -> Iterator[None]:
-    """Inside, SIGINT and SIGTERM raise :class:`Interrupted` in the main thread (SIGTERM would
-    otherwise end the process on the spot, with no word on the case it was measuring). Only the
-    first does: later ones are ignored while that interrupt is handled, so that what it stopped gets
-    recorded; the previous handlers are back once the code leaves. A no-op off the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    raised = False
-
-    def stop(signum: int, frame: Any) -> None:
-        nonlocal raised
-        if not raised:
-            raised = True
-            raise Interrupted(signal.Signals(signum).name)
-
-    previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def interrupt_reason(exc: KeyboardInterrupt, key: str | None, seconds: float | None) -> str:

@@ -82,7 +82,7 @@ def measure_suite(names: list[str] | None = None, kinds: tuple[str, ...] = GRID_
     catalog of one of ``kinds``; asv lists them all): a case outside the suite, unselected, or not
     started before the run's time budget ended is a skip with its reason. Imports nothing heavy
     where nothing is selected. Once something is, the process gets SIGTERM when its parent ends
-    (``runner.die_with_parent``): an interrupt, which the runner records as such."""
+    (``signals.die_with_parent``): an interrupt, which the runner records as such."""
     from optbench.core.store import record_key
 
     settings = current()
@@ -102,7 +102,8 @@ def measure_suite(names: list[str] | None = None, kinds: tuple[str, ...] = GRID_
         kept.update(_skips(keys, f"not selected in this run (OPTBENCH_SELECT={_short(select)})"))
         kept.update(_skips([k for k in keys if k in existing], SKIPPED_EXISTING))
         if chosen:
-            from optbench.core.runner import default_device, die_with_parent
+            from optbench.core.runner import default_device
+            from optbench.core.signals import die_with_parent
 
             if device is None:  # a grid process ends with the one that started it (asv, ab)
                 die_with_parent()

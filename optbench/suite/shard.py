@@ -140,20 +140,22 @@ def cuda_device_count() -> int:
     return torch.cuda.device_count()
 
 
-def run_on_gpus(argv: Sequence[str], spec: str, *, emulate: str | None = None, html: bool = True,
+def run_on_gpus(argv: Sequence[str], spec: str, *, emulate: str | None = None,
+                publish: Callable[[], Any] | None = None,
                 device_count: Callable[[], int] | None = None,
                 start: Callable[..., Any] = subprocess.Popen,
                 env: Mapping[str, str] | None = None, root: Path | None = None,
                 machine: str | None = None, new_run_id: Callable[[], str] | None = None) -> int:
     """``optbench run ARGV`` with ``--gpus SPEC``: one shard per GPU that ``spec`` names
     (:func:`gpu_indices`), each ``python -m optbench run ARGV --shard i/N --no-html`` (``ARGV``
-    less ``--gpus``) started by ``start`` (Popen's signature) in ``root`` (default the repository)
-    with ``env`` (default this process's) plus ``CUDA_VISIBLE_DEVICES`` naming its GPU (the i-th of
-    ``env``'s ``CUDA_VISIBLE_DEVICES`` where set) and ``OPTBENCH_RUN_ID`` a run id of its own
-    (``new_run_id``), its output into its log file. Says where each went, waits for them all, then
-    (``html``) publishes. Returns the first non-zero exit status among them, else 0; 2, with one
-    line, where ``spec`` names no GPU here. ``device_count``: how many GPUs this process sees
-    (default :func:`cuda_device_count`); ``machine``: the results folder (default this machine's,
+    less ``--gpus``) started by ``start`` (Popen's signature) in ``root`` (default the
+    repository) with ``env`` (default this process's) plus ``CUDA_VISIBLE_DEVICES`` naming its
+    GPU (the i-th of ``env``'s ``CUDA_VISIBLE_DEVICES`` where set) and ``OPTBENCH_RUN_ID`` a run
+    id of its own (``new_run_id``), its output into its log file. Says where each went, waits
+    for them all, then calls ``publish`` (the HTML, once for every shard) where given. Returns
+    the first non-zero exit status among them, else 0; 2, with one line, where ``spec`` names no
+    GPU here. ``device_count``: how many GPUs this process sees (default
+    :func:`cuda_device_count`); ``machine``: the results folder (default this machine's,
     emulating ``emulate`` where given)."""
     from optbench.core import store
 
@@ -192,8 +194,6 @@ def run_on_gpus(argv: Sequence[str], spec: str, *, emulate: str | None = None, h
     for (n, gpu, run_id, log, _), code in zip(children, codes):
         print(f"optbench: shard {n}/{len(gpus)} on GPU {gpu} (run {run_id}) ended with exit "
               f"{code}; log {log}", flush=True)
-    if html:
-        from optbench.reporting.site import publish
-
+    if publish is not None:
         publish()
     return next((c for c in codes if c), 0)
