@@ -556,3 +556,11 @@ def test_asv_publishes_into_a_folder_of_its_own(tmp_path, monkeypatch):
     site.asv_publish(REPO_ROOT / "results", tmp_path / "html")
     assert calls == [["publish", "--no-pull", "--html-dir", str((tmp_path / "html" / "asv").resolve())]]
     assert json.loads((REPO_ROOT / "asv.conf.json").read_text())["html_dir"] == "html/asv"
+
+
+def test_publish_says_each_page_as_it_is_written(store, asv_calls, tmp_path, capsys):
+    """Writing the charts takes minutes on a large store: a line per page, none left silent."""
+    site.publish(store.root, tmp_path / "html")
+    lines = [line for line in capsys.readouterr().out.splitlines() if " page " in line]
+    assert [line.split(",")[1].strip() for line in lines] == [f"{name}.html" for name in site.PAGES]
+    assert lines[0].startswith(f"optbench report: page 1 of {len(site.PAGES)}")

@@ -452,8 +452,11 @@ def _write_trees(results: Path, html: Path, pair: tuple[str, str] | None) -> Non
     parts = {"speedup": speedup_parts, "memory": memory_parts, "throughput": throughput_parts,
              "roofline": roofline_parts, "history": partial(history_parts, store),
              "compare": partial(compare_parts, store, pair)}
-    for name in PAGES:
+    for n, name in enumerate(PAGES, 1):
+        started = time.perf_counter()
         write_page(out, name, found, parts[name])
+        print(f"optbench report: page {n} of {len(PAGES)}, {name}.html, "
+              f"{time.perf_counter() - started:.1f} s", flush=True)
     write_index(out, found)
     landing = ('<ul><li><a href="optbench/index.html">optbench report</a>: charts, compare, history</li>'
                '<li><a href="asv/index.html">asv benchmarks</a> (served: <code>asv preview</code> or '
