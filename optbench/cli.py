@@ -137,8 +137,8 @@ def _keep_earlier_cases(earlier: dict[Path, dict], machine: str, commit: str) ->
             write_json_atomic(path, merge_asv_results(earlier[path], now))
 
 
-def run(argv: list[str]) -> int:
-    """``optbench run``: benchmark the current commit here, store results, publish HTML."""
+def run_parser() -> argparse.ArgumentParser:
+    """The command line of ``optbench run``."""
     p = argparse.ArgumentParser(prog="optbench run", description=plain(run.__doc__))
     p.add_argument("--suite", choices=["auto", *SUITES], default="auto",
                    help="auto: 'full' with a GPU, 'cpu' without")
@@ -161,6 +161,12 @@ def run(argv: list[str]) -> int:
     p.add_argument("--gpus", metavar="all|0,1,...",
                    help="one shard per GPU, each a run of its own, all at once (logs in "
                         "results/<machine>/progress/)")
+    return p
+
+
+def run_args(p: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed by ``p`` (:func:`run_parser`); a usage error (exit 2) for options that cannot
+    measure anything together."""
     args = p.parse_args(argv)
     if args.gpus is not None and args.shard is not None:
         p.error("--gpus makes the shards itself: give it without --shard")
@@ -177,6 +183,13 @@ def run(argv: list[str]) -> int:
 
         if args.emulate not in PROFILES:
             p.error(f"--emulate {args.emulate!r}: no such hardware profile; one of {', '.join(sorted(PROFILES))}")
+    return args
+
+
+def run(argv: list[str]) -> int:
+    """``optbench run``: benchmark the current commit here, store results, publish HTML."""
+    p = run_parser()
+    args = run_args(p, argv)
     results = ROOT / "results"
     problem = unwritable(results)
     if problem:
@@ -188,6 +201,12 @@ def run(argv: list[str]) -> int:
         return shard.run_on_gpus(argv, args.gpus, emulate=args.emulate,
                                  publish=None if args.no_html else publish)
 
+    return _run_suite(p, args, results)
+
+
+def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Path) -> int:
+    """The suite of ``args`` through asv on this machine, followed case by case; its breakdown
+    stored with the run; HTML published unless ``--no-html``. asv's exit code."""
     import torch
 
     from optbench.core.machine import machine_name
@@ -220,22 +239,10 @@ def run(argv: list[str]) -> int:
         settings = dataclasses.replace(settings, skip_existing="true")
     env = bench_env(settings)
     register_machine(machine)
-    entries = BENCHMARKS.values()
     store = ResultStore(results)
-    planned, by_asv = progress.planned_cases(entries, suite, args.select), progress.asv_timed(entries, suite)
-    existing = store.measured_keys(machine, commit) if args.skip_existing else set()
-    if existing & set(planned):
-        print(f"optbench: --skip-existing: {len(existing & set(planned))} of the suite's cases were measured in an "
-              f"earlier run of {commit[:12]} here; left out", flush=True)
-        planned = [k for k in planned if k not in existing]
-    print(f"optbench: suite {suite!r} on {machine} for {commit[:12]}, run {run_id}: {len(planned)} grid cases"
-          + (f" (and {', '.join(by_asv)}, timed by asv itself: no progress of theirs)" if by_asv else "")
-          + f"; progress in {progress_file.relative_to(ROOT)}", flush=True)
+    planned, expected = _announce(args, store, suite, machine, commit, run_id, progress_file)
     selection = ["--bench", asv_pattern(suite)]
     earlier = _asv_results(machine, commit)
-    expected = progress.expected_seconds((run for c in store.commits(machine) for run in store.runs(machine, c)),
-                                         planned)
-    print(progress.estimate_note(planned, expected, args.time_budget, ASV_START_S + ASV_WRAP_UP_S), flush=True)
     out = console()
     follower = progress.Follower(progress_file, len(planned), live=out.is_terminal, console=out, planned=planned,
                                  expected=expected)
@@ -269,6 +276,26 @@ def run(argv: list[str]) -> int:
     print(f"optbench: the breakdown is {breakdown.KEY} in {stored.relative_to(ROOT)}" if stored.exists() else
           "optbench: the breakdown is not stored: the run stored no record", flush=True)
     return code
+
+
+def _announce(args: argparse.Namespace, store: ResultStore, suite: str, machine: str, commit: str,
+              run_id: str, progress_file: Path) -> tuple[list[str], dict[str, float]]:
+    """The grid cases the run will measure (less, with ``--skip-existing``, those this commit has
+    here) and their expected seconds from this machine's stored runs, each said in a line."""
+    entries = BENCHMARKS.values()
+    planned, by_asv = progress.planned_cases(entries, suite, args.select), progress.asv_timed(entries, suite)
+    existing = store.measured_keys(machine, commit) if args.skip_existing else set()
+    if existing & set(planned):
+        print(f"optbench: --skip-existing: {len(existing & set(planned))} of the suite's cases were measured in an "
+              f"earlier run of {commit[:12]} here; left out", flush=True)
+        planned = [k for k in planned if k not in existing]
+    print(f"optbench: suite {suite!r} on {machine} for {commit[:12]}, run {run_id}: {len(planned)} grid cases"
+          + (f" (and {', '.join(by_asv)}, timed by asv itself: no progress of theirs)" if by_asv else "")
+          + f"; progress in {progress_file.relative_to(ROOT)}", flush=True)
+    expected = progress.expected_seconds((run for c in store.commits(machine) for run in store.runs(machine, c)),
+                                         planned)
+    print(progress.estimate_note(planned, expected, args.time_budget, ASV_START_S + ASV_WRAP_UP_S), flush=True)
+    return planned, expected
 
 
 def machine(argv: list[str]) -> int:
