@@ -5,6 +5,9 @@ Run under torchrun (one process per GPU; ``--standalone`` picks a free rendezvou
     python -m torch.distributed.run --standalone --nproc-per-node 2 -m optbench.suite.distributed \\
         --size 1B --variant ddp --out result.json
 
+Several hosts: the same command on each, with c10d rendezvous in place of ``--standalone``
+(:func:`torchrun_args`; ``docs/runners.md``, "Several hosts").
+
 Every rank builds the same training step (``models.step.build_step``: same seed, same init) with this machine's
 baseline options for the size (``optbench.suite.baseline.base_options``; per-rank batch as a single GPU's step has
 it: weak scaling, the global batch is world size x that), then
@@ -77,6 +80,7 @@ GRAD_TOLERANCE = {"fp32": 1e-4, "tf32": 0.15, "bf16": 0.15, "fp16": 0.15}  # see
 PLANTS = ("none", "no-sync", "loss-scale")  # bugs planted for the check's own tests
 WRONG_EXIT = 3
 SKIP_EXIT = 4
+RDZV_ID = "optbench"  # the c10d rendezvous id every node of one launch passes
 
 
 # --- inside each rank ---------------------------------------------------------------------------------------
@@ -284,13 +288,14 @@ def _join(device_kind: str, backend: str | None) -> tuple[Any, int]:
 
 def _timed(step: Any, device: Any, local: int, args: argparse.Namespace) -> dict[str, Any]:
     """The result's timing fields: every rank times the step (:func:`time_step`), the ranks'
-    timings are gathered, and the slowest rank's median is the figure."""
+    timings are gathered (each with its host, local rank and node: torchrun's GROUP_RANK), and the
+    slowest rank's median is the figure."""
     dist = _dist()
     rank, world = dist.get_rank(), dist.get_world_size()
     mine = time_step(step, device, args.warmup_ms, args.rep_ms, args.min_reps)
     ranks: list[Any] = [None] * world
     dist.all_gather_object(ranks, {"rank": rank, "host": os.uname().nodename, "local_rank": local,
-                                   "step": mine})
+                                   "node": int(os.environ.get("GROUP_RANK", "0")), "step": mine})
     medians = [r["step"]["wall"]["median_ms"] for r in ranks]
     slowest = max(range(world), key=medians.__getitem__)
     return {"status": "ok", "ranks": ranks, "wall_median_ms": medians,
@@ -382,9 +387,35 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 # --- the launcher (the asv side) ----------------------------------------------------------------------------
 
-def torchrun_command(world: int, out: str | Path, *args: str) -> list[str]:
-    """The torchrun command of ``world`` ranks on this host writing ``out``; ``args`` go to the entry point."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
+def torchrun_args(nproc_per_node: int, nnodes: int = 1, node_rank: int = 0,
+                  endpoint: str | None = None, rdzv_id: str = RDZV_ID) -> list[str]:
+    """torchrun's launch arguments for ``nproc_per_node`` ranks on this host, one of ``nnodes``
+    nodes.
+
+    One node: ``--standalone`` (a rendezvous on a free local port). Several: c10d rendezvous at
+    ``endpoint`` (``host:port``, the same on every node, as is ``rdzv_id``); node 0 runs on
+    ``host`` and hosts the rendezvous store on that port (``is_host=1``), the other nodes connect
+    to it. c10d numbers the nodes itself (by address and agent pid), so global rank 0, which
+    writes the result, may be on any node; torchrun's ``--node-rank`` is for static rendezvous
+    (c10d ignores it) and is not passed. Raises ValueError for several nodes without an endpoint
+    or with a node rank outside [0, nnodes)."""
+    if nnodes == 1:
+        return ["--standalone", f"--nproc-per-node={nproc_per_node}"]
+    if endpoint is None or not 0 <= node_rank < nnodes:
+        raise ValueError(f"{nnodes} nodes need a rendezvous endpoint and a node rank in "
+                         f"[0, {nnodes}): got {endpoint!r}, {node_rank}")
+    return [f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
+            f"--rdzv-conf=is_host={int(node_rank == 0)}"]
+
+
+def torchrun_command(nproc_per_node: int, out: str | Path, *args: str, nnodes: int = 1,
+                     node_rank: int = 0, endpoint: str | None = None, rdzv_id: str = RDZV_ID
+                     ) -> list[str]:
+    """The torchrun command of ``nproc_per_node`` ranks on this host, node ``node_rank`` of
+    ``nnodes`` (:func:`torchrun_args`), rank 0 writing ``out``; ``args`` go to the entry point."""
+    return [sys.executable, "-m", "torch.distributed.run",
+            *torchrun_args(nproc_per_node, nnodes, node_rank, endpoint, rdzv_id),
             "-m", "optbench.suite.distributed", "--out", str(out), *args]
 
 
