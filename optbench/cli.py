@@ -110,33 +110,6 @@ def register_machine(machine: str) -> None:
         MachineCollection.save(machine, description)
 
 
-def _asv_results(machine: str, commit: str) -> dict[Path, dict]:
-    """asv's result files of ``commit`` on ``machine`` as they are now (one per environment), in asv's tree; a
-    file that is not JSON (cut short) is left out with a warning naming it, as asv leaves it out."""
-    import json
-
-    from optbench.core.store import asv_results_dir
-
-    found = {}
-    for path in (asv_results_dir() / machine).glob(f"{commit[:8]}-*.json"):
-        try:
-            found[path] = json.loads(path.read_text())
-        except ValueError as exc:
-            print(f"optbench: skipping {path}: not asv's JSON ({exc})", file=sys.stderr)
-    return found
-
-
-def _keep_earlier_cases(earlier: dict[Path, dict], machine: str, commit: str) -> None:
-    """asv rewrites a benchmark's whole parameter grid, writing null for the cases a ``--select`` left out:
-    put back what an earlier run of the same commit measured there, so that partial runs add up."""
-    from optbench.core.merge import merge_asv_results
-    from optbench.core.store import write_json_atomic
-
-    for path, now in _asv_results(machine, commit).items():
-        if path in earlier:
-            write_json_atomic(path, merge_asv_results(earlier[path], now))
-
-
 def run_parser() -> argparse.ArgumentParser:
     """The command line of ``optbench run``."""
     p = argparse.ArgumentParser(prog="optbench run", description=plain(run.__doc__))
@@ -242,7 +215,6 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
     store = ResultStore(results)
     planned, expected = _announce(args, store, suite, machine, commit, run_id, progress_file)
     selection = ["--bench", asv_pattern(suite)]
-    earlier = _asv_results(machine, commit)
     out = console()
     follower = progress.Follower(progress_file, len(planned), live=out.is_terminal, console=out, planned=planned,
                                  expected=expected)
@@ -258,7 +230,6 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
                            run_id=run_id)
         raise
     wall = time.perf_counter() - started
-    _keep_earlier_cases(earlier, machine, commit)
     done = follower.tally()
     print(f"optbench: suite {suite!r} on {machine} took {wall:.0f} s (asv exit {code}); {done.done} of {done.total} "
           f"grid cases ended ({', '.join(f'{n} {s}' for s, n in sorted(done.statuses.items())) or 'none'})",

@@ -9,7 +9,7 @@ import tarfile
 import pytest
 from synthetic_results import commit, record, samples, save
 
-from optbench.core import merge, store
+from optbench.core import merge
 from optbench.core.store import ResultStore, asv_results_dir
 
 SHA = commit(7)
@@ -91,15 +91,13 @@ def test_a_later_measurement_wins_and_null_never_erases():
     assert merge.merge_asv_results(old, new)["results"]["bench_step.Step100M.track_step_ms"][0] == [80.0, 25.0]
 
 
-def test_a_selected_run_keeps_the_cases_an_earlier_run_of_the_commit_measured(tmp_path, monkeypatch):
-    from optbench import cli
+def test_a_selected_run_keeps_the_cases_an_earlier_run_of_the_commit_measured(tmp_path):
+    """asv rewrites a commit's whole grid, null where a --select left a case out: its writer
+    (optbench.core.asv_atomic) keeps what an earlier run of the commit measured there."""
+    from optbench.core import asv_atomic
 
-    monkeypatch.setattr(store, "REPO_ROOT", tmp_path)  # where asv.conf.json's results_dir is
     path = write_asv_file(tmp_path / "results", [80.0, None])  # a first --select run measured 'eager'
-    assert path.parent == tmp_path / "results" / "asv" / "h100-sxm"
-    earlier = cli._asv_results("h100-sxm", SHA)
-    path.write_text(json.dumps(asv_file([None, 20.0])))  # asv's rewrite by a second one, selecting 'best'
-    cli._keep_earlier_cases(earlier, "h100-sxm", SHA)
+    asv_atomic._write_json(path, asv_file([None, 20.0]))  # asv's rewrite by a second one, selecting 'best'
     assert json.loads(path.read_text())["results"]["bench_step.Step100M.track_step_ms"][0] == [80.0, 20.0]
 
 
