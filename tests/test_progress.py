@@ -287,8 +287,6 @@ def test_optbench_run_follows_its_asv_run_and_stores_the_breakdown(tmp_path, mon
     monkeypatch.setattr(cli, "ROOT", tmp_path)
     monkeypatch.setattr(cli, "git_commit", lambda ref: "f" * 40)
     monkeypatch.setattr(cli, "register_machine", lambda machine: None)
-    monkeypatch.setattr(cli, "_asv_results", lambda machine, commit: {})
-    monkeypatch.setattr(cli, "_keep_earlier_cases", lambda earlier, machine, commit: None)
     monkeypatch.setattr("optbench.core.machine.machine_name", lambda emulate=None: "cpu-test")
     monkeypatch.setattr(progress, "run_followed", fake_asv)
     monkeypatch.delenv("OPTBENCH_RUN_ID", raising=False)
