@@ -1,9 +1,9 @@
 """nox sessions: tests and lint for CI; bench, compare, history, report and profile for runners;
 wheelhouse and bundle to prepare an offline GPU runner.
 
-``tests`` and ``bench`` build a virtualenv that sees the system's packages (a runner's own CUDA build
-of torch is what gets measured) and install the CPU wheel of torch only where none is importable; the
-other sessions run in the current Python.
+``tests`` and ``bench`` build a virtualenv that sees the system's packages (a runner's own CUDA
+build of torch is what gets measured) and install the CPU wheel of torch only where none is
+importable; the other sessions run in the current Python.
 """
 
 from __future__ import annotations
@@ -17,30 +17,48 @@ nox.options.sessions = ["tests", "lint"]
 nox.options.error_on_missing_interpreters = False
 nox.options.reuse_venv = "yes"  # a session's virtualenv (torch and all) is built once, then reused
 
-CPU_TORCH = "torch==2.13.0"  # from the public index the CUDA build (it brings triton); a local CPU wheel where one is
-TRITON_FOR_CPU_TORCH = "triton==3.6.0"  # runs the kernels in its interpreter on a CPU; only where torch brought none
-# The FP8 switches' tests (torchao's float8 training, emulated on a CPU), where the machine has no torchao: a
-# release whose float8 training runs on CPU_TORCH's torch (the runners carry RUNNER_WHEELS' one, built for theirs).
+# from the public index the CUDA build (it brings triton); locally a CPU wheel
+CPU_TORCH = "torch==2.13.0"
+# runs the kernels in its interpreter on a CPU; only where torch brought none
+TRITON_FOR_CPU_TORCH = "triton==3.6.0"
+# The FP8 switches' tests (torchao's float8 training, emulated on a CPU), where the machine has no
+# torchao: a release whose float8 training runs on CPU_TORCH's torch (the runners carry
+# RUNNER_WHEELS' one, built for theirs).
 TORCHAO_FOR_TESTS = "torchao==0.18.0"
-RUNNER_CUDA = os.environ.get("OPTBENCH_RUNNER_CUDA", "130")  # the runners' CUDA build (see RUNNER_WHEELS)
+# the runners' CUDA build (see RUNNER_WHEELS)
+RUNNER_CUDA = os.environ.get("OPTBENCH_RUNNER_CUDA", "130")
 
-# What an offline GPU runner lacks (asv with its requirements, Liger-Kernel, bitsandbytes for the 8-bit AdamW
-# switch), pinned so every runner installs the same set. importlib-metadata 10 needs `lazy_importer`, absent
-# on the runners: keep 8.x. bitsandbytes ships one native library per CUDA/ROCm/XPU build (125 MB of 129 MB
-# unpacked, 41 MB packed): the wheelhouse keeps the CPU one and those of RUNNER_CUDA (torch.version.cuda
-# without the dot on the runners, "130" for our H100s' torch 2.11+cu130), 5 MB, so that a copied work tree fits
-# a lent machine's 64 MiB. The suite skips the 8-bit switch where bitsandbytes is missing.
+# What an offline GPU runner lacks (asv with its requirements, Liger-Kernel, bitsandbytes for the
+# 8-bit AdamW switch), pinned so every runner installs the same set. importlib-metadata 10 needs
+# `lazy_importer`, absent on the runners: keep 8.x. bitsandbytes ships one native library per
+# CUDA/ROCm/XPU build (125 MB of 129 MB unpacked, 41 MB packed): the wheelhouse keeps the CPU one
+# and those of RUNNER_CUDA (torch.version.cuda without the dot on the runners, "130" for our H100s'
+# torch 2.11+cu130), 5 MB, so that a copied work tree fits a lent machine's 64 MiB. The suite skips
+# the 8-bit switch where bitsandbytes is missing.
 RUNNER_WHEELS = [
-    "asv==0.6.6", "asv-runner==0.3.2", "json5==0.17.3", "pympler==1.1", "importlib-metadata==8.7.0",
-    "liger-kernel==0.8.5", "bitsandbytes==0.50.2",
-    "torchao==0.17.0",  # the FP8 switches (float8 training): built for torch 2.11, pytorch/ao#2919's table
-    "nvidia-ml-py==13.615.71",  # NVML in process: the GPU's clock and power in ~1 ms (nvidia-smi takes ~0.1 s)
+    "asv==0.6.6",
+    "asv-runner==0.3.2",
+    "json5==0.17.3",
+    "pympler==1.1",
+    "importlib-metadata==8.7.0",
+    "liger-kernel==0.8.5",
+    "bitsandbytes==0.50.2",
+    # the FP8 switches (float8 training): built for torch 2.11, pytorch/ao#2919's table
+    "torchao==0.17.0",
+    # NVML in process: the GPU's clock and power in ~1 ms (nvidia-smi takes ~0.1 s)
+    "nvidia-ml-py==13.615.71",
 ]
 # asv's virtualenv requirement (with its own), pinned for the CI runners, where it comes with nox
-# (.github/workflows/gpu-bench.yml downloads nox under RUNNER_WHEELS + NOX_PINS), and left out of the wheelhouse:
-# scripts/gpu-run.sh runs asv in its 'existing' environment, which never imports virtualenv, and these 6.3 MB
-# would take a lent machine's copied tree (work tree, .wheelhouse, .bundle) over its 64 MiB.
-NOX_PINS = ["virtualenv==21.15.8", "distlib==0.4.4", "platformdirs==4.14.7", "python-discovery==1.9.5"]
+# (.github/workflows/gpu-bench.yml downloads nox under RUNNER_WHEELS + NOX_PINS), and left out of
+# the wheelhouse: scripts/gpu-run.sh runs asv in its 'existing' environment, which never imports
+# virtualenv, and these 6.3 MB would take a lent machine's copied tree (work tree, .wheelhouse,
+# .bundle) over its 64 MiB.
+NOX_PINS = [
+    "virtualenv==21.15.8",
+    "distlib==0.4.4",
+    "platformdirs==4.14.7",
+    "python-discovery==1.9.5",
+]
 
 
 def _importable(session: nox.Session, module: str) -> bool:
@@ -52,8 +70,8 @@ def _importable(session: nox.Session, module: str) -> bool:
 
 
 def _install_project(session: nox.Session) -> None:
-    """torch (the system's where the virtualenv sees one), the project with its dev set, and Triton where torch
-    brought none."""
+    """torch (the system's where the virtualenv sees one), the project with its dev set, and Triton
+    where torch brought none."""
     if not _importable(session, "torch"):
         session.install(CPU_TORCH)
     session.install("-e", ".[dev]")
@@ -71,22 +89,32 @@ def tests(session: nox.Session) -> None:
     _install_project(session)
     if not _importable(session, "torchao"):
         session.install(TORCHAO_FOR_TESTS)
-    session.run("python", "-m", "pytest", "-q", *session.posargs, env={"TRITON_INTERPRET": "1"}
-                if not os.environ.get("CUDA_VISIBLE_DEVICES") else {})
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        *session.posargs,
+        env={"TRITON_INTERPRET": "1"} if not os.environ.get("CUDA_VISIBLE_DEVICES") else {},
+    )
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over the project."""
+    """ruff over the project: its checks (lines of at most 100 characters among them) and its
+    formatting."""
     session.install("ruff")
     session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
 
 
 @nox.session(venv_params=["--system-site-packages"])
 def bench(session: nox.Session) -> None:
-    """Benchmark the current commit here (full suite with a GPU, CPU suite without), then publish HTML.
+    """Benchmark the current commit here (full suite with a GPU, CPU suite without), then publish
+    HTML.
 
-    The virtualenv sees the system's packages, so a runner's own CUDA build of torch is what gets measured.
+    The virtualenv sees the system's packages, so a runner's own CUDA build of torch is what gets
+    measured.
     """
     _install_project(session)
     _optbench(session, "run")
@@ -94,7 +122,8 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(venv_params=["--system-site-packages"])
 def compare(session: nox.Session) -> None:
-    """`nox -s compare -- BASE HEAD`: exit 1 on a significant regression, 2 when nothing was comparable."""
+    """`nox -s compare -- BASE HEAD`: exit 1 on a significant regression, 2 when nothing was
+    comparable."""
     _install_project(session)
     _optbench(session, "compare")
 
@@ -128,16 +157,39 @@ def wheelhouse(session: nox.Session) -> None:
     platform options after `--` for another runner, e.g. `-- --python-version 3.11`.
     """
     opts = session.posargs or ["--python-version", "3.12"]
-    platforms = [f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
-                                             "manylinux2014_x86_64", "manylinux1_x86_64", "any")]
-    session.run("python", "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--implementation",
-                "cp", *platforms, *opts, "-d", ".wheelhouse", *RUNNER_WHEELS)
+    platforms = [
+        f"--platform={p}"
+        for p in (
+            "manylinux_2_28_x86_64",
+            "manylinux_2_24_x86_64",
+            "manylinux_2_17_x86_64",
+            "manylinux2014_x86_64",
+            "manylinux1_x86_64",
+            "any",
+        )
+    ]
+    session.run(
+        "python",
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--implementation",
+        "cp",
+        *platforms,
+        *opts,
+        "-d",
+        ".wheelhouse",
+        *RUNNER_WHEELS,
+    )
     for wheel in glob.glob(".wheelhouse/bitsandbytes-*.whl"):
         _keep_native_libraries(wheel, ("cpu", f"cuda{RUNNER_CUDA}"))
 
 
 def _keep_native_libraries(wheel: str, builds: tuple[str, ...]) -> None:
-    """Rewrite a bitsandbytes wheel without the native libraries of other builds (and their RECORD lines)."""
+    """Rewrite a bitsandbytes wheel without the native libraries of other builds (and their RECORD
+    lines)."""
     import re
     import zipfile
 
@@ -152,20 +204,26 @@ def _keep_native_libraries(wheel: str, builds: tuple[str, ...]) -> None:
                 continue
             data = src.read(item)
             if item.filename.endswith(".dist-info/RECORD"):
-                data = b"".join(line for line in data.splitlines(keepends=True)
-                                if not dropped(line.split(b",")[0].decode()))
+                data = b"".join(
+                    line
+                    for line in data.splitlines(keepends=True)
+                    if not dropped(line.split(b",")[0].decode())
+                )
             dst.writestr(item, data)
     os.replace(slim, wheel)
 
 
 @nox.session(venv_backend="none")
 def compile_cache(session: nox.Session) -> None:
-    """`nox -s compile_cache -- DIR/compile-cache/*.tgz`: keep a GPU run's packed compile caches in .compile-cache/
-    for the next run to carry (optbench.core.compile_cache; one file per GPU/torch/Triton/CUDA key)."""
+    """`nox -s compile_cache -- DIR/compile-cache/*.tgz`: keep a GPU run's packed compile caches in
+    .compile-cache/ for the next run to carry (optbench.core.compile_cache; one file per
+    GPU/torch/Triton/CUDA key)."""
     import shutil
 
     if not session.posargs:
-        session.error("name the packed caches of a GPU run: nox -s compile_cache -- OUT/compile-cache/*.tgz")
+        session.error(
+            "name the packed caches of a GPU run: nox -s compile_cache -- OUT/compile-cache/*.tgz"
+        )
     os.makedirs(".compile-cache", exist_ok=True)
     for packed in session.posargs:
         shutil.copy(packed, os.path.join(".compile-cache", os.path.basename(packed)))
@@ -174,6 +232,7 @@ def compile_cache(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def bundle(session: nox.Session) -> None:
-    """Write the repository's history to .bundle/optbench.bundle for a runner whose copy has none."""
+    """Write the repository's history to .bundle/optbench.bundle for a runner whose copy has
+    none."""
     os.makedirs(".bundle", exist_ok=True)
     session.run("git", "bundle", "create", ".bundle/optbench.bundle", "--all", external=True)

@@ -1,8 +1,9 @@
-"""The convergence check (``optbench run --suite convergence``): the 100M model trains 300 steps on a synthetic
-language, eager from 4 seeds and each variant that changes the numerics on purpose (FP8, 8-bit and master AdamW)
-from one; a variant whose loss curve is more than 4 seed spreads (RMS) from eager's is ``wrong``. The records
-hold every curve (``info``); the track methods give the final loss and the deviation. How the tolerance is
-made, and the GPU time (~4-5 min on an H100): ``optbench.suite.convergence``.
+"""The convergence check (``optbench run --suite convergence``): the 100M model trains 300 steps on
+a synthetic language, eager from 4 seeds and each variant that changes the numerics on purpose (FP8,
+8-bit and master AdamW) from one; a variant whose loss curve is more than 4 seed spreads (RMS) from
+eager's is ``wrong``. The records hold every curve (``info``); the track methods give the final loss
+and the deviation. How the tolerance is made, and the GPU time (~4-5 min on an H100):
+``optbench.suite.convergence``.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ class ConvergenceGrid(Grid):
     version = 1
 
     def figure(self, records, params: tuple[str, ...], name: str) -> float:
-        """One figure of the case's summary (``optbench.suite.convergence.summary``: final loss, deviations), kept by
-        ``optbench.suite.grids``; NaN (asv: n/a) where it has none."""
+        """One figure of the case's summary (``optbench.suite.convergence.summary``: final loss,
+        deviations), kept by ``optbench.suite.grids``; NaN (asv: n/a) where it has none."""
         return (self.kept(records, params).get("summary") or {}).get(name, float("nan"))
 
     @unit("nats")

@@ -1,7 +1,8 @@
 """The CPU suite: what a machine without a GPU measures, in about a minute.
 
-Wall-clock seconds per call, timed by asv itself with optbench's synchronizing timer. torch is imported in
-``setup``, not at the top: asv imports every benchmark module to list them, and stays torch-free doing so.
+Wall-clock seconds per call, timed by asv itself with optbench's synchronizing timer. torch is
+imported in ``setup``, not at the top: asv imports every benchmark module to list them, and stays
+torch-free doing so.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ class _CPUTimed:
 
 @cache
 def _mlp_step(impl: str):
-    """Forward + backward of a 2-layer MLP on a (256, 512) batch, eager or torch.compile'd (built once)."""
+    """Forward + backward of a 2-layer MLP on a (256, 512) batch, eager or torch.compile'd (built
+    once)."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512))
+    mlp = torch.nn.Sequential(
+        torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512)
+    )
     x = torch.randn(256, 512, generator=gen)
     fwd = torch.compile(mlp) if impl == "compile" else mlp
 

@@ -1,9 +1,10 @@
 """Kernels x implementations (eager, torch.compile, Liger-Kernel, ours in Triton) x shapes.
 
-Per combination: forward and forward+backward device time with a cold L2 (CUDA-graph replays rotating
-over input sets larger than the L2, ms per call; ``track_*_ms``), the same with a warm L2 (one input set
-back-to-back; ``track_*_warm_ms``), wall time (synchronized, ms per call) and peak extra memory (MiB).
-Each case is checked against the eager baseline run in higher precision before it is timed.
+Per combination: forward and forward+backward device time with a cold L2 (CUDA-graph replays
+rotating over input sets larger than the L2, ms per call; ``track_*_ms``), the same with a warm L2
+(one input set back-to-back; ``track_*_warm_ms``), wall time (synchronized, ms per call) and peak
+extra memory (MiB). Each case is checked against the eager baseline run in higher precision before
+it is timed.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class RMSNorm(_KernelWithBackward):
 
 
 class AddRMSNorm(_KernelWithBackward):
-    """The residual add and the RMSNorm after it (x fp32, y and the norm's output bf16), fused or not."""
+    """The residual add and the RMSNorm after it (x fp32, y and the norm's output bf16), fused or
+    not."""
 
     params = grid(__module__, __qualname__)
 
@@ -65,7 +67,8 @@ class QKNorm(_KernelWithBackward):
 
 
 class QKVRope(_KernelWithBackward):
-    """RoPE of q and k out of one packed q/k/v projection output (B=8, S=1024), and its packed gradient."""
+    """RoPE of q and k out of one packed q/k/v projection output (B=8, S=1024), and its packed
+    gradient."""
 
     params = grid(__module__, __qualname__)
 
@@ -78,7 +81,6 @@ class GradStats(_Kernel):
     """Gradient norm + parameter norm + clipping over all of a model's parameters (fp32)."""
 
     params = grid(__module__, __qualname__)
-
 
     @unit("MB")
     def track_fwd_peak_mb(self, records, shape, impl):

@@ -1,11 +1,13 @@
-"""The training step per model size: the eager baseline, each optimization on alone (beside its reference,
-where that is not eager), the best combinations; and per size the leave-one-out ablation of best-kernels.
+"""The training step per model size: the eager baseline, each optimization on alone (beside its
+reference, where that is not eager), the best combinations; and per size the leave-one-out ablation
+of best-kernels.
 
-Per variant: wall-clock ms per optimizer step (synchronized; host overhead such as per-step ``.item()``
-or Python loops counts, as it does in training), device ms per step, ms per forward+loss, and peak
-device memory (MiB). Tokens/s and MFU are derived at report time. Each variant is checked against its
-reference before it is timed: same init and batch, 3 optimizer steps (loss, clipped gradients, gradient norm,
-every weight) against a higher-precision step, within 2.5x of the eager step's own error (models.step).
+Per variant: wall-clock ms per optimizer step (synchronized; host overhead such as per-step
+``.item()`` or Python loops counts, as it does in training), device ms per step, ms per
+forward+loss, and peak device memory (MiB). Tokens/s and MFU are derived at report time. Each
+variant is checked against its reference before it is timed: same init and batch, 3 optimizer steps
+(loss, clipped gradients, gradient norm, every weight) against a higher-precision step, within 2.5x
+of the eager step's own error (models.step).
 """
 
 from __future__ import annotations

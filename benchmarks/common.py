@@ -1,11 +1,12 @@
 """What optbench's asv suites share.
 
-GPU suites are measured once per run, in the ``setup_cache`` every grid class inherits (two processes per
-run: the training steps, and the rest; models, references and compiled functions built once, a warm GPU, device
-time by CUDA-graph replay), through :func:`optbench.suite.grids.measure_suite`, which checks each case against its
-baseline before timing it and stores every sample. Each ``track_*`` method then reports one metric of one
-combination, so asv keeps history and HTML per metric. Nothing here imports torch: the many small asv
-processes that only read a metric stay cheap.
+GPU suites are measured once per run, in the ``setup_cache`` every grid class inherits (two
+processes per run: the training steps, and the rest; models, references and compiled functions built
+once, a warm GPU, device time by CUDA-graph replay), through
+:func:`optbench.suite.grids.measure_suite`, which checks each case against its baseline before
+timing it and stores every sample. Each ``track_*`` method then reports one metric of one
+combination, so asv keeps history and HTML per metric. Nothing here imports torch: the many small
+asv processes that only read a metric stay cheap.
 """
 
 from __future__ import annotations
@@ -19,15 +20,15 @@ from optbench.suite import catalog
 
 
 def grid(module: str, qualname: str) -> list[list[str]]:
-    """asv's ``params`` of the class ``qualname`` in ``module``: its catalog entry's grid in this run's suite
-    (``optbench.core.settings``)."""
+    """asv's ``params`` of the class ``qualname`` in ``module``: its catalog entry's grid in this
+    run's suite (``optbench.core.settings``)."""
     return catalog.benchmark(f"{module.rsplit('.', 1)[-1]}.{qualname}").grid(current().suite)
 
 
 class Grid(abc.ABC):
-    """Base of a grid suite: a concrete class sets ``params = grid(__module__, __qualname__)`` (abstract until
-    then, so that asv lists only the concrete classes); its cases come from its catalog entry
-    (``optbench.suite.grids``)."""
+    """Base of a grid suite: a concrete class sets ``params = grid(__module__, __qualname__)``
+    (abstract until then, so that asv lists only the concrete classes); its cases come from its
+    catalog entry (``optbench.suite.grids``)."""
 
     param_names: list[str] = []
     rounds = 1
@@ -46,15 +47,16 @@ class Grid(abc.ABC):
 
     def setup_cache(self) -> dict[str, dict[str, Any]]:
         """Every grid case of this run's suite but the training steps, measured in this one process
-        (``optbench.suite.grids``): asv keys a cache by the line defining ``setup_cache``, and every grid class
-        but :class:`StepGrid` inherits this one, so asv runs it once per run and hands its records to every
-        such class's track methods."""
+        (``optbench.suite.grids``): asv keys a cache by the line defining ``setup_cache``, and every
+        grid class but :class:`StepGrid` inherits this one, so asv runs it once per run and hands
+        its records to every such class's track methods."""
         from optbench.suite.grids import PROCESSES, measure_suite
 
         return measure_suite(kinds=PROCESSES["other"])
 
     def kept(self, records: dict[str, dict[str, Any]], params: tuple[str, ...]) -> dict[str, Any]:
-        """What ``setup_cache`` kept of one parameter combination (``optbench.suite.grids.KEPT_FIELDS``)."""
+        """What ``setup_cache`` kept of one parameter combination
+        (``optbench.suite.grids.KEPT_FIELDS``)."""
         from optbench.core.store import record_key
 
         return records[record_key(self.benchmark_name(), dict(zip(self.param_names, params)))]
@@ -71,28 +73,34 @@ class Grid(abc.ABC):
         if not rec.ok:
             raise RuntimeError(f"{rec.status}: {rec.reason}")
 
-    def metric_ms(self, records: dict, params: tuple[str, ...], metric: str, clock: str = "device") -> float:
-        """Median milliseconds per call of ``metric`` by ``clock`` ('device', 'device_warm' or 'wall'); NaN
-        (asv: n/a) where the record has no such timing (device time on a machine without a GPU)."""
+    def metric_ms(
+        self, records: dict, params: tuple[str, ...], metric: str, clock: str = "device"
+    ) -> float:
+        """Median milliseconds per call of ``metric`` by ``clock`` ('device', 'device_warm' or
+        'wall'); NaN (asv: n/a) where the record has no such timing (device time on a machine
+        without a GPU)."""
         timing = self.record(records, params).timing(metric, clock)
         return float("nan") if timing is None else timing.median_ms
 
     def peak_mb(self, records: dict, params: tuple[str, ...], metric: str) -> float:
-        """Peak device memory above the starting point during ``metric``, in MiB; NaN where not measured."""
+        """Peak device memory above the starting point during ``metric``, in MiB; NaN where not
+        measured."""
         peak = self.record(records, params).peak_bytes(metric)
         return float("nan") if peak is None else peak / 2**20
 
     def compile_s(self, records: dict, params: tuple[str, ...]) -> float:
-        """Seconds torch.compile spent in the case's build and check, with the compile caches its run started
-        from (the machine record's ``info.compile_cache``); NaN where the record has no such count."""
+        """Seconds torch.compile spent in the case's build and check, with the compile caches its
+        run started from (the machine record's ``info.compile_cache``); NaN where the record has no
+        such count."""
         seconds = self.record(records, params).compile_seconds
         return float("nan") if seconds is None else seconds
 
 
 def sync_clock() -> float:
-    """``optbench.core.timing.sync_clock`` (perf_counter seconds after a CUDA synchronize), imported at its first
-    call: asv imports every module of this package twice per run (discovery, forkserver) and pytest collects the
-    twin's, and none of them should pay for torch before a benchmark needs it."""
+    """``optbench.core.timing.sync_clock`` (perf_counter seconds after a CUDA synchronize), imported
+    at its first call: asv imports every module of this package twice per run (discovery,
+    forkserver) and pytest collects the twin's, and none of them should pay for torch before a
+    benchmark needs it."""
     from optbench.core.timing import sync_clock as clock
 
     return clock()
@@ -100,9 +108,11 @@ def sync_clock() -> float:
 
 def unit(name: str):
     """Decorator setting asv's unit of a track method."""
+
     def mark(fn):
         fn.unit = name
         return fn
+
     return mark
 
 
@@ -119,9 +129,10 @@ class _StepWall:
 
 
 class _StepMetrics(_StepWall):
-    """The track methods of a single-GPU training-step grid (ours or an anchor's): those of :class:`_StepWall`,
-    wall ms per forward+loss, peak MiB per step, and what the step cost to compile (s; 0 for an eager step): a
-    user choosing a compile mode weighs it against the ms it saves per step."""
+    """The track methods of a single-GPU training-step grid (ours or an anchor's): those of
+    :class:`_StepWall`, wall ms per forward+loss, peak MiB per step, and what the step cost to
+    compile (s; 0 for an eager step): a user choosing a compile mode weighs it against the ms it
+    saves per step."""
 
     @unit("ms")
     def track_forward_ms(self, records, *params):
@@ -140,10 +151,12 @@ class StepGrid(_StepMetrics, Grid):
     """A training-step grid: its model size and variants come from its catalog entry."""
 
     param_names = ["variant"]
-    version = 2  # 2: steps timed after 2 s of steps, at the GPU's power-steady clock (optbench.suite.workloads)
+    # 2: steps timed after 2 s of steps, at the GPU's power-steady clock (optbench.suite.workloads)
+    version = 2
 
     def setup_cache(self) -> dict[str, dict[str, Any]]:
-        """Every training step of this run's suite, in a process of their own (``optbench.suite.grids``)."""
+        """Every training step of this run's suite, in a process of their own
+        (``optbench.suite.grids``)."""
         from optbench.suite.grids import PROCESSES, measure_suite
 
         return measure_suite(kinds=PROCESSES["steps"])

@@ -7,7 +7,8 @@ import functools
 import torch
 import triton
 
-MAX_ROW_BLOCK = 65536  # widest row (elements, padded to a power of two) a program holds in registers
+# widest row (elements, padded to a power of two) a program holds in registers
+MAX_ROW_BLOCK = 65536
 CPU_PROGRAMS = 4  # stands in for the SM count when the interpreter runs kernels on the CPU
 REGS_PER_SM = 65536  # 32-bit registers per SM on every NVIDIA GPU since Kepler (Hopper included)
 
@@ -27,24 +28,31 @@ def _cuda_sms(index: int) -> int:
 _RESIDENT: dict[tuple, int] = {}
 
 
-def persistent_programs(kernel: triton.JITFunction, n_tasks: int, args: tuple, meta: dict,
-                        device: torch.device) -> int:
+def persistent_programs(
+    kernel: triton.JITFunction, n_tasks: int, args: tuple, meta: dict, device: torch.device
+) -> int:
     """Grid size for a persistent launch `kernel[(grid,)](*args, **meta)` over n_tasks work items:
     as many programs as can be resident on the GPU at once (limited by the compiled kernel's
     registers and shared memory, and by threads per SM), at most n_tasks. The kernel is compiled
     (warmup) on the first call per configuration; the answer is cached."""
     if device.type != "cuda":
         return max(1, min(n_tasks, CPU_PROGRAMS))
-    key = (kernel, device.index, *sorted(meta.items()),
-           *(a.dtype for a in args if isinstance(a, torch.Tensor)))
+    key = (
+        kernel,
+        device.index,
+        *sorted(meta.items()),
+        *(a.dtype for a in args if isinstance(a, torch.Tensor)),
+    )
     per_sm = _RESIDENT.get(key)
     if per_sm is None:
         compiled = kernel.warmup(*args, grid=(1,), **meta)
         compiled._init_handles()
         props = torch.cuda.get_device_properties(device)
         threads = 32 * meta["num_warps"]
-        limits = [props.max_threads_per_multi_processor // threads,
-                  REGS_PER_SM // (max(compiled.n_regs, 1) * threads)]
+        limits = [
+            props.max_threads_per_multi_processor // threads,
+            REGS_PER_SM // (max(compiled.n_regs, 1) * threads),
+        ]
         if compiled.metadata.shared:
             limits.append(props.shared_memory_per_multiprocessor // compiled.metadata.shared)
         per_sm = _RESIDENT[key] = max(1, min(limits))
@@ -52,7 +60,8 @@ def persistent_programs(kernel: triton.JITFunction, n_tasks: int, args: tuple, m
 
 
 def warps_for(tile: int, per_thread: int = 16) -> int:
-    """num_warps giving each thread about `per_thread` elements of a `tile`-element block (1..32)."""
+    """num_warps giving each thread about `per_thread` elements of a `tile`-element block
+    (1..32)."""
     return max(1, min(32, tile // (32 * per_thread)))
 
 
@@ -64,7 +73,9 @@ def row_tile(n_rows: int, n_cols: int, tile: int, per_thread: int = 16) -> tuple
     """
     block_n = triton.next_power_of_2(n_cols)
     if block_n > MAX_ROW_BLOCK:
-        raise ValueError(f"rows of {n_cols} elements exceed the register-resident limit {MAX_ROW_BLOCK}")
+        raise ValueError(
+            f"rows of {n_cols} elements exceed the register-resident limit {MAX_ROW_BLOCK}"
+        )
     block_m = max(1, min(tile // block_n, triton.next_power_of_2(max(n_rows, 1))))
     return block_m, block_n, warps_for(block_m * block_n, per_thread)
 
@@ -75,7 +86,8 @@ def unit_last_stride(x: torch.Tensor) -> torch.Tensor:
 
 
 def rows_2d(x: torch.Tensor) -> torch.Tensor:
-    """x as an (N, H) matrix with unit column stride; a view when the strides allow it, else a copy."""
+    """x as an (N, H) matrix with unit column stride; a view when the strides allow it, else a
+    copy."""
     return unit_last_stride(x.reshape(-1, x.shape[-1]))
 
 

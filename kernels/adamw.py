@@ -1,14 +1,16 @@
-"""AdamW over fp32 master weights, for a model whose matmul weights are bf16: one Triton pass per tensor.
+"""AdamW over fp32 master weights, for a model whose matmul weights are bf16: one Triton pass per
+tensor.
 
-Under bf16 autocast with fp32 weights, every step casts each matmul weight to bf16 (read 4 + write 2 bytes
-per parameter), casts its bf16 gradient back to fp32 (2 + 4), and the gradient statistics read the fp32
-gradient and weight (4 + 4) before torch's fused AdamW reads and writes 32 (28, plus writing back the
-clipped gradient): 52 bytes. Here the model holds the bf16 weights, so there are no casts, the gradient
-norm reads the bf16 gradient (2), and one pass per tensor does the rest (28): it reads the bf16 gradient,
-scaled by a device scalar (the clip coefficient) as it is read, the fp32 master weight and both moments,
-writes them back and the model's bf16 copy, and sums the squares of the weights it read (the parameter
-norm) into one slot per program. The values are autocast's: its cast rounds the weight as the copy does,
-and its weight gradient is the same bf16 product before the cast.
+Under bf16 autocast with fp32 weights, every step casts each matmul weight to bf16 (read 4 + write 2
+bytes per parameter), casts its bf16 gradient back to fp32 (2 + 4), and the gradient statistics read
+the fp32 gradient and weight (4 + 4) before torch's fused AdamW reads and writes 32 (28, plus
+writing back the clipped gradient): 52 bytes. Here the model holds the bf16 weights, so there are no
+casts, the gradient norm reads the bf16 gradient (2), and one pass per tensor does the rest (28): it
+reads the bf16 gradient, scaled by a device scalar (the clip coefficient) as it is read, the fp32
+master weight and both moments, writes them back and the model's bf16 copy, and sums the squares of
+the weights it read (the parameter norm) into one slot per program. The values are autocast's: its
+cast rounds the weight as the copy does, and its weight gradient is the same bf16 product before the
+cast.
 """
 
 from __future__ import annotations
@@ -26,12 +28,27 @@ WARPS = warps_for(BLOCK, per_thread=8)
 
 
 @triton.jit
-def _adamw_kernel(MASTER, GRAD, EXP_AVG, EXP_AVG_SQ, WEIGHT, SCALARS, SUMSQ, n, lr_decay, beta1, beta2, eps,
-                  WRITE_WEIGHT: tl.constexpr, BLOCK: tl.constexpr):
+def _adamw_kernel(
+    MASTER,
+    GRAD,
+    EXP_AVG,
+    EXP_AVG_SQ,
+    WEIGHT,
+    SCALARS,
+    SUMSQ,
+    n,
+    lr_decay,
+    beta1,
+    beta2,
+    eps,
+    WRITE_WEIGHT: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     pid = tl.program_id(0)
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
-    inv_grad_scale = tl.load(SCALARS)  # 1 / grad_scale (the clip coefficient when clipping rides here)
+    # 1 / grad_scale (the clip coefficient when clipping rides here)
+    inv_grad_scale = tl.load(SCALARS)
     step_size = tl.load(SCALARS + 1)  # lr / (1 - beta1^t)
     inv_sqrt_bias2 = tl.load(SCALARS + 2)  # 1 / sqrt(1 - beta2^t)
     p = tl.load(MASTER + offs, mask=mask, other=0.0)
@@ -49,9 +66,18 @@ def _adamw_kernel(MASTER, GRAD, EXP_AVG, EXP_AVG_SQ, WEIGHT, SCALARS, SUMSQ, n, 
         tl.store(WEIGHT + offs, p.to(WEIGHT.dtype.element_ty), mask=mask)
 
 
-def adamw_reference(master: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
-                    step: int, lr: float, weight_decay: float, betas: tuple[float, float], eps: float,
-                    grad_scale: float = 1.0) -> None:
+def adamw_reference(
+    master: torch.Tensor,
+    grad: torch.Tensor,
+    exp_avg: torch.Tensor,
+    exp_avg_sq: torch.Tensor,
+    step: int,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    eps: float,
+    grad_scale: float = 1.0,
+) -> None:
     """Eager reference of one update, in place, in the tensors' dtype (float64 in the tests)."""
     beta1, beta2 = betas
     g = grad.to(master.dtype) / grad_scale
@@ -63,28 +89,40 @@ def adamw_reference(master: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Ten
 
 
 class MasterAdamW:
-    """AdamW (torch's update, decoupled weight decay) holding fp32 master copies of low-precision weights.
+    """AdamW (torch's update, decoupled weight decay) holding fp32 master copies of low-precision
+    weights.
 
-    Build it on the model's fp32 parameters; those in ``low_precision`` are turned into ``dtype`` in place
-    (the model then computes with them) while the optimizer keeps their fp32 values. The step count lives on
-    the device and ``grad_scale`` (a device scalar, None for 1) divides the gradients as they are read, as in
-    torch's fused AdamW, but the gradients are not written back. Nothing syncs with the host, so a step can
-    be captured in a CUDA graph. ``param_norm()``: L2 norm of the fp32 weights before the last step.
+    Build it on the model's fp32 parameters; those in ``low_precision`` are turned into ``dtype`` in
+    place (the model then computes with them) while the optimizer keeps their fp32 values. The step
+    count lives on the device and ``grad_scale`` (a device scalar, None for 1) divides the gradients
+    as they are read, as in torch's fused AdamW, but the gradients are not written back. Nothing
+    syncs with the host, so a step can be captured in a CUDA graph. ``param_norm()``: L2 norm of the
+    fp32 weights before the last step.
     """
 
     grad_scale: torch.Tensor | None = None
 
-    def __init__(self, params: Iterable[torch.Tensor], low_precision: Iterable[torch.Tensor], lr: float,
-                 weight_decay: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 dtype: torch.dtype = torch.bfloat16):
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        low_precision: Iterable[torch.Tensor],
+        lr: float,
+        weight_decay: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.bfloat16,
+    ):
         self.params = list(params)
         low = {id(p) for p in low_precision}
         if any(p.dtype != torch.float32 for p in self.params):
             raise ValueError("MasterAdamW is built on fp32 parameters")
         self.lr, self.weight_decay, self.betas, self.eps = lr, weight_decay, betas, eps
         self.low_precision = [id(p) in low for p in self.params]
-        self.masters = [p.detach().clone() if is_low else p.detach()  # an fp32 parameter is its own master
-                        for p, is_low in zip(self.params, self.low_precision)]
+        # an fp32 parameter is its own master
+        self.masters = [
+            p.detach().clone() if is_low else p.detach()
+            for p, is_low in zip(self.params, self.low_precision)
+        ]
         for p, is_low in zip(self.params, self.low_precision):
             if is_low:
                 p.data = p.data.to(dtype)
@@ -98,12 +136,19 @@ class MasterAdamW:
 
     @property
     def state(self) -> dict[torch.Tensor, dict[str, torch.Tensor]]:
-        """What the optimizer holds per parameter, as torch.optim's ``state``: the moments and, for a
-        low-precision weight, its fp32 master (an fp32 parameter is its own); the step count with the first."""
+        """What the optimizer holds per parameter, as torch.optim's ``state``: the moments and, for
+        a low-precision weight, its fp32 master (an fp32 parameter is its own); the step count with
+        the first."""
         state = {}
-        for i, (p, master, m, v) in enumerate(zip(self.params, self.masters, self.exp_avgs, self.exp_avg_sqs)):
-            state[p] = {"exp_avg": m, "exp_avg_sq": v, **({"master": master} if self.low_precision[i] else {}),
-                        **({"step": self.step_count} if i == 0 else {})}
+        for i, (p, master, m, v) in enumerate(
+            zip(self.params, self.masters, self.exp_avgs, self.exp_avg_sqs)
+        ):
+            state[p] = {
+                "exp_avg": m,
+                "exp_avg_sq": v,
+                **({"master": master} if self.low_precision[i] else {}),
+                **({"step": self.step_count} if i == 0 else {}),
+            }
         return state
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -115,24 +160,49 @@ class MasterAdamW:
 
     @torch.no_grad()
     def step(self) -> None:
-        with torch.profiler.record_function("Optimizer.step#MasterAdamW.step"):  # where profilers look for it
+        # where profilers look for it
+        with torch.profiler.record_function("Optimizer.step#MasterAdamW.step"):
             self._step()
 
     def _step(self) -> None:
         beta1, beta2 = self.betas
         self.step_count.add_(1)
-        inv_grad_scale = 1.0 / self.grad_scale if self.grad_scale is not None else torch.ones_like(self.step_count)
-        torch.stack([inv_grad_scale.to(torch.float32).reshape(()),
-                     self.lr / (1 - torch.pow(beta1, self.step_count)),
-                     torch.rsqrt(1 - torch.pow(beta2, self.step_count))], out=self._scalars)
+        inv_grad_scale = (
+            1.0 / self.grad_scale
+            if self.grad_scale is not None
+            else torch.ones_like(self.step_count)
+        )
+        torch.stack(
+            [
+                inv_grad_scale.to(torch.float32).reshape(()),
+                self.lr / (1 - torch.pow(beta1, self.step_count)),
+                torch.rsqrt(1 - torch.pow(beta2, self.step_count)),
+            ],
+            out=self._scalars,
+        )
         start = 0
-        for p, master, m, v, programs in zip(self.params, self.masters, self.exp_avgs, self.exp_avg_sqs,
-                                             self._programs):
+        for p, master, m, v, programs in zip(
+            self.params, self.masters, self.exp_avgs, self.exp_avg_sqs, self._programs
+        ):
             if p.grad is None:
                 raise RuntimeError("MasterAdamW.step: a parameter has no gradient")
-            _adamw_kernel[(programs,)](master, p.grad.contiguous(), m, v, p, self._scalars, self._sumsq[start:],
-                                       master.numel(), 1 - self.lr * self.weight_decay, beta1, beta2, self.eps,
-                                       WRITE_WEIGHT=p.dtype != torch.float32, BLOCK=BLOCK, num_warps=WARPS)
+            _adamw_kernel[(programs,)](
+                master,
+                p.grad.contiguous(),
+                m,
+                v,
+                p,
+                self._scalars,
+                self._sumsq[start:],
+                master.numel(),
+                1 - self.lr * self.weight_decay,
+                beta1,
+                beta2,
+                self.eps,
+                WRITE_WEIGHT=p.dtype != torch.float32,
+                BLOCK=BLOCK,
+                num_warps=WARPS,
+            )
             start += programs
 
     def param_norm(self) -> torch.Tensor:
@@ -145,9 +215,9 @@ class MasterAdamW:
 
     @torch.no_grad()
     def restore(self, weights: list[torch.Tensor]) -> None:
-        """Back, in place, to the state after construction with ``weights`` (from :meth:`snapshot`): the
-        masters and the model's copies of them, zero moments and step count (e.g. after a CUDA-graph
-        capture's warm-up steps)."""
+        """Back, in place, to the state after construction with ``weights`` (from :meth:`snapshot`):
+        the masters and the model's copies of them, zero moments and step count (e.g. after a
+        CUDA-graph capture's warm-up steps)."""
         torch._foreach_copy_(self.masters, weights)
         for p, master, is_low in zip(self.params, self.masters, self.low_precision):
             if is_low:

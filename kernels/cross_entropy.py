@@ -1,16 +1,16 @@
 """Cross-entropy over a vocabulary: one Triton launch writes the loss and the logits-gradient.
 
-Shapes: logits (N, V) in fp32/bf16/fp16, target (N,) int64 with values in [0, V) or ``ignore_index``.
-The loss is always computed and returned in fp32. Semantics follow ``F.cross_entropy`` (hard labels,
-``label_smoothing``, ``ignore_index``, reduction 'mean' | 'sum' | 'none'; 'mean' divides by the number of
-non-ignored tokens).
+Shapes: logits (N, V) in fp32/bf16/fp16, target (N,) int64 with values in [0, V) or
+``ignore_index``. The loss is always computed and returned in fp32. Semantics follow
+``F.cross_entropy`` (hard labels, ``label_smoothing``, ``ignore_index``, reduction 'mean' | 'sum' |
+'none'; 'mean' divides by the number of non-ignored tokens).
 
-The kernel runs one program per row. For V up to ``MAX_ONE_BLOCK_V`` the row is held in registers: one
-read, one write. Wider rows loop over the vocabulary in ``TWO_PASS_BLOCK`` columns with an online max /
-sum-exp: two reads, one write. No fp32 copy of the logits is ever made. The gradient
-``(softmax - (1 - eps) * onehot - eps / V) * scale`` (scale = 1 / n_valid for 'mean', else 1) is written
-during the forward, by default into the logits buffer itself; the backward only multiplies it by
-``grad_output``.
+The kernel runs one program per row. For V up to ``MAX_ONE_BLOCK_V`` the row is held in registers:
+one read, one write. Wider rows loop over the vocabulary in ``TWO_PASS_BLOCK`` columns with an
+online max / sum-exp: two reads, one write. No fp32 copy of the logits is ever made. The gradient
+``(softmax - (1 - eps) * onehot - eps / V) * scale`` (scale = 1 / n_valid for 'mean', else 1) is
+written during the forward, by default into the logits buffer itself; the backward only multiplies
+it by ``grad_output``.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ import triton.language as tl
 from torch.utils.checkpoint import checkpoint
 
 REDUCTIONS = ("mean", "sum", "none")
-# Rows up to this width are processed from registers in one pass. Wider rows loop over TWO_PASS_BLOCK columns.
-# 16384, not 32768: a 32000-wide row (bf16, H100) runs faster as two passes of 16384 (the second read mostly
-# from L2, more programs resident) than as one register-resident block of 32768.
+# Rows up to this width are processed from registers in one pass. Wider rows loop over
+# TWO_PASS_BLOCK columns. 16384, not 32768: a 32000-wide row (bf16, H100) runs faster as two passes
+# of 16384 (the second read mostly from L2, more programs resident) than as one register-resident
+# block of 32768.
 MAX_ONE_BLOCK_V = 16384
 TWO_PASS_BLOCK = 16384
 ELEMENTS_PER_THREAD = 32  # num_warps = BLOCK / (32 * ELEMENTS_PER_THREAD), within [4, 32]
@@ -50,9 +51,11 @@ def _ce_fwd_kernel(
     BLOCK: tl.constexpr,
     ONE_BLOCK: tl.constexpr,
 ):
-    """One row: loss_ptr[row] = unscaled fp32 loss; grad row (may alias the logits row) = dloss/dlogits.
+    """One row: loss_ptr[row] = unscaled fp32 loss; grad row (may alias the logits row) =
+    dloss/dlogits.
 
-    V is a compile-time constant (one compilation per vocabulary size), so the loop bounds are static.
+    V is a compile-time constant (one compilation per vocabulary size), so the loop bounds are
+    static.
     """
     row = tl.program_id(0).to(tl.int64)
     x_ptr += row * stride_x
@@ -79,7 +82,9 @@ def _ce_fwd_kernel(
         d = 0.0
         sum_x = 0.0
         for start in range(0, V, BLOCK):
-            xb = tl.load(x_ptr + start + cols, mask=start + cols < V, other=float("-inf")).to(tl.float32)
+            xb = tl.load(x_ptr + start + cols, mask=start + cols < V, other=float("-inf")).to(
+                tl.float32
+            )
             m_new = tl.maximum(m, tl.max(xb, 0))
             d = d * tl.exp2((m - m_new) * _LOG2E) + tl.sum(tl.exp2((xb - m_new) * _LOG2E), 0)
             m = m_new
@@ -135,7 +140,8 @@ def ce_loss_and_grad_(
     ignore_index: int,
     label_smoothing: float,
 ) -> None:
-    """Launch the kernel: fp32 per-row losses (unscaled) into ``loss_rows`` (N,), dloss/dlogits into ``grad``.
+    """Launch the kernel: fp32 per-row losses (unscaled) into ``loss_rows`` (N,), dloss/dlogits into
+    ``grad``.
 
     ``grad`` is (N, V) of any float dtype and may be ``logits`` itself; ``None`` skips the gradient.
     ``n_valid`` (0-d tensor) scales the gradient by 1 / n_valid ('mean'); ``None`` means scale 1.
@@ -166,7 +172,9 @@ def ce_loss_and_grad_(
     )
 
 
-def reduce_loss(loss_rows: torch.Tensor, n_valid: torch.Tensor | None, reduction: str) -> torch.Tensor:
+def reduce_loss(
+    loss_rows: torch.Tensor, n_valid: torch.Tensor | None, reduction: str
+) -> torch.Tensor:
     """Per-row fp32 losses -> the requested reduction ('mean' needs ``n_valid``)."""
     if reduction == "none":
         return loss_rows
@@ -185,16 +193,20 @@ def _scale_kernel(x_ptr, scale_ptr, n, BLOCK: tl.constexpr):
 
 
 def scale_by_(grad: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
-    """``grad *= grad_output`` in place for a 0-d grad_output, without a host sync (a no-op pass when it is 1)."""
+    """``grad *= grad_output`` in place for a 0-d grad_output, without a host sync (a no-op pass
+    when it is 1)."""
     if grad_output.ndim != 0 or not grad.is_contiguous():
         return grad.mul_(grad_output)
     BLOCK = 4096
-    _scale_kernel[(triton.cdiv(grad.numel(), BLOCK),)](grad, grad_output.detach().contiguous(), grad.numel(),
-                                                      BLOCK=BLOCK, num_warps=8)
+    _scale_kernel[(triton.cdiv(grad.numel(), BLOCK),)](
+        grad, grad_output.detach().contiguous(), grad.numel(), BLOCK=BLOCK, num_warps=8
+    )
     return grad
 
 
-def check_args(reduction: str, label_smoothing: float, allowed: tuple[str, ...] = REDUCTIONS) -> None:
+def check_args(
+    reduction: str, label_smoothing: float, allowed: tuple[str, ...] = REDUCTIONS
+) -> None:
     """Validate reduction and label_smoothing."""
     if reduction not in allowed:
         raise ValueError(f"reduction must be one of {allowed}, got {reduction!r}")
@@ -203,10 +215,12 @@ def check_args(reduction: str, label_smoothing: float, allowed: tuple[str, ...] 
 
 
 class CrossEntropyFunction(torch.autograd.Function):
-    """Autograd wrapper: the gradient is computed in the forward; backward scales it by grad_output in place.
+    """Autograd wrapper: the gradient is computed in the forward; backward scales it by grad_output
+    in place.
 
-    With ``inplace_grad`` the gradient overwrites the logits buffer, so the logits' values are gone after the
-    forward (whenever they require grad): nothing else may need them, and backward may run only once.
+    With ``inplace_grad`` the gradient overwrites the logits buffer, so the logits' values are gone
+    after the forward (whenever they require grad): nothing else may need them, and backward may run
+    only once.
     """
 
     @staticmethod
@@ -221,7 +235,9 @@ class CrossEntropyFunction(torch.autograd.Function):
     ) -> torch.Tensor:
         check_args(reduction, label_smoothing)
         if logits.ndim != 2 or target.shape != logits.shape[:1]:
-            raise ValueError(f"expected logits (N, V) and target (N,), got {logits.shape} and {target.shape}")
+            raise ValueError(
+                f"expected logits (N, V) and target (N,), got {logits.shape} and {target.shape}"
+            )
         if logits.stride(-1) != 1:
             logits = logits.contiguous()
         target = target.contiguous()
@@ -253,12 +269,16 @@ def cross_entropy(
     reduction: str = "mean",
     inplace_grad: bool = True,
 ) -> torch.Tensor:
-    """Triton cross-entropy of logits (N, V) against target (N,); fp32 loss (0-d, or (N,) for 'none').
+    """Triton cross-entropy of logits (N, V) against target (N,); fp32 loss (0-d, or (N,) for
+    'none').
 
-    ``inplace_grad=True`` (default) stores d loss / d logits in the logits buffer during the forward: the
-    logits must not be used afterwards. ``inplace_grad=False`` writes it to a new (N, V) buffer instead.
+    ``inplace_grad=True`` (default) stores d loss / d logits in the logits buffer during the
+    forward: the logits must not be used afterwards. ``inplace_grad=False`` writes it to a new (N,
+    V) buffer instead.
     """
-    return CrossEntropyFunction.apply(logits, target, ignore_index, label_smoothing, reduction, inplace_grad)
+    return CrossEntropyFunction.apply(
+        logits, target, ignore_index, label_smoothing, reduction, inplace_grad
+    )
 
 
 def cross_entropy_eager(
@@ -268,10 +288,15 @@ def cross_entropy_eager(
     label_smoothing: float = 0.0,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """Reference: ``F.cross_entropy`` on logits upcast to at least fp32 (materializes an fp32 copy)."""
+    """Reference: ``F.cross_entropy`` on logits upcast to at least fp32 (materializes an fp32
+    copy)."""
     upcast = logits.to(torch.promote_types(logits.dtype, torch.float32))
     return F.cross_entropy(
-        upcast, target, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction
+        upcast,
+        target,
+        ignore_index=ignore_index,
+        label_smoothing=label_smoothing,
+        reduction=reduction,
     )
 
 
@@ -283,14 +308,19 @@ def fused_linear_cross_entropy_eager(
     label_smoothing: float = 0.0,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """Reference LM head + loss: full logits ``hidden @ weight.T`` (N, V) in the input dtype, eager CE."""
-    return cross_entropy_eager(hidden @ weight.t(), target, ignore_index, label_smoothing, reduction)
+    """Reference LM head + loss: full logits ``hidden @ weight.T`` (N, V) in the input dtype, eager
+    CE."""
+    return cross_entropy_eager(
+        hidden @ weight.t(), target, ignore_index, label_smoothing, reduction
+    )
 
 
 def default_chunk_size(n_tokens: int, hidden_size: int, vocab_size: int) -> int:
-    """Tokens per chunk so that a (chunk, V) logits chunk holds about as many elements as (N, H) hidden:
-    next_pow2(ceil(N / ceil(V / H)))."""
-    return max(1, triton.next_power_of_2(triton.cdiv(n_tokens, triton.cdiv(vocab_size, hidden_size))))
+    """Tokens per chunk so that a (chunk, V) logits chunk holds about as many elements as (N, H)
+    hidden: next_pow2(ceil(N / ceil(V / H)))."""
+    return max(
+        1, triton.next_power_of_2(triton.cdiv(n_tokens, triton.cdiv(vocab_size, hidden_size)))
+    )
 
 
 def chunked_cross_entropy(
@@ -302,10 +332,12 @@ def chunked_cross_entropy(
     label_smoothing: float = 0.0,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """Plain-PyTorch "chunked CE" of ``hidden @ weight.T``: hidden (N, H), weight (V, H), target (N,).
+    """Plain-PyTorch "chunked CE" of ``hidden @ weight.T``: hidden (N, H), weight (V, H), target
+    (N,).
 
-    Each chunk of ``chunk_size`` tokens computes its logits and eager CE under ``torch.utils.checkpoint``, so
-    only the chunk inputs are kept for backward and the logits are recomputed there. Returns an fp32 loss.
+    Each chunk of ``chunk_size`` tokens computes its logits and eager CE under
+    ``torch.utils.checkpoint``, so only the chunk inputs are kept for backward and the logits are
+    recomputed there. Returns an fp32 loss.
     """
     check_args(reduction, label_smoothing)
     n_tokens = hidden.shape[0]
@@ -328,4 +360,3 @@ def chunked_cross_entropy(
         return torch.cat(parts)
     total = torch.stack(parts).sum()
     return total / num_valid(target, ignore_index) if reduction == "mean" else total
-

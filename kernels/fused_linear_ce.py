@@ -1,18 +1,20 @@
-"""Fused LM head + cross-entropy: loss of ``hidden @ weight.T`` without ever holding the full (N, V) logits.
+"""Fused LM head + cross-entropy: loss of ``hidden @ weight.T`` without ever holding the full (N, V)
+logits.
 
-hidden (N, H) and weight (V, H) share one float dtype; target (N,) int64. Tokens are processed in chunks; per
-chunk of C tokens: ``logits = hidden_c @ weight.T`` (torch matmul into one reused (C, V) buffer, input dtype),
-the Triton CE kernel of ``kernels.cross_entropy`` writes the fp32 loss rows and the logits-gradient in place,
-then ``grad_weight += grad_logits.T @ hidden_c`` (accumulated in weight's dtype, the first chunk writing it
-directly) and ``grad_hidden_c = grad_logits @ weight``. All gradient work happens in the forward; backward
-only multiplies by grad_output (skipped when it is 1; for fp16 'mean', by grad_output / n_valid, so that
-GradScaler's loss scale reaches the gradients before they would underflow). Extra memory: grad_hidden (N, H)
-+ grad_weight (V, H) + one (C, V) logits chunk + N fp32 loss rows.
+hidden (N, H) and weight (V, H) share one float dtype; target (N,) int64. Tokens are processed in
+chunks; per chunk of C tokens: ``logits = hidden_c @ weight.T`` (torch matmul into one reused (C, V)
+buffer, input dtype), the Triton CE kernel of ``kernels.cross_entropy`` writes the fp32 loss rows
+and the logits-gradient in place, then ``grad_weight += grad_logits.T @ hidden_c`` (accumulated in
+weight's dtype, the first chunk writing it directly) and ``grad_hidden_c = grad_logits @ weight``.
+All gradient work happens in the forward; backward only multiplies by grad_output (skipped when it
+is 1; for fp16 'mean', by grad_output / n_valid, so that GradScaler's loss scale reaches the
+gradients before they would underflow). Extra memory: grad_hidden (N, H) + grad_weight (V, H) + one
+(C, V) logits chunk + N fp32 loss rows.
 
-With ``inplace_grad_hidden`` each chunk's grad_hidden overwrites that chunk of ``hidden`` once the chunk is
-done (the hidden values are gone after the forward). The N * H elements this frees go to a larger default
-chunk (:func:`inplace_chunk_size`) within the same memory; larger chunks make the grad_weight GEMM (inner size
-C, read-modify-write of grad_weight once per chunk) less memory-bound.
+With ``inplace_grad_hidden`` each chunk's grad_hidden overwrites that chunk of ``hidden`` once the
+chunk is done (the hidden values are gone after the forward). The N * H elements this frees go to a
+larger default chunk (:func:`inplace_chunk_size`) within the same memory; larger chunks make the
+grad_weight GEMM (inner size C, read-modify-write of grad_weight once per chunk) less memory-bound.
 """
 
 from __future__ import annotations
@@ -42,15 +44,16 @@ __all__ = [
 
 
 def inplace_chunk_size(n_tokens: int, hidden_size: int, vocab_size: int) -> int:
-    """Default chunk with ``inplace_grad_hidden``: the largest multiple of 128 tokens (at least the plain default
-    C0) whose logits chunk fits in C0 * V + N * H elements, i.e. the default's memory."""
+    """Default chunk with ``inplace_grad_hidden``: the largest multiple of 128 tokens (at least the
+    plain default C0) whose logits chunk fits in C0 * V + N * H elements, i.e. the default's
+    memory."""
     base = default_chunk_size(n_tokens, hidden_size, vocab_size)
     return max(base, (base + n_tokens * hidden_size // vocab_size) // 128 * 128)
 
 
 class FusedLinearCrossEntropyFunction(torch.autograd.Function):
-    """Autograd wrapper: gradients are computed in the forward; backward scales them by grad_output in place,
-    so it may run only once per forward."""
+    """Autograd wrapper: gradients are computed in the forward; backward scales them by grad_output
+    in place, so it may run only once per forward."""
 
     @staticmethod
     def forward(
@@ -67,7 +70,11 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
         check_args(reduction, label_smoothing, allowed=("mean", "sum"))
         n_tokens, hidden_size = hidden.shape
         vocab_size = weight.shape[0]
-        if weight.shape[1] != hidden_size or target.shape != (n_tokens,) or weight.dtype != hidden.dtype:
+        if (
+            weight.shape[1] != hidden_size
+            or target.shape != (n_tokens,)
+            or weight.dtype != hidden.dtype
+        ):
             raise ValueError(
                 f"expected hidden (N, H), weight (V, H) of one dtype and target (N,); got "
                 f"{hidden.shape} {hidden.dtype}, {weight.shape} {weight.dtype}, {target.shape}"
@@ -80,13 +87,20 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
         chunk = min(chunk, max(n_tokens, 1))
         target = target.contiguous()
         n_valid = num_valid(target, ignore_index) if reduction == "mean" else None
-        # fp16: (softmax - onehot) / n_valid underflows fp16 before a GradScaler's loss scale reaches it (that
-        # scale arrives as grad_output, in backward): keep the gradients unscaled, apply 1 / n_valid in backward.
+        # fp16: (softmax - onehot) / n_valid underflows fp16 before a GradScaler's loss scale
+        # reaches it (that scale arrives as grad_output, in backward): keep the gradients unscaled,
+        # apply 1 / n_valid in backward.
         defer_mean = n_valid is not None and hidden.dtype == torch.float16
         ctx.n_valid = n_valid if defer_mean else None
         loss_rows = torch.empty(n_tokens, dtype=torch.float32, device=hidden.device)
         new = dict(dtype=hidden.dtype, device=hidden.device)
-        grad_h = hidden if inplace else torch.empty(n_tokens, hidden_size, **new) if need_grad_h else None
+        grad_h = (
+            hidden
+            if inplace
+            else torch.empty(n_tokens, hidden_size, **new)
+            if need_grad_h
+            else None
+        )
         grad_w = torch.empty(vocab_size, hidden_size, **new) if need_grad_w else None
         logits_buf = torch.empty(chunk, vocab_size, **new)
         for start in range(0, n_tokens, chunk):
@@ -96,8 +110,13 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
             torch.mm(hidden_c, weight.t(), out=logits)
             grad_logits = logits if need_grad_h or need_grad_w else None
             ce_loss_and_grad_(
-                logits, target[start:stop], loss_rows[start:stop], grad_logits, None if defer_mean else n_valid,
-                ignore_index, label_smoothing
+                logits,
+                target[start:stop],
+                loss_rows[start:stop],
+                grad_logits,
+                None if defer_mean else n_valid,
+                ignore_index,
+                label_smoothing,
             )
             if need_grad_w:
                 if start == 0:
@@ -122,7 +141,8 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
         return grad_h, grad_w, None, None, None, None, None, None
 
 
-@torch.compiler.disable  # one graph break at the LM head: torch.compile runs the chunk loop and its kernels as is
+# one graph break at the LM head: torch.compile runs the chunk loop and its kernels as is
+@torch.compiler.disable
 def fused_linear_cross_entropy(
     hidden: torch.Tensor,
     weight: torch.Tensor,
@@ -133,23 +153,31 @@ def fused_linear_cross_entropy(
     chunk_size: int | None = None,
     inplace_grad_hidden: bool = False,
 ) -> torch.Tensor:
-    """fp32 cross-entropy ('mean' or 'sum') of ``hidden (N, H) @ weight (V, H).T`` against target (N,).
+    """fp32 cross-entropy ('mean' or 'sum') of ``hidden (N, H) @ weight (V, H).T`` against target
+    (N,).
 
-    ``chunk_size`` tokens per chunk; default ``next_pow2(ceil(N / ceil(V / H)))``, so a logits chunk has about
-    N * H elements (:func:`inplace_chunk_size` with ``inplace_grad_hidden``). ``inplace_grad_hidden=True`` stores
-    d loss / d hidden in hidden's buffer (when hidden is contiguous and requires grad): hidden must not be
-    used afterwards.
+    ``chunk_size`` tokens per chunk; default ``next_pow2(ceil(N / ceil(V / H)))``, so a logits chunk
+    has about N * H elements (:func:`inplace_chunk_size` with ``inplace_grad_hidden``).
+    ``inplace_grad_hidden=True`` stores d loss / d hidden in hidden's buffer (when hidden is
+    contiguous and requires grad): hidden must not be used afterwards.
     """
     return FusedLinearCrossEntropyFunction.apply(
-        hidden, weight, target, ignore_index, label_smoothing, reduction, chunk_size, inplace_grad_hidden
+        hidden,
+        weight,
+        target,
+        ignore_index,
+        label_smoothing,
+        reduction,
+        chunk_size,
+        inplace_grad_hidden,
     )
 
 
 class FusedLinearCrossEntropy(nn.Module):
     """LM head (bias-free ``Linear(hidden_size, vocab_size)``) fused with its cross-entropy loss.
 
-    ``forward(hidden (..., H), target (...)) -> fp32 loss``; ``self.weight`` is (V, H) and may be tied to an
-    embedding by assignment.
+    ``forward(hidden (..., H), target (...)) -> fp32 loss``; ``self.weight`` is (V, H) and may be
+    tied to an embedding by assignment.
     """
 
     def __init__(

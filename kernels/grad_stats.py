@@ -1,12 +1,12 @@
 """Gradient / parameter L2 norms, update ratio and gradient-norm clipping over a list of parameters.
 
-Every statistic is a 0-d tensor on the first tensor's device, accumulated and returned in fp32 for fp32
-and narrower parameters, in float64 where any is float64 (a float64 call is a float64 reference). The
-``*_loop`` functions are the per-parameter slow path (a few launches per tensor); the ``*_foreach`` ones
-use ``torch._foreach_norm`` / ``torch._foreach_mul_`` on (device, dtype) groups: O(1) launches per group
-and no host sync. No Triton variant: ``_foreach_norm`` already covers a whole group in one
-multi-tensor launch, and a Triton kernel over a pointer table would add a host-built table per call without
-moving fewer bytes.
+Every statistic is a 0-d tensor on the first tensor's device, accumulated and returned in fp32 for
+fp32 and narrower parameters, in float64 where any is float64 (a float64 call is a float64
+reference). The ``*_loop`` functions are the per-parameter slow path (a few launches per tensor);
+the ``*_foreach`` ones use ``torch._foreach_norm`` / ``torch._foreach_mul_`` on (device, dtype)
+groups: O(1) launches per group and no host sync. No Triton variant: ``_foreach_norm`` already
+covers a whole group in one multi-tensor launch, and a Triton kernel over a pointer table would add
+a host-built table per call without moving fewer bytes.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ def _grads(params: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     return [p.grad.detach() for p in params if p.grad is not None]
 
 
-def _groups(tensors: list[torch.Tensor]) -> dict[tuple[torch.device, torch.dtype], list[torch.Tensor]]:
+def _groups(
+    tensors: list[torch.Tensor],
+) -> dict[tuple[torch.device, torch.dtype], list[torch.Tensor]]:
     groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
     for t in tensors:
         groups.setdefault((t.device, t.dtype), []).append(t)
@@ -39,22 +41,31 @@ def _norm_loop(tensors: list[torch.Tensor]) -> torch.Tensor:
     if not tensors:
         return torch.zeros((), dtype=torch.float32)
     device = tensors[0].device
-    return torch.stack([t.to(_acc_dtype(t.dtype)).pow(2).sum().to(device) for t in tensors]).sum().sqrt()
+    return (
+        torch.stack([t.to(_acc_dtype(t.dtype)).pow(2).sum().to(device) for t in tensors])
+        .sum()
+        .sqrt()
+    )
 
 
 def _norm_foreach(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """sqrt(sum_i ||t_i||^2) with one ``_foreach_norm`` per (device, dtype) group, in its accumulation dtype."""
+    """sqrt(sum_i ||t_i||^2) with one ``_foreach_norm`` per (device, dtype) group, in its
+    accumulation dtype."""
     if not tensors:
         return torch.zeros((), dtype=torch.float32)
     device = tensors[0].device
     norms = [
-        torch.linalg.vector_norm(torch.stack(torch._foreach_norm(group, 2, dtype=_acc_dtype(dtype)))).to(device)
+        torch.linalg.vector_norm(
+            torch.stack(torch._foreach_norm(group, 2, dtype=_acc_dtype(dtype)))
+        ).to(device)
         for (_, dtype), group in _groups(tensors).items()
     ]
     return torch.linalg.vector_norm(torch.stack(norms))
 
 
-def grad_stats_loop(params: Iterable[torch.Tensor], param_norm: bool = True) -> dict[str, torch.Tensor]:
+def grad_stats_loop(
+    params: Iterable[torch.Tensor], param_norm: bool = True
+) -> dict[str, torch.Tensor]:
     """{'grad_norm', 'param_norm'}: global L2 norms (0-d), one reduction per parameter; without
     ``param_norm``, the gradient norm only (when the optimizer takes the other in its own pass)."""
     params = list(params)
@@ -64,8 +75,11 @@ def grad_stats_loop(params: Iterable[torch.Tensor], param_norm: bool = True) -> 
     return stats
 
 
-def grad_stats_foreach(params: Iterable[torch.Tensor], param_norm: bool = True) -> dict[str, torch.Tensor]:
-    """Same values as :func:`grad_stats_loop`, with foreach norms per (device, dtype) group, no host sync."""
+def grad_stats_foreach(
+    params: Iterable[torch.Tensor], param_norm: bool = True
+) -> dict[str, torch.Tensor]:
+    """Same values as :func:`grad_stats_loop`, with foreach norms per (device, dtype) group, no host
+    sync."""
     params = list(params)
     stats = {"grad_norm": _norm_foreach(_grads(params))}
     if param_norm:
@@ -74,23 +88,28 @@ def grad_stats_foreach(params: Iterable[torch.Tensor], param_norm: bool = True) 
 
 
 def update_ratio(before: list[torch.Tensor], after: list[torch.Tensor]) -> torch.Tensor:
-    """||after - before|| / ||before|| over all tensors (0-d); pairs must match in shape, dtype, device.
+    """||after - before|| / ||before|| over all tensors (0-d); pairs must match in shape, dtype,
+    device.
 
     The difference is taken in the tensors' dtype (exact for small updates) into one temporary copy.
     """
     groups = _groups([t.detach() for t in before])
     after_groups = _groups([t.detach() for t in after])
-    diffs = [d for key, group in groups.items() for d in torch._foreach_sub(after_groups[key], group)]
+    diffs = [
+        d for key, group in groups.items() for d in torch._foreach_sub(after_groups[key], group)
+    ]
     return _norm_foreach(diffs) / _norm_foreach([t for group in groups.values() for t in group])
 
 
 def clip_coefficient(total: torch.Tensor, max_norm: float) -> torch.Tensor:
-    """min(1, max_norm / (total + 1e-6)): what clipping multiplies every gradient by (0-d, total's dtype)."""
+    """min(1, max_norm / (total + 1e-6)): what clipping multiplies every gradient by (0-d, total's
+    dtype)."""
     return (max_norm / (total + _CLIP_EPS)).clamp(max=1.0)
 
 
 def clip_grad_norm_loop(params: Iterable[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """Scale gradients in place so their global L2 norm is at most ``max_norm``, one tensor at a time.
+    """Scale gradients in place so their global L2 norm is at most ``max_norm``, one tensor at a
+    time.
 
     Returns the norm before clipping (0-d), like ``torch.nn.utils.clip_grad_norm_``.
     """
@@ -102,10 +121,12 @@ def clip_grad_norm_loop(params: Iterable[torch.Tensor], max_norm: float) -> torc
     return total
 
 
-def clip_grad_norm_foreach(params: Iterable[torch.Tensor], max_norm: float,
-                           total: torch.Tensor | None = None) -> torch.Tensor:
-    """Same as :func:`clip_grad_norm_loop` with foreach norms and ``_foreach_mul_``; the clip coefficient
-    stays on the device (no host sync). ``total``: the gradients' global norm when already known (e.g. from
+def clip_grad_norm_foreach(
+    params: Iterable[torch.Tensor], max_norm: float, total: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Same as :func:`clip_grad_norm_loop` with foreach norms and ``_foreach_mul_``; the clip
+    coefficient stays on the device (no host sync). ``total``: the gradients' global norm when
+    already known (e.g. from
     :func:`grad_stats_foreach`), which saves one read of every gradient."""
     grads = _grads(params)
     total = _norm_foreach(grads) if total is None else total

@@ -6,8 +6,9 @@ import torch
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref|| / ||ref|| in float64 on ``out``'s device (a zero ``ref`` counts as 1e-30); inf when ``out``
-    holds a NaN or an infinity, so that a non-finite result never passes a tolerance."""
+    """||out - ref|| / ||ref|| in float64 on ``out``'s device (a zero ``ref`` counts as 1e-30); inf
+    when ``out`` holds a NaN or an infinity, so that a non-finite result never passes a
+    tolerance."""
     out, ref = out.detach().double(), ref.detach().to(out.device, torch.float64)
     if not torch.isfinite(out).all():
         return float("inf")

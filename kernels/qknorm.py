@@ -24,31 +24,102 @@ from kernels.rmsnorm import (
 )
 
 
-def qk_norm_eager(q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor,
-                  eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+def qk_norm_eager(
+    q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, eps: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Eager reference: `rms_norm_eager` over the last dim of q with wq and of k with wk."""
     return rms_norm_eager(q, wq, eps), rms_norm_eager(k, wk, eps)
 
 
 @triton.jit
-def _qk_norm_fwd_kernel(Q, q_n1, q_n2, q_s0, q_s1, q_s2, K, k_n1, k_n2, k_s0, k_s1, k_s2,
-                        WQ, WK, YQ, YK, RSTD_Q, RSTD_K, n_q, n_k, D, eps,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _qk_norm_fwd_kernel(
+    Q,
+    q_n1,
+    q_n2,
+    q_s0,
+    q_s1,
+    q_s2,
+    K,
+    k_n1,
+    k_n2,
+    k_s0,
+    k_s1,
+    k_s2,
+    WQ,
+    WK,
+    YQ,
+    YK,
+    RSTD_Q,
+    RSTD_K,
+    n_q,
+    n_k,
+    D,
+    eps,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """Programs [0, cdiv(n_q, BLOCK_M)) normalize row blocks of q, the rest row blocks of k."""
     pid = tl.program_id(0)
     q_blocks = tl.cdiv(n_q, BLOCK_M)
     if pid < q_blocks:
-        rms_fwd_rows(Q, q_n1, q_n2, q_s0, q_s1, q_s2, WQ, YQ, RSTD_Q, pid, n_q, D, eps, BLOCK_M, BLOCK_N)
+        rms_fwd_rows(
+            Q, q_n1, q_n2, q_s0, q_s1, q_s2, WQ, YQ, RSTD_Q, pid, n_q, D, eps, BLOCK_M, BLOCK_N
+        )
     else:
-        rms_fwd_rows(K, k_n1, k_n2, k_s0, k_s1, k_s2, WK, YK, RSTD_K, pid - q_blocks, n_k, D, eps,
-                     BLOCK_M, BLOCK_N)
+        rms_fwd_rows(
+            K,
+            k_n1,
+            k_n2,
+            k_s0,
+            k_s1,
+            k_s2,
+            WK,
+            YK,
+            RSTD_K,
+            pid - q_blocks,
+            n_k,
+            D,
+            eps,
+            BLOCK_M,
+            BLOCK_N,
+        )
 
 
 @triton.jit
-def _qk_norm_bwd_kernel(DYQ, dyq_s0, dyq_s1, dyq_s2, Q, q_s0, q_s1, q_s2, q_n1, q_n2,
-                        DYK, dyk_s0, dyk_s1, dyk_s2, K, k_s0, k_s1, k_s2, k_n1, k_n2,
-                        WQ, WK, RSTD_Q, RSTD_K, DQ, DK, DW_PART, n_q, n_k, D,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _qk_norm_bwd_kernel(
+    DYQ,
+    dyq_s0,
+    dyq_s1,
+    dyq_s2,
+    Q,
+    q_s0,
+    q_s1,
+    q_s2,
+    q_n1,
+    q_n2,
+    DYK,
+    dyk_s0,
+    dyk_s1,
+    dyk_s2,
+    K,
+    k_s0,
+    k_s1,
+    k_s2,
+    k_n1,
+    k_n2,
+    WQ,
+    WK,
+    RSTD_Q,
+    RSTD_K,
+    DQ,
+    DK,
+    DW_PART,
+    n_q,
+    n_k,
+    D,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """Persistent grid over the q row blocks followed by the k row blocks, dealt round-robin.
 
     DW_PART is fp32 (2, num_programs, D): row pid of group 0 (q) and group 1 (k) gets this
@@ -57,11 +128,56 @@ def _qk_norm_bwd_kernel(DYQ, dyq_s0, dyq_s1, dyq_s2, Q, q_s0, q_s1, q_s2, q_n1, 
     pid = tl.program_id(0)
     step = tl.num_programs(0)
     k_first = (pid + step - tl.cdiv(n_q, BLOCK_M) % step) % step
-    rms_bwd_stripe(DYQ, dyq_s0, dyq_s1, dyq_s2, Q, q_s0, q_s1, q_s2, q_n1, q_n2, WQ, RSTD_Q, DQ,
-                   DW_PART + pid.to(tl.int64) * D, pid, step, n_q, D, DQ, DQ, BLOCK_M, BLOCK_N, False)
-    rms_bwd_stripe(DYK, dyk_s0, dyk_s1, dyk_s2, K, k_s0, k_s1, k_s2, k_n1, k_n2, WK, RSTD_K, DK,
-                   DW_PART + (step + pid).to(tl.int64) * D, k_first, step, n_k, D, DK, DK, BLOCK_M, BLOCK_N,
-                   False)
+    rms_bwd_stripe(
+        DYQ,
+        dyq_s0,
+        dyq_s1,
+        dyq_s2,
+        Q,
+        q_s0,
+        q_s1,
+        q_s2,
+        q_n1,
+        q_n2,
+        WQ,
+        RSTD_Q,
+        DQ,
+        DW_PART + pid.to(tl.int64) * D,
+        pid,
+        step,
+        n_q,
+        D,
+        DQ,
+        DQ,
+        BLOCK_M,
+        BLOCK_N,
+        False,
+    )
+    rms_bwd_stripe(
+        DYK,
+        dyk_s0,
+        dyk_s1,
+        dyk_s2,
+        K,
+        k_s0,
+        k_s1,
+        k_s2,
+        k_n1,
+        k_n2,
+        WK,
+        RSTD_K,
+        DK,
+        DW_PART + (step + pid).to(tl.int64) * D,
+        k_first,
+        step,
+        n_k,
+        D,
+        DK,
+        DK,
+        BLOCK_M,
+        BLOCK_N,
+        False,
+    )
 
 
 def _rows(x: torch.Tensor) -> int:
@@ -69,10 +185,11 @@ def _rows(x: torch.Tensor) -> int:
 
 
 @torch.library.custom_op("optbench::qk_norm_fwd", mutates_args=())
-def qk_norm_fwd(q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor,
-                eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(q_normed, k_normed, rstd_q, rstd_k) for 4-D q, k with unit last stride, in one launch. An opaque op,
-    so torch.compile never traces the launch."""
+def qk_norm_fwd(
+    q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q_normed, k_normed, rstd_q, rstd_k) for 4-D q, k with unit last stride, in one launch. An
+    opaque op, so torch.compile never traces the launch."""
     wq, wk = wq.contiguous(), wk.contiguous()
     n_q, n_k, d = _rows(q), _rows(k), q.shape[-1]
     dev = q.device
@@ -83,26 +200,58 @@ def qk_norm_fwd(q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor, wk: torch.Te
     block_m, block_n, warps = fwd_tile(max(n_q, n_k), d)
     grid = (triton.cdiv(n_q, block_m) + triton.cdiv(n_k, block_m),)
     _qk_norm_fwd_kernel[grid](
-        q, *row_grid(q), k, *row_grid(k), wq, wk, yq, yk, rstd_q, rstd_k, n_q, n_k, d, eps,
-        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
+        q,
+        *row_grid(q),
+        k,
+        *row_grid(k),
+        wq,
+        wk,
+        yq,
+        yk,
+        rstd_q,
+        rstd_k,
+        n_q,
+        n_k,
+        d,
+        eps,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        num_warps=warps,
     )
     return yq, yk, rstd_q, rstd_k
 
 
 @qk_norm_fwd.register_fake
-def _(q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor,
-      eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return (q.new_empty(q.shape, dtype=torch.promote_types(q.dtype, wq.dtype)),
-            k.new_empty(k.shape, dtype=torch.promote_types(k.dtype, wk.dtype)),
-            q.new_empty(_rows(q), dtype=torch.float32), k.new_empty(_rows(k), dtype=torch.float32))
+def _(
+    q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (
+        q.new_empty(q.shape, dtype=torch.promote_types(q.dtype, wq.dtype)),
+        k.new_empty(k.shape, dtype=torch.promote_types(k.dtype, wk.dtype)),
+        q.new_empty(_rows(q), dtype=torch.float32),
+        k.new_empty(_rows(k), dtype=torch.float32),
+    )
 
 
 @torch.library.custom_op("optbench::qk_norm_bwd", mutates_args=())
-def qk_norm_bwd(dyq: torch.Tensor, dyk: torch.Tensor, q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor,
-                wk: torch.Tensor, rstd_q: torch.Tensor, rstd_k: torch.Tensor,
-                need_dw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def qk_norm_bwd(
+    dyq: torch.Tensor,
+    dyk: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    wq: torch.Tensor,
+    wk: torch.Tensor,
+    rstd_q: torch.Tensor,
+    rstd_k: torch.Tensor,
+    need_dw: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dwq, dwk); the weight gradients are empty tensors when not need_dw."""
-    dyq, dyk, wq, wk = unit_last_stride(dyq), unit_last_stride(dyk), wq.contiguous(), wk.contiguous()
+    dyq, dyk, wq, wk = (
+        unit_last_stride(dyq),
+        unit_last_stride(dyk),
+        wq.contiguous(),
+        wk.contiguous(),
+    )
     n_q, n_k, d = _rows(q), _rows(k), q.shape[-1]
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
@@ -112,9 +261,30 @@ def qk_norm_bwd(dyq: torch.Tensor, dyk: torch.Tensor, q: torch.Tensor, k: torch.
     k_n1, k_n2, *k_strides = row_grid(k)
 
     def args(part: torch.Tensor) -> tuple:
-        return (dyq, *row_grid(dyq)[2:], q, *q_strides, q_n1, q_n2,
-                dyk, *row_grid(dyk)[2:], k, *k_strides, k_n1, k_n2,
-                wq, wk, rstd_q, rstd_k, dq, dk, part, n_q, n_k, d)
+        return (
+            dyq,
+            *row_grid(dyq)[2:],
+            q,
+            *q_strides,
+            q_n1,
+            q_n2,
+            dyk,
+            *row_grid(dyk)[2:],
+            k,
+            *k_strides,
+            k_n1,
+            k_n2,
+            wq,
+            wk,
+            rstd_q,
+            rstd_k,
+            dq,
+            dk,
+            part,
+            n_q,
+            n_k,
+            d,
+        )
 
     n_blocks = triton.cdiv(n_q, block_m) + triton.cdiv(n_k, block_m)
     # rstd_q stands in for the fp32 partials buffer while the grid is sized
@@ -124,29 +294,46 @@ def qk_norm_bwd(dyq: torch.Tensor, dyk: torch.Tensor, q: torch.Tensor, k: torch.
     if not need_dw:
         return dq, dk, wq.new_empty(0), wk.new_empty(0)
     dw = sum_partials(part, torch.promote_types(wq.dtype, wk.dtype))
-    return dq, dk, dw[0].to(wq.dtype, copy=True), dw[1].to(wk.dtype, copy=True)  # two outputs, not two views of one
+    # two outputs, not two views of one
+    return dq, dk, dw[0].to(wq.dtype, copy=True), dw[1].to(wk.dtype, copy=True)
 
 
 @qk_norm_bwd.register_fake
-def _(dyq: torch.Tensor, dyk: torch.Tensor, q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor,
-      wk: torch.Tensor, rstd_q: torch.Tensor, rstd_k: torch.Tensor,
-      need_dw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return (q.new_empty(q.shape), k.new_empty(k.shape), wq.new_empty(wq.shape if need_dw else (0,)),
-            wk.new_empty(wk.shape if need_dw else (0,)))
+def _(
+    dyq: torch.Tensor,
+    dyk: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    wq: torch.Tensor,
+    wk: torch.Tensor,
+    rstd_q: torch.Tensor,
+    rstd_k: torch.Tensor,
+    need_dw: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (
+        q.new_empty(q.shape),
+        k.new_empty(k.shape),
+        wq.new_empty(wq.shape if need_dw else (0,)),
+        wk.new_empty(wk.shape if need_dw else (0,)),
+    )
 
 
 class QKNormFunction(torch.autograd.Function):
-    """(q, k, wq, wk, eps) -> (q_normed, k_normed), contiguous, in promote_types(q/k dtype, weight dtype).
+    """(q, k, wq, wk, eps) -> (q_normed, k_normed), contiguous, in promote_types(q/k dtype, weight
+    dtype).
 
     Saves q, k and one fp32 rstd per row of each. Backward: dq, dk in the input dtypes,
     dwq, dwk in the weight dtypes.
     """
 
     @staticmethod
-    def forward(ctx, q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor,
-                eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        ctx, q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if q.dim() != 4 or k.dim() != 4 or q.shape[-1] != k.shape[-1]:
-            raise ValueError(f"expected 4-D q, k with equal head_dim, got {tuple(q.shape)}, {tuple(k.shape)}")
+            raise ValueError(
+                f"expected 4-D q, k with equal head_dim, got {tuple(q.shape)}, {tuple(k.shape)}"
+            )
         q, k = unit_last_stride(q), unit_last_stride(k)
         yq, yk, rstd_q, rstd_k = qk_norm_fwd(q, k, wq, wk, eps)
         ctx.save_for_backward(q, k, wq, wk, rstd_q, rstd_k)
@@ -160,17 +347,25 @@ class QKNormFunction(torch.autograd.Function):
         return dq, dk, dwq if need_dw else None, dwk if need_dw else None, None
 
 
-def qk_norm(q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor,
-            eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
-    """Triton QK-norm of q (B, S, Hq, D) and k (B, S, Hkv, D); returns contiguous (q_normed, k_normed)."""
+def qk_norm(
+    q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, eps: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton QK-norm of q (B, S, Hq, D) and k (B, S, Hkv, D); returns contiguous (q_normed,
+    k_normed)."""
     return QKNormFunction.apply(q, k, wq, wk, eps)
 
 
 class QKNorm(nn.Module):
     """Per-head RMSNorm of q and k with learnable (head_dim,) weights; impl 'eager' or 'triton'."""
 
-    def __init__(self, head_dim: int, eps: float = 1e-6, impl: str = "triton",
-                 device: torch.device | None = None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        head_dim: int,
+        eps: float = 1e-6,
+        impl: str = "triton",
+        device: torch.device | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         super().__init__()
         if impl not in ("eager", "triton"):
             raise ValueError(f"impl must be 'eager' or 'triton', got {impl!r}")

@@ -1,9 +1,9 @@
 """RMSNorm (HF Llama semantics) with forward and backward in Triton, beside its eager reference.
 
-y = weight * cast_to_x_dtype(x * rsqrt(mean(x^2, -1) + eps)), statistics in fp32. `add_rms_norm` also
-takes the residual add before the norm (h = x + y, then its norm) and, backward, adds the residual gradient
-and writes the total in both inputs' dtypes. The row-block building blocks here (`rms_fwd_rows`,
-`rms_bwd_stripe`, `sum_partials`) are reused by `kernels.qknorm`.
+y = weight * cast_to_x_dtype(x * rsqrt(mean(x^2, -1) + eps)), statistics in fp32. `add_rms_norm`
+also takes the residual add before the norm (h = x + y, then its norm) and, backward, adds the
+residual gradient and writes the total in both inputs' dtypes. The row-block building blocks here
+(`rms_fwd_rows`, `rms_bwd_stripe`, `sum_partials`) are reused by `kernels.qknorm`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def bwd_tile(n_rows: int, n_cols: int, x: torch.Tensor) -> tuple[int, int, int]:
 
 
 def rms_norm_eager(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """Eager reference (HF Llama): statistics in at least fp32, x_hat cast back to x.dtype, times weight."""
+    """Eager reference (HF Llama): statistics in at least fp32, x_hat cast back to x.dtype, times
+    weight."""
     xf = x.to(torch.promote_types(x.dtype, torch.float32))
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return weight * xf.to(x.dtype)
@@ -51,21 +52,41 @@ def _row_start(rows, n1, n2, s0, s1, s2):
 
 @triton.jit
 def _norm_rows(x, W, Y, RSTD, rows, cols, row_mask, col_mask, n_cols, eps, ROUND_TO):
-    """Normalize the fp32 rows x (their values in ROUND_TO's element type) into the contiguous (n_rows,
-    n_cols) Y, x_hat rounded to ROUND_TO's type before the weight, as the eager reference does; store rstd."""
+    """Normalize the fp32 rows x (their values in ROUND_TO's element type) into the contiguous
+    (n_rows, n_cols) Y, x_hat rounded to ROUND_TO's type before the weight, as the eager reference
+    does; store rstd."""
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)
     tl.store(RSTD + rows, rstd, mask=row_mask)
     x_hat = (x * rstd[:, None]).to(ROUND_TO.dtype.element_ty).to(tl.float32)
     y_ptrs = Y + rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
-    tl.store(y_ptrs, (x_hat * w[None, :]).to(Y.dtype.element_ty), mask=row_mask[:, None] & col_mask[None, :])
+    tl.store(
+        y_ptrs,
+        (x_hat * w[None, :]).to(Y.dtype.element_ty),
+        mask=row_mask[:, None] & col_mask[None, :],
+    )
 
 
 @triton.jit
-def rms_fwd_rows(X, n1, n2, s0, s1, s2, W, Y, RSTD, blk, n_rows, n_cols, eps,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Normalize rows [blk*BLOCK_M, blk*BLOCK_M + BLOCK_M) of X (row grid n1, n2, s0, s1, s2) into the
-    contiguous (n_rows, n_cols) Y and store their fp32 rstd in RSTD."""
+def rms_fwd_rows(
+    X,
+    n1,
+    n2,
+    s0,
+    s1,
+    s2,
+    W,
+    Y,
+    RSTD,
+    blk,
+    n_rows,
+    n_cols,
+    eps,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Normalize rows [blk*BLOCK_M, blk*BLOCK_M + BLOCK_M) of X (row grid n1, n2, s0, s1, s2) into
+    the contiguous (n_rows, n_cols) Y and store their fp32 rstd in RSTD."""
     rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     row_mask = rows < n_rows
@@ -77,10 +98,29 @@ def rms_fwd_rows(X, n1, n2, s0, s1, s2, W, Y, RSTD, blk, n_rows, n_cols, eps,
 
 
 @triton.jit
-def _load_bwd_block(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, RSTD, DRES, blk, n_rows, n_cols, cols,
-                    col_mask, BLOCK_M: tl.constexpr, HAS_RES: tl.constexpr):
-    """x, dy (input dtypes), rstd and, with HAS_RES, the residual gradient (contiguous rows) of row block
-    blk; rows past n_rows read as zeros."""
+def _load_bwd_block(
+    DY,
+    dy_s0,
+    dy_s1,
+    dy_s2,
+    X,
+    x_s0,
+    x_s1,
+    x_s2,
+    n1,
+    n2,
+    RSTD,
+    DRES,
+    blk,
+    n_rows,
+    n_cols,
+    cols,
+    col_mask,
+    BLOCK_M: tl.constexpr,
+    HAS_RES: tl.constexpr,
+):
+    """x, dy (input dtypes), rstd and, with HAS_RES, the residual gradient (contiguous rows) of row
+    block blk; rows past n_rows read as zeros."""
     rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
     mask = row_mask[:, None] & col_mask[None, :]
@@ -90,31 +130,93 @@ def _load_bwd_block(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, RSTD, 
     dy = tl.load(dy_ptrs, mask=mask, other=0.0)
     dres = 0.0
     if HAS_RES:
-        dres = tl.load(DRES + rows.to(tl.int64)[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
+        dres = tl.load(
+            DRES + rows.to(tl.int64)[:, None] * n_cols + cols[None, :], mask=mask, other=0.0
+        )
     return x, dy, tl.load(RSTD + rows, mask=row_mask, other=0.0), dres
 
 
 @triton.jit
-def rms_bwd_stripe(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, W, RSTD, DX, DW_PART,
-                   first, step, n_rows, n_cols, DRES, DX_LOW,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_RES: tl.constexpr):
+def rms_bwd_stripe(
+    DY,
+    dy_s0,
+    dy_s1,
+    dy_s2,
+    X,
+    x_s0,
+    x_s1,
+    x_s2,
+    n1,
+    n2,
+    W,
+    RSTD,
+    DX,
+    DW_PART,
+    first,
+    step,
+    n_rows,
+    n_cols,
+    DRES,
+    DX_LOW,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_RES: tl.constexpr,
+):
     """dX for row blocks first, first + step, ... of X (dY and X share the row grid n1, n2; dX is
-    contiguous (n_rows, n_cols)), and the fp32 sum over those rows of dY * x_hat into DW_PART[:n_cols].
-    With HAS_RES, X is a residual sum x + y: the gradient of X from the residual path (DRES, contiguous)
-    is added, and the total is stored twice, in DX's dtype (for x) and in DX_LOW's (for y). The next
-    block's loads are issued before the current block's math."""
+    contiguous (n_rows, n_cols)), and the fp32 sum over those rows of dY * x_hat into
+    DW_PART[:n_cols]. With HAS_RES, X is a residual sum x + y: the gradient of X from the residual
+    path (DRES, contiguous) is added, and the total is stored twice, in DX's dtype (for x) and in
+    DX_LOW's (for y). The next block's loads are issued before the current block's math."""
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     dw = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # summed over rows once, after the loop
     n_blocks = tl.cdiv(n_rows, BLOCK_M)
     blk = first
-    x, dy, rstd, dres = _load_bwd_block(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, RSTD, DRES, blk,
-                                        n_rows, n_cols, cols, col_mask, BLOCK_M, HAS_RES)
-    while blk < n_blocks:  # a while loop: the interpreter (numpy >= 2.4) rejects runtime range() bounds
+    x, dy, rstd, dres = _load_bwd_block(
+        DY,
+        dy_s0,
+        dy_s1,
+        dy_s2,
+        X,
+        x_s0,
+        x_s1,
+        x_s2,
+        n1,
+        n2,
+        RSTD,
+        DRES,
+        blk,
+        n_rows,
+        n_cols,
+        cols,
+        col_mask,
+        BLOCK_M,
+        HAS_RES,
+    )
+    # a while loop: the interpreter (numpy >= 2.4) rejects runtime range() bounds
+    while blk < n_blocks:
         x_next, dy_next, rstd_next, dres_next = _load_bwd_block(
-            DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, RSTD, DRES, blk + step, n_rows, n_cols, cols,
-            col_mask, BLOCK_M, HAS_RES)
+            DY,
+            dy_s0,
+            dy_s1,
+            dy_s2,
+            X,
+            x_s0,
+            x_s1,
+            x_s2,
+            n1,
+            n2,
+            RSTD,
+            DRES,
+            blk + step,
+            n_rows,
+            n_cols,
+            cols,
+            col_mask,
+            BLOCK_M,
+            HAS_RES,
+        )
         x_hat = x.to(tl.float32) * rstd[:, None]
         dyf = dy.to(tl.float32)
         g = dyf * w[None, :]
@@ -135,7 +237,8 @@ def rms_bwd_stripe(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, W, RSTD
 
 @triton.jit
 def _sum_partials_kernel(PART, OUT, n_part, n_cols, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
-    """OUT[g, c] = sum_p PART[g, p, c] for a BLOCK_C stripe of columns of group g = program_id(1)."""
+    """OUT[g, c] = sum_p PART[g, p, c] for a BLOCK_C stripe of columns of group g =
+    program_id(1)."""
     g = tl.program_id(1).to(tl.int64)
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_mask = cols < n_cols
@@ -144,7 +247,9 @@ def _sum_partials_kernel(PART, OUT, n_part, n_cols, BLOCK_P: tl.constexpr, BLOCK
     while p0 < n_part:
         p = p0 + tl.arange(0, BLOCK_P)
         mask = (p < n_part)[:, None] & col_mask[None, :]
-        acc += tl.load(PART + (g * n_part + p)[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
+        acc += tl.load(
+            PART + (g * n_part + p)[:, None] * n_cols + cols[None, :], mask=mask, other=0.0
+        )
         p0 += BLOCK_P
     tl.store(OUT + g * n_cols + cols, tl.sum(acc, axis=0).to(OUT.dtype.element_ty), mask=col_mask)
 
@@ -160,33 +265,103 @@ def sum_partials(part: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 @triton.jit
-def _rms_norm_fwd_kernel(X, n1, n2, s0, s1, s2, W, Y, RSTD, n_rows, n_cols, eps,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rms_fwd_rows(X, n1, n2, s0, s1, s2, W, Y, RSTD, tl.program_id(0), n_rows, n_cols, eps, BLOCK_M, BLOCK_N)
+def _rms_norm_fwd_kernel(
+    X,
+    n1,
+    n2,
+    s0,
+    s1,
+    s2,
+    W,
+    Y,
+    RSTD,
+    n_rows,
+    n_cols,
+    eps,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    rms_fwd_rows(
+        X, n1, n2, s0, s1, s2, W, Y, RSTD, tl.program_id(0), n_rows, n_cols, eps, BLOCK_M, BLOCK_N
+    )
 
 
 @triton.jit
-def _rms_norm_bwd_kernel(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, W, RSTD, DX, DW_PART,
-                         n_rows, n_cols, DRES, DX_LOW, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         HAS_RES: tl.constexpr):
+def _rms_norm_bwd_kernel(
+    DY,
+    dy_s0,
+    dy_s1,
+    dy_s2,
+    X,
+    x_s0,
+    x_s1,
+    x_s2,
+    n1,
+    n2,
+    W,
+    RSTD,
+    DX,
+    DW_PART,
+    n_rows,
+    n_cols,
+    DRES,
+    DX_LOW,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_RES: tl.constexpr,
+):
     pid = tl.program_id(0)
     dw_part = DW_PART + pid.to(tl.int64) * n_cols
-    rms_bwd_stripe(DY, dy_s0, dy_s1, dy_s2, X, x_s0, x_s1, x_s2, n1, n2, W, RSTD, DX, dw_part,
-                   pid, tl.num_programs(0), n_rows, n_cols, DRES, DX_LOW, BLOCK_M, BLOCK_N, HAS_RES)
+    rms_bwd_stripe(
+        DY,
+        dy_s0,
+        dy_s1,
+        dy_s2,
+        X,
+        x_s0,
+        x_s1,
+        x_s2,
+        n1,
+        n2,
+        W,
+        RSTD,
+        DX,
+        dw_part,
+        pid,
+        tl.num_programs(0),
+        n_rows,
+        n_cols,
+        DRES,
+        DX_LOW,
+        BLOCK_M,
+        BLOCK_N,
+        HAS_RES,
+    )
 
 
 @torch.library.custom_op("optbench::rms_norm_fwd", mutates_args=())
-def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(y (N, H) in promote_types(x, weight), rstd (N,) fp32) for the rows of x (..., H). An opaque op, so
-    torch.compile never traces the launch."""
+def rms_norm_fwd(
+    x: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y (N, H) in promote_types(x, weight), rstd (N,) fp32) for the rows of x (..., H). An opaque
+    op, so torch.compile never traces the launch."""
     x2, weight = rows_2d(x), weight.contiguous()
     n, h = x2.shape
     y = torch.empty((n, h), dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
     rstd = torch.empty(n, dtype=torch.float32, device=x.device)
     block_m, block_n, warps = fwd_tile(n, h)
     _rms_norm_fwd_kernel[(triton.cdiv(n, block_m),)](
-        x2, *row_grid(x2[:, None, None]), weight, y, rstd, n, h, eps,
-        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
+        x2,
+        *row_grid(x2[:, None, None]),
+        weight,
+        y,
+        rstd,
+        n,
+        h,
+        eps,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        num_warps=warps,
     )
     return y, rstd
 
@@ -194,14 +369,25 @@ def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[tor
 @rms_norm_fwd.register_fake
 def _(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     n = x.numel() // x.shape[-1]
-    return (x.new_empty((n, x.shape[-1]), dtype=torch.promote_types(x.dtype, weight.dtype)),
-            x.new_empty(n, dtype=torch.float32))
+    return (
+        x.new_empty((n, x.shape[-1]), dtype=torch.promote_types(x.dtype, weight.dtype)),
+        x.new_empty(n, dtype=torch.float32),
+    )
 
 
-def _launch_bwd(dy: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, dx: torch.Tensor,
-                need_dw: bool, dres: torch.Tensor | None = None, dx_low: torch.Tensor | None = None) -> torch.Tensor:
-    """The persistent backward over the rows x2 (N, H) into dx, plus (with dres) the residual gradient added
-    and the total also written to dx_low; returns dweight (an empty tensor when not need_dw)."""
+def _launch_bwd(
+    dy: torch.Tensor,
+    x2: torch.Tensor,
+    weight: torch.Tensor,
+    rstd: torch.Tensor,
+    dx: torch.Tensor,
+    need_dw: bool,
+    dres: torch.Tensor | None = None,
+    dx_low: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The persistent backward over the rows x2 (N, H) into dx, plus (with dres) the residual
+    gradient added and the total also written to dx_low; returns dweight (an empty tensor when not
+    need_dw)."""
     dy2, weight = rows_2d(dy), weight.contiguous()
     n, h = x2.shape
     block_m, block_n, warps = bwd_tile(n, h, x2)
@@ -222,8 +408,9 @@ def _launch_bwd(dy: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor, rstd: 
 
 
 @torch.library.custom_op("optbench::rms_norm_bwd", mutates_args=())
-def rms_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
-                 need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def rms_norm_bwd(
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, need_dw: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(dx (N, H) in x.dtype, dweight in weight.dtype; an empty tensor when not need_dw)."""
     x2 = rows_2d(x)
     dx = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
@@ -231,14 +418,16 @@ def rms_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: 
 
 
 @rms_norm_bwd.register_fake
-def _(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
-      need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _(
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, need_dw: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     n = x.numel() // x.shape[-1]
     return x.new_empty((n, x.shape[-1])), weight.new_empty(weight.shape if need_dw else (0,))
 
 
 class RMSNormFunction(torch.autograd.Function):
-    """x (..., H) in fp32/bf16/fp16, weight (H,) -> y (..., H) in promote_types(x.dtype, weight.dtype).
+    """x (..., H) in fp32/bf16/fp16, weight (H,) -> y (..., H) in promote_types(x.dtype,
+    weight.dtype).
 
     Saves x and rstd (fp32, one per row). Backward: dx in x.dtype, dweight in weight.dtype.
     """
@@ -261,23 +450,32 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     return RMSNormFunction.apply(x, weight, eps)
 
 
-# --- The residual add and the next pre-norm in one pass: h = x + y, out = RMSNorm(h) ----------------------
-# In a pre-norm decoder with an fp32 residual stream under bf16 autocast, x is the stream (fp32) and y a
-# branch's output (bf16). Eager code adds (one pass), normalizes (another) and, backward, casts the residual
-# gradient to bf16 for the branch (a third). Here the forward reads x, y and writes h and out once; the
-# backward reads dout, h and the residual gradient dh and writes the total once per dtype.
+# --- The residual add and the next pre-norm in one pass: h = x + y, out = RMSNorm(h)
+# ---------------------- In a pre-norm decoder with an fp32 residual stream under bf16 autocast, x
+# is the stream (fp32) and y a branch's output (bf16). Eager code adds (one pass), normalizes
+# (another) and, backward, casts the residual gradient to bf16 for the branch (a third). Here the
+# forward reads x, y and writes h and out once; the backward reads dout, h and the residual gradient
+# dh and writes the total once per dtype.
 
-def add_rms_norm_eager(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
-                       out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eager reference: (h = x + y, rms_norm_eager(h) in out_dtype; None: its own promoted dtype)."""
+
+def add_rms_norm_eager(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    out_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager reference: (h = x + y, rms_norm_eager(h) in out_dtype; None: its own promoted
+    dtype)."""
     h = x + y
     out = rms_norm_eager(h, weight, eps)
     return h, out if out_dtype is None else out.to(out_dtype)
 
 
 @triton.jit
-def _add_rms_norm_fwd_kernel(X, Y, H, W, OUT, RSTD, n_rows, n_cols, eps,
-                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _add_rms_norm_fwd_kernel(
+    X, Y, H, W, OUT, RSTD, n_rows, n_cols, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
     """H = X + Y (rounded to H's dtype) and OUT = its norm, for one block of contiguous rows."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
@@ -285,62 +483,108 @@ def _add_rms_norm_fwd_kernel(X, Y, H, W, OUT, RSTD, n_rows, n_cols, eps,
     col_mask = cols < n_cols
     mask = row_mask[:, None] & col_mask[None, :]
     offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
-    h = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32) + tl.load(Y + offsets, mask=mask, other=0.0)
+    h = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32) + tl.load(
+        Y + offsets, mask=mask, other=0.0
+    )
     h = h.to(H.dtype.element_ty)
     tl.store(H + offsets, h, mask=mask)
     _norm_rows(h.to(tl.float32), W, OUT, RSTD, rows, cols, row_mask, col_mask, n_cols, eps, H)
 
 
 @torch.library.custom_op("optbench::add_rms_norm_fwd", mutates_args=())
-def add_rms_norm_fwd(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float,
-                     out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def add_rms_norm_fwd(
+    x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(h = x + y (N, H) in promote_types(x, y), out (N, H) in out_dtype, rstd (N,) fp32)."""
-    x2, y2, weight = x.reshape(-1, x.shape[-1]).contiguous(), y.reshape(-1, y.shape[-1]).contiguous(), \
-        weight.contiguous()
+    x2, y2, weight = (
+        x.reshape(-1, x.shape[-1]).contiguous(),
+        y.reshape(-1, y.shape[-1]).contiguous(),
+        weight.contiguous(),
+    )
     n, hidden = x2.shape
     h = torch.empty((n, hidden), dtype=torch.promote_types(x.dtype, y.dtype), device=x.device)
     out = torch.empty((n, hidden), dtype=out_dtype, device=x.device)
     rstd = torch.empty(n, dtype=torch.float32, device=x.device)
     block_m, block_n, warps = fwd_tile(n, hidden)
-    _add_rms_norm_fwd_kernel[(triton.cdiv(n, block_m),)](x2, y2, h, weight, out, rstd, n, hidden, eps,
-                                                         BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)
+    _add_rms_norm_fwd_kernel[(triton.cdiv(n, block_m),)](
+        x2,
+        y2,
+        h,
+        weight,
+        out,
+        rstd,
+        n,
+        hidden,
+        eps,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        num_warps=warps,
+    )
     return h, out, rstd
 
 
 @add_rms_norm_fwd.register_fake
-def _(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float,
-      out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _(
+    x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     n, hidden = x.numel() // x.shape[-1], x.shape[-1]
-    return (x.new_empty((n, hidden), dtype=torch.promote_types(x.dtype, y.dtype)),
-            x.new_empty((n, hidden), dtype=out_dtype), x.new_empty(n, dtype=torch.float32))
+    return (
+        x.new_empty((n, hidden), dtype=torch.promote_types(x.dtype, y.dtype)),
+        x.new_empty((n, hidden), dtype=out_dtype),
+        x.new_empty(n, dtype=torch.float32),
+    )
 
 
 @torch.library.custom_op("optbench::add_rms_norm_bwd", mutates_args=())
-def add_rms_norm_bwd(dout: torch.Tensor, dh: torch.Tensor, h: torch.Tensor, weight: torch.Tensor,
-                     rstd: torch.Tensor, y_dtype: torch.dtype,
-                     need_dw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dx in h's dtype, dy in y_dtype, dweight or an empty tensor): dx = dy = dh + the norm's input gradient."""
+def add_rms_norm_bwd(
+    dout: torch.Tensor,
+    dh: torch.Tensor,
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    rstd: torch.Tensor,
+    y_dtype: torch.dtype,
+    need_dw: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dx in h's dtype, dy in y_dtype, dweight or an empty tensor): dx = dy = dh + the norm's input
+    gradient."""
     dx = torch.empty(h.shape, dtype=h.dtype, device=h.device)
     dy = torch.empty(h.shape, dtype=y_dtype, device=h.device)
     return dx, dy, _launch_bwd(dout, h, weight, rstd, dx, need_dw, dh.reshape(h.shape), dy)
 
 
 @add_rms_norm_bwd.register_fake
-def _(dout: torch.Tensor, dh: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
-      y_dtype: torch.dtype, need_dw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return h.new_empty(h.shape), h.new_empty(h.shape, dtype=y_dtype), \
-        weight.new_empty(weight.shape if need_dw else (0,))
+def _(
+    dout: torch.Tensor,
+    dh: torch.Tensor,
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    rstd: torch.Tensor,
+    y_dtype: torch.dtype,
+    need_dw: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (
+        h.new_empty(h.shape),
+        h.new_empty(h.shape, dtype=y_dtype),
+        weight.new_empty(weight.shape if need_dw else (0,)),
+    )
 
 
 class AddRMSNormFunction(torch.autograd.Function):
     """x, y (..., H), weight (H,) -> (h = x + y in promote_types(x, y), RMSNorm(h) in out_dtype).
 
-    Saves h and rstd. Backward: dx in x.dtype and dy in y.dtype from one pass, dweight in weight.dtype.
+    Saves h and rstd. Backward: dx in x.dtype and dy in y.dtype from one pass, dweight in
+    weight.dtype.
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float,
-                out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        ctx,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        weight: torch.Tensor,
+        eps: float,
+        out_dtype: torch.dtype,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         h, out, rstd = add_rms_norm_fwd(x, y, weight, eps, out_dtype)
         ctx.save_for_backward(h, weight, rstd)
         ctx.dtypes = x.dtype, y.dtype
@@ -349,23 +593,45 @@ class AddRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dh: torch.Tensor, dout: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         h, weight, rstd = ctx.saved_tensors
-        dx, dy, dw = add_rms_norm_bwd(dout, dh, h, weight, rstd, ctx.dtypes[1], ctx.needs_input_grad[2])
+        dx, dy, dw = add_rms_norm_bwd(
+            dout, dh, h, weight, rstd, ctx.dtypes[1], ctx.needs_input_grad[2]
+        )
         shape = dout.shape
-        return dx.view(shape).to(ctx.dtypes[0]), dy.view(shape), dw if ctx.needs_input_grad[2] else None, None, None
+        return (
+            dx.view(shape).to(ctx.dtypes[0]),
+            dy.view(shape),
+            dw if ctx.needs_input_grad[2] else None,
+            None,
+            None,
+        )
 
 
-def add_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
-                 out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Triton (h = x + y, RMSNorm(h) in out_dtype; None: promote_types(h, weight)) over the last dim."""
+def add_rms_norm(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    out_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton (h = x + y, RMSNorm(h) in out_dtype; None: promote_types(h, weight)) over the last
+    dim."""
     dtype = torch.promote_types(x.dtype, y.dtype)
-    return AddRMSNormFunction.apply(x, y, weight, eps, out_dtype or torch.promote_types(dtype, weight.dtype))
+    return AddRMSNormFunction.apply(
+        x, y, weight, eps, out_dtype or torch.promote_types(dtype, weight.dtype)
+    )
 
 
 class RMSNorm(nn.Module):
     """RMSNorm layer with a learnable (H,) weight; impl 'eager' (reference) or 'triton'."""
 
-    def __init__(self, hidden_size: int, eps: float = 1e-6, impl: str = "triton",
-                 device: torch.device | None = None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        hidden_size: int,
+        eps: float = 1e-6,
+        impl: str = "triton",
+        device: torch.device | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         super().__init__()
         if impl not in ("eager", "triton"):
             raise ValueError(f"impl must be 'eager' or 'triton', got {impl!r}")
@@ -378,8 +644,9 @@ class RMSNorm(nn.Module):
         return fn(x, self.weight, self.eps)
 
     def add_and_norm(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x + y, its norm): a residual add and the pre-norm after it, in one pass with impl 'triton'.
-        Under autocast the norm comes out in the autocast dtype, which the next matmul would cast it to."""
+        """(x + y, its norm): a residual add and the pre-norm after it, in one pass with impl
+        'triton'. Under autocast the norm comes out in the autocast dtype, which the next matmul
+        would cast it to."""
         if self.impl != "triton":
             h = x + y
             return h, self(h)

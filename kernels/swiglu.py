@@ -1,9 +1,10 @@
 """SwiGLU gate, c = silu(a) * b, with forward and backward as elementwise Triton kernels.
 
-The kernels compute in fp32 and store in the input dtype; the backward recomputes silu(a) from a. They walk
-(rows, columns) tiles with a row stride per tensor, so a and b may be the two halves of one packed
-(..., 2I) gate/up projection: ``swiglu_packed`` reads them there and writes their gradients into one packed
-tensor, so that a fused gate/up GEMM's backward gets its gradient without a concatenation pass.
+The kernels compute in fp32 and store in the input dtype; the backward recomputes silu(a) from a.
+They walk (rows, columns) tiles with a row stride per tensor, so a and b may be the two halves of
+one packed (..., 2I) gate/up projection: ``swiglu_packed`` reads them there and writes their
+gradients into one packed tensor, so that a fused gate/up GEMM's backward gets its gradient without
+a concatenation pass.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import triton.language as tl
 from kernels._common import warps_for
 
 TILE = 2048  # elements per program
-COLS = 512  # columns per tile (fewer when the rows are shorter): 11 tiles span a 1B config's 5632 exactly
+# columns per tile (fewer when the rows are shorter): 11 tiles span a 1B config's 5632 exactly
+COLS = 512
 WARPS = warps_for(TILE, per_thread=8)  # one 16-byte vector per thread and tensor for 16-bit dtypes
 
 
@@ -32,16 +34,23 @@ def swiglu_packed_eager(gu: torch.Tensor) -> torch.Tensor:
 
 @triton.jit
 def _tile(n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """This program's rows, columns and mask: tiles laid out row-block-major over (n_rows, n_cols)."""
+    """This program's rows, columns and mask: tiles laid out row-block-major over (n_rows,
+    n_cols)."""
     col_blocks = tl.cdiv(n_cols, BLOCK_N)
     pid = tl.program_id(0)
     rows = (pid // col_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = (pid % col_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
-    return rows.to(tl.int64)[:, None], cols[None, :], (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    return (
+        rows.to(tl.int64)[:, None],
+        cols[None, :],
+        (rows < n_rows)[:, None] & (cols < n_cols)[None, :],
+    )
 
 
 @triton.jit
-def _swiglu_fwd_kernel(A, B, s_in, C, s_out, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _swiglu_fwd_kernel(
+    A, B, s_in, C, s_out, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
     rows, cols, mask = _tile(n_rows, n_cols, BLOCK_M, BLOCK_N)
     a = tl.load(A + rows * s_in + cols, mask=mask, other=0.0).to(tl.float32)
     b = tl.load(B + rows * s_in + cols, mask=mask, other=0.0).to(tl.float32)
@@ -49,8 +58,20 @@ def _swiglu_fwd_kernel(A, B, s_in, C, s_out, n_rows, n_cols, BLOCK_M: tl.constex
 
 
 @triton.jit
-def _swiglu_bwd_kernel(DC, s_dc, A, B, s_in, DA, DB, s_out, n_rows, n_cols,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _swiglu_bwd_kernel(
+    DC,
+    s_dc,
+    A,
+    B,
+    s_in,
+    DA,
+    DB,
+    s_out,
+    n_rows,
+    n_cols,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     rows, cols, mask = _tile(n_rows, n_cols, BLOCK_M, BLOCK_N)
     dc = tl.load(DC + rows * s_dc + cols, mask=mask, other=0.0).to(tl.float32)
     a = tl.load(A + rows * s_in + cols, mask=mask, other=0.0).to(tl.float32)
@@ -58,7 +79,11 @@ def _swiglu_bwd_kernel(DC, s_dc, A, B, s_in, DA, DB, s_out, n_rows, n_cols,
     sig = tl.sigmoid(a)
     silu = a * sig
     tl.store(DB + rows * s_out + cols, (dc * silu).to(DB.dtype.element_ty), mask=mask)
-    tl.store(DA + rows * s_out + cols, (dc * b * (sig + silu * (1.0 - sig))).to(DA.dtype.element_ty), mask=mask)
+    tl.store(
+        DA + rows * s_out + cols,
+        (dc * b * (sig + silu * (1.0 - sig))).to(DA.dtype.element_ty),
+        mask=mask,
+    )
 
 
 def _grid(n_rows: int, n_cols: int) -> tuple[tuple[int], dict]:
@@ -82,9 +107,17 @@ def _fwd(a: torch.Tensor, b: torch.Tensor, s_in: int, shape: torch.Size) -> torc
     return c
 
 
-def _bwd(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, s_in: int, da: torch.Tensor, db: torch.Tensor,
-         s_out: int) -> None:
-    """da, db (row views with row stride s_out) of silu(a) * b for the contiguous (N, I) gradient dc."""
+def _bwd(
+    dc: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    s_in: int,
+    da: torch.Tensor,
+    db: torch.Tensor,
+    s_out: int,
+) -> None:
+    """da, db (row views with row stride s_out) of silu(a) * b for the contiguous (N, I) gradient
+    dc."""
     n, i = a.shape
     grid, meta = _grid(n, i)
     _swiglu_bwd_kernel[grid](dc, i, a, b, s_in, da, db, s_out, n, i, **meta)
@@ -92,7 +125,8 @@ def _bwd(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, s_in: int, da: torc
 
 @torch.library.custom_op("optbench::swiglu_fwd", mutates_args=())
 def swiglu_fwd(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """c = silu(a) * b (contiguous, a's shape and dtype). An opaque op, so torch.compile never traces the launch."""
+    """c = silu(a) * b (contiguous, a's shape and dtype). An opaque op, so torch.compile never
+    traces the launch."""
     i = a.shape[-1]
     return _fwd(_rows(a, i), _rows(b, i), i, a.shape)
 
@@ -103,8 +137,11 @@ def _(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 @torch.library.custom_op("optbench::swiglu_bwd", mutates_args=())
-def swiglu_bwd(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(da, db) of c = silu(a) * b for the incoming gradient dc, contiguous, in a's and b's dtypes."""
+def swiglu_bwd(
+    dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(da, db) of c = silu(a) * b for the incoming gradient dc, contiguous, in a's and b's
+    dtypes."""
     i = a.shape[-1]
     da = torch.empty(a.shape, dtype=a.dtype, device=a.device)
     db = torch.empty(b.shape, dtype=b.dtype, device=b.device)
@@ -132,7 +169,8 @@ def _(gu: torch.Tensor) -> torch.Tensor:
 
 @torch.library.custom_op("optbench::swiglu_packed_bwd", mutates_args=())
 def swiglu_packed_bwd(dc: torch.Tensor, gu: torch.Tensor) -> torch.Tensor:
-    """d gu = [da, db] (gu's shape and dtype, contiguous) of silu(a) * b for the incoming gradient dc."""
+    """d gu = [da, db] (gu's shape and dtype, contiguous) of silu(a) * b for the incoming gradient
+    dc."""
     i = gu.shape[-1] // 2
     g = _rows(gu, 2 * i)
     dgu = torch.empty(gu.shape, dtype=gu.dtype, device=gu.device)
@@ -155,7 +193,9 @@ class SwiGLUFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         if a.shape != b.shape or a.dtype != b.dtype:
-            raise ValueError(f"a and b must match: {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}")
+            raise ValueError(
+                f"a and b must match: {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}"
+            )
         ctx.save_for_backward(a, b)
         return swiglu_fwd(a, b)
 
@@ -166,12 +206,15 @@ class SwiGLUFunction(torch.autograd.Function):
 
 
 class SwiGLUPackedFunction(torch.autograd.Function):
-    """gu = [a, b] (..., 2I) -> silu(a) * b (..., I) in gu's dtype. Saves gu; backward writes d gu at once."""
+    """gu = [a, b] (..., 2I) -> silu(a) * b (..., I) in gu's dtype. Saves gu; backward writes d gu
+    at once."""
 
     @staticmethod
     def forward(ctx, gu: torch.Tensor) -> torch.Tensor:
         if gu.shape[-1] % 2:
-            raise ValueError(f"a packed gate/up tensor needs an even last dim, got {tuple(gu.shape)}")
+            raise ValueError(
+                f"a packed gate/up tensor needs an even last dim, got {tuple(gu.shape)}"
+            )
         ctx.save_for_backward(gu)
         return swiglu_packed_fwd(gu)
 
@@ -182,10 +225,12 @@ class SwiGLUPackedFunction(torch.autograd.Function):
 
 
 def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Triton silu(a) * b for same-shape a, b (any shape; non-contiguous inputs are copied first)."""
+    """Triton silu(a) * b for same-shape a, b (any shape; non-contiguous inputs are copied
+    first)."""
     return SwiGLUFunction.apply(a, b)
 
 
 def swiglu_packed(gu: torch.Tensor) -> torch.Tensor:
-    """Triton silu(a) * b for gu = [a, b] along the last dim (a fused gate/up projection's output)."""
+    """Triton silu(a) * b for gu = [a, b] along the last dim (a fused gate/up projection's
+    output)."""
     return SwiGLUPackedFunction.apply(gu)

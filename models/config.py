@@ -27,7 +27,9 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads or self.head_dim % 2:
-            raise ValueError(f"need n_heads | d_model, n_kv_heads | n_heads and an even head_dim: {self}")
+            raise ValueError(
+                f"need n_heads | d_model, n_kv_heads | n_heads and an even head_dim: {self}"
+            )
 
     @property
     def head_dim(self) -> int:
@@ -36,8 +38,15 @@ class ModelConfig:
 
 CONFIGS: dict[str, ModelConfig] = {
     # Runs a training step on a CPU in well under a second (tests, smoke runs).
-    "tiny": ModelConfig(vocab_size=1000, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=176,
-                        max_seq_len=128),
+    "tiny": ModelConfig(
+        vocab_size=1000,
+        d_model=64,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        ffn_dim=176,
+        max_seq_len=128,
+    ),
     "100M": ModelConfig(d_model=768, n_layers=12, n_heads=12, n_kv_heads=4, ffn_dim=2048),
     "500M": ModelConfig(d_model=1536, n_layers=16, n_heads=16, n_kv_heads=4, ffn_dim=4096),
     "1B": ModelConfig(d_model=2048, n_layers=22, n_heads=32, n_kv_heads=4, ffn_dim=5632),
@@ -45,7 +54,8 @@ CONFIGS: dict[str, ModelConfig] = {
 
 
 def param_count(cfg: ModelConfig, include_embedding: bool = True) -> int:
-    """Parameters of ``Decoder(cfg)``: blocks, final norm and LM head, plus the embedding table if asked.
+    """Parameters of ``Decoder(cfg)``: blocks, final norm and LM head, plus the embedding table if
+    asked.
 
     A tied embedding is the LM head, so it is counted once, and always.
     """
@@ -61,7 +71,11 @@ def param_count(cfg: ModelConfig, include_embedding: bool = True) -> int:
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     """Training FLOPs per token, the anchors' MFU formula: 6 N + 12 L d S.
 
-    N counts every parameter except the embedding lookup table (the LM head is a matmul, so it is in);
-    12 L d S is the attention score and value matmuls, forward and backward, without causal discount.
+    N counts every parameter except the embedding lookup table (the LM head is a matmul, so it is
+    in); 12 L d S is the attention score and value matmuls, forward and backward, without causal
+    discount.
     """
-    return 6.0 * param_count(cfg, include_embedding=False) + 12.0 * cfg.n_layers * cfg.d_model * seq_len
+    return (
+        6.0 * param_count(cfg, include_embedding=False)
+        + 12.0 * cfg.n_layers * cfg.d_model * seq_len
+    )

@@ -1,12 +1,12 @@
 """A LLaMA-style decoder: pre-norm RMSNorm, RoPE, grouped-query SDPA attention, SwiGLU MLP.
 
 Shapes and init follow HuggingFace ``LlamaForCausalLM`` (rotate_half RoPE, N(0, 0.02) weights); an
-optional QK-norm (per-head RMSNorm of q and k before RoPE) is the Qwen3 variant. ``forward`` returns the
-final-normed hidden states: the training step applies ``lm_head`` and the loss, so that fused LM-head +
-cross-entropy kernels can take the hidden states and ``lm_head.weight``.
+optional QK-norm (per-head RMSNorm of q and k before RoPE) is the Qwen3 variant. ``forward`` returns
+the final-normed hidden states: the training step applies ``lm_head`` and the loss, so that fused
+LM-head + cross-entropy kernels can take the hidden states and ``lm_head.weight``.
 
-Kernel choices are constructor switches ('eager' is the reference, kept beside each kernel in kernels/);
-Liger-Kernel is imported lazily, so that without it only the switches that need it fail.
+Kernel choices are constructor switches ('eager' is the reference, kept beside each kernel in
+kernels/); Liger-Kernel is imported lazily, so that without it only the switches that need it fail.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ ATTN_MASKS = ("is_causal", "cached", "rebuilt")
 
 
 def rms_norm(dim: int, eps: float, impl: str) -> nn.Module:
-    """An RMSNorm layer with a ``weight`` of size dim: 'eager' | 'triton' (kernels.rmsnorm) or 'liger'."""
+    """An RMSNorm layer with a ``weight`` of size dim: 'eager' | 'triton' (kernels.rmsnorm) or
+    'liger'."""
     if impl == "liger":
         from kernels.liger import liger
 
@@ -48,12 +49,18 @@ def swiglu_fn(impl: str) -> Callable[[Tensor, Tensor], Tensor]:
 
 
 class FusedLinear(nn.Linear):
-    """Bias-free Linear layers that share one input, as one: their weights stacked by rows, so one GEMM
-    computes all of their outputs and one their input gradient. Its output holds the parts' side by side."""
+    """Bias-free Linear layers that share one input, as one: their weights stacked by rows, so one
+    GEMM computes all of their outputs and one their input gradient. Its output holds the parts'
+    side by side."""
 
     def __init__(self, parts: dict[str, nn.Linear]):
         first = next(iter(parts.values()))
-        super().__init__(first.in_features, sum(p.out_features for p in parts.values()), bias=False, device="meta")
+        super().__init__(
+            first.in_features,
+            sum(p.out_features for p in parts.values()),
+            bias=False,
+            device="meta",
+        )
         self.weight = nn.Parameter(torch.cat([p.weight.detach() for p in parts.values()]))
         self.parts = {name: p.out_features for name, p in parts.items()}  # part name -> its rows
 
@@ -63,9 +70,9 @@ class FusedLinear(nn.Linear):
 
 
 class Attention(nn.Module):
-    """Grouped-query attention through F.scaled_dot_product_attention, with optional QK-norm. RoPE 'eager'
-    rotates q and k as HF does; 'triton' (fused projections, no QK-norm) rotates them straight out of the
-    packed q/k/v output and writes its gradient in one piece (kernels.rope)."""
+    """Grouped-query attention through F.scaled_dot_product_attention, with optional QK-norm. RoPE
+    'eager' rotates q and k as HF does; 'triton' (fused projections, no QK-norm) rotates them
+    straight out of the packed q/k/v output and writes its gradient in one piece (kernels.rope)."""
 
     def __init__(self, cfg: ModelConfig, qk_norm_impl: str, rope_impl: str = "eager"):
         super().__init__()
@@ -86,18 +93,24 @@ class Attention(nn.Module):
 
     def fuse(self) -> None:
         """q, k and v projections as one GEMM (the same weights)."""
-        self.qkv_proj = FusedLinear({"q_proj": self.q_proj, "k_proj": self.k_proj, "v_proj": self.v_proj})
+        self.qkv_proj = FusedLinear(
+            {"q_proj": self.q_proj, "k_proj": self.k_proj, "v_proj": self.v_proj}
+        )
         del self.q_proj, self.k_proj, self.v_proj
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None) -> Tensor:
-        """mask: None for causal attention through ``is_causal``, else a boolean (S, S) 'may attend' mask."""
+        """mask: None for causal attention through ``is_causal``, else a boolean (S, S) 'may attend'
+        mask."""
         B, S, _ = x.shape
         if self.rope_impl == "triton":
             qkv = self.qkv_proj(x).view(B, S, -1, self.head_dim)
             q, k, v = qkv_rope(qkv, cos, sin, self.n_heads, self.n_kv_heads)
         else:
-            projected = self.qkv_proj.split(self.qkv_proj(x)) if self.qkv_proj is not None else \
-                (self.q_proj(x), self.k_proj(x), self.v_proj(x))
+            projected = (
+                self.qkv_proj.split(self.qkv_proj(x))
+                if self.qkv_proj is not None
+                else (self.q_proj(x), self.k_proj(x), self.v_proj(x))
+            )
             q, k, v = (t.view(B, S, -1, self.head_dim) for t in projected)
             if self.qk_norm is not None:
                 q, k = self.qk_norm(q, k)
@@ -106,7 +119,8 @@ class Attention(nn.Module):
         if mask is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
-            # As HF does: with a mask, SDPA's GQA path would fall back to the math kernel, so expand kv heads.
+            # As HF does: with a mask, SDPA's GQA path would fall back to the math kernel, so expand
+            # kv heads.
             rep = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -133,14 +147,16 @@ class MLP(nn.Module):
         if self.gate_up_proj is None:
             return self.down_proj(self.act(self.gate_proj(x), self.up_proj(x)))
         gate_up = self.gate_up_proj(x)
-        if self.impl == "triton":  # reads both halves in place and writes their gradient in one piece
+        # reads both halves in place and writes their gradient in one piece
+        if self.impl == "triton":
             return self.down_proj(swiglu_packed(gate_up))
         return self.down_proj(self.act(*self.gate_up_proj.split(gate_up)))
 
 
 def add_and_norm(norm: nn.Module, x: Tensor, branch: Tensor | None) -> tuple[Tensor, Tensor]:
-    """(h = x + branch, norm(h)): a residual add and the pre-norm after it (branch None: no add). A norm with
-    an ``add_and_norm`` method (ours; with impl 'triton' one kernel each way) does both itself."""
+    """(h = x + branch, norm(h)): a residual add and the pre-norm after it (branch None: no add). A
+    norm with an ``add_and_norm`` method (ours; with impl 'triton' one kernel each way) does both
+    itself."""
     if branch is None:
         return x, norm(x)
     if hasattr(norm, "add_and_norm"):
@@ -150,50 +166,71 @@ def add_and_norm(norm: nn.Module, x: Tensor, branch: Tensor | None) -> tuple[Ten
 
 
 class Block(nn.Module):
-    """Pre-norm residual block, x + attn(norm(x)), then + mlp(norm(.)). It takes the residual stream and the
-    previous block's MLP output not yet added (None for the first block) and returns the same pair, so that
-    each residual add and the norm after it are one step (:func:`add_and_norm`)."""
+    """Pre-norm residual block, x + attn(norm(x)), then + mlp(norm(.)). It takes the residual stream
+    and the previous block's MLP output not yet added (None for the first block) and returns the
+    same pair, so that each residual add and the norm after it are one step
+    (:func:`add_and_norm`)."""
 
-    def __init__(self, cfg: ModelConfig, norm_impl: str, mlp_impl: str, qk_norm_impl: str, rope_impl: str = "eager"):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        norm_impl: str,
+        mlp_impl: str,
+        qk_norm_impl: str,
+        rope_impl: str = "eager",
+    ):
         super().__init__()
         self.attn_norm = rms_norm(cfg.d_model, cfg.norm_eps, norm_impl)
         self.attn = Attention(cfg, qk_norm_impl, rope_impl)
         self.mlp_norm = rms_norm(cfg.d_model, cfg.norm_eps, norm_impl)
         self.mlp = MLP(cfg, mlp_impl)
 
-    def forward(self, x: Tensor, branch: Tensor | None, cos: Tensor, sin: Tensor,
-                mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, branch: Tensor | None, cos: Tensor, sin: Tensor, mask: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
         x, normed = add_and_norm(self.attn_norm, x, branch)
         x, normed = add_and_norm(self.mlp_norm, x, self.attn(normed, cos, sin, mask))
         return x, self.mlp(normed)
 
 
 class Decoder(nn.Module):
-    """Token ids (B, S) -> final-normed hidden states (B, S, d_model); ``lm_head`` is applied by the caller.
+    """Token ids (B, S) -> final-normed hidden states (B, S, d_model); ``lm_head`` is applied by the
+    caller.
 
-    attn_mask: 'is_causal' passes ``is_causal=True`` to SDPA; 'cached' slices a registered boolean causal
-    mask; 'rebuilt' builds ``torch.triu(torch.ones(S, S), 1)`` on every forward (the seeds' slow path).
-    ``checkpoint_every = k > 0`` recomputes every k-th block (blocks k-1, 2k-1, ...) in the backward.
-    ``fused_proj`` computes q, k, v with one GEMM and gate, up with another (:class:`FusedLinear`), from the
-    weights the separate layers were initialized with; :meth:`unfused` names its tensors as the separate ones'.
-    ``rope_impl`` 'triton' (with fused_proj) rotates q and k straight out of the packed projection.
+    attn_mask: 'is_causal' passes ``is_causal=True`` to SDPA; 'cached' slices a registered boolean
+    causal mask; 'rebuilt' builds ``torch.triu(torch.ones(S, S), 1)`` on every forward (the seeds'
+    slow path). ``checkpoint_every = k > 0`` recomputes every k-th block (blocks k-1, 2k-1, ...) in
+    the backward. ``fused_proj`` computes q, k, v with one GEMM and gate, up with another
+    (:class:`FusedLinear`), from the weights the separate layers were initialized with;
+    :meth:`unfused` names its tensors as the separate ones'. ``rope_impl`` 'triton' (with
+    fused_proj) rotates q and k straight out of the packed projection.
     """
 
     checkpoint_every: int = 0
 
-    def __init__(self, cfg: ModelConfig, norm_impl: str = "eager", mlp_impl: str = "eager",
-                 qk_norm_impl: str = "eager", attn_mask: str = "is_causal", fused_proj: bool = False,
-                 rope_impl: str = "eager"):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        norm_impl: str = "eager",
+        mlp_impl: str = "eager",
+        qk_norm_impl: str = "eager",
+        attn_mask: str = "is_causal",
+        fused_proj: bool = False,
+        rope_impl: str = "eager",
+    ):
         super().__init__()
         if attn_mask not in ATTN_MASKS:
             raise ValueError(f"attn_mask must be one of {ATTN_MASKS}, got {attn_mask!r}")
         if rope_impl != "eager" and (not fused_proj or cfg.qk_norm):
-            raise ValueError(f"rope impl {rope_impl!r} takes the packed q/k/v projection: it needs fused_proj "
-                             "and no QK-norm")
+            raise ValueError(
+                f"rope impl {rope_impl!r} takes the packed q/k/v projection: it needs fused_proj "
+                "and no QK-norm"
+            )
         self.cfg, self.attn_mask = cfg, attn_mask
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg, norm_impl, mlp_impl, qk_norm_impl, rope_impl)
-                                    for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(
+            Block(cfg, norm_impl, mlp_impl, qk_norm_impl, rope_impl) for _ in range(cfg.n_layers)
+        )
         self.norm = rms_norm(cfg.d_model, cfg.norm_eps, norm_impl)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -213,8 +250,9 @@ class Decoder(nn.Module):
                 block.mlp.fuse()
 
     def unfused(self, named: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Tensors named by this model's parameters (e.g. gradients), a fused weight split into the separate
-        layers' names and rows, so that a fused model compares with an unfused one parameter by parameter."""
+        """Tensors named by this model's parameters (e.g. gradients), a fused weight split into the
+        separate layers' names and rows, so that a fused model compares with an unfused one
+        parameter by parameter."""
         fused = {name: m.parts for name, m in self.named_modules() if isinstance(m, FusedLinear)}
         out = {}
         for name, tensor in named.items():

@@ -1,12 +1,14 @@
 """One training step of the decoder; every optimization is a switch of :class:`StepOptions`.
 
-The defaults of ``StepOptions`` are the eager baseline, the seeds' slow training loop: bf16 autocast,
-eager kernels, full-logits cross-entropy, a Python loop for gradient statistics and AdamW, ``loss.item()``
-every step, and a causal mask rebuilt on every forward. :data:`VARIANTS` names the overrides that turn one
-switch on; :func:`build_step` builds a :class:`TrainStep` (model, AdamW, fixed random batch).
-:func:`check_against` checks a candidate step against a high-precision reference run from the same init and
-batch (:func:`baseline_of`), with tolerances from the eager step's own error against it, in the same run.
-FP8 matmuls (``fp8``, torchao's float8 training) change the numerics on purpose: their check is the loose
+The defaults of ``StepOptions`` are the eager baseline, the seeds' slow training loop: bf16
+autocast, eager kernels, full-logits cross-entropy, a Python loop for gradient statistics and AdamW,
+``loss.item()`` every step, and a causal mask rebuilt on every forward. :data:`VARIANTS` names the
+overrides that turn one switch on; :func:`build_step` builds a :class:`TrainStep` (model, AdamW,
+fixed random batch).
+:func:`check_against` checks a candidate step against a high-precision reference run from the same
+init and batch (:func:`baseline_of`), with tolerances from the eager step's own error against it, in
+the same run. FP8 matmuls (``fp8``, torchao's float8 training) change the numerics on purpose: their
+check is the loose
 :data:`FP8_CHECK_TOLERANCE`, and whether they train like eager is the convergence check's call
 (``optbench.suite.convergence``; ``models.variants.numerics``).
 """
@@ -36,14 +38,17 @@ from models.variants import VARIANTS, reference, switches  # noqa: F401 (VARIANT
 
 LR, WEIGHT_DECAY, MAX_GRAD_NORM = 1e-4, 0.1, 1.0  # what a step trains with (TrainStep.hyper)
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-GRAPHED_COMPILE_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that use CUDA graphs
-FP8_MIN_CC = (8, 9)  # FP8 tensor cores (torch._scaled_mm): Ada sm89, Hopper sm90, Blackwell sm100/sm120
+# torch.compile modes that use CUDA graphs
+GRAPHED_COMPILE_MODES = ("reduce-overhead", "max-autotune")
+# FP8 tensor cores (torch._scaled_mm): Ada sm89, Hopper sm90, Blackwell sm100/sm120
+FP8_MIN_CC = (8, 9)
 
-# A compiled step with our kernels' autograd Functions (or torchao's float8 one) may reuse AOTAutograd's cached
-# forward/backward on a warm cache; by default torch bypasses that cache for any graph holding a custom autograd
-# Function and traces and partitions the joint graph again on every compile. The cache is keyed on the graph dynamo
-# traced, which holds each Function's forward and backward as traced, and our Triton launches are opaque custom ops
-# called by name when the step runs: nothing a Function does is left out of the key.
+# A compiled step with our kernels' autograd Functions (or torchao's float8 one) may reuse
+# AOTAutograd's cached forward/backward on a warm cache; by default torch bypasses that cache for
+# any graph holding a custom autograd Function and traces and partitions the joint graph again on
+# every compile. The cache is keyed on the graph dynamo traced, which holds each Function's forward
+# and backward as traced, and our Triton launches are opaque custom ops called by name when the step
+# runs: nothing a Function does is left out of the key.
 torch._functorch.config.autograd_cache_allow_custom_autograd_functions = True
 
 Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16"]
@@ -60,35 +65,43 @@ class UnsupportedOptions(ValueError):
 class StepOptions:
     """Switches of one training step; the defaults are the eager baseline."""
 
-    # bf16/fp16: autocast (fp16 with a GradScaler); tf32: fp32, TF32 matmuls; fp64: the check's reference
+    # bf16/fp16: autocast (fp16 with a GradScaler); tf32: fp32, TF32 matmuls; fp64: the check's
+    # reference
     precision: Precision = "bf16"
     norm: KernelImpl = "eager"  # RMSNorm layers
     mlp: KernelImpl = "eager"  # SwiGLU activation
     qk_norm: Literal["eager", "triton"] | None = None  # None: the model has no QK-norm
     loss: Literal["eager", "chunked", "fused", "liger"] = "eager"  # LM head + cross-entropy
     checkpoint_every: int = 0  # activation checkpointing of every k-th block; 0: off
-    grad_stats: Literal["none", "loop", "foreach"] = "loop"  # grad/param norms and clipping (Hyper.max_grad_norm)
-    # AdamW foreach=False / foreach=True / fused=True / bitsandbytes' AdamW8bit (1-byte moment states) /
-    # 'master': bf16 matmul weights in the model, fp32 master weights in our one-pass Triton AdamW (kernels.adamw)
+    # grad/param norms and clipping (Hyper.max_grad_norm)
+    grad_stats: Literal["none", "loop", "foreach"] = "loop"
+    # AdamW foreach=False / foreach=True / fused=True / bitsandbytes' AdamW8bit (1-byte moment
+    # states) / 'master': bf16 matmul weights in the model, fp32 master weights in our one-pass
+    # Triton AdamW (kernels.adamw)
     optimizer: Literal["loop", "foreach", "fused", "adamw8bit", "master"] = "loop"
     item_sync: bool = True  # loss.item() every step; False keeps the losses on the device
     attn_mask: Literal["rebuilt", "cached", "is_causal"] = "rebuilt"
-    fused_proj: bool = False  # q, k, v as one GEMM and gate, up as another (weights stacked; same values)
-    # RoPE of q and k: 'triton' rotates them out of the packed q/k/v GEMM output (needs fused_proj, no QK-norm)
-    # and writes that output's gradient in one piece; with fused_proj, mlp='triton' does the same for gate/up.
+    # q, k, v as one GEMM and gate, up as another (weights stacked; same values)
+    fused_proj: bool = False
+    # RoPE of q and k: 'triton' rotates them out of the packed q/k/v GEMM output (needs fused_proj,
+    # no QK-norm) and writes that output's gradient in one piece; with fused_proj, mlp='triton' does
+    # the same for gate/up.
     rope: Literal["eager", "triton"] = "eager"
     cuda_graph: bool = False  # capture forward, backward and optimizer step into one CUDA graph
-    compile: CompileMode | None = None  # torch.compile mode of forward + loss (with cuda_graph: captured too)
-    # What compile compiles: 'model', forward + loss as one graph; 'blocks' (regional compilation), each block,
-    # the final norm and the loss on their own: the blocks share one compiled graph, so compile time does not
-    # grow with depth, and nothing fuses across a block's boundary.
+    # torch.compile mode of forward + loss (with cuda_graph: captured too)
+    compile: CompileMode | None = None
+    # What compile compiles: 'model', forward + loss as one graph; 'blocks' (regional compilation),
+    # each block, the final norm and the loss on their own: the blocks share one compiled graph, so
+    # compile time does not grow with depth, and nothing fuses across a block's boundary.
     compile_scope: Literal["model", "blocks"] = "model"
-    # FP8 matmuls in the blocks' Linear layers (not the LM head) through torchao's float8 training, with the
-    # scaling of its recipe: 'tensorwise' (one dynamic scale per tensor, e5m2 gradients; cuBLAS) or 'rowwise'
-    # (one power-of-two scale per row, e4m3 throughout; CUTLASS). Needs FP8 tensor cores (sm89+).
+    # FP8 matmuls in the blocks' Linear layers (not the LM head) through torchao's float8 training,
+    # with the scaling of its recipe: 'tensorwise' (one dynamic scale per tensor, e5m2 gradients;
+    # cuBLAS) or 'rowwise' (one power-of-two scale per row, e4m3 throughout; CUTLASS). Needs FP8
+    # tensor cores (sm89+).
     fp8: Fp8Recipe = "off"
-    # With fp8: fast accumulation (no periodic promotion of the partial sums to fp32 inside the FP8 GEMM) in the
-    # two backward GEMMs too; torchao's recipes use it in the forward GEMM only. Needs fp8.
+    # With fp8: fast accumulation (no periodic promotion of the partial sums to fp32 inside the FP8
+    # GEMM) in the two backward GEMMs too; torchao's recipes use it in the forward GEMM only. Needs
+    # fp8.
     fp8_fast_accum: bool = False
     batch_size: int = 8
     seq_len: int = 1024
@@ -102,20 +115,22 @@ BASELINE = StepOptions()
 
 @dataclass(frozen=True)
 class Hyper:
-    """AdamW's learning rate and decoupled weight decay, and the global gradient L2 norm clipped to."""
+    """AdamW's learning rate and decoupled weight decay, and the global gradient L2 norm clipped
+    to."""
 
     lr: float
     weight_decay: float
     max_grad_norm: float
 
 
-
 def variant_options(name: str, base: StepOptions = BASELINE) -> tuple[StepOptions, StepOptions]:
-    """(reference, candidate) options of the variant ``name`` ('eager' too) on top of ``base`` (e.g. fp32 on a
-    CPU): the reference is the candidate of ``models.variants.reference(name)``; both are the variant's own
-    options where it is its own reference ('eager', a reference model)."""
+    """(reference, candidate) options of the variant ``name`` ('eager' too) on top of ``base`` (e.g.
+    fp32 on a CPU): the reference is the candidate of ``models.variants.reference(name)``; both are
+    the variant's own options where it is its own reference ('eager', a reference model)."""
     ref = reference(name)
-    reference_options = base.replace(**switches(name)) if ref == name else variant_options(ref, base)[1]
+    reference_options = (
+        base.replace(**switches(name)) if ref == name else variant_options(ref, base)[1]
+    )
     return reference_options, reference_options.replace(**switches(name))
 
 
@@ -124,7 +139,9 @@ def _allowed(hint: Any) -> tuple[Any, ...]:
     if get_origin(hint) is Literal:
         return get_args(hint)
     if get_origin(hint) in (Union, types.UnionType):
-        return tuple(v for arg in get_args(hint) for v in ((None,) if arg is type(None) else _allowed(arg)))
+        return tuple(
+            v for arg in get_args(hint) for v in ((None,) if arg is type(None) else _allowed(arg))
+        )
     return ()
 
 
@@ -139,10 +156,15 @@ def _value_problems(options: StepOptions) -> list[str]:
     if options.compile_scope != "model" and options.compile is None:
         problems.append(f"compile_scope={options.compile_scope!r} needs a compile mode")
     if options.fp8_fast_accum and options.fp8 == "off":
-        problems.append("fp8_fast_accum sets the accumulation of FP8 GEMMs: it needs fp8='tensorwise' or 'rowwise'")
+        problems.append(
+            "fp8_fast_accum sets the accumulation of FP8 GEMMs: it needs fp8='tensorwise' or "
+            "'rowwise'"
+        )
     if options.rope != "eager" and (not options.fused_proj or options.qk_norm is not None):
-        problems.append(f"rope={options.rope!r} rotates the packed q/k/v projection: it needs fused_proj=True "
-                        "and no QK-norm")
+        problems.append(
+            f"rope={options.rope!r} rotates the packed q/k/v projection: it needs fused_proj=True "
+            "and no QK-norm"
+        )
     if options.checkpoint_every < 0 or options.batch_size < 1 or options.seq_len < 1:
         problems.append("checkpoint_every must be >= 0, batch_size and seq_len >= 1")
     return problems
@@ -154,9 +176,12 @@ def _cpu_problems(options: StepOptions) -> list[str]:
     impls = {options.norm, options.mlp, options.qk_norm, options.loss, options.rope}
     if "liger" in impls:
         problems.append("Liger-Kernel needs a CUDA device (its kernels do not run on a CPU)")
-    if ("triton" in impls or options.loss == "fused" or options.optimizer == "master") \
-            and os.environ.get("TRITON_INTERPRET") != "1":
-        problems.append("Triton kernels need a CUDA device, or TRITON_INTERPRET=1 to interpret them")
+    if (
+        "triton" in impls or options.loss == "fused" or options.optimizer == "master"
+    ) and os.environ.get("TRITON_INTERPRET") != "1":
+        problems.append(
+            "Triton kernels need a CUDA device, or TRITON_INTERPRET=1 to interpret them"
+        )
     if options.cuda_graph:
         problems.append("cuda_graph needs a CUDA device")
     if options.optimizer == "fused":
@@ -164,37 +189,58 @@ def _cpu_problems(options: StepOptions) -> list[str]:
     if options.optimizer == "adamw8bit":
         problems.append("optimizer='adamw8bit' (bitsandbytes' 8-bit kernels) needs a CUDA device")
     if options.compile in GRAPHED_COMPILE_MODES:
-        problems.append(f"compile={options.compile!r} uses CUDA graphs; use 'default' or "
-                        "'max-autotune-no-cudagraphs' on a CPU")
+        problems.append(
+            f"compile={options.compile!r} uses CUDA graphs; use 'default' or "
+            "'max-autotune-no-cudagraphs' on a CPU"
+        )
     return problems
 
 
-def _precision_problems(options: StepOptions, device: torch.device, profile: Any,
-                        where: str) -> list[str]:
+def _precision_problems(
+    options: StepOptions, device: torch.device, profile: Any, where: str
+) -> list[str]:
     """The precision and FP8 options that the device (``profile``'s, else its own) or each other
     rule out."""
     problems = []
-    if options.precision == "fp64" and {options.norm, options.mlp, options.qk_norm, options.loss,
-                                        options.rope} & {"triton", "liger", "fused"}:
+    if options.precision == "fp64" and {
+        options.norm,
+        options.mlp,
+        options.qk_norm,
+        options.loss,
+        options.rope,
+    } & {"triton", "liger", "fused"}:
         problems.append("precision='fp64' (the check's reference) runs eager kernels only")
     if options.fp8 != "off":
-        fp8 = getattr(profile, "fp8", False) if profile is not None else (
-            device.type == "cuda" and torch.cuda.get_device_capability(device) >= FP8_MIN_CC)
+        fp8 = (
+            getattr(profile, "fp8", False)
+            if profile is not None
+            else (device.type == "cuda" and torch.cuda.get_device_capability(device) >= FP8_MIN_CC)
+        )
         if device.type != "cuda" or not fp8:
-            problems.append(f"fp8={options.fp8!r} (torchao float8 training) needs a GPU with FP8 tensor cores "
-                            f"(sm89+); {where} has none")
+            problems.append(
+                f"fp8={options.fp8!r} (torchao float8 training) needs a GPU with FP8 tensor cores "
+                f"(sm89+); {where} has none"
+            )
         if options.precision == "fp64":
             problems.append("precision='fp64' (the check's reference) runs no FP8 matmuls")
     if options.optimizer == "master" and options.precision != "bf16":
-        problems.append("optimizer='master' keeps bf16 weights for bf16 autocast: it needs precision='bf16'")
+        problems.append(
+            "optimizer='master' keeps bf16 weights for bf16 autocast: it needs precision='bf16'"
+        )
     if options.precision == "bf16":
-        bf16 = profile.supports_bf16 if profile is not None else (
-            device.type != "cuda" or torch.cuda.is_bf16_supported(including_emulation=False))
+        bf16 = (
+            profile.supports_bf16
+            if profile is not None
+            else (device.type != "cuda" or torch.cuda.is_bf16_supported(including_emulation=False))
+        )
         if not bf16:
             problems.append(f"precision='bf16' is not supported on {where}")
     if options.precision == "tf32":
-        tf32 = profile.supports_tf32 if profile is not None else (
-            device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0))
+        tf32 = (
+            profile.supports_tf32
+            if profile is not None
+            else (device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0))
+        )
         if not tf32:
             problems.append(f"precision='tf32' is not supported on {where}")
     return problems
@@ -206,12 +252,16 @@ def _cuda_graph_problems(options: StepOptions) -> list[str]:
         return []
     problems = []
     if options.precision == "fp16":
-        problems.append("cuda_graph cannot capture fp16's GradScaler (its inf check syncs with the host)")
+        problems.append(
+            "cuda_graph cannot capture fp16's GradScaler (its inf check syncs with the host)"
+        )
     if options.item_sync:
         problems.append("cuda_graph cannot capture loss.item(): set item_sync=False")
     if options.compile in GRAPHED_COMPILE_MODES:
-        problems.append(f"cuda_graph captures the whole step itself: compile={options.compile!r} would "
-                        "capture CUDA graphs inside it; use 'default' or 'max-autotune-no-cudagraphs'")
+        problems.append(
+            f"cuda_graph captures the whole step itself: compile={options.compile!r} would "
+            "capture CUDA graphs inside it; use 'default' or 'max-autotune-no-cudagraphs'"
+        )
     if options.optimizer == "adamw8bit":
         problems.append("cuda_graph: bitsandbytes' AdamW8bit is not capturable")
     return problems
@@ -220,22 +270,25 @@ def _cuda_graph_problems(options: StepOptions) -> list[str]:
 def validate(options: StepOptions, device: str | torch.device, profile: Any = None) -> None:
     """Raise UnsupportedOptions listing every reason ``options`` cannot run on ``device``.
 
-    ``profile`` (optional, e.g. optbench.core.hardware.HardwareProfile) has ``supports_bf16``, ``supports_tf32``,
-    ``fp8`` (FP8 tensor cores; False where it lacks the attribute) and ``key``; without it, a CUDA device's own
-    capabilities are asked.
+    ``profile`` (optional, e.g. optbench.core.hardware.HardwareProfile) has ``supports_bf16``,
+    ``supports_tf32``, ``fp8`` (FP8 tensor cores; False where it lacks the attribute) and ``key``;
+    without it, a CUDA device's own capabilities are asked.
     """
     device = torch.device(device)
     where = profile.key if profile is not None else device.type
-    problems = [*_value_problems(options),
-                *(_cpu_problems(options) if device.type != "cuda" else []),
-                *_precision_problems(options, device, profile, where),
-                *_cuda_graph_problems(options)]
+    problems = [
+        *_value_problems(options),
+        *(_cpu_problems(options) if device.type != "cuda" else []),
+        *_precision_problems(options, device, profile, where),
+        *_cuda_graph_problems(options),
+    ]
     if problems:
         raise UnsupportedOptions("; ".join(problems))
 
 
 def _loss_fn(kind: str) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
-    """Mean cross-entropy of ``hidden (N, H) @ weight (V, H).T`` against targets (N,), by implementation."""
+    """Mean cross-entropy of ``hidden (N, H) @ weight (V, H).T`` against targets (N,), by
+    implementation."""
     if kind == "liger":
         from kernels.liger import liger
 
@@ -246,7 +299,8 @@ def _loss_fn(kind: str) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
 
         def fused(hidden: Tensor, weight: Tensor, target: Tensor) -> Tensor:
             device = hidden.device.type
-            if torch.is_autocast_enabled(device):  # its matmuls write to out= buffers, which autocast skips
+            # its matmuls write to out= buffers, which autocast skips
+            if torch.is_autocast_enabled(device):
                 dtype = torch.get_autocast_dtype(device)
                 hidden, weight = hidden.to(dtype), weight.to(dtype)
             return fused_linear_cross_entropy(hidden, weight, target)
@@ -258,7 +312,8 @@ def _loss_fn(kind: str) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
 
 
 def _grad_stats_fns(kind: str) -> tuple[Callable, Callable] | None:
-    """(stats(params) -> {'grad_norm', 'param_norm'}, clip(params, max_norm)) from kernels.grad_stats."""
+    """(stats(params) -> {'grad_norm', 'param_norm'}, clip(params, max_norm)) from
+    kernels.grad_stats."""
     if kind == "none":
         return None
     from kernels import grad_stats
@@ -267,38 +322,50 @@ def _grad_stats_fns(kind: str) -> tuple[Callable, Callable] | None:
 
 
 def clips_in_optimizer(options: StepOptions) -> bool:
-    """Whether gradient clipping rides on the fused (or master) AdamW's ``grad_scale`` input instead of its
-    own pass: with foreach statistics (the norm is at hand on the device) and no GradScaler (which owns
-    grad_scale)."""
-    return (options.grad_stats == "foreach" and options.optimizer in ("fused", "master")
-            and options.precision != "fp16")
+    """Whether gradient clipping rides on the fused (or master) AdamW's ``grad_scale`` input instead
+    of its own pass: with foreach statistics (the norm is at hand on the device) and no GradScaler
+    (which owns grad_scale)."""
+    return (
+        options.grad_stats == "foreach"
+        and options.optimizer in ("fused", "master")
+        and options.precision != "fp16"
+    )
 
 
 def fp8_eligible(module: torch.nn.Module, fqn: str) -> bool:
-    """Whether torchao may swap the Linear layer ``module`` (at ``fqn`` in the Decoder) for FP8: torchao's
-    advice, as its ``module_filter_fn`` example gives it: not the output layer (the LM head: our losses read
-    its weight directly, so it stays bf16 either way), and only dims that are multiples of 16
-    (torch._scaled_mm's constraint)."""
-    return (fqn != "lm_head" and isinstance(module, torch.nn.Linear)
-            and module.in_features % 16 == 0 and module.out_features % 16 == 0)
+    """Whether torchao may swap the Linear layer ``module`` (at ``fqn`` in the Decoder) for FP8:
+    torchao's advice, as its ``module_filter_fn`` example gives it: not the output layer (the LM
+    head: our losses read its weight directly, so it stays bf16 either way), and only dims that are
+    multiples of 16 (torch._scaled_mm's constraint)."""
+    return (
+        fqn != "lm_head"
+        and isinstance(module, torch.nn.Linear)
+        and module.in_features % 16 == 0
+        and module.out_features % 16 == 0
+    )
 
 
 @functools.cache
 def _float8_fused_linear() -> type:
-    """torchao's Float8Linear that is also a :class:`FusedLinear` (its forward, FusedLinear's ``split`` and
-    ``parts``), for a fused projection swapped to FP8: the model splits its output and names its gradient by
-    the parts (``Decoder.unfused``)."""
+    """torchao's Float8Linear that is also a :class:`FusedLinear` (its forward, FusedLinear's
+    ``split`` and ``parts``), for a fused projection swapped to FP8: the model splits its output and
+    names its gradient by the parts (``Decoder.unfused``)."""
     from torchao.float8.float8_linear import Float8Linear
 
-    return type("Float8FusedLinear", (Float8Linear, FusedLinear), {"__doc__": _float8_fused_linear.__doc__})
+    return type(
+        "Float8FusedLinear", (Float8Linear, FusedLinear), {"__doc__": _float8_fused_linear.__doc__}
+    )
 
 
-def to_float8(model: Decoder, recipe: str, emulate: bool = False, fast_accum: bool = False) -> list[str]:
-    """Swap ``model``'s eligible Linear layers (:func:`fp8_eligible`) for torchao's Float8Linear with the
-    scaling recipe ``recipe`` ('tensorwise' | 'rowwise', ``Float8LinearConfig.from_recipe_name``), in place;
-    the weights stay the same Parameters. ``emulate``: torchao's emulation (FP8 rounding, matmuls in high
-    precision), what a device without FP8 tensor cores can run (tests on a CPU). ``fast_accum``: the backward
-    GEMMs (grad input, grad weight) accumulate fast as the forward one does (``StepOptions.fp8_fast_accum``).
+def to_float8(
+    model: Decoder, recipe: str, emulate: bool = False, fast_accum: bool = False
+) -> list[str]:
+    """Swap ``model``'s eligible Linear layers (:func:`fp8_eligible`) for torchao's Float8Linear
+    with the scaling recipe ``recipe`` ('tensorwise' | 'rowwise',
+    ``Float8LinearConfig.from_recipe_name``), in place; the weights stay the same Parameters.
+    ``emulate``: torchao's emulation (FP8 rounding, matmuls in high precision), what a device
+    without FP8 tensor cores can run (tests on a CPU). ``fast_accum``: the backward GEMMs (grad
+    input, grad weight) accumulate fast as the forward one does (``StepOptions.fp8_fast_accum``).
     Returns the swapped layers' names."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     from torchao.float8.config import Float8GemmConfig
@@ -306,7 +373,9 @@ def to_float8(model: Decoder, recipe: str, emulate: bool = False, fast_accum: bo
     config = dataclasses.replace(Float8LinearConfig.from_recipe_name(recipe), emulate=emulate)
     if fast_accum:
         fast = Float8GemmConfig(use_fast_accum=True)
-        config = dataclasses.replace(config, gemm_config_grad_input=fast, gemm_config_grad_weight=fast)
+        config = dataclasses.replace(
+            config, gemm_config_grad_input=fast, gemm_config_grad_weight=fast
+        )
     fused = {name: m.parts for name, m in model.named_modules() if isinstance(m, FusedLinear)}
     convert_to_float8_training(model, module_filter_fn=fp8_eligible, config=config)
     swapped = [name for name, m in model.named_modules() if type(m).__name__ == "Float8Linear"]
@@ -317,7 +386,9 @@ def to_float8(model: Decoder, recipe: str, emulate: bool = False, fast_accum: bo
     return swapped
 
 
-def _adamw(model: Decoder, kind: str, capturable: bool, hyper: Hyper) -> torch.optim.Optimizer | MasterAdamW:
+def _adamw(
+    model: Decoder, kind: str, capturable: bool, hyper: Hyper
+) -> torch.optim.Optimizer | MasterAdamW:
     params, lr, weight_decay = list(model.parameters()), hyper.lr, hyper.weight_decay
     if kind == "master":  # the matmul weights become bf16; the embedding and norm weights stay fp32
         linear = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
@@ -326,8 +397,12 @@ def _adamw(model: Decoder, kind: str, capturable: bool, hyper: Hyper) -> torch.o
         import bitsandbytes
 
         return bitsandbytes.optim.AdamW8bit(params, lr=lr, weight_decay=weight_decay)
-    impl = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[kind]
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, capturable=capturable, **impl)
+    impl = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[
+        kind
+    ]
+    return torch.optim.AdamW(
+        params, lr=lr, weight_decay=weight_decay, capturable=capturable, **impl
+    )
 
 
 def _set_hyper(optimizer: torch.optim.Optimizer | MasterAdamW, hyper: Hyper) -> None:
@@ -337,33 +412,51 @@ def _set_hyper(optimizer: torch.optim.Optimizer | MasterAdamW, hyper: Hyper) -> 
         group.update(lr=hyper.lr, weight_decay=hyper.weight_decay)
 
 
-def _model_loss(model: Decoder, loss: Callable[[Tensor, Tensor, Tensor], Tensor], idx: Tensor,
-                targets: Tensor) -> Tensor:
-    """Forward + loss, what ``compile`` compiles; a function, not a method, so a TrainStep holds no cycle."""
+def _model_loss(
+    model: Decoder, loss: Callable[[Tensor, Tensor, Tensor], Tensor], idx: Tensor, targets: Tensor
+) -> Tensor:
+    """Forward + loss, what ``compile`` compiles; a function, not a method, so a TrainStep holds no
+    cycle."""
     hidden = model(idx).flatten(0, 1)
     return loss(hidden, model.lm_head.weight, targets.flatten())
 
 
 class TrainStep:
-    """A decoder, its AdamW and one fixed random batch; calling it runs one optimizer step as options say.
+    """A decoder, its AdamW and one fixed random batch; calling it runs one optimizer step as
+    options say.
 
-    ``stats`` holds the last step's {'grad_norm', 'param_norm'} (device tensors) when grad_stats is on;
-    ``hyper`` what it trains with (:meth:`tuned` changes it). precision 'fp64' runs the model in float64; fp8
-    on a device without FP8 tensor cores runs torchao's emulation (what tests on a CPU build directly).
+    ``stats`` holds the last step's {'grad_norm', 'param_norm'} (device tensors) when grad_stats is
+    on; ``hyper`` what it trains with (:meth:`tuned` changes it). precision 'fp64' runs the model in
+    float64; fp8 on a device without FP8 tensor cores runs torchao's emulation (what tests on a CPU
+    build directly).
     """
 
-    def __init__(self, config: ModelConfig, options: StepOptions, device: str | torch.device, seed: int):
+    def __init__(
+        self, config: ModelConfig, options: StepOptions, device: str | torch.device, seed: int
+    ):
         self.options, self.device = options, torch.device(device)
         self.config = dataclasses.replace(config, qk_norm=options.qk_norm is not None)
         torch.manual_seed(seed)  # the model init: identical for every step built with this seed
         with self.device:
-            self.model = Decoder(self.config, norm_impl=options.norm, mlp_impl=options.mlp,
-                                 qk_norm_impl=options.qk_norm or "eager", attn_mask=options.attn_mask,
-                                 fused_proj=options.fused_proj, rope_impl=options.rope)
+            self.model = Decoder(
+                self.config,
+                norm_impl=options.norm,
+                mlp_impl=options.mlp,
+                qk_norm_impl=options.qk_norm or "eager",
+                attn_mask=options.attn_mask,
+                fused_proj=options.fused_proj,
+                rope_impl=options.rope,
+            )
         if options.precision == "fp64":
             self.model.double()
-        if options.fp8 != "off":  # emulated where no FP8 tensor cores are (validate keeps that to tests)
-            to_float8(self.model, options.fp8, emulate=self.device.type != "cuda", fast_accum=options.fp8_fast_accum)
+        # emulated where no FP8 tensor cores are (validate keeps that to tests)
+        if options.fp8 != "off":
+            to_float8(
+                self.model,
+                options.fp8,
+                emulate=self.device.type != "cuda",
+                fast_accum=options.fp8_fast_accum,
+            )
         self.model.checkpoint_every = options.checkpoint_every
         self.params = list(self.model.parameters())
         self.hyper = Hyper(LR, WEIGHT_DECAY, MAX_GRAD_NORM)
@@ -379,8 +472,9 @@ class TrainStep:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=options.precision == "fp16")
         self._loss, self._stats = _loss_fn(options.loss), _grad_stats_fns(options.grad_stats)
         self._clip_in_optimizer = clips_in_optimizer(options)
-        # MasterAdamW takes the parameter norm in its own pass and divides the gradients without writing
-        # them back: grads() applies the last step's divisor, so checks see the gradients the update used.
+        # MasterAdamW takes the parameter norm in its own pass and divides the gradients without
+        # writing them back: grads() applies the last step's divisor, so checks see the gradients
+        # the update used.
         self._master = isinstance(self.optimizer, MasterAdamW)
         self._grad_divisor: Tensor | None = None
         self._model_loss_fn = _model_loss
@@ -393,7 +487,8 @@ class TrainStep:
         self.stats: dict[str, Tensor] | None = None
         self._losses: list[float | Tensor] = []
         self._graph: torch.cuda.CUDAGraph | None = None
-        self._graph_loss: Tensor | None = None  # the captured step's loss, rewritten by every replay
+        # the captured step's loss, rewritten by every replay
+        self._graph_loss: Tensor | None = None
         if options.cuda_graph:
             self._capture()
 
@@ -403,13 +498,15 @@ class TrainStep:
         return [float(loss) for loss in self._losses]
 
     def feed(self, tokens: Tensor) -> None:
-        """Train on ``tokens`` (batch_size, seq_len + 1) from the next step on: inputs and next-token targets
-        copied into the step's batch in place (where a captured graph or a compiled function reads it)."""
+        """Train on ``tokens`` (batch_size, seq_len + 1) from the next step on: inputs and
+        next-token targets copied into the step's batch in place (where a captured graph or a
+        compiled function reads it)."""
         self.idx.copy_(tokens[:, :-1])
         self.targets.copy_(tokens[:, 1:])
 
     def __call__(self) -> Tensor:
-        """Run one optimizer step; returns its loss (that of the weights before the update), detached."""
+        """Run one optimizer step; returns its loss (that of the weights before the update),
+        detached."""
         with self._matmul_precision():
             if self._graph is not None:
                 self._graph.replay()
@@ -421,28 +518,39 @@ class TrainStep:
         return loss
 
     def forward_loss(self) -> Tensor:
-        """Forward and loss only, building the autograd graph as training does (eager under cuda_graph)."""
+        """Forward and loss only, building the autograd graph as training does (eager under
+        cuda_graph)."""
         with self._matmul_precision():
             return self._forward_loss().detach()
 
     def grads(self) -> dict[str, Tensor]:
-        """Copies of the gradients the last optimizer step used (unscaled and clipped), by parameter name
-        (of the unfused model: a fused projection's gradient is split into its layers')."""
+        """Copies of the gradients the last optimizer step used (unscaled and clipped), by parameter
+        name (of the unfused model: a fused projection's gradient is split into its layers')."""
         named = self.model.named_parameters()
         divisor = self._grad_divisor
-        return self.model.unfused({name: p.grad.detach().clone() if divisor is None else p.grad.detach().float()
-                                   / divisor for name, p in named if p.grad is not None})
+        return self.model.unfused(
+            {
+                name: p.grad.detach().clone()
+                if divisor is None
+                else p.grad.detach().float() / divisor
+                for name, p in named
+                if p.grad is not None
+            }
+        )
 
     def weights(self) -> dict[str, Tensor]:
-        """The weights the optimizer updates (the fp32 masters of bf16 ones), live, by parameter name of the
-        unfused model."""
+        """The weights the optimizer updates (the fp32 masters of bf16 ones), live, by parameter
+        name of the unfused model."""
         named = dict(self.model.named_parameters())
-        return self.model.unfused(dict(zip(named, self.optimizer.masters)) if self._master else named)
+        return self.model.unfused(
+            dict(zip(named, self.optimizer.masters)) if self._master else named
+        )
 
     @contextmanager
     def tuned(self, hyper: Hyper) -> Iterator[None]:
-        """Train with ``hyper`` inside the block, then with the previous one again; a graphed step is captured
-        again on entry and exit (its warm-up steps leave weights and optimizer state as they were)."""
+        """Train with ``hyper`` inside the block, then with the previous one again; a graphed step
+        is captured again on entry and exit (its warm-up steps leave weights and optimizer state as
+        they were)."""
         previous = self.hyper
         self._tune(hyper)
         try:
@@ -454,12 +562,14 @@ class TrainStep:
         self.hyper = hyper
         _set_hyper(self.optimizer, hyper)
         if self._graph is not None:
-            self._graph = self._graph_loss = None  # frees the old graph's memory pool before the new capture
+            # frees the old graph's memory pool before the new capture
+            self._graph = self._graph_loss = None
             self._capture()
 
     @contextmanager
     def _matmul_precision(self) -> Iterator[None]:
-        """TF32 matmuls on (precision 'tf32') or off (any other) for forward, backward and optimizer."""
+        """TF32 matmuls on (precision 'tf32') or off (any other) for forward, backward and
+        optimizer."""
         previous = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = self.options.precision == "tf32"
         try:
@@ -470,7 +580,9 @@ class TrainStep:
     def _forward_loss(self) -> Tensor:
         if self.options.compile in GRAPHED_COMPILE_MODES:
             torch.compiler.cudagraph_mark_step_begin()
-        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+        with torch.autocast(
+            self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None
+        ):
             return self._model_loss_fn(self.model, self._loss, self.idx, self.targets)
 
     def _step(self) -> Tensor:
@@ -480,11 +592,15 @@ class TrainStep:
         if self._stats is not None:
             stats, clip = self._stats
             self.scaler.unscale_(self.optimizer)
-            self.stats = stats(self.params, param_norm=not self._master)  # MasterAdamW takes it in its pass
+            # MasterAdamW takes it in its pass
+            self.stats = stats(self.params, param_norm=not self._master)
             if self._clip_in_optimizer:
-                # The fused AdamW divides each gradient by its grad_scale (writing it back) in the same pass
-                # as the update: one read and write of every gradient fewer than a separate clip.
-                self.optimizer.grad_scale = 1.0 / clip_coefficient(self.stats["grad_norm"], self.hyper.max_grad_norm)
+                # The fused AdamW divides each gradient by its grad_scale (writing it back) in the
+                # same pass as the update: one read and write of every gradient fewer than a
+                # separate clip.
+                self.optimizer.grad_scale = 1.0 / clip_coefficient(
+                    self.stats["grad_norm"], self.hyper.max_grad_norm
+                )
                 if self._master:
                     self._grad_divisor = self.optimizer.grad_scale
             elif self.options.grad_stats == "foreach":  # reuses the norm the statistics just took
@@ -500,9 +616,12 @@ class TrainStep:
         return loss.detach()
 
     def _capture(self) -> None:
-        """Record ``_step`` into one CUDA graph, after warm-up steps on a side stream (PyTorch's recipe for
-        whole-network capture); then restore the initial weights and a fresh optimizer state in place."""
-        initial = self.optimizer.snapshot() if self._master else [p.detach().clone() for p in self.params]
+        """Record ``_step`` into one CUDA graph, after warm-up steps on a side stream (PyTorch's
+        recipe for whole-network capture); then restore the initial weights and a fresh optimizer
+        state in place."""
+        initial = (
+            self.optimizer.snapshot() if self._master else [p.detach().clone() for p in self.params]
+        )
         side, main = torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device)
         side.wait_stream(main)
         with self._matmul_precision(), torch.cuda.stream(side):
@@ -522,58 +641,81 @@ class TrainStep:
                     value.zero_()
 
 
-def build_step(config: ModelConfig, options: StepOptions, device: str | torch.device = "cpu", seed: int = 0,
-               profile: Any = None) -> TrainStep:
-    """Validate ``options`` for ``device`` (and ``profile``) and build the step; seed fixes init, batch."""
+def build_step(
+    config: ModelConfig,
+    options: StepOptions,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    profile: Any = None,
+) -> TrainStep:
+    """Validate ``options`` for ``device`` (and ``profile``) and build the step; seed fixes init,
+    batch."""
     validate(options, device, profile)
     if options.optimizer == "adamw8bit" and importlib.util.find_spec("bitsandbytes") is None:
-        raise UnsupportedOptions("optimizer='adamw8bit' needs bitsandbytes, which is not installed here")
+        raise UnsupportedOptions(
+            "optimizer='adamw8bit' needs bitsandbytes, which is not installed here"
+        )
     if options.fp8 != "off" and importlib.util.find_spec("torchao") is None:
-        raise UnsupportedOptions(f"fp8={options.fp8!r} needs torchao's float8 training: torchao is not installed")
+        raise UnsupportedOptions(
+            f"fp8={options.fp8!r} needs torchao's float8 training: torchao is not installed"
+        )
     if options.seq_len > config.max_seq_len:
-        raise UnsupportedOptions(f"seq_len {options.seq_len} exceeds max_seq_len {config.max_seq_len}")
+        raise UnsupportedOptions(
+            f"seq_len {options.seq_len} exceeds max_seq_len {config.max_seq_len}"
+        )
     return TrainStep(config, options, device, seed)
 
 
-# The check runs CHECK_STEPS optimizer steps under CHECK from one init and batch (TrainStep.tuned: what is
-# timed trains with its own hyper). Adam's first step is ~lr * sign(g), blind to the gradients' scale, so the
-# first step's clipped gradients and pre-clip norm are compared too; CHECK clips far under the init gradient
-# norm (0.8 tiny at B2 S128; baseline_of refuses a reference that does not clip), and its weight decay, 20 at
-# the training lr (0.2% per step), moves each weight by 6e-3 relative in 3 steps: 11x the bf16 eager step's
-# own worst weight error on tiny (6e-4, from gradients' signs flipped by rounding), where the tolerance is
-# 2.5x. Bias-corrected Adam barely depends on betas in 3 steps: dropped momentum (beta1 0) shows, at 4.4x.
-# CHECK_FLOOR, the least tolerance: 16 fp32 roundings (2^-24 each), the spread of an fp32 reduction summed
-# in another order (tiny's foreach gradient norm: 3.6e-7 from fp64, the loop's 6.6e-8); a bug moves far more.
-# A scalar's eager error is one draw of its rounding noise, at times near 0 by chance (a candidate as noisy
-# exceeds 2.5x of it one time in four: |X/Y| of two normals), so the scalars' tolerance is no less than what
-# bounds them: the gradient norm's, the gradients' (a norm is within any relative error its vector is); the
-# loss's, UNIT_ROUNDOFF / sqrt(tokens) (the mean of per-token losses each rounded at the precision's unit).
+# The check runs CHECK_STEPS optimizer steps under CHECK from one init and batch (TrainStep.tuned:
+# what is timed trains with its own hyper). Adam's first step is ~lr * sign(g), blind to the
+# gradients' scale, so the first step's clipped gradients and pre-clip norm are compared too; CHECK
+# clips far under the init gradient norm (0.8 tiny at B2 S128; baseline_of refuses a reference that
+# does not clip), and its weight decay, 20 at the training lr (0.2% per step), moves each weight by
+# 6e-3 relative in 3 steps: 11x the bf16 eager step's own worst weight error on tiny (6e-4, from
+# gradients' signs flipped by rounding), where the tolerance is 2.5x. Bias-corrected Adam barely
+# depends on betas in 3 steps: dropped momentum (beta1 0) shows, at 4.4x. CHECK_FLOOR, the least
+# tolerance: 16 fp32 roundings (2^-24 each), the spread of an fp32 reduction summed in another order
+# (tiny's foreach gradient norm: 3.6e-7 from fp64, the loop's 6.6e-8); a bug moves far more. A
+# scalar's eager error is one draw of its rounding noise, at times near 0 by chance (a candidate as
+# noisy exceeds 2.5x of it one time in four: |X/Y| of two normals), so the scalars' tolerance is no
+# less than what bounds them: the gradient norm's, the gradients' (a norm is within any relative
+# error its vector is); the loss's, UNIT_ROUNDOFF / sqrt(tokens) (the mean of per-token losses each
+# rounded at the precision's unit).
 CHECK_STEPS = 3
 CHECK = Hyper(lr=LR, weight_decay=20.0, max_grad_norm=0.01)
 CHECK_FACTOR, CHECK_FLOOR = 2.5, 1e-6
-UNIT_ROUNDOFF = {"fp64": 2.0**-53, "fp32": 2.0**-24, "tf32": 2.0**-11, "fp16": 2.0**-11, "bf16": 2.0**-8}
-# The most a step in each precision may be off, whatever its eager step measured: where the candidate is the
-# eager step in its own precision (fp32, tf32, fp16-scaler), 2.5x its own error would pass anything finite. About
-# 5x the largest error of a correct bf16 step at our sizes (gradients, 4.4e-2 at 1B), scaled by the unit roundoff.
+UNIT_ROUNDOFF = {
+    "fp64": 2.0**-53,
+    "fp32": 2.0**-24,
+    "tf32": 2.0**-11,
+    "fp16": 2.0**-11,
+    "bf16": 2.0**-8,
+}
+# The most a step in each precision may be off, whatever its eager step measured: where the
+# candidate is the eager step in its own precision (fp32, tf32, fp16-scaler), 2.5x its own error
+# would pass anything finite. About 5x the largest error of a correct bf16 step at our sizes
+# (gradients, 4.4e-2 at 1B), scaled by the unit roundoff.
 CHECK_CEILING = {"fp64": 1e-9, "fp32": 1e-3, "tf32": 5e-2, "fp16": 5e-2, "bf16": 0.3}
-# FP8 matmuls (options.fp8) round their operands to 3 mantissa bits (e4m3; tensorwise's gradients e5m2, 2 bits):
-# a numerics change on purpose, 16-32x bf16's rounding, which the 2.5x-of-eager tolerance is not made for.
-# torchao's own numerics test (test/float8/test_numerics_integration.py) holds one LLaMA FFN in FP8 to an SQNR
-# over 20 dB against bf16 (relative error under 0.1) in its output and gradients, per layer; errors compound with
-# depth. torchao's emulated FP8 steps on a CPU (tests/test_fp8.py), worst gradient: 0.09-0.12 on tiny (2 layers; bf16
-# eager 0.008), 0.18-0.28 at 12 layers (d_model 64 and 256; bf16 eager 0.019-0.025, as at 100M: 0.021). The
-# exact check refuses that. An FP8 step's check catches broken plumbing instead: every quantity within
+# FP8 matmuls (options.fp8) round their operands to 3 mantissa bits (e4m3; tensorwise's gradients
+# e5m2, 2 bits): a numerics change on purpose, 16-32x bf16's rounding, which the 2.5x-of-eager
+# tolerance is not made for. torchao's own numerics test (test/float8/test_numerics_integration.py)
+# holds one LLaMA FFN in FP8 to an SQNR over 20 dB against bf16 (relative error under 0.1) in its
+# output and gradients, per layer; errors compound with depth. torchao's emulated FP8 steps on a CPU
+# (tests/test_fp8.py), worst gradient: 0.09-0.12 on tiny (2 layers; bf16 eager 0.008), 0.18-0.28 at
+# 12 layers (d_model 64 and 256; bf16 eager 0.019-0.025, as at 100M: 0.021). The exact check refuses
+# that. An FP8 step's check catches broken plumbing instead: every quantity within
 # FP8_CHECK_TOLERANCE, 2.5x the worst of those FP8 errors and under what gross bugs give (a lost or
-# unrelated gradient: 1 or sqrt 2; a sign flip: 2). Whether FP8 trains like eager is the convergence check's
-# call (optbench.suite.convergence).
+# unrelated gradient: 1 or sqrt 2; a sign flip: 2). Whether FP8 trains like eager is the convergence
+# check's call (optbench.suite.convergence).
 FP8_CHECK_TOLERANCE = 0.7
 
 
 @dataclass(frozen=True)
 class Reference:
-    """What a freshly built step did in the check: the first step's loss, gradients as its optimizer used
-    them (unscaled and clipped; by parameter name of the unfused model) and gradient norm before clipping
-    (None without grad_stats), and the weights after CHECK_STEPS steps (fp32 masters of bf16 weights)."""
+    """What a freshly built step did in the check: the first step's loss, gradients as its optimizer
+    used them (unscaled and clipped; by parameter name of the unfused model) and gradient norm
+    before clipping (None without grad_stats), and the weights after CHECK_STEPS steps (fp32 masters
+    of bf16 weights)."""
 
     precision: str
     loss: Tensor
@@ -583,16 +725,22 @@ class Reference:
 
     def copy_to(self, device: str | torch.device) -> Reference:
         """A copy of every tensor on ``device``."""
+
         def copy(t: Tensor) -> Tensor:
             return t.detach().to(device, copy=True)
 
-        return Reference(self.precision, copy(self.loss), {k: copy(v) for k, v in self.grads.items()},
-                         None if self.grad_norm is None else copy(self.grad_norm),
-                         {k: copy(v) for k, v in self.weights.items()})
+        return Reference(
+            self.precision,
+            copy(self.loss),
+            {k: copy(v) for k, v in self.grads.items()},
+            None if self.grad_norm is None else copy(self.grad_norm),
+            {k: copy(v) for k, v in self.weights.items()},
+        )
 
 
 def _record(step: TrainStep) -> Reference:
-    """Run the check on freshly built ``step``; its weights in the record are the step's own (live)."""
+    """Run the check on freshly built ``step``; its weights in the record are the step's own
+    (live)."""
     if step.loss_history:
         raise ValueError("the check needs a freshly built step (same init, no step taken)")
     with step.tuned(CHECK):
@@ -605,19 +753,23 @@ def _record(step: TrainStep) -> Reference:
 
 
 def reference_of(step: TrainStep, host: bool = False) -> Reference:
-    """Run the check on freshly built ``step`` and keep a copy of what it did, on the host with ``host=True``
-    (so that the GPU is free for the candidate: a 1B step and its reference do not both fit on 80 GB)."""
+    """Run the check on freshly built ``step`` and keep a copy of what it did, on the host with
+    ``host=True`` (so that the GPU is free for the candidate: a 1B step and its reference do not
+    both fit on 80 GB)."""
     return _record(step).copy_to("cpu" if host else step.device)
 
 
 def _errors(ref: Reference, got: Reference) -> tuple[dict[str, float], dict[str, str]]:
-    """Relative errors of ``got`` against ``ref``: 'loss', 'grad_norm' (where ``ref`` has one; inf where only
-    ``ref`` has), 'grads' and 'weights' (the worst parameter's); and the worst parameters' names."""
+    """Relative errors of ``got`` against ``ref``: 'loss', 'grad_norm' (where ``ref`` has one; inf
+    where only ``ref`` has), 'grads' and 'weights' (the worst parameter's); and the worst
+    parameters' names."""
     if ref.grads.keys() != got.grads.keys() or ref.weights.keys() != got.weights.keys():
         raise ValueError(f"parameters differ: {sorted(ref.grads.keys() ^ got.grads.keys())}")
     errors, worst = {"loss": rel_err(got.loss, ref.loss)}, {}
     if ref.grad_norm is not None:
-        errors["grad_norm"] = float("inf") if got.grad_norm is None else rel_err(got.grad_norm, ref.grad_norm)
+        errors["grad_norm"] = (
+            float("inf") if got.grad_norm is None else rel_err(got.grad_norm, ref.grad_norm)
+        )
     for quantity in ("grads", "weights"):
         ours, theirs = getattr(got, quantity), getattr(ref, quantity)
         per_param = {name: rel_err(ours[name], theirs[name]) for name in theirs}
@@ -629,13 +781,16 @@ def _errors(ref: Reference, got: Reference) -> tuple[dict[str, float], dict[str,
 def high_precision(reference: StepOptions, precision: str) -> StepOptions:
     """The options of the check's high-precision reference for a candidate in ``precision`` against
     ``reference``: float64 where either is fp32, else fp32 (TF32 off)."""
-    return reference.replace(precision="fp64" if "fp32" in (reference.precision, precision) else "fp32")
+    return reference.replace(
+        precision="fp64" if "fp32" in (reference.precision, precision) else "fp32"
+    )
 
 
 @dataclass(frozen=True)
 class Baseline:
-    """What a candidate in ``precision`` is checked against: the high-precision reference and the errors
-    against it of the eager step (the reference options in ``precision``), measured in the same run."""
+    """What a candidate in ``precision`` is checked against: the high-precision reference and the
+    errors against it of the eager step (the reference options in ``precision``), measured in the
+    same run."""
 
     reference: Reference
     precision: str
@@ -644,34 +799,45 @@ class Baseline:
 
 
 def _tolerance(eager: dict[str, float], precision: str, tokens: int) -> dict[str, float]:
-    """Per quantity: CHECK_FACTOR times the eager step's error, at least CHECK_FLOOR and at most the precision's
-    CHECK_CEILING; for the scalars, at least the bound above (the gradients' tolerance for their norm,
-    UNIT_ROUNDOFF / sqrt(tokens) for the loss)."""
-    tolerance = {quantity: min(max(CHECK_FACTOR * error, CHECK_FLOOR), CHECK_CEILING[precision])
-                 for quantity, error in eager.items()}
+    """Per quantity: CHECK_FACTOR times the eager step's error, at least CHECK_FLOOR and at most the
+    precision's CHECK_CEILING; for the scalars, at least the bound above (the gradients' tolerance
+    for their norm, UNIT_ROUNDOFF / sqrt(tokens) for the loss)."""
+    tolerance = {
+        quantity: min(max(CHECK_FACTOR * error, CHECK_FLOOR), CHECK_CEILING[precision])
+        for quantity, error in eager.items()
+    }
     tolerance["loss"] = max(tolerance["loss"], UNIT_ROUNDOFF[precision] / tokens**0.5)
     if "grad_norm" in tolerance:
         tolerance["grad_norm"] = max(tolerance["grad_norm"], tolerance["grads"])
     return tolerance
 
 
-def baseline_of(build: Callable[[StepOptions], TrainStep], reference: StepOptions, precision: str,
-                host: bool = False) -> Baseline:
-    """Run the check on ``high_precision(reference, precision)`` and on ``reference`` in ``precision``, each
-    built fresh by ``build``, and measure the latter against the former (kept on the host with ``host``)."""
+def baseline_of(
+    build: Callable[[StepOptions], TrainStep],
+    reference: StepOptions,
+    precision: str,
+    host: bool = False,
+) -> Baseline:
+    """Run the check on ``high_precision(reference, precision)`` and on ``reference`` in
+    ``precision``, each built fresh by ``build``, and measure the latter against the former (kept on
+    the host with ``host``)."""
     ref = reference_of(build(high_precision(reference, precision)), host)
     if ref.grad_norm is not None and not float(ref.grad_norm) > CHECK.max_grad_norm:
-        raise ValueError(f"the check's clip ({CHECK.max_grad_norm}) does not engage: gradient norm "
-                         f"{float(ref.grad_norm):.3g} at init, so a skipped clip would pass")
+        raise ValueError(
+            f"the check's clip ({CHECK.max_grad_norm}) does not engage: gradient norm "
+            f"{float(ref.grad_norm):.3g} at init, so a skipped clip would pass"
+        )
     eager, _ = _errors(ref, _record(build(reference.replace(precision=precision))))
     return Baseline(ref, precision, eager, reference.batch_size * reference.seq_len)
 
 
 @dataclass(frozen=True)
 class CheckResult:
-    """A candidate's relative errors against the high-precision reference (``errors``, per quantity of
-    :func:`_errors`) beside the eager step's (``eager``); it passes when each is within ``tolerance``
-    (:func:`_tolerance`). ``worst``: the parameter of the worst grads and weights error."""
+    """A candidate's relative errors against the high-precision reference (``errors``, per quantity
+    of
+    :func:`_errors`) beside the eager step's (``eager``); it passes when each is within
+    ``tolerance`` (:func:`_tolerance`). ``worst``: the parameter of the worst grads and weights
+    error."""
 
     errors: dict[str, float]
     eager: dict[str, float]
@@ -683,27 +849,50 @@ class CheckResult:
 
     @property
     def ok(self) -> bool:
-        return all(self.errors[quantity] <= tolerance for quantity, tolerance in self.tolerance.items())
+        return all(
+            self.errors[quantity] <= tolerance for quantity, tolerance in self.tolerance.items()
+        )
 
     def record(self) -> dict[str, Any]:
         """The check's record: errors, the eager step's errors and the tolerances, per quantity."""
-        return {"errors": self.errors, "eager_errors": self.eager, "tolerance": self.tolerance,
-                "worst_param": self.worst, "reference": self.reference, "precision": self.precision,
-                "factor": CHECK_FACTOR, "floor": CHECK_FLOOR, "steps": CHECK_STEPS,
-                "hyper": dataclasses.asdict(CHECK), "numerics": self.numerics}
+        return {
+            "errors": self.errors,
+            "eager_errors": self.eager,
+            "tolerance": self.tolerance,
+            "worst_param": self.worst,
+            "reference": self.reference,
+            "precision": self.precision,
+            "factor": CHECK_FACTOR,
+            "floor": CHECK_FLOOR,
+            "steps": CHECK_STEPS,
+            "hyper": dataclasses.asdict(CHECK),
+            "numerics": self.numerics,
+        }
 
 
 def check_against(baseline: Baseline, candidate: TrainStep) -> CheckResult:
-    """Run the check on freshly built ``candidate`` (the baseline's seed, precision and batch) and compare it
-    with the baseline's reference; a candidate with FP8 matmuls within FP8_CHECK_TOLERANCE at least."""
+    """Run the check on freshly built ``candidate`` (the baseline's seed, precision and batch) and
+    compare it with the baseline's reference; a candidate with FP8 matmuls within
+    FP8_CHECK_TOLERANCE at least."""
     if candidate.options.precision != baseline.precision:
-        raise ValueError(f"a {candidate.options.precision} candidate against a {baseline.precision} baseline")
+        raise ValueError(
+            f"a {candidate.options.precision} candidate against a {baseline.precision} baseline"
+        )
     if candidate.tokens_per_step != baseline.tokens:
-        raise ValueError(f"{candidate.tokens_per_step} tokens per step against a baseline of {baseline.tokens}")
+        raise ValueError(
+            f"{candidate.tokens_per_step} tokens per step against a baseline of {baseline.tokens}"
+        )
     errors, worst = _errors(baseline.reference, _record(candidate))
     tolerance = _tolerance(baseline.eager, baseline.precision, baseline.tokens)
     numerics = "fp8" if candidate.options.fp8 != "off" else "exact"
     if numerics == "fp8":
         tolerance = {quantity: max(t, FP8_CHECK_TOLERANCE) for quantity, t in tolerance.items()}
-    return CheckResult(errors, baseline.eager, tolerance, worst, baseline.reference.precision, baseline.precision,
-                       numerics)
+    return CheckResult(
+        errors,
+        baseline.eager,
+        tolerance,
+        worst,
+        baseline.reference.precision,
+        baseline.precision,
+        numerics,
+    )

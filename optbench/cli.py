@@ -1,9 +1,10 @@
-"""The ``optbench`` command: run the suite, compare commits, publish reports, profile a training step,
-plan what a GPU can run, check the timer and the gate.
+"""The ``optbench`` command: run the suite, compare commits, publish reports, profile a training
+step, plan what a GPU can run, check the timer and the gate.
 
 ``optbench run`` benchmarks the current commit on whatever device is here (the CPU suite without a
-GPU), stores results under ``results/<machine>/`` (asv's under ``results/asv/<machine>/``) and writes HTML
-under ``html/``. The other commands are those of their modules (``optbench <command> --help``).
+GPU), stores results under ``results/<machine>/`` (asv's under ``results/asv/<machine>/``) and
+writes HTML under ``html/``. The other commands are those of their modules (``optbench <command>
+--help``).
 """
 
 from __future__ import annotations
@@ -42,21 +43,22 @@ SUBCOMMANDS = {
 }
 
 
-# What asv needs after the grids of a run with a time budget: the remaining classes' quick skips, its track
-# processes and writing the results (a run stopped before asv writes them stores no asv results).
+# What asv needs after the grids of a run with a time budget: the remaining classes' quick skips,
+# its track processes and writing the results (a run stopped before asv writes them stores no asv
+# results).
 ASV_WRAP_UP_S = 60.0
-# What a run spends before its first case: asv's start and discovery, the grid processes' start-up (each run's
-# stored breakdown holds its own): kept out of the budget in the estimate before a run.
+# What a run spends before its first case: asv's start and discovery, the grid processes' start-up
+# (each run's stored breakdown holds its own): kept out of the budget in the estimate before a run.
 ASV_START_S = 20.0
-# The shortest --time-budget that can measure a case: the wrap-up, asv's start-up before the first grid (about
-# 30 s on an H100 runner) and the 30 s a case needs left to start (optbench.core.runner): a shorter budget is
-# refused, since it would measure nothing.
+# The shortest --time-budget that can measure a case: the wrap-up, asv's start-up before the first
+# grid (about 30 s on an H100 runner) and the 30 s a case needs left to start
+# (optbench.core.runner): a shorter budget is refused, since it would measure nothing.
 MIN_TIME_BUDGET_S = ASV_WRAP_UP_S + 60.0
 
 
 def git_commit(ref: str = "HEAD") -> str:
-    """The commit whose code ``ref`` has (``optbench.core.runner.measured_commit``: commits of results and notes
-    alone are skipped); a clear error where the work tree has no git history."""
+    """The commit whose code ``ref`` has (``optbench.core.runner.measured_commit``: commits of
+    results and notes alone are skipped); a clear error where the work tree has no git history."""
     from optbench.core.runner import measured_commit
 
     try:
@@ -64,12 +66,13 @@ def git_commit(ref: str = "HEAD") -> str:
     except subprocess.CalledProcessError as exc:
         raise SystemExit(
             f"optbench: cannot resolve {ref!r} in {ROOT}: {exc.stderr.strip()}\n"
-            "A copied work tree has no history: restore it from a bundle (scripts/gpu-run.sh does).") from exc
+            "A copied work tree has no history: restore it from a bundle (scripts/gpu-run.sh does)."
+        ) from exc
 
 
 def bench_env(settings: Settings) -> dict[str, str]:
-    """Environment of the asv processes: the run's settings (``optbench.core.settings``, read back there), a
-    run id they share, persistent compile caches."""
+    """Environment of the asv processes: the run's settings (``optbench.core.settings``, read back
+    there), a run id they share, persistent compile caches."""
     from optbench.core.settings import process_env
     from optbench.core.store import new_run_id
 
@@ -79,12 +82,12 @@ def bench_env(settings: Settings) -> dict[str, str]:
 
 
 def register_machine(machine: str) -> None:
-    """Makes ``machine`` known to asv in asv's per-user machine file (``~/.asv-machine.json``), whose entry
-    ``asv run --machine`` copies into ``results/asv/<machine>/machine.json``. Where that file exists
-    (committed results), the entry is its description as it is, so asv writes it back byte for byte;
-    else this machine's (OS, architecture, CPU with the GPU named beside it, CPUs, RAM). The entry is
-    written only where it differs; the other machines of the file are kept, and nothing under
-    ``results/`` is written here."""
+    """Makes ``machine`` known to asv in asv's per-user machine file (``~/.asv-machine.json``),
+    whose entry ``asv run --machine`` copies into ``results/asv/<machine>/machine.json``. Where that
+    file exists (committed results), the entry is its description as it is, so asv writes it back
+    byte for byte; else this machine's (OS, architecture, CPU with the GPU named beside it, CPUs,
+    RAM). The entry is written only where it differs; the other machines of the file are kept, and
+    nothing under ``results/`` is written here."""
     import json
 
     from asv import util
@@ -100,10 +103,18 @@ def register_machine(machine: str) -> None:
         info = machine_info()
         cpu = str(info.get("cpu") or platform.processor() or "unknown cpu")
         if info.get("gpu_name"):
-            cpu = (f"{cpu} | {info['gpu_count']}x {info['gpu_name']} (driver {info.get('driver')}, "
-                   f"CUDA {info.get('cuda')})")
-        description = {"machine": machine, "os": str(info.get("os")), "arch": platform.machine(),
-                       "cpu": cpu, "num_cpu": str(info.get("num_cpu")), "ram": str(info.get("ram_gb"))}
+            cpu = (
+                f"{cpu} | {info['gpu_count']}x {info['gpu_name']} (driver {info.get('driver')}, "
+                f"CUDA {info.get('cuda')})"
+            )
+        description = {
+            "machine": machine,
+            "os": str(info.get("os")),
+            "arch": platform.machine(),
+            "cpu": cpu,
+            "num_cpu": str(info.get("num_cpu")),
+            "ram": str(info.get("ram_gb")),
+        }
     path = Path(MachineCollection.get_machine_file_path())
     known = util.load_json(str(path)) if path.is_file() else {}
     if known.get(machine) != description:
@@ -113,27 +124,55 @@ def register_machine(machine: str) -> None:
 def run_parser() -> argparse.ArgumentParser:
     """The command line of ``optbench run``."""
     p = argparse.ArgumentParser(prog="optbench run", description=plain(run.__doc__))
-    p.add_argument("--suite", choices=["auto", *SUITES], default="auto",
-                   help="auto: 'full' with a GPU, 'cpu' without")
-    p.add_argument("--commit", default="HEAD",
-                   help="record the results under the commit whose code this is (commits that only add results "
-                        "or notes are skipped)")
-    p.add_argument("--emulate", help="hardware profile to emulate on a larger GPU (t4, a100-40gb, rtx5090, ...)")
-    p.add_argument("--select", help="regex on record keys ('bench_step.Step1B|variant=best'): measure only those")
-    p.add_argument("--skip-existing", action="store_true",
-                   help="leave out the cases this commit already has a record of on this machine "
-                        "(any status but crashed or interrupted): a suite too long for one call "
-                        "(sweep) is run in parts that add up")
+    p.add_argument(
+        "--suite",
+        choices=["auto", *SUITES],
+        default="auto",
+        help="auto: 'full' with a GPU, 'cpu' without",
+    )
+    p.add_argument(
+        "--commit",
+        default="HEAD",
+        help="record the results under the commit whose code this is (commits that only add "
+        "results or notes are skipped)",
+    )
+    p.add_argument(
+        "--emulate",
+        help="hardware profile to emulate on a larger GPU (t4, a100-40gb, rtx5090, ...)",
+    )
+    p.add_argument(
+        "--select",
+        help="regex on record keys ('bench_step.Step1B|variant=best'): measure only those",
+    )
+    p.add_argument(
+        "--skip-existing",
+        action="store_true",
+        help="leave out the cases this commit already has a record of on this machine "
+        "(any status but crashed or interrupted): a suite too long for one call "
+        "(sweep) is run in parts that add up",
+    )
     p.add_argument("--no-html", action="store_true", help="skip asv publish and optbench's charts")
-    p.add_argument("--time-budget", type=float, metavar="SECONDS",
-                   help="end the run within SECONDS (e.g. a runner's job limit): no case starts, and a running one "
-                        f"stops, {ASV_WRAP_UP_S:g} s before it, so asv still writes what was measured")
-    p.add_argument("--shard", type=shard.parse_shard, metavar="I/N",
-                   help="measure only shard I of N of the (selected) cases, split by their "
-                        "times here (optbench.suite.shard)")
-    p.add_argument("--gpus", metavar="all|0,1,...",
-                   help="one shard per GPU, each a run of its own, all at once (logs in "
-                        "results/<machine>/progress/)")
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="end the run within SECONDS (e.g. a runner's job limit): no case starts, and a "
+        f"running one stops, {ASV_WRAP_UP_S:g} s before it, so asv still writes what was "
+        "measured",
+    )
+    p.add_argument(
+        "--shard",
+        type=shard.parse_shard,
+        metavar="I/N",
+        help="measure only shard I of N of the (selected) cases, split by their "
+        "times here (optbench.suite.shard)",
+    )
+    p.add_argument(
+        "--gpus",
+        metavar="all|0,1,...",
+        help="one shard per GPU, each a run of its own, all at once (logs in "
+        "results/<machine>/progress/)",
+    )
     return p
 
 
@@ -144,8 +183,11 @@ def run_args(p: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     if args.gpus is not None and args.shard is not None:
         p.error("--gpus makes the shards itself: give it without --shard")
     if args.time_budget is not None and args.time_budget < MIN_TIME_BUDGET_S:
-        p.error(f"--time-budget {args.time_budget:g} s cannot measure anything: at least {MIN_TIME_BUDGET_S:g} s "
-                f"({ASV_WRAP_UP_S:g} s of it are kept for asv to write its results)")
+        p.error(
+            f"--time-budget {args.time_budget:g} s cannot measure anything: at least "
+            f"{MIN_TIME_BUDGET_S:g} s ({ASV_WRAP_UP_S:g} s of it are kept for asv to write its "
+            "results)"
+        )
     if args.select:
         try:
             re.compile(args.select)
@@ -155,7 +197,10 @@ def run_args(p: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
         from optbench.core.hardware import PROFILES
 
         if args.emulate not in PROFILES:
-            p.error(f"--emulate {args.emulate!r}: no such hardware profile; one of {', '.join(sorted(PROFILES))}")
+            p.error(
+                f"--emulate {args.emulate!r}: no such hardware profile; one of "
+                f"{', '.join(sorted(PROFILES))}"
+            )
     return args
 
 
@@ -171,8 +216,9 @@ def run(argv: list[str]) -> int:
     if args.gpus is not None:
         from optbench.reporting.site import publish
 
-        return shard.run_on_gpus(argv, args.gpus, emulate=args.emulate,
-                                 publish=None if args.no_html else publish)
+        return shard.run_on_gpus(
+            argv, args.gpus, emulate=args.emulate, publish=None if args.no_html else publish
+        )
 
     return _run_suite(p, args, results)
 
@@ -198,14 +244,24 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
             p.error(f"--emulate {args.emulate}: {exc}")
     deadline = time.time() + args.time_budget - ASV_WRAP_UP_S if args.time_budget else None
     run_id = current().run_id or new_run_id()
-    progress_file = results / machine / "progress" / f"{run_id}.jsonl"  # the case events of every asv process
+    # the case events of every asv process
+    progress_file = results / machine / "progress" / f"{run_id}.jsonl"
     progress_file.parent.mkdir(parents=True, exist_ok=True)
     progress_file.touch()
-    settings = dataclasses.replace(current(), suite=suite, deadline=deadline, results=results, machine=machine,
-                                   emulate=args.emulate, run_id=run_id, progress=progress_file)
+    settings = dataclasses.replace(
+        current(),
+        suite=suite,
+        deadline=deadline,
+        results=results,
+        machine=machine,
+        emulate=args.emulate,
+        run_id=run_id,
+        progress=progress_file,
+    )
     if args.shard:
-        args.select = shard.shard_select(args.shard, suite, args.select, ResultStore(results),
-                                         machine, commit)
+        args.select = shard.shard_select(
+            args.shard, suite, args.select, ResultStore(results), machine, commit
+        )
     if args.select:
         settings = dataclasses.replace(settings, select=args.select)
     if args.skip_existing:
@@ -216,56 +272,118 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
     planned, expected = _announce(args, store, suite, machine, commit, run_id, progress_file)
     selection = ["--bench", asv_pattern(suite)]
     out = console()
-    follower = progress.Follower(progress_file, len(planned), live=out.is_terminal, console=out, planned=planned,
-                                 expected=expected)
+    follower = progress.Follower(
+        progress_file,
+        len(planned),
+        live=out.is_terminal,
+        console=out,
+        planned=planned,
+        expected=expected,
+    )
     date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     started = time.perf_counter()
     try:
         code = progress.run_followed(
-            [sys.executable, "-m", "optbench.core.asv_atomic", "run", "--environment",
-             f"existing:{sys.executable}", "--set-commit-hash", commit, "--machine", machine,
-             "--show-stderr", *selection], env, follower, cwd=ROOT)
+            [
+                sys.executable,
+                "-m",
+                "optbench.core.asv_atomic",
+                "run",
+                "--environment",
+                f"existing:{sys.executable}",
+                "--set-commit-hash",
+                commit,
+                "--machine",
+                machine,
+                "--show-stderr",
+                *selection,
+            ],
+            env,
+            follower,
+            cwd=ROOT,
+        )
     except progress.RunInterrupted as exc:  # its processes have ended: the run is partial
-        store.mark_partial(machine, commit, f"interrupted by {exc.signal}", exc.stopped,
-                           run_id=run_id)
+        store.mark_partial(
+            machine, commit, f"interrupted by {exc.signal}", exc.stopped, run_id=run_id
+        )
         raise
     wall = time.perf_counter() - started
     done = follower.tally()
-    print(f"optbench: suite {suite!r} on {machine} took {wall:.0f} s (asv exit {code}); {done.done} of {done.total} "
-          f"grid cases ended ({', '.join(f'{n} {s}' for s, n in sorted(done.statuses.items())) or 'none'})",
-          flush=True)
+    print(
+        f"optbench: suite {suite!r} on {machine} took {wall:.0f} s (asv exit {code}); {done.done} "
+        f"of {done.total} grid cases ended "
+        f"({', '.join(f'{n} {s}' for s, n in sorted(done.statuses.items())) or 'none'})",
+        flush=True,
+    )
     split = breakdown.phases(follower.events, wall)
     stored = store.path(machine, commit, run_id)
     if stored.exists():  # a run that stored no record gets no file for this alone
-        store.save(machine, commit, [breakdown.record(follower.events, wall, commit=commit, machine=machine,
-                                                      run_id=run_id, date=date)], run_id=run_id)
+        store.save(
+            machine,
+            commit,
+            [
+                breakdown.record(
+                    follower.events, wall, commit=commit, machine=machine, run_id=run_id, date=date
+                )
+            ],
+            run_id=run_id,
+        )
     if not args.no_html:
         from optbench.reporting.site import publish
 
         publish()
     out.print(breakdown.render(split, wall))
-    print(f"optbench: the breakdown is {breakdown.KEY} in {stored.relative_to(ROOT)}" if stored.exists() else
-          "optbench: the breakdown is not stored: the run stored no record", flush=True)
+    print(
+        f"optbench: the breakdown is {breakdown.KEY} in {stored.relative_to(ROOT)}"
+        if stored.exists()
+        else "optbench: the breakdown is not stored: the run stored no record",
+        flush=True,
+    )
     return code
 
 
-def _announce(args: argparse.Namespace, store: ResultStore, suite: str, machine: str, commit: str,
-              run_id: str, progress_file: Path) -> tuple[list[str], dict[str, float]]:
+def _announce(
+    args: argparse.Namespace,
+    store: ResultStore,
+    suite: str,
+    machine: str,
+    commit: str,
+    run_id: str,
+    progress_file: Path,
+) -> tuple[list[str], dict[str, float]]:
     """The grid cases the run will measure (less, with ``--skip-existing``, those this commit has
     here) and their expected seconds from this machine's stored runs, each said in a line."""
     entries = BENCHMARKS.values()
-    planned, by_asv = progress.planned_cases(entries, suite, args.select), progress.asv_timed(entries, suite)
+    planned, by_asv = (
+        progress.planned_cases(entries, suite, args.select),
+        progress.asv_timed(entries, suite),
+    )
     existing = store.measured_keys(machine, commit) if args.skip_existing else set()
     if existing & set(planned):
-        print(f"optbench: --skip-existing: {len(existing & set(planned))} of the suite's cases were measured in an "
-              f"earlier run of {commit[:12]} here; left out", flush=True)
+        print(
+            f"optbench: --skip-existing: {len(existing & set(planned))} of the suite's cases were "
+            f"measured in an earlier run of {commit[:12]} here; left out",
+            flush=True,
+        )
         planned = [k for k in planned if k not in existing]
-    print(f"optbench: suite {suite!r} on {machine} for {commit[:12]}, run {run_id}: {len(planned)} grid cases"
-          + (f" (and {', '.join(by_asv)}, timed by asv itself: no progress of theirs)" if by_asv else "")
-          + f"; progress in {progress_file.relative_to(ROOT)}", flush=True)
-    expected = progress.expected_seconds((run for c in store.commits(machine) for run in store.runs(machine, c)),
-                                         planned)
-    print(progress.estimate_note(planned, expected, args.time_budget, ASV_START_S + ASV_WRAP_UP_S), flush=True)
+    print(
+        f"optbench: suite {suite!r} on {machine} for {commit[:12]}, run {run_id}: {len(planned)} "
+        "grid cases"
+        + (
+            f" (and {', '.join(by_asv)}, timed by asv itself: no progress of theirs)"
+            if by_asv
+            else ""
+        )
+        + f"; progress in {progress_file.relative_to(ROOT)}",
+        flush=True,
+    )
+    expected = progress.expected_seconds(
+        (run for c in store.commits(machine) for run in store.runs(machine, c)), planned
+    )
+    print(
+        progress.estimate_note(planned, expected, args.time_budget, ASV_START_S + ASV_WRAP_UP_S),
+        flush=True,
+    )
     return planned, expected
 
 

@@ -14,5 +14,6 @@ import os
 
 import torch
 
-if not torch.cuda.is_available():  # run Triton kernels on the CPU; must be set before triton is imported
+# run Triton kernels on the CPU; must be set before triton is imported
+if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -1,4 +1,5 @@
-"""Helpers for kernel tests: relative-error checks against float64 references and poisoned allocations."""
+"""Helpers for kernel tests: relative-error checks against float64 references and poisoned
+allocations."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def _poisoned(t: torch.Tensor) -> torch.Tensor:
 
 
 class _PoisonedTorch(types.ModuleType):
-    """``torch`` whose ``empty`` / ``empty_like`` return NaN-filled (float) or min-filled (int) tensors."""
+    """``torch`` whose ``empty`` / ``empty_like`` return NaN-filled (float) or min-filled (int)
+    tensors."""
 
     def __init__(self) -> None:
         super().__init__("torch")
@@ -58,6 +60,7 @@ class _PoisonedTorch(types.ModuleType):
 
 
 def poison_empty(monkeypatch: pytest.MonkeyPatch, *modules: types.ModuleType) -> None:
-    """Make ``torch.empty``/``torch.empty_like`` as called inside ``modules`` return poisoned tensors."""
+    """Make ``torch.empty``/``torch.empty_like`` as called inside ``modules`` return poisoned
+    tensors."""
     for module in modules:
         monkeypatch.setattr(module, "torch", _PoisonedTorch())

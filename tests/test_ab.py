@@ -1,5 +1,5 @@
-"""optbench ab and bisect on synthetic runs (test data, not measurements): the interval, the verdicts, the
-rounds' order and stopping, the exit codes; each with a planted case it must catch."""
+"""optbench ab and bisect on synthetic runs (test data, not measurements): the interval, the
+verdicts, the rounds' order and stopping, the exit codes; each with a planted case it must catch."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ def noisy(level: float, n: int, sd: float, seed: int) -> list[float]:
 
 
 # The interval and its verdicts.
+
 
 def test_a_five_percent_shift_at_half_a_percent_noise_is_a_regression_at_three():
     r = ratio(noisy(100, 5, 0.005, 1), noisy(105, 5, 0.005, 2))
@@ -78,13 +79,19 @@ def test_bad_input_is_refused():
 
 # The rounds: a fake side run writes synthetic records where a real one would.
 
+
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
     """ab with its git, worktrees and grid processes replaced: each side run stores one synthetic
-    run whose 1B step takes ``levels[label]`` ms (noise 0.3%) and whose 100M step is host-bound noise."""
+    run whose 1B step takes ``levels[label]`` ms (noise 0.3%) and whose 100M step is host-bound
+    noise."""
     results = tmp_path / "results"
-    state = {"levels": {"base": 100.0, "head": 100.0}, "calls": [], "status": {"base": "ok", "head": "ok"},
-             "commits": {"BASE": "a" * 40, "HEAD": "b" * 40}}
+    state = {
+        "levels": {"base": 100.0, "head": 100.0},
+        "calls": [],
+        "status": {"base": "ok", "head": "ok"},
+        "commits": {"BASE": "a" * 40, "HEAD": "b" * 40},
+    }
     rng = random.Random(7)
 
     def resolve(ref, root=None):
@@ -103,11 +110,22 @@ def fake(tmp_path, monkeypatch):
         state["calls"].append(side.label)
         level = state["levels"][side.label] * (1 + rng.gauss(0, 0.003))
         host = 70.0 * (1 + rng.gauss(0, 0.15))
-        recs = [record("bench_step.Step1B", {"variant": "best-kernels"}, status=state["status"][side.label],
-                       times={"step": (samples(level, 1), samples(level, 2))}, peak={"step": 512},
-                       info={"primary_clock": "wall"}),
-                record("bench_step.Step100M", {"variant": "eager"}, times={"step": (None, samples(host, 3))},
-                       info={"primary_clock": "wall"})]
+        recs = [
+            record(
+                "bench_step.Step1B",
+                {"variant": "best-kernels"},
+                status=state["status"][side.label],
+                times={"step": (samples(level, 1), samples(level, 2))},
+                peak={"step": 512},
+                info={"primary_clock": "wall"},
+            ),
+            record(
+                "bench_step.Step100M",
+                {"variant": "eager"},
+                times={"step": (None, samples(host, 3))},
+                info={"primary_clock": "wall"},
+            ),
+        ]
         machine = {"key": MACHINE_KEY, "info": {"gpu_uuid": "GPU-test"}, "commit": side.commit}
         ResultStore(results).save("h100-sxm", side.commit, [machine, *recs], run_id=run_id)
         side.runs.append(run_id)
@@ -118,7 +136,9 @@ def fake(tmp_path, monkeypatch):
     monkeypatch.setattr(ab, "remove_worktree", lambda tree, root=None: None)
     monkeypatch.setattr(ab, "run_round", run_round)
     monkeypatch.setattr(ab, "planned", lambda suite, select: {"steps": [STEP_1B, STEP_100M]})
-    state["options"] = ab.Options(suite="full", results=results, warmup=1, min_rounds=4, max_rounds=8)
+    state["options"] = ab.Options(
+        suite="full", results=results, warmup=1, min_rounds=4, max_rounds=8
+    )
     return state
 
 
@@ -142,10 +162,15 @@ def test_neutral_change_passes_after_the_fewest_rounds_in_abba_order(fake):
     assert fake["calls"] == ab.order(5)  # one warm-up pair, four judged
     assert fake["calls"][:6] == ["base", "head", "head", "base", "base", "head"]
     record = pairing(fake)
-    assert len(record["base"]["runs"]) == len(record["head"]["runs"]) == 5 and record["warmup_pairs"] == 1
+    assert (
+        len(record["base"]["runs"]) == len(record["head"]["runs"]) == 5
+        and record["warmup_pairs"] == 1
+    )
     assert record["gpu_uuids"] == ["GPU-test"] and record["exit"] == 0
     step = next(v for v in record["verdicts"] if v["key"] == STEP_1B and v["quantity"] == "time")
-    assert step["class"] == "device-bound" and step["verdict"] == NO_CHANGE and len(step["base"]) == 4
+    assert (
+        step["class"] == "device-bound" and step["verdict"] == NO_CHANGE and len(step["base"]) == 4
+    )
 
 
 def test_a_five_percent_slower_1b_step_is_a_regression(fake):
@@ -179,12 +204,14 @@ def test_a_case_failing_at_head_is_a_regression(fake, capsys):
 
 
 def test_a_required_class_left_undecided_is_inconclusive(fake):
-    """Host-bound noise (15% a run) cannot be decided at 10% in 8 rounds: it holds up the verdict only
-    when required."""
+    """Host-bound noise (15% a run) cannot be decided at 10% in 8 rounds: it holds up the verdict
+    only when required."""
     options = fake["options"]
     assert ab.ab("BASE", "HEAD", options) == ab.EXIT_OK
     fake["calls"].clear()
-    required = ab.Options(**{**options.__dict__, "require": ("device-bound", "memory", "host-bound")})
+    required = ab.Options(
+        **{**options.__dict__, "require": ("device-bound", "memory", "host-bound")}
+    )
     assert ab.ab("BASE", "HEAD", required) == ab.EXIT_INCONCLUSIVE
     assert len(fake["calls"]) == 2 * (1 + options.max_rounds)
 
@@ -197,6 +224,7 @@ def test_the_time_budget_stops_the_rounds_and_says_what_would_reach_the_minimum(
 
 
 # Bisection.
+
 
 @pytest.mark.parametrize("first", range(6))
 def test_bisection_names_the_first_bad_commit(first):
@@ -222,8 +250,13 @@ def test_bisect_compares_every_step_with_good(monkeypatch, capsys):
     seen = []
     monkeypatch.setattr(bisect, "commits_between", lambda good, bad: ["c1", "c2", "c3", "c4"])
     monkeypatch.setattr(bisect, "_subject", lambda c: c)
-    monkeypatch.setattr(bisect, "ab", lambda base, head, options: seen.append((base, head)) or
-                        (ab.EXIT_REGRESSION if head >= "c2" else ab.EXIT_OK))
+    monkeypatch.setattr(
+        bisect,
+        "ab",
+        lambda base, head, options: (
+            seen.append((base, head)) or (ab.EXIT_REGRESSION if head >= "c2" else ab.EXIT_OK)
+        ),
+    )
     assert bisect.main(["GOOD", "BAD", "--select", "x"]) == 0
     assert {base for base, _ in seen} == {"GOOD"}
     assert "first bad commit is c2" in capsys.readouterr().out

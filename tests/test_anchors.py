@@ -1,7 +1,7 @@
-"""The HF + torch.compile anchor (optbench.suite.anchors, bench_anchors.HFCompileStep) without transformers: its shapes
-against the stored anchor script, its skips, the check that refuses a step that does not train (on stub
-models), the work timed as our step is (transformers replaced by a stub), and the report's x HF on synthetic
-stores (test data, not measurements)."""
+"""The HF + torch.compile anchor (optbench.suite.anchors, bench_anchors.HFCompileStep) without
+transformers: its shapes against the stored anchor script, its skips, the check that refuses a step
+that does not train (on stub models), the work timed as our step is (transformers replaced by a
+stub), and the report's x HF on synthetic stores (test data, not measurements)."""
 
 from __future__ import annotations
 
@@ -29,22 +29,33 @@ SCRIPT = ROOT / "scripts/probes/hf_compile_step_steady.py"
 H100 = PROFILES["h100-sxm"]
 
 
-# --- shapes and skips ---------------------------------------------------------------------------------------
+# --- shapes and skips
+# ---------------------------------------------------------------------------------------
+
 
 def _script_shapes() -> tuple[dict[str, dict[str, int]], dict[str, int]]:
-    """The anchor script's per-size LlamaConfig keywords, and its other LlamaConfig keywords and B, S."""
+    """The anchor script's per-size LlamaConfig keywords, and its other LlamaConfig keywords and B,
+    S."""
     tree = ast.parse(SCRIPT.read_text())
     sizes, common = {}, {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "cfgs":
-            sizes = {ast.literal_eval(k): {kw.arg: ast.literal_eval(kw.value) for kw in v.keywords}
-                     for k, v in zip(node.value.keys, node.value.values)}
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in
-                                             getattr(node.targets[0], "elts", [])] == ["B", "S"]:
+            sizes = {
+                ast.literal_eval(k): {kw.arg: ast.literal_eval(kw.value) for kw in v.keywords}
+                for k, v in zip(node.value.keys, node.value.values)
+            }
+        if isinstance(node, ast.Assign) and [
+            getattr(t, "id", None) for t in getattr(node.targets[0], "elts", [])
+        ] == ["B", "S"]:
             common.update(zip("BS", ast.literal_eval(node.value)))
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "LlamaConfig":
-            common.update({kw.arg: ast.literal_eval(kw.value) for kw in node.keywords
-                           if kw.arg in ("vocab_size", "tie_word_embeddings")})
+            common.update(
+                {
+                    kw.arg: ast.literal_eval(kw.value)
+                    for kw in node.keywords
+                    if kw.arg in ("vocab_size", "tie_word_embeddings")
+                }
+            )
     return sizes, common
 
 
@@ -54,7 +65,9 @@ def test_the_anchor_shapes_are_the_anchor_scripts():
     for size, shape in sizes.items():
         ours = anchors.hf_shape(CONFIGS[size])
         assert ours == {**shape, "vocab_size": common["vocab_size"]}, size
-    assert common["tie_word_embeddings"] is False and not any(CONFIGS[s].tie_embeddings for s in sizes)
+    assert common["tie_word_embeddings"] is False and not any(
+        CONFIGS[s].tie_embeddings for s in sizes
+    )
     assert (common["B"], common["S"]) == (BASELINE.batch_size, BASELINE.seq_len)
 
 
@@ -62,15 +75,18 @@ def test_anchor_skip_reasons():
     for size in catalog.ANCHOR_SIZES:
         assert P.anchor_skip_reason(H100, size) is None
         assert P.anchor_skip_reason(PROFILES["cpu"], size).startswith("no CUDA:")
-        assert P.anchor_skip_reason(PROFILES["t4"], size).startswith("no bf16:")  # the anchor is bf16
+        # the anchor is bf16
+        assert P.anchor_skip_reason(PROFILES["t4"], size).startswith("no bf16:")
     no_triton = H100.__class__(**{**vars(H100), "triton": False})
-    assert P.anchor_skip_reason(no_triton, "100M").startswith("no Triton:")  # torch.compile's kernels
+    # torch.compile's kernels
+    assert P.anchor_skip_reason(no_triton, "100M").startswith("no Triton:")
     small = H100.__class__(**{**vars(H100), "mem_gb": 8.0})
     assert P.anchor_skip_reason(small, "1B").startswith("memory:")
 
 
 def test_the_plan_lists_the_anchor_in_the_sweep_only():
-    """The HF step does not change with our commits: the per-commit suites leave it out, the sweep has each size."""
+    """The HF step does not change with our commits: the per-commit suites leave it out, the sweep
+    has each size."""
     sweep = [r for r in P.plan(H100, "sweep") if r.benchmark == catalog.ANCHOR_BENCHMARK]
     assert [r.params["size"] for r in sweep] == catalog.ANCHOR_SIZES
     assert all(r.action == "run" and r.floor_ms > 0 for r in sweep)
@@ -90,7 +106,8 @@ def test_hf_step_work_skips_without_transformers(monkeypatch):
         anchors.hf_step_work("100M", "cuda")
 
 
-# --- the check on stub models -------------------------------------------------------------------------------
+# --- the check on stub models
+# -------------------------------------------------------------------------------
 
 V, D = 64, 32
 
@@ -110,9 +127,11 @@ class TinyLM(torch.nn.Module):
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten())
 
 
-def _check(model: TinyLM, optimizer_params=None, update: bool = True, poison: float = 1.0, **adamw) -> dict:
-    """check_training of one stub step: AdamW (lr 1e-2) over ``optimizer_params`` (default: all), the update
-    skipped where not ``update``, the returned loss multiplied by ``poison``."""
+def _check(
+    model: TinyLM, optimizer_params=None, update: bool = True, poison: float = 1.0, **adamw
+) -> dict:
+    """check_training of one stub step: AdamW (lr 1e-2) over ``optimizer_params`` (default: all),
+    the update skipped where not ``update``, the returned loss multiplied by ``poison``."""
     opt = torch.optim.AdamW(optimizer_params or model.parameters(), lr=1e-2, **adamw)
     batch = torch.randint(0, V, (4, 33), generator=torch.Generator().manual_seed(0))
 
@@ -134,12 +153,18 @@ def test_the_check_passes_a_step_that_trains():
     assert out["unchanged_params"] == 0 and len(out["losses"]) == anchors.CHECK_STEPS
 
 
-@pytest.mark.parametrize(("broken", "why"), [
-    (lambda m: _check(m, update=False), "did not lower the loss.*2 parameters did not change"),
-    (lambda m: _check(m, poison=float("nan")), "a loss is not finite"),
-    (lambda m: _check(m, maximize=True), "did not lower the loss"),  # steps uphill
-    (lambda m: _check(m, optimizer_params=[m.head.weight]), r"1 parameters did not change \(e.g. emb.weight\)"),
-])
+@pytest.mark.parametrize(
+    ("broken", "why"),
+    [
+        (lambda m: _check(m, update=False), "did not lower the loss.*2 parameters did not change"),
+        (lambda m: _check(m, poison=float("nan")), "a loss is not finite"),
+        (lambda m: _check(m, maximize=True), "did not lower the loss"),  # steps uphill
+        (
+            lambda m: _check(m, optimizer_params=[m.head.weight]),
+            r"1 parameters did not change \(e.g. emb.weight\)",
+        ),
+    ],
+)
 def test_the_check_refuses_a_step_that_does_not_train(broken, why):
     with pytest.raises(WrongResult, match=why):
         broken(TinyLM())
@@ -154,10 +179,13 @@ def test_the_check_refuses_a_far_init_loss_and_another_shape():
         anchors.check_training(step, dict(model.named_parameters()), V, 1)
 
 
-# --- the work, with transformers replaced by a stub ---------------------------------------------------------
+# --- the work, with transformers replaced by a stub
+# ---------------------------------------------------------
+
 
 class StubLlama(torch.nn.Module):
-    """Stands in for transformers' LlamaForCausalLM: lists the configs it was built with, returns .loss."""
+    """Stands in for transformers' LlamaForCausalLM: lists the configs it was built with, returns
+    .loss."""
 
     built: list = []
 
@@ -172,10 +200,14 @@ class StubLlama(torch.nn.Module):
 
 @pytest.fixture
 def stub_transformers(monkeypatch):
-    """A 'transformers' module with LlamaConfig and LlamaForCausalLM stubs, an H100 profile, no compile."""
+    """A 'transformers' module with LlamaConfig and LlamaForCausalLM stubs, an H100 profile, no
+    compile."""
     modeling = types.SimpleNamespace(LlamaForCausalLM=StubLlama)
-    module = types.SimpleNamespace(LlamaConfig=lambda **kw: types.SimpleNamespace(**kw), __version__="stub",
-                                   models=types.SimpleNamespace(llama=types.SimpleNamespace(modeling_llama=modeling)))
+    module = types.SimpleNamespace(
+        LlamaConfig=lambda **kw: types.SimpleNamespace(**kw),
+        __version__="stub",
+        models=types.SimpleNamespace(llama=types.SimpleNamespace(modeling_llama=modeling)),
+    )
     monkeypatch.setitem(sys.modules, "transformers", module)
     monkeypatch.setitem(sys.modules, "transformers.models", module.models)
     monkeypatch.setitem(sys.modules, "transformers.models.llama", module.models.llama)
@@ -189,7 +221,9 @@ def stub_transformers(monkeypatch):
 def test_the_work_is_timed_and_counted_as_our_step(stub_transformers):
     work = anchors.hf_step_work("100M", "cpu")
     cfg, tokens = CONFIGS["100M"], BASELINE.batch_size * BASELINE.seq_len
-    assert set(work.timed) == {"step", "forward"} and work.memory == ("step",) and work.graph is False
+    assert (
+        set(work.timed) == {"step", "forward"} and work.memory == ("step",) and work.graph is False
+    )
     assert work.timing == step_timing("cpu", {})  # timed as our step is
     assert work.flops == {"step": flops_per_token(cfg, BASELINE.seq_len) * tokens}
     assert work.info["tokens"] == tokens and work.info["primary_clock"] == "wall"
@@ -201,24 +235,37 @@ def test_the_work_is_timed_and_counted_as_our_step(stub_transformers):
 def test_the_model_gets_the_sizes_shape(stub_transformers):
     anchors.hf_step_work("1B", "cpu")
     (config,) = StubLlama.built
-    assert {k: getattr(config, k) for k in anchors.hf_shape(CONFIGS["1B"])} == anchors.hf_shape(CONFIGS["1B"])
+    assert {k: getattr(config, k) for k in anchors.hf_shape(CONFIGS["1B"])} == anchors.hf_shape(
+        CONFIGS["1B"]
+    )
     assert config.tie_word_embeddings is False and config._attn_implementation == "sdpa"
     assert config.max_position_embeddings == BASELINE.seq_len
 
 
-# --- x HF in the report -------------------------------------------------------------------------------------
+# --- x HF in the report
+# -------------------------------------------------------------------------------------
+
 
 def _anchor(size: str, ms: float, seed: int) -> dict:
-    return record(catalog.ANCHOR_BENCHMARK, {"size": size}, times={"step": (None, samples(ms, seed))},
-                  info={"tokens": 8192, "primary_clock": "wall", "setup": anchors.HF_SETUP, "transformers": "5.0"})
+    return record(
+        catalog.ANCHOR_BENCHMARK,
+        {"size": size},
+        times={"step": (None, samples(ms, seed))},
+        info={
+            "tokens": 8192,
+            "primary_clock": "wall",
+            "setup": anchors.HF_SETUP,
+            "transformers": "5.0",
+        },
+    )
 
 
 STEPS_DATE = "2025-01-01T12:00:00+00:00"
 
 
 def _hf_store(tmp_path, anchor_date: str | None = STEPS_DATE) -> ResultStore:
-    """Commit 1's steps at 100M and 1B (synthetic_results, dated STEPS_DATE) and, unless anchor_date is None,
-    the anchor at 100M only (a record of the steps' run where the dates are equal)."""
+    """Commit 1's steps at 100M and 1B (synthetic_results, dated STEPS_DATE) and, unless anchor_date
+    is None, the anchor at 100M only (a record of the steps' run where the dates are equal)."""
     store = ResultStore(tmp_path / "results")
     save(store, "h100-sxm", commit(1), STEPS_DATE, _steps(1, True))
     if anchor_date:
@@ -242,33 +289,54 @@ def test_x_hf_is_the_anchors_median_over_our_fastest_from_one_run(tmp_path):
     table = headline.headline_table(store)
     row = "| × HF (HF ms / our fastest's ms) |"
     assert _rows(table, row) == [f"{row} {x:.2f}× vs best | n/a |"]
-    hf_ms, hf_iqr = (data.step_ms(data.anchor_steps(run)["100M"]),
-                     data.step_iqr_ms(data.anchor_steps(run)["100M"]))
-    assert f"| HF + torch.compile (ms per step [IQR]) | {hf_ms:.1f} ms [{hf_iqr:.1f}] | n/a |" in table
-    assert anchors.HF_SETUP in table and "transformers 5.0" in table and catalog.ANCHOR_BENCHMARK in table
+    hf_ms, hf_iqr = (
+        data.step_ms(data.anchor_steps(run)["100M"]),
+        data.step_iqr_ms(data.anchor_steps(run)["100M"]),
+    )
+    assert (
+        f"| HF + torch.compile (ms per step [IQR]) | {hf_ms:.1f} ms [{hf_iqr:.1f}] | n/a |" in table
+    )
+    assert (
+        anchors.HF_SETUP in table
+        and "transformers 5.0" in table
+        and catalog.ANCHOR_BENCHMARK in table
+    )
 
 
-@pytest.mark.parametrize(("anchor_date", "where"), [("2025-01-01T15:00:00+00:00", "another run, same day"),
-                                                    ("2025-01-02T12:00:00+00:00", "another run of the commit")])
+@pytest.mark.parametrize(
+    ("anchor_date", "where"),
+    [
+        ("2025-01-01T15:00:00+00:00", "another run, same day"),
+        ("2025-01-02T12:00:00+00:00", "another run of the commit"),
+    ],
+)
 def test_x_hf_says_when_the_anchor_came_from_another_run(tmp_path, anchor_date, where):
     run = data.runs(_hf_store(tmp_path, anchor_date))["h100-sxm"][-1]
     assert data.hf_ratio(run, "100M")[1:] == ("best", where)
-    assert f"× vs best ({where}) | n/a |" in headline.headline_table(_hf_store(tmp_path / "again", anchor_date))
+    assert f"× vs best ({where}) | n/a |" in headline.headline_table(
+        _hf_store(tmp_path / "again", anchor_date)
+    )
 
 
 @pytest.mark.parametrize("failed", [None, "oom", "wrong"])
 def test_no_hf_rows_without_an_anchor(tmp_path, failed):
     store = _hf_store(tmp_path, anchor_date=None)
     if failed:  # a case that did not measure is no anchor
-        save(store, "h100-sxm", commit(1), STEPS_DATE, [record(catalog.ANCHOR_BENCHMARK, {"size": "100M"},
-                                                              status=failed)])
+        save(
+            store,
+            "h100-sxm",
+            commit(1),
+            STEPS_DATE,
+            [record(catalog.ANCHOR_BENCHMARK, {"size": "100M"}, status=failed)],
+        )
     run = data.runs(store)["h100-sxm"][-1]
     assert data.hf_ratio(run, "100M") is None and data.anchor_steps(run) == {}
     assert "HF" not in headline.headline_table(store)
 
 
 def test_x_hf_only_from_the_columns_commit(tmp_path):
-    """The anchor measured at an older commit than the step table's column is not divided by a newer step."""
+    """The anchor measured at an older commit than the step table's column is not divided by a newer
+    step."""
     store = _hf_store(tmp_path)
     save(store, "h100-sxm", commit(2), "2025-01-02T12:00:00+00:00", _steps(2, True))
     table = headline.headline_table(store)

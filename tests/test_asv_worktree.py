@@ -29,8 +29,9 @@ FACTOR = "3"  # asv's -f: the plant clears it by far; load swings between two ru
 def commit(repo: Path, message: str) -> str:
     subprocess.run([*GIT, "add", "-A"], cwd=repo, check=True)
     subprocess.run([*GIT, "commit", "-q", "-m", message], cwd=repo, check=True)
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def new_repo(path: Path) -> Path:
@@ -64,8 +65,10 @@ def test_each_commit_runs_from_its_worktree_which_is_reused_and_pruned(tmp_path)
     env.create()
     out = tmp_path / "probe.txt"
     # through asv's benchmark script, which takes its sys.path from ASV_PYTHONPATH, not PYTHONPATH
-    setup = (f"import os, pathlib, probe; pathlib.Path({str(out)!r}).write_text(f'{{probe.VALUE}} "
-             "{os.environ[\"ASV_COMMIT\"]} {os.environ[\"OPTBENCH_RESULTS\"]}')")
+    setup = (
+        f"import os, pathlib, probe; pathlib.Path({str(out)!r}).write_text(f'{{probe.VALUE}} "
+        '{os.environ["ASV_COMMIT"]} {os.environ["OPTBENCH_RESULTS"]}\')'
+    )
     probe = ["timing", "--number", "1", "--repeat", "1", "--setup", setup, "pass"]
     for i, h in enumerate(hashes):
         env.install_project(conf, None, h)
@@ -74,8 +77,9 @@ def test_each_commit_runs_from_its_worktree_which_is_reused_and_pruned(tmp_path)
         assert out.read_text().split() == [str(i), h, str(repo / "results")]
     trees = sorted(p.name for p in (repo / ".asv" / "env" / "worktrees").iterdir())
     assert trees == sorted(hashes[-KEEP_WORKTREES:])  # the least recently used went
-    listed = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True,
-                            text=True).stdout
+    listed = subprocess.run(
+        ["git", "worktree", "list"], cwd=repo, capture_output=True, text=True
+    ).stdout
     assert hashes[0] not in listed and hashes[-1] in listed
 
     tree = repo / ".asv" / "env" / "worktrees" / hashes[-2]
@@ -89,8 +93,13 @@ def test_each_commit_runs_from_its_worktree_which_is_reused_and_pruned(tmp_path)
 def _project_copy(path: Path) -> Path:
     """This checkout's files (tracked and untracked; ignored ones and results/ left out) in a new
     repository at ``path``."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO_ROOT,
-                           check=True, capture_output=True, text=True).stdout.splitlines()
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
     repo = new_repo(path)
     for name in files:
         if name.startswith("results/") or not (REPO_ROOT / name).is_file():
@@ -101,8 +110,14 @@ def _project_copy(path: Path) -> Path:
 
 
 def _asv(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "asv", *args], cwd=repo, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "asv", *args],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _step_ms(repo: Path, commit_hash: str) -> float:
@@ -121,18 +136,35 @@ def test_asv_continuous_measures_both_commits_and_fails_on_a_planted_slowdown(tm
     neutral = commit(repo, "neutral")
     anchor = "    def _step(self) -> Tensor:\n"
     assert anchor in step_py.read_text()
-    step_py.write_text(step_py.read_text().replace(
-        anchor, f"{anchor}        __import__('time').sleep({PLANT_S})  # planted slowdown\n"))
+    step_py.write_text(
+        step_py.read_text().replace(
+            anchor, f"{anchor}        __import__('time').sleep({PLANT_S})  # planted slowdown\n"
+        )
+    )
     planted = commit(repo, "planted")
 
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OPTBENCH_", "ASV", "PYTHONPATH"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("OPTBENCH_", "ASV", "PYTHONPATH"))
+    }
     # One thread: two threads on a loaded 2-core machine make a tiny step 10-70x slower, at random.
-    env.update(HOME=str(tmp_path / "home"), OMP_NUM_THREADS="1", OPTBENCH_SUITE="cpu",
-               OPTBENCH_SELECT=r"StepTiny\|variant=eager$")
+    env.update(
+        HOME=str(tmp_path / "home"),
+        OMP_NUM_THREADS="1",
+        OPTBENCH_SUITE="cpu",
+        OPTBENCH_SELECT=r"StepTiny\|variant=eager$",
+    )
     assert _asv(repo, env, "machine", "--yes", "--machine", MACHINE).returncode == 0
-    gate = ["continuous", "-E", "worktree:same", "--machine", MACHINE, "-f", FACTOR,
-            "--bench", "StepTiny.track_step_ms"]
+    gate = [
+        "continuous",
+        "-E",
+        "worktree:same",
+        "--machine",
+        MACHINE,
+        "-f",
+        FACTOR,
+        "--bench",
+        "StepTiny.track_step_ms",
+    ]
 
     same = _asv(repo, env, *gate, base, neutral)
     assert same.returncode == 0, same.stdout + same.stderr

@@ -1,5 +1,6 @@
-"""The catalog is the only place benchmarks are listed: asv's classes, the suites, the plan, the pytest twin,
-the CLI and every name in the harness's code agree with it, and it imports without torch."""
+"""The catalog is the only place benchmarks are listed: asv's classes, the suites, the plan, the
+pytest twin, the CLI and every name in the harness's code agree with it, and it imports without
+torch."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ BENCHMARK_NAME = re.compile(r"""["'`](bench_\w+\.[A-Z]\w*)(?![\w{])""")
 def _benchmark_package_imported_afresh():
     """Inside, no ``benchmarks`` module is imported (asv imports the package from its
     benchmark_dir); after, sys.modules and the import hooks hold what they held before."""
+
     def ours(name: str) -> bool:
         return name == "benchmarks" or name.startswith("benchmarks.")
 
@@ -59,10 +61,14 @@ def asv_classes(suite: str, monkeypatch, benchmark_dir: Path = ROOT / "benchmark
 
 
 def disagreements(classes: dict[str, list[list[str]]], suite: str) -> list[str]:
-    """Where asv's classes and the catalog differ in ``suite``: a name on one side only, or other params."""
+    """Where asv's classes and the catalog differ in ``suite``: a name on one side only, or other
+    params."""
     names = set(classes) ^ set(catalog.BENCHMARKS)
-    return sorted(names) + [name for name in catalog.SUITES[suite]
-                            if name in classes and classes[name] != catalog.benchmark(name).params[suite]]
+    return sorted(names) + [
+        name
+        for name in catalog.SUITES[suite]
+        if name in classes and classes[name] != catalog.benchmark(name).params[suite]
+    ]
 
 
 @pytest.mark.parametrize("suite", catalog.SUITE_NAMES)
@@ -71,9 +77,12 @@ def test_asv_classes_are_the_catalog(suite, monkeypatch):
 
 
 def test_a_class_the_catalog_lacks_is_caught(monkeypatch):
-    """Mutation: an asv class without a catalog entry, or with a grid of its own, is a disagreement."""
+    """Mutation: an asv class without a catalog entry, or with a grid of its own, is a
+    disagreement."""
     classes = asv_classes("quick", monkeypatch)
-    assert disagreements({**classes, "bench_kernels.Extra": [["1x1"], ["eager"]]}, "quick") == ["bench_kernels.Extra"]
+    assert disagreements({**classes, "bench_kernels.Extra": [["1x1"], ["eager"]]}, "quick") == [
+        "bench_kernels.Extra"
+    ]
     own = {**classes, "bench_kernels.SwiGLU": [["8192x2048"], ["eager", "triton"]]}
     assert disagreements(own, "quick") == ["bench_kernels.SwiGLU"]
 
@@ -106,7 +115,8 @@ def test_a_benchmark_module_the_catalog_lacks_is_caught(where, tmp_path, monkeyp
 
 
 def test_every_name_in_the_code_is_in_the_catalog():
-    """Every benchmark named in the harness, the suites' glue and the report is one of the catalog's."""
+    """Every benchmark named in the harness, the suites' glue and the report is one of the
+    catalog's."""
     named = {}
     for path in [*(ROOT / "optbench").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]:
         for name in BENCHMARK_NAME.findall(path.read_text()):
@@ -118,16 +128,24 @@ def test_suites_pick_their_benchmarks():
     pattern = {s: re.compile(catalog.asv_pattern(s)) for s in catalog.SUITE_NAMES}
     for suite, names in catalog.SUITES.items():
         for name in catalog.BENCHMARKS:
-            assert bool(pattern[suite].search(f"{name}.track_step_ms")) == (name in names), (suite, name)
-            assert not pattern[suite].search(f"{name}X.track_step_ms")  # no benchmark matches by prefix
-    assert "bench_step.StepTiny" in catalog.SUITES["cpu"] and "bench_kernels.RMSNorm" not in catalog.SUITES["quick"]
+            assert bool(pattern[suite].search(f"{name}.track_step_ms")) == (name in names), (
+                suite,
+                name,
+            )
+            # no benchmark matches by prefix
+            assert not pattern[suite].search(f"{name}X.track_step_ms")
+    assert (
+        "bench_step.StepTiny" in catalog.SUITES["cpu"]
+        and "bench_kernels.RMSNorm" not in catalog.SUITES["quick"]
+    )
     quick_steps = catalog.benchmark("bench_step.Step100M").params["quick"][0]
     assert quick_steps == catalog.STEP_GRIDS["quick"]
 
 
 def test_quick_is_in_full_and_full_in_the_sweep():
-    """Each per-commit suite is a part of the next: what quick measures, full does, and the sweep holds every case
-    of both, so a sweep run with --skip-existing after them adds only what they leave out."""
+    """Each per-commit suite is a part of the next: what quick measures, full does, and the sweep
+    holds every case of both, so a sweep run with --skip-existing after them adds only what they
+    leave out."""
     cases = {s: set(map(str, catalog.suite_cases(s))) for s in ("quick", "full", "sweep")}
     assert cases["quick"] < cases["full"] < cases["sweep"]
     assert set(catalog.SUITE_DOCS) == set(catalog.SUITE_NAMES)
@@ -143,7 +161,9 @@ def test_cli_and_pytest_twin_read_the_catalog(monkeypatch):
     monkeypatch.setenv("OPTBENCH_SUITE", "quick")
     monkeypatch.delitem(sys.modules, "benchmarks.test_pytest_kernels", raising=False)
     twin = importlib.import_module("benchmarks.test_pytest_kernels")
-    assert len(twin.CASES) == sum(len(b.cases("quick")) for b in catalog.BENCHMARKS.values() if b.kind == "kernel")
+    assert len(twin.CASES) == sum(
+        len(b.cases("quick")) for b in catalog.BENCHMARKS.values() if b.kind == "kernel"
+    )
 
 
 def test_every_kernel_op_has_its_implementations():
@@ -156,32 +176,40 @@ def test_every_kernel_op_has_its_implementations():
 
 
 def test_imports_without_torch():
-    code = "import sys; sys.modules['torch'] = None; import optbench.suite.catalog as c; print(len(c.BENCHMARKS))"
+    code = (
+        "import sys; sys.modules['torch'] = None; import optbench.suite.catalog as c; "
+        "print(len(c.BENCHMARKS))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and int(out.stdout) == len(catalog.BENCHMARKS), out.stderr
 
 
 def _import_as_asv_does(root: Path, package: str) -> subprocess.CompletedProcess:
-    """Import ``package`` (under ``root``) and every module in it, recursively, as asv's discovery and forkserver
-    do (asv_runner.discovery.disc_modules: pkgutil over the package path), with torch made unimportable."""
-    code = ("import importlib, pkgutil, sys; sys.modules['torch'] = None\n"
-            "def walk(name):\n"
-            "    module = importlib.import_module(name)\n"
-            "    for _, sub, _ in pkgutil.iter_modules(getattr(module, '__path__', []), name + '.'):\n"
-            "        walk(sub)\n"
-            f"walk({package!r})")
+    """Import ``package`` (under ``root``) and every module in it, recursively, as asv's discovery
+    and forkserver do (asv_runner.discovery.disc_modules: pkgutil over the package path), with torch
+    made unimportable."""
+    code = (
+        "import importlib, pkgutil, sys; sys.modules['torch'] = None\n"
+        "def walk(name):\n"
+        "    module = importlib.import_module(name)\n"
+        "    for _, sub, _ in pkgutil.iter_modules(getattr(module, '__path__', []), name + '.'):\n"
+        "        walk(sub)\n"
+        f"walk({package!r})"
+    )
     return subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
 
 
 def test_asv_lists_the_benchmarks_without_importing_torch():
-    """asv imports every module of benchmarks/ twice per run (its discovery and its forkserver), the pytest twin
-    and conftest.py too, before any case runs: neither pays for torch (2-4 s each on a GPU runner)."""
+    """asv imports every module of benchmarks/ twice per run (its discovery and its forkserver), the
+    pytest twin and conftest.py too, before any case runs: neither pays for torch (2-4 s each on a
+    GPU runner)."""
     out = _import_as_asv_does(ROOT, "benchmarks")
     assert out.returncode == 0, out.stderr
 
 
 def test_a_benchmark_module_importing_torch_is_caught(tmp_path):
-    """Mutation: a module beside the suites (as the pytest twin once was) that imports torch at its top."""
+    """Mutation: a module beside the suites (as the pytest twin once was) that imports torch at its
+    top."""
     (tmp_path / "suite").mkdir()
     (tmp_path / "suite" / "__init__.py").write_text("")
     (tmp_path / "suite" / "bench_ok.py").write_text("import json\n")

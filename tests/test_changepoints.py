@@ -27,12 +27,15 @@ def noisy(level: float, rng: random.Random, rel_sd: float = 0.01) -> float:
     return level * (1 + rng.gauss(0, rel_sd))
 
 
-def series(levels: list[float], units: list[str], seed: int = 0, runs: int = 2,
-           rel_sd: float = 0.01) -> list[tuple[str, list[RunMedian]]]:
+def series(
+    levels: list[float], units: list[str], seed: int = 0, runs: int = 2, rel_sd: float = 0.01
+) -> list[tuple[str, list[RunMedian]]]:
     """Commit i: ``runs`` runs on ``units[i]`` around ``levels[i]`` ms."""
     rng = random.Random(seed)
-    return [(commit(i), [RunMedian(unit, noisy(level, rng, rel_sd)) for _ in range(runs)])
-            for i, (level, unit) in enumerate(zip(levels, units))]
+    return [
+        (commit(i), [RunMedian(unit, noisy(level, rng, rel_sd)) for _ in range(runs)])
+        for i, (level, unit) in enumerate(zip(levels, units))
+    ]
 
 
 def test_a_planted_step_is_found_in_its_commit_range():
@@ -76,19 +79,30 @@ def test_gpus_never_share_a_series():
     assert len(change_points(series(levels, ["GPU-fast"] * 16))) == 1
     split = unit_series(series(levels, units))
     assert {u: [c for c, _ in commits] for u, commits in split.items()} == {
-        "GPU-fast": [commit(i) for i in range(8)], "GPU-slow": [commit(i) for i in range(8, 16)]}
+        "GPU-fast": [commit(i) for i in range(8)],
+        "GPU-slow": [commit(i) for i in range(8, 16)],
+    }
 
 
 def test_each_gpu_reports_its_own_change_point():
     """Two GPUs measure every commit at levels 10% apart, both 20% slower from commit 8: one change
     point per GPU, each the ratio of its own levels."""
     rng = random.Random(7)
-    both = [(commit(i), [RunMedian("GPU-a", noisy(1.0 * step, rng)),
-                         RunMedian("GPU-b", noisy(1.1 * step, rng))])
-            for i, step in enumerate([1.0] * 8 + [1.2] * 8)]
+    both = [
+        (
+            commit(i),
+            [
+                RunMedian("GPU-a", noisy(1.0 * step, rng)),
+                RunMedian("GPU-b", noisy(1.1 * step, rng)),
+            ],
+        )
+        for i, step in enumerate([1.0] * 8 + [1.2] * 8)
+    ]
     found = change_points(both)
-    assert [(p.unit, p.before, p.after) for p in found] == [("GPU-a", commit(7), commit(8)),
-                                                          ("GPU-b", commit(7), commit(8))]
+    assert [(p.unit, p.before, p.after) for p in found] == [
+        ("GPU-a", commit(7), commit(8)),
+        ("GPU-b", commit(7), commit(8)),
+    ]
     assert all(p.ratio == pytest.approx(1.2, rel=0.03) for p in found)
 
 
@@ -114,7 +128,9 @@ def test_unit_of_a_run():
 def test_importable_without_torch_or_asv():
     """The module loads neither torch nor asv (asv's step detection is imported when a series is
     searched)."""
-    code = ("import sys, optbench.core.changepoints; "
-            "print(sorted(m for m in ('torch', 'asv') if m in sys.modules))")
+    code = (
+        "import sys, optbench.core.changepoints; "
+        "print(sorted(m for m in ('torch', 'asv') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -58,8 +58,14 @@ MARKUP = re.compile(r":[\w:-]+:`|``|\S::$", re.MULTILINE)  # roles, inline liter
 def python_m_optbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """``python -m optbench ARGS`` run from ``cwd`` with this checkout importable."""
     path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-m", "optbench", *args], cwd=cwd, capture_output=True,
-                          text=True, env=dict(os.environ, PYTHONPATH=path), timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "optbench", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=path),
+        timeout=120,
+    )
 
 
 def exit_code(argv: list[str]) -> int:
@@ -86,9 +92,14 @@ def test_python_m_optbench_gives_every_commands_help_free_of_sphinx_markup(argv,
     assert not MARKUP.search(done.stdout), MARKUP.search(done.stdout)
 
 
-@pytest.mark.parametrize(("argv", "problem"), [(["bogus"], "unknown command 'bogus'"),
-                                               (["--bogus"], "unknown command '--bogus'"),
-                                               ([], "no command given")])
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["bogus"], "unknown command 'bogus'"),
+        (["--bogus"], "unknown command '--bogus'"),
+        ([], "no command given"),
+    ],
+)
 def test_no_known_command_is_one_line_and_the_usage_on_stderr(argv, problem, tmp_path):
     done = python_m_optbench(*argv, cwd=tmp_path)
     assert done.returncode == 2 and not done.stdout
@@ -114,16 +125,18 @@ def one_line_naming(path: Path, out: pytest.CaptureResult[str]) -> bool:
     return not out.out and len(out.err.splitlines()) == 1 and str(path) in out.err
 
 
-def test_run_into_an_unwritable_results_folder_is_one_line_naming_it(unwritable_results,
-                                                                     monkeypatch, capsys):
+def test_run_into_an_unwritable_results_folder_is_one_line_naming_it(
+    unwritable_results, monkeypatch, capsys
+):
     monkeypatch.setattr(cli, "ROOT", unwritable_results.parent)
     assert exit_code(["run"]) == 2
     out = capsys.readouterr()
     assert one_line_naming(unwritable_results, out), out
 
 
-def test_merge_into_an_unwritable_results_folder_is_one_line_naming_it(unwritable_results,
-                                                                       tmp_path, capsys):
+def test_merge_into_an_unwritable_results_folder_is_one_line_naming_it(
+    unwritable_results, tmp_path, capsys
+):
     source = tmp_path / "source"
     (source / "m" / "optbench").mkdir(parents=True)
     assert exit_code(["merge", str(source), "--into", str(unwritable_results)]) == 2
@@ -162,7 +175,9 @@ def test_plain_takes_sphinx_markup_out_of_a_docstring():
 
         optbench merge
     """
-    assert plain(doc) == """Uses fit_noise, aa_spread,
+    assert (
+        plain(doc)
+        == """Uses fit_noise, aa_spread,
     the prior and zero_grad(
     set_to_none=True); interpreted, emphasis, strong; *_skip_reason and
     *_reason, B * S * L; 'single quotes' stay. Usage:
@@ -172,4 +187,5 @@ def test_plain_takes_sphinx_markup_out_of_a_docstring():
 
         optbench merge
     """
+    )
     assert plain(None) == ""

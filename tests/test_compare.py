@@ -25,8 +25,14 @@ SLOW_KEY = "bench_kernels.RMSNorm|shape=16384x768|impl=triton"
 MiB = 2**20
 
 
-def kernels(seed: int, slower: tuple[str, str] | None = None, peak_scale: float = 1.0, level: float = 1.0,
-            run_sd: float = 0.01, scale: float = 1.2) -> list[dict]:
+def kernels(
+    seed: int,
+    slower: tuple[str, str] | None = None,
+    peak_scale: float = 1.0,
+    level: float = 1.0,
+    run_sd: float = 0.01,
+    scale: float = 1.2,
+) -> list[dict]:
     """RMSNorm records of one run: times jittered by a run-to-run factor (relative sd ``run_sd``,
     drawn from ``seed``) times ``level``; the (shape, impl) ``slower`` takes ``scale`` times longer
     by both clocks."""
@@ -35,31 +41,59 @@ def kernels(seed: int, slower: tuple[str, str] | None = None, peak_scale: float 
     for i, shape in enumerate(SHAPES):
         for j, impl in enumerate(IMPLS):
             ms = jitter * (1.0 + i) / (1 + j) * (scale if (shape, impl) == slower else 1.0)
-            times = {m: (samples(ms * f, seed + 7 * i + j, rel_sd=0.002),
-                         samples(ms * f + 0.02, seed - i - j, rel_sd=0.002))
-                     for m, f in (("fwd", 1.0), ("fwdbwd", 3.0))}
+            times = {
+                m: (
+                    samples(ms * f, seed + 7 * i + j, rel_sd=0.002),
+                    samples(ms * f + 0.02, seed - i - j, rel_sd=0.002),
+                )
+                for m, f in (("fwd", 1.0), ("fwdbwd", 3.0))
+            }
             peak = int(100 * MiB * (1 + i) * (peak_scale if impl == "triton" else 1.0))
-            out.append(record("bench_kernels.RMSNorm", {"shape": shape, "impl": impl}, times=times,
-                              peak={"fwdbwd": peak}, info={"device_clock": "cold-l2"}))
+            out.append(
+                record(
+                    "bench_kernels.RMSNorm",
+                    {"shape": shape, "impl": impl},
+                    times=times,
+                    peak={"fwdbwd": peak},
+                    info={"device_clock": "cold-l2"},
+                )
+            )
     return out
 
 
-def history(store: ResultStore, commits: int = 6, runs: int = 2, level=lambda n: 1.0,
-            gpu: str = GPU, run_sd: float = 0.01) -> None:
+def history(
+    store: ResultStore,
+    commits: int = 6,
+    runs: int = 2,
+    level=lambda n: 1.0,
+    gpu: str = GPU,
+    run_sd: float = 0.01,
+) -> None:
     """Earlier commits of the same kernels, each with ``runs`` runs on ``gpu`` (dates before
     BASE's): the A/A sets of the noise."""
     for n in range(10, 10 + commits):
         for r in range(runs):
-            save(store, "h100-sxm", commit(n), f"2024-12-{n:02d}T0{r}:00:00+00:00",
-                 kernels(100 * n + r, level=level(n), run_sd=run_sd), gpu_uuid=gpu,
-                 run_id=f"{gpu}-{n}-{r}")
+            save(
+                store,
+                "h100-sxm",
+                commit(n),
+                f"2024-12-{n:02d}T0{r}:00:00+00:00",
+                kernels(100 * n + r, level=level(n), run_sd=run_sd),
+                gpu_uuid=gpu,
+                run_id=f"{gpu}-{n}-{r}",
+            )
 
 
 def step(seed: int, status: str = "ok") -> dict:
     """A tiny step record: wall clock is primary and there is no device time."""
-    return record("bench_step.StepTiny", {"variant": "eager"}, status=status,
-                  times={"step": (None, samples(50.0, seed))}, peak={"step": 0},
-                  info={"primary_clock": "wall", "tokens": 512})
+    return record(
+        "bench_step.StepTiny",
+        {"variant": "eager"},
+        status=status,
+        times={"step": (None, samples(50.0, seed))},
+        peak={"step": 0},
+        info={"primary_clock": "wall", "tokens": 512},
+    )
 
 
 @pytest.fixture
@@ -67,8 +101,14 @@ def store(tmp_path) -> ResultStore:
     return ResultStore(tmp_path / "results")
 
 
-def write(store: ResultStore, base: list[dict], head: list[dict], machine: str = "h100-sxm",
-          base_gpu: str = GPU, head_gpu: str = GPU) -> None:
+def write(
+    store: ResultStore,
+    base: list[dict],
+    head: list[dict],
+    machine: str = "h100-sxm",
+    base_gpu: str = GPU,
+    head_gpu: str = GPU,
+) -> None:
     save(store, machine, BASE, "2025-01-01T00:00:00+00:00", base, gpu_uuid=base_gpu)
     save(store, machine, HEAD, "2025-01-02T00:00:00+00:00", head, gpu_uuid=head_gpu)
 
@@ -95,11 +135,15 @@ def test_a_slower_kernel_is_a_regression_in_that_key_only(store, capsys):
     changes = cmp.compare(store, BASE, HEAD)
     flagged = [c for c in changes if c.significant]
     assert {c.key for c in flagged} == {SLOW_KEY}
-    assert {(c.metric, c.clock) for c in flagged} == {(m, k) for m in ("fwd", "fwdbwd") for k in ("device", "wall")}
+    assert {(c.metric, c.clock) for c in flagged} == {
+        (m, k) for m in ("fwd", "fwdbwd") for k in ("device", "wall")
+    }
     assert all(1.15 < c.ratio < 1.25 and c.noise.df == 6 and c.detectable < 0.15 for c in flagged)
     assert all(c.base.q25 <= c.base.median <= c.base.q75 for c in flagged)
     gated = [c for c in flagged if c.gated]
-    assert {c.clock for c in gated} == {"device"} and all(c.regression and not c.improvement for c in gated)
+    assert {c.clock for c in gated} == {"device"} and all(
+        c.regression and not c.improvement for c in gated
+    )
     assert [cmp.verdict(c) for c in flagged if not c.gated] == ["slower (not gated)"] * 2
     assert run_main(store) == 1
     out = capsys.readouterr().out
@@ -160,9 +204,14 @@ def spread(ms: float, half_width: float) -> list[float]:
 
 def wide_kernel(ms: float) -> list[dict]:
     """A kernel whose samples spread +-15% inside each run around a median of ``ms``."""
-    return [record("bench_kernels.RMSNorm", {"shape": "8192x768", "impl": "eager"},
-                   times={"fwd": (spread(ms, 0.15), spread(ms, 0.15))},
-                   info={"device_clock": "cold-l2"})]
+    return [
+        record(
+            "bench_kernels.RMSNorm",
+            {"shape": "8192x768", "impl": "eager"},
+            times={"fwd": (spread(ms, 0.15), spread(ms, 0.15))},
+            info={"device_clock": "cold-l2"},
+        )
+    ]
 
 
 def test_the_spread_inside_a_run_is_not_its_noise(store):
@@ -180,16 +229,27 @@ def test_the_spread_inside_a_run_is_not_its_noise(store):
 def test_a_change_within_the_run_to_run_spread_is_not_a_regression(store):
     """Earlier runs of a host-bound step spread 20% between runs of one commit: a 20% slowdown stays
     within that noise, while the same run's 20% slower kernel (1% between runs) fails the gate."""
+
     def host_step(ms: float, seed: int) -> dict:
-        return record("bench_step.Step100M", {"variant": "eager"},
-                      times={"step": (None, samples(ms, seed))}, info={"primary_clock": "wall"})
+        return record(
+            "bench_step.Step100M",
+            {"variant": "eager"},
+            times={"step": (None, samples(ms, seed))},
+            info={"primary_clock": "wall"},
+        )
 
     for n, pair in ((3, (60.0, 72.0)), (4, (78.0, 66.0)), (5, (70.0, 58.0)), (6, (62.0, 75.0))):
         for r, ms in enumerate(pair):
-            save(store, "h100-sxm", commit(n), f"2024-12-0{n}T0{r}:00:00+00:00",
-                 [host_step(ms, n + r), *kernels(10 * n + r)])
-    write(store, [host_step(65.0, 1), *kernels(0)],
-          [host_step(78.0, 2), *kernels(1000, slower=SLOW)])
+            save(
+                store,
+                "h100-sxm",
+                commit(n),
+                f"2024-12-0{n}T0{r}:00:00+00:00",
+                [host_step(ms, n + r), *kernels(10 * n + r)],
+            )
+    write(
+        store, [host_step(65.0, 1), *kernels(0)], [host_step(78.0, 2), *kernels(1000, slower=SLOW)]
+    )
     changes = cmp.compare(store, BASE, HEAD)
     step_change = next(c for c in changes if c.key == "bench_step.Step100M|variant=eager")
     assert step_change.ratio > 1.19 and step_change.noise.sigma > 0.08
@@ -200,17 +260,30 @@ def test_a_change_within_the_run_to_run_spread_is_not_a_regression(store):
 def test_thresholds_are_the_catalogs_per_metric_class(store):
     """A 4.5% slower kernel (device-bound: 3%) is a regression and an 8% slower host-bound step
     (10%) is not, with quiet history; one 5% threshold for both would judge each the other way."""
+
     def host_step(ms: float) -> dict:
-        return record("bench_step.Step100M", {"variant": "eager"},
-                      times={"step": (None, spread(ms, 0.01))}, info={"primary_clock": "wall"})
+        return record(
+            "bench_step.Step100M",
+            {"variant": "eager"},
+            times={"step": (None, spread(ms, 0.01))},
+            info={"primary_clock": "wall"},
+        )
 
     for n in range(10, 16):
         for r in range(2):
             jitter = 1 + random.Random(10 * n + r).gauss(0, 0.002)
-            save(store, "h100-sxm", commit(n), f"2024-12-{n:02d}T0{r}:00:00+00:00",
-                 [host_step(100.0 * jitter), *kernels(100 * n + r, run_sd=0.002)])
-    write(store, [host_step(100.0), *kernels(0, run_sd=0.002)],
-          [host_step(108.0), *kernels(1000, slower=SLOW, scale=1.045, run_sd=0.002)])
+            save(
+                store,
+                "h100-sxm",
+                commit(n),
+                f"2024-12-{n:02d}T0{r}:00:00+00:00",
+                [host_step(100.0 * jitter), *kernels(100 * n + r, run_sd=0.002)],
+            )
+    write(
+        store,
+        [host_step(100.0), *kernels(0, run_sd=0.002)],
+        [host_step(108.0), *kernels(1000, slower=SLOW, scale=1.045, run_sd=0.002)],
+    )
     changes = cmp.compare(store, BASE, HEAD)
     host = next(c for c in changes if c.key.startswith("bench_step"))
     assert host.detectable == pytest.approx(0.10) and host.ratio > 1.07 and not host.significant
@@ -243,7 +316,8 @@ def test_a_real_change_in_history_is_not_counted_as_noise(store):
     write(store, kernels(0), kernels(1000, slower=SLOW))
     assert {c.key for c in cmp.compare(store, BASE, HEAD) if c.regression} == {SLOW_KEY}
     fitted = cmp.NoiseModel.of(cmp.machine_runs(store, "h100-sxm")).noise(
-        GPU, ("bench_kernels.RMSNorm|shape=8192x768|impl=eager", "fwd", "device"))
+        GPU, ("bench_kernels.RMSNorm|shape=8192x768|impl=eager", "fwd", "device")
+    )
     assert fitted.sigma < 0.03
 
 
@@ -255,10 +329,15 @@ def test_runs_add_up_and_an_aa_comparison_of_one_commit(store, capsys):
     assert one and {c.runs for c in one if c.quantity == "time"} == {(2, 1)}
     assert not [c for c in one if c.significant]
     noise = cmp.NoiseModel.of(cmp.machine_runs(store, "h100-sxm")).noise(
-        GPU, ("bench_kernels.RMSNorm|shape=8192x768|impl=eager", "fwd", "device"))
+        GPU, ("bench_kernels.RMSNorm|shape=8192x768|impl=eager", "fwd", "device")
+    )
     assert noise.detectable(3, 3, 0.0) < noise.detectable(1, 1, 0.0)
-    assert run_main(store, "--base-run", "run-2025-01-02T01", "--head-run", "run-2025-01-02T02",
-                    base=HEAD) == 0
+    assert (
+        run_main(
+            store, "--base-run", "run-2025-01-02T01", "--head-run", "run-2025-01-02T02", base=HEAD
+        )
+        == 0
+    )
 
 
 def test_faster_is_an_improvement_and_passes(store):
@@ -274,27 +353,48 @@ def test_peak_memory_growth_is_flagged(store):
     write(store, kernels(0), kernels(1000, peak_scale=1.02))
     flagged = [c for c in cmp.compare(store, BASE, HEAD) if c.significant]
     assert flagged and {c.quantity for c in flagged} == {"peak memory"}
-    assert all(c.params["impl"] == "triton" and c.regression and c.detectable == 0.01
-               and c.ratio == pytest.approx(1.02, rel=1e-3) for c in flagged)
+    assert all(
+        c.params["impl"] == "triton"
+        and c.regression
+        and c.detectable == 0.01
+        and c.ratio == pytest.approx(1.02, rel=1e-3)
+        for c in flagged
+    )
     assert not [c for c in cmp.compare(store, BASE, HEAD, threshold=0.05) if c.significant]
     assert run_main(store) == 1
 
 
 def compiled(seconds: float) -> list[dict]:
     """A compiled step's record (the catalog gates compile seconds of steps, not of kernels)."""
-    rec = record("bench_step.Step100M", {"variant": "compile-default"},
-                 times={"step": (samples(20.0, 1), samples(20.1, 2))}, info={"primary_clock": "wall"})
+    rec = record(
+        "bench_step.Step100M",
+        {"variant": "compile-default"},
+        times={"step": (samples(20.0, 1), samples(20.1, 2))},
+        info={"primary_clock": "wall"},
+    )
     return [{**rec, "compile_seconds": seconds}]
 
 
 def test_compile_seconds_growth_is_flagged_on_one_gpu_from_a_cold_cache(store, capsys):
-    """Compile seconds 20% up from a cold cache on one GPU, with A/A history of their own there (4 runs
-    of the base, 1% apart): a regression (15%); a warm cache's seconds are not compared; across GPUs
-    reported, not gated."""
-    for sha, date, seconds in ((BASE, "01T00", 10.0), (BASE, "01T01", 10.1), (BASE, "01T02", 9.9),
-                               (BASE, "01T03", 10.05), (HEAD, "02T00", 12.0), (HEAD, "02T01", 12.1)):
-        save(store, "h100-sxm", sha, f"2025-01-{date}:00:00+00:00", compiled(seconds),
-             compile_cache="cold")
+    """Compile seconds 20% up from a cold cache on one GPU, with A/A history of their own there (4
+    runs of the base, 1% apart): a regression (15%); a warm cache's seconds are not compared; across
+    GPUs reported, not gated."""
+    for sha, date, seconds in (
+        (BASE, "01T00", 10.0),
+        (BASE, "01T01", 10.1),
+        (BASE, "01T02", 9.9),
+        (BASE, "01T03", 10.05),
+        (HEAD, "02T00", 12.0),
+        (HEAD, "02T01", 12.1),
+    ):
+        save(
+            store,
+            "h100-sxm",
+            sha,
+            f"2025-01-{date}:00:00+00:00",
+            compiled(seconds),
+            compile_cache="cold",
+        )
     (change,) = [c for c in cmp.compare(store, BASE, HEAD) if c.quantity == "compile"]
     assert change.regression and change.ratio == pytest.approx(12.05 / 10.0125, rel=1e-3)
     assert change.runs == (4, 2) and change.detectable == pytest.approx(0.15)
@@ -308,38 +408,61 @@ def test_compile_seconds_without_their_own_noise_are_reported_not_gated(store):
     ones differ several-fold) raised false alarms on pairs of runs of one commit."""
     write(store, compiled(10.0), compiled(13.0))
     for sha, date in ((BASE, "01T00"), (HEAD, "02T00")):
-        save(store, "h100-sxm", sha, f"2025-01-{date}:30:00+00:00", compiled(10.0 if sha == BASE
-                                                                             else 13.0),
-             compile_cache="cold")
+        save(
+            store,
+            "h100-sxm",
+            sha,
+            f"2025-01-{date}:30:00+00:00",
+            compiled(10.0 if sha == BASE else 13.0),
+            compile_cache="cold",
+        )
     (change,) = [c for c in cmp.compare(store, BASE, HEAD) if c.quantity == "compile"]
     assert not change.gated and not change.regression and change.reason == cmp.NO_NOISE
-
 
     small = ResultStore(store.root.parent / "small")
     write(small, compiled(10.0), compiled(11.0))
     no_cache_info = cmp.compare(small, BASE, HEAD)
     assert [c.quantity for c in no_cache_info].count("compile") == 0
-    for sha, date, seconds, cache in ((BASE, "01T10", 10.0, "cold"), (HEAD, "02T10", 11.0, "cold"),
-                                      (HEAD, "02T11", 1.0, "local")):
-        save(small, "h100-sxm", sha, f"2025-01-{date}:00:00+00:00", compiled(seconds),
-             compile_cache=cache)
+    for sha, date, seconds, cache in (
+        (BASE, "01T10", 10.0, "cold"),
+        (HEAD, "02T10", 11.0, "cold"),
+        (HEAD, "02T11", 1.0, "local"),
+    ):
+        save(
+            small,
+            "h100-sxm",
+            sha,
+            f"2025-01-{date}:00:00+00:00",
+            compiled(seconds),
+            compile_cache=cache,
+        )
     (change,) = [c for c in cmp.compare(small, BASE, HEAD) if c.quantity == "compile"]
     assert change.runs == (1, 1) and not change.significant  # the warm run is left out
 
     apart = ResultStore(store.root.parent / "apart")
     save(apart, "h100-sxm", BASE, "2025-01-01T00:00:00+00:00", compiled(10.0), compile_cache="cold")
-    save(apart, "h100-sxm", HEAD, "2025-01-02T00:00:00+00:00", compiled(20.0), compile_cache="cold",
-         gpu_uuid=OTHER_GPU)
+    save(
+        apart,
+        "h100-sxm",
+        HEAD,
+        "2025-01-02T00:00:00+00:00",
+        compiled(20.0),
+        compile_cache="cold",
+        gpu_uuid=OTHER_GPU,
+    )
     (change,) = [c for c in cmp.compare(apart, BASE, HEAD) if c.quantity == "compile"]
     assert change.significant and not change.gated and cmp.verdict(change) == "slower (CROSS-GPU)"
 
 
 def test_ok_to_oom_is_a_regression_and_skipped_twice_is_silent(store, capsys):
-    skipped = record("bench_kernels.SwiGLU", {"shape": "8192x2048", "impl": "liger"}, status="skipped")
+    skipped = record(
+        "bench_kernels.SwiGLU", {"shape": "8192x2048", "impl": "liger"}, status="skipped"
+    )
     write(store, [step(0), skipped], [step(1, status="oom"), skipped], machine="gpu-host")
     changes = cmp.compare(store, BASE, HEAD)
     assert [(c.quantity, c.base_status, c.head_status, c.regression) for c in changes] == [
-        ("status", "ok", "oom", True)]
+        ("status", "ok", "oom", True)
+    ]
     assert run_main(store) == 1
     assert "oom" in capsys.readouterr().out
 
@@ -397,18 +520,33 @@ def test_the_same_code_across_gpus_exits_0(store, capsys):
     """Two runs of one commit on two GPUs, 69% apart at one kernel: the same code, exit 0, whether
     compared run against run (CROSS-GPU, reported) or as a whole."""
     save(store, "h100-sxm", HEAD, "2025-01-02T00:00:00+00:00", kernels(0), gpu_uuid=GPU)
-    save(store, "h100-sxm", HEAD, "2025-01-02T01:00:00+00:00", kernels(1, slower=SLOW, scale=1.69),
-         gpu_uuid=OTHER_GPU)
-    assert run_main(store, "--base-run", "run-2025-01-02T00", "--head-run", "run-2025-01-02T01",
-                    base=HEAD) == 0
+    save(
+        store,
+        "h100-sxm",
+        HEAD,
+        "2025-01-02T01:00:00+00:00",
+        kernels(1, slower=SLOW, scale=1.69),
+        gpu_uuid=OTHER_GPU,
+    )
+    assert (
+        run_main(
+            store, "--base-run", "run-2025-01-02T00", "--head-run", "run-2025-01-02T01", base=HEAD
+        )
+        == 0
+    )
     assert "CROSS-GPU, not gated" in capsys.readouterr().out
     assert run_main(store, base=HEAD) == 0
     assert "same code" in capsys.readouterr().out
 
 
 def git(repo, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
-                          check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 def test_a_docs_only_commit_compares_as_its_code_commit(store, tmp_path, monkeypatch, capsys):
@@ -428,8 +566,13 @@ def test_a_docs_only_commit_compares_as_its_code_commit(store, tmp_path, monkeyp
     history(store)
     for sha, day in ((old, 1), (code, 2)):
         for r in range(2):
-            save(store, "h100-sxm", sha, f"2025-01-0{day}T0{r}:00:00+00:00",
-                 kernels(10 * day + r, slower=SLOW if sha == code else None))
+            save(
+                store,
+                "h100-sxm",
+                sha,
+                f"2025-01-0{day}T0{r}:00:00+00:00",
+                kernels(10 * day + r, slower=SLOW if sha == code else None),
+            )
     assert cmp.resolve(store, "h100-sxm", docs) == cmp.resolve(store, "h100-sxm", "HEAD") == code
     assert cmp.main([code, docs, "--results", str(store.root)]) == 0
     assert "same code" in capsys.readouterr().out
@@ -459,15 +602,37 @@ def test_another_machine_is_compared_labelled_and_never_gated(store, capsys):
     every change is reported, none gates, and nothing comparable is exit 2."""
     history(store)
     save(store, "h100-sxm", BASE, "2025-01-01T00:00:00+00:00", kernels(0))
-    save(store, "h200", HEAD, "2025-01-02T00:00:00+00:00", kernels(1000, level=0.7, slower=("8192x768", "eager")))
+    save(
+        store,
+        "h200",
+        HEAD,
+        "2025-01-02T00:00:00+00:00",
+        kernels(1000, level=0.7, slower=("8192x768", "eager")),
+    )
     changes = cmp.compare(store, BASE, HEAD, ["h200"], base_machine="h100-sxm")
     times = [c for c in changes if c.quantity == "time"]
     assert times and all(c.base_machine == "h100-sxm" and not c.gated for c in times)
-    assert any(c.significant for c in times) and not [c for c in changes if c.regression or c.improvement]
-    assert cmp.main([BASE[:10], HEAD[:10], "--results", str(store.root), "--machine", "h200",
-                     "--base-machine", "h100-sxm"]) == 2
+    assert any(c.significant for c in times) and not [
+        c for c in changes if c.regression or c.improvement
+    ]
+    assert (
+        cmp.main(
+            [
+                BASE[:10],
+                HEAD[:10],
+                "--results",
+                str(store.root),
+                "--machine",
+                "h200",
+                "--base-machine",
+                "h100-sxm",
+            ]
+        )
+        == 2
+    )
     assert "CROSS-GPU, not gated: h100-sxm" in capsys.readouterr().out
-    assert cmp.compare(store, BASE, HEAD, ["h200"]) == []  # without --base-machine nothing mixes machines
+    # without --base-machine nothing mixes machines
+    assert cmp.compare(store, BASE, HEAD, ["h200"]) == []
 
 
 def test_help_documents_the_exit_codes(capsys):

@@ -1,7 +1,7 @@
 """The ``compile`` kernel baselines are compiled for each shape alone, as a user compiles a model.
 
-A recording backend stands in for inductor (optbench.suite.ops.COMPILE_BACKEND): it keeps each graph dynamo
-hands it and runs it eagerly, so these tests are quick on a CPU.
+A recording backend stands in for inductor (optbench.suite.ops.COMPILE_BACKEND): it keeps each graph
+dynamo hands it and runs it eagerly, so these tests are quick on a CPU.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from optbench.suite import ops as registry
 # Small stand-ins for each op's grid: several shapes measured one after another in one process.
 SHAPES = {
     "rmsnorm": [{"rows": r, "hidden": h} for r, h in [(8, 16), (12, 16), (8, 32), (16, 24)]],
-    "qkv_rope": [{"tokens": 8 * s, "q_heads": hq, "kv_heads": hk, "head_dim": d}
-                 for s, hq, hk, d in [(2, 2, 1, 8), (3, 4, 2, 8), (2, 2, 1, 16)]],
+    "qkv_rope": [
+        {"tokens": 8 * s, "q_heads": hq, "kv_heads": hk, "head_dim": d}
+        for s, hq, hk, d in [(2, 2, 1, 8), (3, 4, 2, 8), (2, 2, 1, 16)]
+    ],
 }
 
 
@@ -35,7 +37,8 @@ class Recorder:
 
 
 def symbolic_inputs(gm: torch.fx.GraphModule) -> list[str]:
-    """The graph's inputs that are symbolic sizes, or tensors with a symbolic size (empty: all static)."""
+    """The graph's inputs that are symbolic sizes, or tensors with a symbolic size (empty: all
+    static)."""
     found = []
     for node in gm.graph.find_nodes(op="placeholder"):
         value = node.meta.get("example_value")
@@ -45,10 +48,12 @@ def symbolic_inputs(gm: torch.fx.GraphModule) -> list[str]:
     return found
 
 
-def unfair_compiles(build: Callable[[dict[str, int]], Callable], op: registry.Op,
-                    recorder: Recorder) -> list[str]:
-    """Measures ``build(dims)`` at every test shape of ``op`` in turn; returns what is not one static graph
-    compiled for each shape alone (a symbolic size, or a shape that got no graph: dynamo ran it eagerly)."""
+def unfair_compiles(
+    build: Callable[[dict[str, int]], Callable], op: registry.Op, recorder: Recorder
+) -> list[str]:
+    """Measures ``build(dims)`` at every test shape of ``op`` in turn; returns what is not one
+    static graph compiled for each shape alone (a symbolic size, or a shape that got no graph:
+    dynamo ran it eagerly)."""
     problems = []
     gen = torch.Generator().manual_seed(0)
     for dims in SHAPES[op.name]:
@@ -76,26 +81,33 @@ def test_each_shape_gets_its_own_static_graph(recorder: Recorder, op_name: str) 
     assert unfair_compiles(lambda dims: op.impl("compile", dims), op, recorder) == []
 
 
-def test_more_shapes_than_the_recompile_limit(recorder: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the per-code-object recompile limit at 1, every shape still gets its own compiled graph."""
+def test_more_shapes_than_the_recompile_limit(
+    recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the per-code-object recompile limit at 1, every shape still gets its own compiled
+    graph."""
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
     op = registry.OPS["rmsnorm"]
     assert unfair_compiles(lambda dims: op.impl("compile", dims), op, recorder) == []
 
 
 def test_a_shared_compiled_function_is_caught(recorder: Recorder) -> None:
-    """Mutation: the former baseline, one cached ``torch.compile`` of eager reused for every shape, recompiles
-    the second shape with symbolic sizes."""
+    """Mutation: the former baseline, one cached ``torch.compile`` of eager reused for every shape,
+    recompiles the second shape with symbolic sizes."""
     shared = cache(lambda fn: torch.compile(fn, backend=recorder))
     op = registry.OPS["rmsnorm"]
     problems = unfair_compiles(lambda dims: shared(rms_norm_eager), op, recorder)
     assert any("symbolic" in p for p in problems), problems
 
 
-def test_a_shared_code_object_is_caught(recorder: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Mutation: static per-shape compiles of one code object stop compiling at dynamo's recompile limit."""
+def test_a_shared_code_object_is_caught(
+    recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mutation: static per-shape compiles of one code object stop compiling at dynamo's recompile
+    limit."""
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
     op = registry.OPS["rmsnorm"]
-    problems = unfair_compiles(lambda dims: torch.compile(rms_norm_eager, dynamic=False, backend=recorder),
-                               op, recorder)
+    problems = unfair_compiles(
+        lambda dims: torch.compile(rms_norm_eager, dynamic=False, backend=recorder), op, recorder
+    )
     assert any("ran eagerly" in p for p in problems), problems

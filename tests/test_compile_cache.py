@@ -1,5 +1,5 @@
-"""The portable compile cache: packed by one run, restored by the next of the same key, and what a run started
-from is said (cold, restored, local)."""
+"""The portable compile cache: packed by one run, restored by the next of the same key, and what a
+run started from is said (cold, restored, local)."""
 
 from __future__ import annotations
 
@@ -25,9 +25,11 @@ def test_another_key_starts_cold_and_a_warm_machine_keeps_its_own(tmp_path):
     used, carried = tmp_path / "used", tmp_path / "carried"
     _fill(used)
     C.pack("h100-torch2.11", carried, used)
-    assert C.restore("h200-torch2.11", carried, tmp_path / "fresh") == "cold"  # another GPU: nothing restored
+    # another GPU: nothing restored
+    assert C.restore("h200-torch2.11", carried, tmp_path / "fresh") == "cold"
     assert not (tmp_path / "fresh").exists()
-    assert C.restore("h100-torch2.11", carried, used) == "local"  # caches already there: left as they are
+    # caches already there: left as they are
+    assert C.restore("h100-torch2.11", carried, used) == "local"
     assert C.pack("k", tmp_path / "out", tmp_path / "empty") is None
 
 

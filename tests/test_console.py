@@ -11,13 +11,18 @@ ROWS = [("a|b", 1.5), ("<c>", "2")]
 
 
 def test_markdown_escapes_pipes_and_aligns_right_columns():
-    assert table(COLUMNS, ROWS, "markdown", right=("ms",)) == "| name | ms |\n|---|---:|\n| a\\|b | 1.5 |\n| <c> | 2 |"
+    assert (
+        table(COLUMNS, ROWS, "markdown", right=("ms",))
+        == "| name | ms |\n|---|---:|\n| a\\|b | 1.5 |\n| <c> | 2 |"
+    )
 
 
 def test_html_escapes_cells_and_marks_rows_by_class():
     assert table(COLUMNS, ROWS, "html", marks=["REGRESSION"]) == (
-        '<table><tr><th>name</th><th>ms</th></tr><tr class="REGRESSION"><td>a|b</td><td>1.5</td></tr>'
-        "<tr><td>&lt;c&gt;</td><td>2</td></tr></table>")
+        "<table><tr><th>name</th><th>ms</th></tr>"
+        '<tr class="REGRESSION"><td>a|b</td><td>1.5</td></tr>'
+        "<tr><td>&lt;c&gt;</td><td>2</td></tr></table>"
+    )
 
 
 def test_rich_rows_take_their_marks_style():

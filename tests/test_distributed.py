@@ -1,7 +1,8 @@
-"""Multi-process training steps (optbench.suite.distributed) on the CPU: 2 gloo ranks under torchrun, the tiny
-config in fp32. The launch works, the gradient check passes for DDP and FSDP2 and refuses planted bugs (a
-skipped all-reduce, a loss scaled by the world size), the result holds every rank's timing, and the asv case
-stores the slowest rank's timing as its figure with the scaling efficiency against 1 rank."""
+"""Multi-process training steps (optbench.suite.distributed) on the CPU: 2 gloo ranks under
+torchrun, the tiny config in fp32. The launch works, the gradient check passes for DDP and FSDP2 and
+refuses planted bugs (a skipped all-reduce, a loss scaled by the world size), the result holds every
+rank's timing, and the asv case stores the slowest rank's timing as its figure with the scaling
+efficiency against 1 rank."""
 
 from __future__ import annotations
 
@@ -10,11 +11,24 @@ import pytest
 from optbench.core.runner import Case, measure_case
 from optbench.suite import distributed
 
-CPU = ("--device", "cpu", "--precision", "fp32", "--warmup-ms", "0", "--rep-ms", "20", "--min-reps", "3")
+CPU = (
+    "--device",
+    "cpu",
+    "--precision",
+    "fp32",
+    "--warmup-ms",
+    "0",
+    "--rep-ms",
+    "20",
+    "--min-reps",
+    "3",
+)
 
 
 def _run(variant: str, plant: str = "none", world: int = 2):
-    return distributed.launch(world, "--size", "tiny", "--variant", variant, *CPU, "--plant", plant, timeout_s=240)
+    return distributed.launch(
+        world, "--size", "tiny", "--variant", variant, *CPU, "--plant", plant, timeout_s=240
+    )
 
 
 @pytest.mark.parametrize("variant", ["ddp", "fsdp2"])
@@ -23,21 +37,31 @@ def test_check_passes_and_every_rank_is_timed(variant):
     assert code == 0 and result is not None, tail
     assert result["status"] == "ok" and result["world_size"] == 2 and result["backend"] == "gloo"
     check = result["check"]
-    assert check["ok"] and check["grad_error"] <= check["tolerance"] == distributed.GRAD_TOLERANCE["fp32"]
+    assert (
+        check["ok"]
+        and check["grad_error"] <= check["tolerance"] == distributed.GRAD_TOLERANCE["fp32"]
+    )
     assert check["global_batch"] == 2 * check["check_batch_per_rank"] and not check["missing"]
     assert [r["rank"] for r in result["ranks"]] == [0, 1]
     for rank in result["ranks"]:
         wall = rank["step"]["wall"]
-        assert len(wall["samples_ms"]) >= 3 and wall["median_ms"] > 0 and rank["step"]["device"] is None
+        assert (
+            len(wall["samples_ms"]) >= 3
+            and wall["median_ms"] > 0
+            and rank["step"]["device"] is None
+        )
     medians = [r["step"]["wall"]["median_ms"] for r in result["ranks"]]
-    assert result["step"] == result["ranks"][medians.index(max(medians))]["step"]  # the slowest rank's
-    assert result["tokens_per_s_per_gpu"] == pytest.approx(result["tokens_per_step_per_gpu"] / max(medians) * 1e3)
+    # the slowest rank's
+    assert result["step"] == result["ranks"][medians.index(max(medians))]["step"]
+    assert result["tokens_per_s_per_gpu"] == pytest.approx(
+        result["tokens_per_step_per_gpu"] / max(medians) * 1e3
+    )
 
 
 @pytest.mark.parametrize("variant, plant", [("ddp", "no-sync"), ("fsdp2", "loss-scale")])
 def test_check_refuses_a_planted_bug(variant, plant):
-    """Mutation: gradients not all-reduced (DDP's no_sync), or the loss scaled by the world size: refused,
-    nothing timed."""
+    """Mutation: gradients not all-reduced (DDP's no_sync), or the loss scaled by the world size:
+    refused, nothing timed."""
     code, result, tail = _run(variant, plant)
     assert code != 0 and result is not None, tail
     assert result["status"] == "wrong" and not result["check"]["ok"] and "ranks" not in result
@@ -48,10 +72,16 @@ def test_case_stores_the_slowest_rank_and_the_scaling_efficiency():
     one_gpu: dict[str, float] = {}
 
     def work(world):
-        return distributed.distributed_work("tiny", "ddp", world, "cpu", one_gpu, extra=CPU, timeout_s=240)
+        return distributed.distributed_work(
+            "tiny", "ddp", world, "cpu", one_gpu, extra=CPU, timeout_s=240
+        )
 
-    one = measure_case(Case({"variant": "ddp", "world_size": "1"}, lambda: work(1)), device="cpu", budget_s=300)
-    two = measure_case(Case({"variant": "ddp", "world_size": "2"}, lambda: work(2)), device="cpu", budget_s=300)
+    one = measure_case(
+        Case({"variant": "ddp", "world_size": "1"}, lambda: work(1)), device="cpu", budget_s=300
+    )
+    two = measure_case(
+        Case({"variant": "ddp", "world_size": "2"}, lambda: work(2)), device="cpu", budget_s=300
+    )
     assert one["status"] == two["status"] == "ok", (one.get("reason"), two.get("reason"))
     assert one["info"]["scaling_efficiency"] == pytest.approx(1.0)
     rate = two["info"]["tokens_per_s_per_gpu"]
@@ -68,27 +98,36 @@ def test_case_skips_without_enough_gpus():
 
 def test_a_wrong_case_is_recorded_wrong_and_not_timed():
     def work():
-        return distributed.distributed_work("tiny", "ddp", 2, "cpu", extra=(*CPU, "--plant", "loss-scale"),
-                                            timeout_s=240)
+        return distributed.distributed_work(
+            "tiny", "ddp", 2, "cpu", extra=(*CPU, "--plant", "loss-scale"), timeout_s=240
+        )
 
-    rec = measure_case(Case({"variant": "ddp", "world_size": "2"}, work), device="cpu", budget_s=300)
+    rec = measure_case(
+        Case({"variant": "ddp", "world_size": "2"}, work), device="cpu", budget_s=300
+    )
     assert rec["status"] == "wrong" and rec["metrics"] == {} and "loss" in rec["reason"]
 
 
 def test_runner_stores_a_measurement_taken_elsewhere():
-    """Work.measured: stored as it is beside what ``timed`` times, after the check; a failing check stores none."""
+    """Work.measured: stored as it is beside what ``timed`` times, after the check; a failing check
+    stores none."""
     from optbench.core.runner import WrongResult
     from optbench.core.timing import Measurement, Timing
 
     taken = Measurement(device=None, wall=Timing((2.0, 3.0, 4.0), "perf-counter")).to_dict()
-    ok = measure_case(Case({"v": "a"}, lambda: distributed_work_stub(taken, lambda: {"ok": True})), device="cpu",
-                      budget_s=30)
+    ok = measure_case(
+        Case({"v": "a"}, lambda: distributed_work_stub(taken, lambda: {"ok": True})),
+        device="cpu",
+        budget_s=30,
+    )
     assert ok["status"] == "ok" and ok["metrics"] == {"step": taken}
 
     def wrong():
         raise WrongResult("off")
 
-    bad = measure_case(Case({"v": "b"}, lambda: distributed_work_stub(taken, wrong)), device="cpu", budget_s=30)
+    bad = measure_case(
+        Case({"v": "b"}, lambda: distributed_work_stub(taken, wrong)), device="cpu", budget_s=30
+    )
     assert bad["status"] == "wrong" and bad["metrics"] == {}
 
 

@@ -20,8 +20,18 @@ import pytest
 from optbench.core.store import REPO_ROOT
 from optbench.suite import distributed
 
-CPU = ("--device", "cpu", "--precision", "fp32", "--warmup-ms", "0", "--rep-ms", "20",
-       "--min-reps", "3")
+CPU = (
+    "--device",
+    "cpu",
+    "--precision",
+    "fp32",
+    "--warmup-ms",
+    "0",
+    "--rep-ms",
+    "20",
+    "--min-reps",
+    "3",
+)
 TIMEOUT_S = 180.0
 
 
@@ -35,12 +45,20 @@ def _two_nodes(out: Path, plant: str) -> tuple[list[int], dict[str, Any] | None,
     """Both agents' exit statuses, the result (written by global rank 0's node), their output."""
     endpoint, rdzv_id = f"127.0.0.1:{_free_port()}", f"test-{uuid.uuid4().hex[:8]}"
     args = ("--size", "tiny", "--variant", "ddp", *CPU, "--plant", plant)
-    agents = [subprocess.Popen(distributed.torchrun_command(1, out, *args, nnodes=2, node_rank=node,
-                                                            endpoint=endpoint, rdzv_id=rdzv_id),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               cwd=REPO_ROOT, start_new_session=True,
-                               env={**os.environ, "OMP_NUM_THREADS": "1"})
-              for node in (0, 1)]
+    agents = [
+        subprocess.Popen(
+            distributed.torchrun_command(
+                1, out, *args, nnodes=2, node_rank=node, endpoint=endpoint, rdzv_id=rdzv_id
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO_ROOT,
+            start_new_session=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        for node in (0, 1)
+    ]
     try:
         outputs = [agent.communicate(timeout=TIMEOUT_S)[0] for agent in agents]
     finally:
@@ -56,8 +74,13 @@ def _two_nodes(out: Path, plant: str) -> tuple[list[int], dict[str, Any] | None,
 def test_arguments():
     assert distributed.torchrun_args(2) == ["--standalone", "--nproc-per-node=2"]
     assert distributed.torchrun_args(8, 2, 1, "10.0.0.1:29400", "run") == [
-        "--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:29400",
-        "--rdzv-id=run", "--rdzv-conf=is_host=0"]
+        "--nnodes=2",
+        "--nproc-per-node=8",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=10.0.0.1:29400",
+        "--rdzv-id=run",
+        "--rdzv-conf=is_host=0",
+    ]
     assert distributed.torchrun_args(8, 2, 0, "10.0.0.1:29400")[-1] == "--rdzv-conf=is_host=1"
     with pytest.raises(ValueError):
         distributed.torchrun_args(1, 2, 0)

@@ -1,5 +1,5 @@
-"""optbench.core.emulate: the emulated profile, the environment of an emulated run, and what apply_emulation
-does to a CUDA process (here with torch.cuda faked) or, without CUDA, does not."""
+"""optbench.core.emulate: the emulated profile, the environment of an emulated run, and what
+apply_emulation does to a CUDA process (here with torch.cuda faked) or, without CUDA, does not."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def test_active_profile_emulates(monkeypatch):
     profile = E.active_profile()
     assert profile.key == "t4" and profile.emulated_from == "h100-sxm"
     assert dataclasses.replace(profile, emulated_from=None) == PROFILES["t4"]
-    assert P.plan(profile, "quick") == P.plan(PROFILES["t4"], "quick")  # the skips see the emulated card
+    # the skips see the emulated card
+    assert P.plan(profile, "quick") == P.plan(PROFILES["t4"], "quick")
 
 
 def test_emulate_env():
@@ -66,8 +67,11 @@ def _fake_cuda(monkeypatch, total_bytes: int) -> dict:
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     properties = SimpleNamespace(total_memory=total_bytes)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
-    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
-                        lambda fraction, device: calls.update(fraction=fraction, device=device))
+    monkeypatch.setattr(
+        torch.cuda,
+        "set_per_process_memory_fraction",
+        lambda fraction, device: calls.update(fraction=fraction, device=device),
+    )
     monkeypatch.setattr(torch.backends.cuda, "enable_flash_sdp", lambda on: calls.update(flash=on))
     monkeypatch.setattr(torch.backends.cuda, "enable_cudnn_sdp", lambda on: calls.update(cudnn=on))
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)  # restored after the test
@@ -80,7 +84,12 @@ def test_apply_emulation_caps_memory_and_features(monkeypatch):
     calls = _fake_cuda(monkeypatch, int(85e9))
     monkeypatch.setenv(E.EMULATE_ENV, "t4")
     assert E.apply_emulation().key == "t4"
-    assert calls == {"fraction": pytest.approx(16e9 / 85e9), "device": 0, "flash": False, "cudnn": False}
+    assert calls == {
+        "fraction": pytest.approx(16e9 / 85e9),
+        "device": 0,
+        "flash": False,
+        "cudnn": False,
+    }
     assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
 
 

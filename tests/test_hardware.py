@@ -8,7 +8,16 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def test_profile_keys():
-    assert set(PROFILES) == {"rtx5090", "t4", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "cpu"}
+    assert set(PROFILES) == {
+        "rtx5090",
+        "t4",
+        "a100-40gb",
+        "a100-80gb",
+        "h100-sxm",
+        "h100-pcie",
+        "h200",
+        "cpu",
+    }
     for key, profile in PROFILES.items():
         assert profile.key == key
         assert set(profile.peak_tflops) == set(DTYPES)
@@ -16,9 +25,17 @@ def test_profile_keys():
 
 def test_vendor_peaks():
     h100 = PROFILES["h100-sxm"]
-    assert h100.peak_tflops["bf16"] == 989.4 and h100.mem_bw_gbps == 3350.0 and h100.compute_capability == (9, 0)
+    assert (
+        h100.peak_tflops["bf16"] == 989.4
+        and h100.mem_bw_gbps == 3350.0
+        and h100.compute_capability == (9, 0)
+    )
     t4 = PROFILES["t4"]
-    assert t4.peak_tflops["bf16"] is None and t4.peak_tflops["tf32"] is None and t4.peak_tflops["fp16"] == 65.0
+    assert (
+        t4.peak_tflops["bf16"] is None
+        and t4.peak_tflops["tf32"] is None
+        and t4.peak_tflops["fp16"] == 65.0
+    )
     assert not (t4.supports_bf16 or t4.supports_tf32 or t4.flash_attention)
     assert PROFILES["rtx5090"].peak_tflops["bf16"] == 209.5
     assert PROFILES["h200"].mem_bw_gbps == 4800.0
@@ -77,7 +94,9 @@ def test_detect_unknown_gpu_reads_capabilities_from_torch(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
     monkeypatch.setattr(torch.cuda, "device", lambda device=None: _NullContext())
     monkeypatch.setattr(
-        torch.cuda, "get_device_properties", lambda device=None: type("P", (), {"total_memory": 24e9})()
+        torch.cuda,
+        "get_device_properties",
+        lambda device=None: type("P", (), {"total_memory": 24e9})(),
     )
     p = detect()
     assert p.key == "nvidia-l4" and p.name == "NVIDIA L4"

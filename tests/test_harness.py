@@ -1,4 +1,5 @@
-"""The harness around the timer: profiles, roofline, machine info, the grid runner and store, the gate."""
+"""The harness around the timer: profiles, roofline, machine info, the grid runner and store, the
+gate."""
 
 from __future__ import annotations
 
@@ -41,7 +42,11 @@ def test_roofline_arithmetic():
     c = Ceilings.from_profile(hardware.lookup("h100-sxm"))  # 989.4 TFLOP/s bf16, 3350 GB/s
     # 3.35 GB moved in 1 ms on a 3350 GB/s card is exactly the bandwidth floor.
     r = roofline(flops=1e9, bytes_moved=3.35e9, time_ms=2.0, ceilings=c, dtype="bf16")
-    assert r.floor_ms == pytest.approx(1.0) and r.floor_ratio == pytest.approx(2.0) and r.bound == "memory"
+    assert (
+        r.floor_ms == pytest.approx(1.0)
+        and r.floor_ratio == pytest.approx(2.0)
+        and r.bound == "memory"
+    )
     assert r.achieved_gbps == pytest.approx(1675.0) and r.bandwidth_frac == pytest.approx(0.5)
     assert floor_ms(989.4e12 * 1e-3, 0.0, c, "bf16") == pytest.approx(1.0)  # a compute-bound ms
     unknown = roofline(1e9, 1e9, 1.0, Ceilings.from_profile(hardware.lookup("cpu")), "bf16")
@@ -77,21 +82,36 @@ def test_grid_records_every_outcome_and_goes_on(tmp_path, monkeypatch):
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "c" * 40)
     x = torch.randn(256, 256)
-    cases = [Case({"case": "ok"}, lambda: _work(lambda: x @ x, check=lambda: {"max_rel_err": 0.0})),
-             Case({"case": "skip"}, _skip),
-             Case({"case": "wrong"}, lambda: _work(lambda: x @ x, check=_wrong)),
-             Case({"case": "oom"}, lambda: _work(_fail)),
-             Case({"case": "error"}, lambda: _work(lambda: 1 / 0))]
+    cases = [
+        Case({"case": "ok"}, lambda: _work(lambda: x @ x, check=lambda: {"max_rel_err": 0.0})),
+        Case({"case": "skip"}, _skip),
+        Case({"case": "wrong"}, lambda: _work(lambda: x @ x, check=_wrong)),
+        Case({"case": "oom"}, lambda: _work(_fail)),
+        Case({"case": "error"}, lambda: _work(lambda: 1 / 0)),
+    ]
     store = ResultStore(tmp_path)
     records = run_grid("bench_test.Grid", cases, device="cpu", store=store, log=lambda _: None)
     status = {r["params"]["case"]: r["status"] for r in records.values()}
-    assert status == {"ok": "ok", "skip": "skipped", "wrong": "wrong", "oom": "oom", "error": "error"}
+    assert status == {
+        "ok": "ok",
+        "skip": "skipped",
+        "wrong": "wrong",
+        "oom": "oom",
+        "error": "error",
+    }
     ok = records[record_key("bench_test.Grid", {"case": "ok"})]
-    assert ok["metrics"]["call"]["device"] is None and ok["metrics"]["call"]["wall"]["median_ms"] > 0
-    assert "metrics" not in records[record_key("bench_test.Grid", {"case": "wrong"})] or \
-        not records[record_key("bench_test.Grid", {"case": "wrong"})]["metrics"]  # wrong is never timed
+    assert (
+        ok["metrics"]["call"]["device"] is None and ok["metrics"]["call"]["wall"]["median_ms"] > 0
+    )
+    assert (
+        "metrics" not in records[record_key("bench_test.Grid", {"case": "wrong"})]
+        or not records[record_key("bench_test.Grid", {"case": "wrong"})]["metrics"]
+    )  # wrong is never timed
     stored = store.load("test-machine", "c" * 40)
-    assert set(stored) == {MACHINE_KEY, *records} and stored[MACHINE_KEY]["info"]["torch"] == torch.__version__
+    assert (
+        set(stored) == {MACHINE_KEY, *records}
+        and stored[MACHINE_KEY]["info"]["torch"] == torch.__version__
+    )
     assert store.commits("test-machine") == ["c" * 40]
     assert not list(tmp_path.rglob(".*.jsonl.*"))  # no temporary files left behind
 
@@ -103,8 +123,9 @@ def _events(path: Path) -> list[dict]:
 
 
 def test_every_case_of_a_grid_reports_its_start_and_end_to_the_progress_file(tmp_path, monkeypatch):
-    """Each case appends 'start' and 'end' (status, seconds, the phases of its record) to the run's progress
-    file, whatever its outcome; the process reports its start-up once, at its first case."""
+    """Each case appends 'start' and 'end' (status, seconds, the phases of its record) to the run's
+    progress file, whatever its outcome; the process reports its start-up once, at its first
+    case."""
     from optbench.core import progress
 
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
@@ -112,32 +133,60 @@ def test_every_case_of_a_grid_reports_its_start_and_end_to_the_progress_file(tmp
     monkeypatch.setenv("OPTBENCH_PROGRESS", str(tmp_path / "progress.jsonl"))
     monkeypatch.setattr(progress, "_startup_reported", False)
     x = torch.randn(64, 64)
-    cases = [Case({"case": "ok"}, lambda: _work(lambda: x @ x, check=lambda: {"max_rel_err": 0.0})),
-             Case({"case": "skip"}, _skip),
-             Case({"case": "wrong"}, lambda: _work(lambda: x @ x, check=_wrong)),
-             Case({"case": "error"}, lambda: _work(lambda: 1 / 0))]
-    records = run_grid("bench_test.Grid", cases, device="cpu", store=ResultStore(tmp_path), log=lambda _: None)
+    cases = [
+        Case({"case": "ok"}, lambda: _work(lambda: x @ x, check=lambda: {"max_rel_err": 0.0})),
+        Case({"case": "skip"}, _skip),
+        Case({"case": "wrong"}, lambda: _work(lambda: x @ x, check=_wrong)),
+        Case({"case": "error"}, lambda: _work(lambda: 1 / 0)),
+    ]
+    records = run_grid(
+        "bench_test.Grid", cases, device="cpu", store=ResultStore(tmp_path), log=lambda _: None
+    )
     events = _events(tmp_path / "progress.jsonl")
     assert [(e["event"], e.get("key", "").split("=")[-1]) for e in events] == [
-        ("process", ""), ("start", "ok"), ("end", "ok"), ("start", "skip"), ("end", "skip"),
-        ("start", "wrong"), ("end", "wrong"), ("start", "error"), ("end", "error")]
+        ("process", ""),
+        ("start", "ok"),
+        ("end", "ok"),
+        ("start", "skip"),
+        ("end", "skip"),
+        ("start", "wrong"),
+        ("end", "wrong"),
+        ("start", "error"),
+        ("end", "error"),
+    ]
     assert events[0]["benchmark"] == "bench_test.Grid" and events[0]["startup_seconds"] > 0
     assert all(e["pid"] == os.getpid() and e["t"] > 0 for e in events)
     ends = {e["key"].split("=")[-1]: e for e in events if e["event"] == "end"}
-    assert {c: e["status"] for c, e in ends.items()} == {"ok": "ok", "skip": "skipped", "wrong": "wrong",
-                                                         "error": "error"}
+    assert {c: e["status"] for c, e in ends.items()} == {
+        "ok": "ok",
+        "skip": "skipped",
+        "wrong": "wrong",
+        "error": "error",
+    }
     for e in ends.values():
         assert e["seconds"] == records[e["key"]]["seconds"] and e["benchmark"] == "bench_test.Grid"
     ok = ends["ok"]
-    for field in ("build_seconds", "check_seconds", "compile_seconds", "timing_seconds", "memory_seconds"):
+    for field in (
+        "build_seconds",
+        "check_seconds",
+        "compile_seconds",
+        "timing_seconds",
+        "memory_seconds",
+    ):
         assert ok[field] == records[ok["key"]][field] and ok[field] >= 0
     assert ok["compile_seconds"] <= ok["check_seconds"]
-    assert ok["build_seconds"] + ok["check_seconds"] + ok["timing_seconds"] + ok["memory_seconds"] <= ok["seconds"]
-    assert "check_seconds" in ends["wrong"] and "timing_seconds" not in ends["wrong"]  # the check ran, then failed
+    assert (
+        ok["build_seconds"] + ok["check_seconds"] + ok["timing_seconds"] + ok["memory_seconds"]
+        <= ok["seconds"]
+    )
+    # the check ran, then failed
+    assert "check_seconds" in ends["wrong"] and "timing_seconds" not in ends["wrong"]
     assert "ZeroDivisionError" in ends["error"]["reason"] and "timing_seconds" in ends["error"]
 
 
-def test_a_case_whose_measurement_raises_past_the_runner_still_reports_its_end(tmp_path, monkeypatch):
+def test_a_case_whose_measurement_raises_past_the_runner_still_reports_its_end(
+    tmp_path, monkeypatch
+):
     """An exception past the runner's handlers that is no interrupt (SystemExit) leaves an 'end'
     event, status 'aborted', and goes on up (an interrupt: tests/test_interrupts.py)."""
     from optbench.core import progress, runner
@@ -151,17 +200,26 @@ def test_a_case_whose_measurement_raises_past_the_runner_still_reports_its_end(t
 
     monkeypatch.setattr(runner, "measure_case", interrupted)
     with pytest.raises(SystemExit):
-        run_grid("bench_test.Grid", [Case({"case": "a"}, _skip), Case({"case": "b"}, _skip)], device="cpu",
-                 store=ResultStore(tmp_path), log=lambda _: None)
+        run_grid(
+            "bench_test.Grid",
+            [Case({"case": "a"}, _skip), Case({"case": "b"}, _skip)],
+            device="cpu",
+            store=ResultStore(tmp_path),
+            log=lambda _: None,
+        )
     ends = [e for e in _events(tmp_path / "progress.jsonl") if e["event"] == "end"]
-    assert [(e["key"], e["status"], e["seconds"]) for e in ends] == [("bench_test.Grid|case=a", progress.ABORTED,
-                                                                      None)]
+    assert [(e["key"], e["status"], e["seconds"]) for e in ends] == [
+        ("bench_test.Grid|case=a", progress.ABORTED, None)
+    ]
     assert ends[0]["reason"] == "SystemExit: stopped by the user"
 
 
-def test_a_case_records_the_seconds_torch_compile_spent_in_its_check_and_timing(tmp_path, monkeypatch):
-    """compile_seconds: the growth of torch's own compile timers over the check (timing_compile_seconds: over the
-    timing); read from dynamo's module where it is loaded, 0 before, None where its timers are named otherwise."""
+def test_a_case_records_the_seconds_torch_compile_spent_in_its_check_and_timing(
+    tmp_path, monkeypatch
+):
+    """compile_seconds: the growth of torch's own compile timers over the check
+    (timing_compile_seconds: over the timing); read from dynamo's module where it is loaded, 0
+    before, None where its timers are named otherwise."""
     import types
 
     from optbench.core import runner
@@ -169,7 +227,9 @@ def test_a_case_records_the_seconds_torch_compile_spent_in_its_check_and_timing(
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "c" * 40)
     timers: dict[str, list[float]] = {}
-    monkeypatch.setitem(sys.modules, "torch._dynamo.utils", types.SimpleNamespace(compilation_time_metrics=timers))
+    monkeypatch.setitem(
+        sys.modules, "torch._dynamo.utils", types.SimpleNamespace(compilation_time_metrics=timers)
+    )
     assert runner.compile_seconds() == 0.0
     timers["GraphLowering.run"] = [1.0]
     assert runner.compile_seconds() is None  # timers, but none by the names read
@@ -184,21 +244,41 @@ def test_a_case_records_the_seconds_torch_compile_spent_in_its_check_and_timing(
         timers["_compile.compile_inner"].append(0.25)  # recompiled when first timed
 
     calls = iter([first_call])
-    work = Work(timed={"call": lambda: next(calls, lambda: None)()}, check=check,
-                timing={"call": {"warmup_ms": 0.0, "rep_ms": 0.0, "min_reps": 3, "max_reps": 3}})
-    rec = next(iter(run_grid("bench_test.Grid", [Case({"case": "c"}, lambda: work)], device="cpu",
-                             store=ResultStore(tmp_path), log=lambda _: None).values()))
+    work = Work(
+        timed={"call": lambda: next(calls, lambda: None)()},
+        check=check,
+        timing={"call": {"warmup_ms": 0.0, "rep_ms": 0.0, "min_reps": 3, "max_reps": 3}},
+    )
+    rec = next(
+        iter(
+            run_grid(
+                "bench_test.Grid",
+                [Case({"case": "c"}, lambda: work)],
+                device="cpu",
+                store=ResultStore(tmp_path),
+                log=lambda _: None,
+            ).values()
+        )
+    )
     assert rec["compile_seconds"] == 3.5 and rec["timing_compile_seconds"] == 0.25
 
 
 def test_a_work_sets_the_timers_budgets_per_metric(tmp_path, monkeypatch):
-    """Work.timing reaches measure() for its metric only (steps: a power-steady warm-up; the rest: defaults)."""
+    """Work.timing reaches measure() for its metric only (steps: a power-steady warm-up; the rest:
+    defaults)."""
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "c" * 40)
-    work = Work(timed={"long": lambda: None, "plain": lambda: None},
-                timing={"long": {"warmup_ms": 0.0, "rep_ms": 0.0, "min_reps": 3, "max_reps": 3}})
-    records = run_grid("bench_test.Grid", [Case({"case": "t"}, lambda: work)], device="cpu",
-                       store=ResultStore(tmp_path), log=lambda _: None)
+    work = Work(
+        timed={"long": lambda: None, "plain": lambda: None},
+        timing={"long": {"warmup_ms": 0.0, "rep_ms": 0.0, "min_reps": 3, "max_reps": 3}},
+    )
+    records = run_grid(
+        "bench_test.Grid",
+        [Case({"case": "t"}, lambda: work)],
+        device="cpu",
+        store=ResultStore(tmp_path),
+        log=lambda _: None,
+    )
     metrics = next(iter(records.values()))["metrics"]
     assert metrics["long"]["wall"]["n"] == 3 and metrics["plain"]["wall"]["n"] >= 10
 
@@ -207,8 +287,10 @@ def test_steps_on_a_gpu_are_timed_at_a_power_steady_clock():
     from optbench.core.machine import PowerSettle
     from optbench.suite.workloads import STEP_REP_MS, STEP_WARMUP_MS, step_timing, step_work
 
-    assert STEP_WARMUP_MS >= 1000  # an H100 reaches its power cap about a second into sustained steps
-    assert step_work("tiny", "eager", "cpu").timing == {} == step_timing("cpu", {})  # a CPU has no boost to wait out
+    # an H100 reaches its power cap about a second into sustained steps
+    assert STEP_WARMUP_MS >= 1000
+    # a CPU has no boost to wait out
+    assert step_work("tiny", "eager", "cpu").timing == {} == step_timing("cpu", {})
     info: dict = {}
     gpu = step_timing("cuda", info)["step"]
     assert (gpu["warmup_ms"], gpu["rep_ms"]) == (STEP_WARMUP_MS, STEP_REP_MS)
@@ -232,53 +314,87 @@ def _warm_up_ms(settled) -> float:
     from optbench.core.timing import _Rotation, _warm_up
 
     start = time.perf_counter()
-    _warm_up(_Rotation((lambda: time.sleep(0.002),)), lambda: None, time.perf_counter, 600.0, settled)
+    _warm_up(
+        _Rotation((lambda: time.sleep(0.002),)), lambda: None, time.perf_counter, 600.0, settled
+    )
     return (time.perf_counter() - start) * 1e3
 
 
-FREE = {"sm_clock_mhz": 1980, "power_w": 380.0, "power_instant_w": 390.0, "clock_events": "0x0000000000000000",
-        "temperature_c": 50}
-CAPPED = {"sm_clock_mhz": 1755, "power_w": 699.0, "power_instant_w": 701.0, "clock_events": "0x0000000000000004",
-          "temperature_c": 60}
-# Half a second into a load that will reach the cap: the average still holds the idle second before, the draw now
-# is at the cap, and the clock is not held back yet (a 100M step captured in a graph at 67f6152, NOTES.md).
+FREE = {
+    "sm_clock_mhz": 1980,
+    "power_w": 380.0,
+    "power_instant_w": 390.0,
+    "clock_events": "0x0000000000000000",
+    "temperature_c": 50,
+}
+CAPPED = {
+    "sm_clock_mhz": 1755,
+    "power_w": 699.0,
+    "power_instant_w": 701.0,
+    "clock_events": "0x0000000000000004",
+    "temperature_c": 60,
+}
+# Half a second into a load that will reach the cap: the average still holds the idle second before,
+# the draw now is at the cap, and the clock is not held back yet (a 100M step captured in a graph at
+# 67f6152, NOTES.md).
 RAMPING = {**FREE, "power_w": 450.0, "power_instant_w": 690.0}
 
 
 def test_a_warm_up_ends_early_only_on_a_gpu_that_is_not_held_back(monkeypatch):
-    """The step's warm-up ends once two polls, half a second in (here 50 ms), find no limiting clock event and a
-    draw well under the limit; at the power cap, near it, thermally slowed, without readings or without a known
-    limit, it runs its full length (each of those is a planted state the rule must refuse)."""
+    """The step's warm-up ends once two polls, half a second in (here 50 ms), find no limiting clock
+    event and a draw well under the limit; at the power cap, near it, thermally slowed, without
+    readings or without a known limit, it runs its full length (each of those is a planted state the
+    rule must refuse)."""
     free = _settle_on(monkeypatch, [FREE])
     assert _warm_up_ms(free) < 300 and 50 <= free.settled_ms < 300
-    for held in (CAPPED, RAMPING, {**FREE, "power_instant_w": 650.0}, {**FREE, "power_instant_w": None},
-                 {**FREE, "clock_events": "0x0000000000000020"}, None):
+    for held in (
+        CAPPED,
+        RAMPING,
+        {**FREE, "power_instant_w": 650.0},
+        {**FREE, "power_instant_w": None},
+        {**FREE, "clock_events": "0x0000000000000020"},
+        None,
+    ):
         settle = _settle_on(monkeypatch, [held])
         assert _warm_up_ms(settle) >= 600 and settle.settled_ms is None, held
     no_limit = _settle_on(monkeypatch, [FREE], limit_w=None)
     assert _warm_up_ms(no_limit) >= 600 and no_limit.settled_ms is None
-    capped_later = _settle_on(monkeypatch, [FREE, FREE, CAPPED])  # reaches the cap after its first polls
+    # reaches the cap after its first polls
+    capped_later = _settle_on(monkeypatch, [FREE, FREE, CAPPED])
     assert _warm_up_ms(capped_later) >= 600
 
 
 def test_gpu_state_reads_nvml_in_process_and_falls_back_to_nvidia_smi(monkeypatch):
-    """With nvidia-ml-py, the state comes from NVML (no process started); where NVML fails, from nvidia-smi."""
+    """With nvidia-ml-py, the state comes from NVML (no process started); where NVML fails, from
+    nvidia-smi."""
     import types
 
     from optbench.core import machine
 
     calls: list = []
-    instant = types.SimpleNamespace(nvmlReturn=0, valueType=1, value=types.SimpleNamespace(uiVal=702_500))
+    instant = types.SimpleNamespace(
+        nvmlReturn=0, valueType=1, value=types.SimpleNamespace(uiVal=702_500)
+    )
     fake = types.SimpleNamespace(
-        NVML_CLOCK_SM=1, NVML_TEMPERATURE_GPU=0, NVML_FI_DEV_POWER_INSTANT=186,
-        nvmlDeviceGetClockInfo=lambda h, which: 1755, nvmlDeviceGetPowerUsage=lambda h: 699_123,
-        nvmlDeviceGetTemperature=lambda h, which: 61, nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x4,
+        NVML_CLOCK_SM=1,
+        NVML_TEMPERATURE_GPU=0,
+        NVML_FI_DEV_POWER_INSTANT=186,
+        nvmlDeviceGetClockInfo=lambda h, which: 1755,
+        nvmlDeviceGetPowerUsage=lambda h: 699_123,
+        nvmlDeviceGetTemperature=lambda h, which: 61,
+        nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x4,
         nvmlDeviceGetEnforcedPowerLimit=lambda h: 700_000,
-        nvmlDeviceGetFieldValues=lambda h, ids: [instant] if ids == [186] else [])
+        nvmlDeviceGetFieldValues=lambda h, ids: [instant] if ids == [186] else [],
+    )
     monkeypatch.setattr(machine, "_nvml_device", lambda: (fake, "handle"))
     monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: calls.append(fields))
-    assert machine.gpu_state() == {"sm_clock_mhz": 1755, "power_w": 699.123, "temperature_c": 61,
-                                   "clock_events": "0x0000000000000004", "power_instant_w": 702.5}
+    assert machine.gpu_state() == {
+        "sm_clock_mhz": 1755,
+        "power_w": 699.123,
+        "temperature_c": 61,
+        "clock_events": "0x0000000000000004",
+        "power_instant_w": 702.5,
+    }
     instant.nvmlReturn = 3  # NVML_ERROR_NOT_SUPPORTED: no instant reading, the rest as before
     assert machine.gpu_state()["power_instant_w"] is None
     assert machine.power_limit_w() == 700.0 and calls == []
@@ -288,16 +404,27 @@ def test_gpu_state_reads_nvml_in_process_and_falls_back_to_nvidia_smi(monkeypatc
 
     monkeypatch.setattr(fake, "nvmlDeviceGetPowerUsage", broken)
     monkeypatch.setattr(fake, "nvmlDeviceGetEnforcedPowerLimit", broken)
-    monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: ["1980", "380.5", "50", "0x0", "[N/A]"][:len(fields)])
-    assert machine.gpu_state() == {"sm_clock_mhz": 1980, "power_w": 380.5, "temperature_c": 50, "clock_events": "0x0",
-                                   "power_instant_w": None}
+    monkeypatch.setattr(
+        machine,
+        "_nvidia_smi",
+        lambda fields: ["1980", "380.5", "50", "0x0", "[N/A]"][: len(fields)],
+    )
+    assert machine.gpu_state() == {
+        "sm_clock_mhz": 1980,
+        "power_w": 380.5,
+        "temperature_c": 50,
+        "clock_events": "0x0",
+        "power_instant_w": None,
+    }
     assert machine.power_limit_w() == 1980.0  # nvidia-smi's first field, as asked for
     monkeypatch.setattr(machine, "_nvml_device", lambda: None)
     monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: None)
     assert machine.gpu_state() is None and machine.power_limit_w() is None
 
 
-def test_a_case_that_loses_the_cuda_context_ends_the_grid_and_keeps_what_was_measured(tmp_path, monkeypatch):
+def test_a_case_that_loses_the_cuda_context_ends_the_grid_and_keeps_what_was_measured(
+    tmp_path, monkeypatch
+):
     from optbench.core import runner
 
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
@@ -308,19 +435,27 @@ def test_a_case_that_loses_the_cuda_context_ends_the_grid_and_keeps_what_was_mea
         lost.append(True)
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    def free(baseline=None):  # every CUDA call fails once the context is gone, the cleanup after the case too
+    # every CUDA call fails once the context is gone, the cleanup after the case too
+    def free(baseline=None):
         if lost:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     monkeypatch.setattr(runner, "_free_device_memory", free)
     x = torch.randn(64, 64)
-    cases = [Case({"case": "before"}, lambda: _work(lambda: x @ x)),
-             Case({"case": "crash"}, lambda: _work(illegal_access)),
-             Case({"case": "after"}, lambda: _work(lambda: x @ x))]
-    records = run_grid("bench_test.Grid", cases, device="cpu", store=ResultStore(tmp_path), log=lambda _: None)
+    cases = [
+        Case({"case": "before"}, lambda: _work(lambda: x @ x)),
+        Case({"case": "crash"}, lambda: _work(illegal_access)),
+        Case({"case": "after"}, lambda: _work(lambda: x @ x)),
+    ]
+    records = run_grid(
+        "bench_test.Grid", cases, device="cpu", store=ResultStore(tmp_path), log=lambda _: None
+    )
     by_case = {r["params"]["case"]: r for r in records.values()}
     assert by_case["before"]["status"] == "ok"
-    assert by_case["crash"]["status"] == "crashed" and "context became unusable" in by_case["crash"]["reason"]
+    assert (
+        by_case["crash"]["status"] == "crashed"
+        and "context became unusable" in by_case["crash"]["reason"]
+    )
     assert by_case["after"]["status"] == "crashed" and "not measured" in by_case["after"]["reason"]
     stored = ResultStore(tmp_path).load("test-machine", "c" * 40)
     assert {r["status"] for k, r in stored.items() if k != MACHINE_KEY} == {"ok", "crashed"}
@@ -329,9 +464,19 @@ def test_a_case_that_loses_the_cuda_context_ends_the_grid_and_keeps_what_was_mea
 def _record(key: str, samples: list[float], peak: int = 1000) -> dict:
     timing = Timing(tuple(samples), "cuda-graph").to_dict()
     bench, *params = key.split("|")
-    return {"key": key, "benchmark": bench, "params": dict(p.split("=") for p in params), "status": "ok",
-            "commit": "x", "date": "2026-11-22", "metrics": {"fwdbwd": {"device": timing, "wall": timing}},
-            "peak_mem_bytes": {"fwdbwd": peak}, "flops": {"fwdbwd": 1e9}, "bytes": {"fwdbwd": 1e9}, "info": {}}
+    return {
+        "key": key,
+        "benchmark": bench,
+        "params": dict(p.split("=") for p in params),
+        "status": "ok",
+        "commit": "x",
+        "date": "2026-11-22",
+        "metrics": {"fwdbwd": {"device": timing, "wall": timing}},
+        "peak_mem_bytes": {"fwdbwd": peak},
+        "flops": {"fwdbwd": 1e9},
+        "bytes": {"fwdbwd": 1e9},
+        "info": {},
+    }
 
 
 def test_gate_is_quiet_on_noise_and_flags_a_planted_slowdown(tmp_path):
@@ -356,15 +501,30 @@ def test_asv_discovers_the_suite():
     processes drop PYTHONPATH)."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path, "ASV_PYTHONPATH": path}
-    out = subprocess.run([sys.executable, "-m", "optbench.core.asv_atomic", "check", "-E",
-                          f"existing:{sys.executable}"], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "optbench.core.asv_atomic",
+            "check",
+            "-E",
+            f"existing:{sys.executable}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_a_case_over_its_budget_is_stopped_even_inside_a_long_call_and_the_grid_goes_on(tmp_path, monkeypatch):
+def test_a_case_over_its_budget_is_stopped_even_inside_a_long_call_and_the_grid_goes_on(
+    tmp_path, monkeypatch
+):
     """The budget interrupts Python-level work such as a compilation (here a sleeping loop that, as
-    inductor's autotuning does, swallows every Exception of a failing attempt), not only between metrics."""
+    inductor's autotuning does, swallows every Exception of a failing attempt), not only between
+    metrics."""
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "c" * 40)
 
@@ -376,16 +536,25 @@ def test_a_case_over_its_budget_is_stopped_even_inside_a_long_call_and_the_grid_
                 pass
 
     x = torch.randn(64, 64)
-    cases = [Case({"case": "slow"}, lambda: _work(lambda: x @ x, check=endless_compile)),
-             Case({"case": "next"}, lambda: _work(lambda: x @ x))]
+    cases = [
+        Case({"case": "slow"}, lambda: _work(lambda: x @ x, check=endless_compile)),
+        Case({"case": "next"}, lambda: _work(lambda: x @ x)),
+    ]
     started = time.perf_counter()
-    records = run_grid("bench_test.Grid", cases, device="cpu", budget_s=2.0, store=ResultStore(tmp_path),
-                       log=lambda _: None)
+    records = run_grid(
+        "bench_test.Grid",
+        cases,
+        device="cpu",
+        budget_s=2.0,
+        store=ResultStore(tmp_path),
+        log=lambda _: None,
+    )
     by_case = {r["params"]["case"]: r for r in records.values()}
     assert by_case["slow"]["status"] == "timeout"
     assert by_case["slow"]["reason"].endswith("in its check")
     stored = ResultStore(tmp_path).load("test-machine", "c" * 40)
-    assert stored[record_key("bench_test.Grid", {"case": "slow"})]["status"] == "timeout"  # a fact about the case
+    # a fact about the case
+    assert stored[record_key("bench_test.Grid", {"case": "slow"})]["status"] == "timeout"
     assert by_case["next"]["status"] == "ok"
     assert time.perf_counter() - started < 10
 
@@ -411,16 +580,25 @@ def test_the_deadline_restores_an_outer_timer():
 
 
 def test_a_suite_with_nothing_selected_returns_its_skips_without_building_cases(monkeypatch):
-    """asv calls the shared setup_cache in a --select run too: where no key of the suite matches, every grid
-    benchmark's keys come back as skips from the catalog alone (no cases built: no torch, no CUDA context)."""
+    """asv calls the shared setup_cache in a --select run too: where no key of the suite matches,
+    every grid benchmark's keys come back as skips from the catalog alone (no cases built: no torch,
+    no CUDA context)."""
     from optbench.suite import catalog, grids
 
     monkeypatch.setenv("OPTBENCH_SUITE", "full")
     monkeypatch.setenv("OPTBENCH_SELECT", "^nothing-matches$")
-    monkeypatch.setattr(grids, "cases", lambda *a: pytest.fail("built cases for an unselected grid"))
+    monkeypatch.setattr(
+        grids, "cases", lambda *a: pytest.fail("built cases for an unselected grid")
+    )
     records = grids.measure_suite()
-    keys = {record_key(b.name, params) for b in catalog.BENCHMARKS.values() if b.kind in grids.GRID_KINDS
-            for params in (dict(zip(b.param_names, combo)) for combo in itertools.product(*b.grid("full")))}
+    keys = {
+        record_key(b.name, params)
+        for b in catalog.BENCHMARKS.values()
+        if b.kind in grids.GRID_KINDS
+        for params in (
+            dict(zip(b.param_names, combo)) for combo in itertools.product(*b.grid("full"))
+        )
+    }
     assert set(records) == keys
     assert all(r["status"] == "skipped" for r in records.values())
     in_full = [k for k in keys if k.split("|")[0] in catalog.SUITES["full"]]
@@ -428,13 +606,21 @@ def test_a_suite_with_nothing_selected_returns_its_skips_without_building_cases(
 
 
 def test_the_kept_records_carry_each_cases_compile_seconds(monkeypatch):
-    """What a grid process hands asv's track methods holds the runner's compile_seconds (track_compile_s reads it)."""
+    """What a grid process hands asv's track methods holds the runner's compile_seconds
+    (track_compile_s reads it)."""
     from optbench.core import runner
     from optbench.suite import grids
 
     params = {"variant": "best-kernels"}
     key = record_key("bench_step.Step100M", params)
-    stored = {"key": key, "status": "ok", "reason": "", "metrics": {}, "compile_seconds": 12.5, "check_seconds": 1.0}
+    stored = {
+        "key": key,
+        "status": "ok",
+        "reason": "",
+        "metrics": {},
+        "compile_seconds": 12.5,
+        "check_seconds": 1.0,
+    }
     monkeypatch.setattr(grids, "cases", lambda *a: [Case(params, lambda: pytest.fail("built"))])
     monkeypatch.setattr(runner, "out_of_run_time", lambda: False)
     monkeypatch.setattr(runner, "run_grid", lambda name, todo, **kw: {key: stored})
@@ -443,8 +629,9 @@ def test_the_kept_records_carry_each_cases_compile_seconds(monkeypatch):
 
 
 def test_skip_existing_leaves_out_what_an_earlier_run_of_the_commit_ended(tmp_path, monkeypatch):
-    """--skip-existing: a case this commit has a record of on this machine is a skip with its reason, whatever that
-    record's status, except 'crashed' (the process died in it): that one, and those never run, are measured."""
+    """--skip-existing: a case this commit has a record of on this machine is a skip with its
+    reason, whatever that record's status, except 'crashed' (the process died in it): that one, and
+    those never run, are measured."""
     from optbench.suite import grids
 
     commit = "e" * 40
@@ -453,17 +640,30 @@ def test_skip_existing_leaves_out_what_an_earlier_run_of_the_commit_ended(tmp_pa
     monkeypatch.setenv("OPTBENCH_RESULTS", str(tmp_path))
     monkeypatch.setenv("OPTBENCH_SUITE", "quick")
     monkeypatch.setenv("OPTBENCH_SKIP_EXISTING", "true")
-    key = {mode: record_key("bench_precision.Matmul", {"n": "8192", "mode": mode}) for mode in ("fp32", "tf32", "bf16",
-                                                                                               "fp16")}
-    ResultStore(tmp_path).save("test-machine", commit, [
-        {"key": key["fp32"], "status": "ok"}, {"key": key["tf32"], "status": "wrong"},
-        {"key": key["bf16"], "status": "crashed"}], run_id="20261125T000000Z-aaaaaa")
+    key = {
+        mode: record_key("bench_precision.Matmul", {"n": "8192", "mode": mode})
+        for mode in ("fp32", "tf32", "bf16", "fp16")
+    }
+    ResultStore(tmp_path).save(
+        "test-machine",
+        commit,
+        [
+            {"key": key["fp32"], "status": "ok"},
+            {"key": key["tf32"], "status": "wrong"},
+            {"key": key["bf16"], "status": "crashed"},
+        ],
+        run_id="20261125T000000Z-aaaaaa",
+    )
     measured = []
-    monkeypatch.setattr(grids, "_measure_grid", lambda name, grid, chosen, device: measured.extend(chosen) or {})
+    monkeypatch.setattr(
+        grids, "_measure_grid", lambda name, grid, chosen, device: measured.extend(chosen) or {}
+    )
     monkeypatch.setattr("optbench.core.runner.default_device", lambda: "cpu")
     records = grids.measure_suite(["bench_precision.Matmul"])
     assert measured == [key["bf16"], key["fp16"]]
-    assert records[key["fp32"]]["reason"] == records[key["tf32"]]["reason"] == grids.SKIPPED_EXISTING
+    assert (
+        records[key["fp32"]]["reason"] == records[key["tf32"]]["reason"] == grids.SKIPPED_EXISTING
+    )
     measured.clear()
     monkeypatch.setenv("OPTBENCH_SKIP_EXISTING", "")  # without it, all four
     grids.measure_suite(["bench_precision.Matmul"])
@@ -471,8 +671,8 @@ def test_skip_existing_leaves_out_what_an_earlier_run_of_the_commit_ended(tmp_pa
 
 
 def test_the_grid_classes_share_two_setup_caches_the_steps_and_the_rest():
-    """asv runs a setup_cache once per cache key (the defining line): one process for the training steps, one for
-    everything else, each measuring the kinds of its own classes."""
+    """asv runs a setup_cache once per cache key (the defining line): one process for the training
+    steps, one for everything else, each measuring the kinds of its own classes."""
     from asv_runner.benchmarks._base import get_setup_cache_key
 
     from benchmarks import (
@@ -487,9 +687,20 @@ def test_the_grid_classes_share_two_setup_caches_the_steps_and_the_rest():
     from optbench.suite import catalog
     from optbench.suite.grids import PROCESSES
 
-    modules = (bench_anchors, bench_convergence, bench_distributed, bench_kernels, bench_precision, bench_step)
-    classes = [cls for m in modules for cls in vars(m).values()
-               if isinstance(cls, type) and issubclass(cls, Grid) and not inspect.isabstract(cls)]
+    modules = (
+        bench_anchors,
+        bench_convergence,
+        bench_distributed,
+        bench_kernels,
+        bench_precision,
+        bench_step,
+    )
+    classes = [
+        cls
+        for m in modules
+        for cls in vars(m).values()
+        if isinstance(cls, type) and issubclass(cls, Grid) and not inspect.isabstract(cls)
+    ]
     keys = {"steps": set(), "other": set()}
     for cls in classes:
         process = "steps" if issubclass(cls, StepGrid) else "other"
@@ -497,14 +708,21 @@ def test_the_grid_classes_share_two_setup_caches_the_steps_and_the_rest():
         keys[process].add(get_setup_cache_key(cls.setup_cache))
     assert len(keys["steps"]) == len(keys["other"]) == 1 and keys["steps"] != keys["other"]
 
+
 def test_results_belong_to_the_commit_whose_code_was_measured(tmp_path):
-    """Commits that only add results, docs or notes do not change what a run measures: a later session's run
-    of the same code is stored under the same commit, and adds up with the earlier one."""
+    """Commits that only add results, docs or notes do not change what a run measures: a later
+    session's run of the same code is stored under the same commit, and adds up with the earlier
+    one."""
     from optbench.core.runner import measured_commit
 
     def git(*args):
-        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
-                              check=True, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
 
     def commit(path, text):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
@@ -523,10 +741,13 @@ def test_results_belong_to_the_commit_whose_code_was_measured(tmp_path):
     assert measured_commit(cwd=str(tmp_path)) == changed
 
 
-def test_a_run_with_a_time_budget_stops_in_time_and_stores_nothing_it_did_not_measure(tmp_path, monkeypatch):
-    """--time-budget: a case running when the run's budget ends is stopped and, as its timeout says nothing
-    about the case, skipped as not measured (its placeholder removed from the store); later cases are skipped
-    unmeasured and not stored (a later run fills them in), and a grid that starts after the end builds no cases."""
+def test_a_run_with_a_time_budget_stops_in_time_and_stores_nothing_it_did_not_measure(
+    tmp_path, monkeypatch
+):
+    """--time-budget: a case running when the run's budget ends is stopped and, as its timeout says
+    nothing about the case, skipped as not measured (its placeholder removed from the store); later
+    cases are skipped unmeasured and not stored (a later run fills them in), and a grid that starts
+    after the end builds no cases."""
     from optbench.core import runner
     from optbench.core.runner import NOT_STARTED
 
@@ -536,49 +757,70 @@ def test_a_run_with_a_time_budget_stops_in_time_and_stores_nothing_it_did_not_me
     monkeypatch.setenv(RUN_DEADLINE_ENV, str(time.time() + 3.0))
     monkeypatch.setenv("OPTBENCH_PROGRESS", str(tmp_path / "progress.jsonl"))
     x = torch.randn(64, 64)
-    cases = [Case({"case": "long"}, lambda: _work(lambda: x @ x, check=lambda: time.sleep(30))),
-             Case({"case": "after"}, lambda: _work(lambda: x @ x))]
+    cases = [
+        Case({"case": "long"}, lambda: _work(lambda: x @ x, check=lambda: time.sleep(30))),
+        Case({"case": "after"}, lambda: _work(lambda: x @ x)),
+    ]
     store = ResultStore(tmp_path)
     started = time.perf_counter()
-    records = run_grid("bench_test.Grid", cases, device="cpu", budget_s=100.0, store=store, log=lambda _: None)
+    records = run_grid(
+        "bench_test.Grid", cases, device="cpu", budget_s=100.0, store=store, log=lambda _: None
+    )
     assert time.perf_counter() - started < 10
     by_case = {r["params"]["case"]: r for r in records.values()}
     assert by_case["long"]["status"] == "skipped"
-    assert re.fullmatch(r"not measured: the run's time budget ended \d+\.\d s into this case",
-                        by_case["long"]["reason"])
+    assert re.fullmatch(
+        r"not measured: the run's time budget ended \d+\.\d s into this case",
+        by_case["long"]["reason"],
+    )
     assert by_case["after"] == {**by_case["after"], "status": "skipped", "reason": NOT_STARTED}
-    assert set(store.load("test-machine", "d" * 40)) == {MACHINE_KEY}  # neither a timeout nor a placeholder
+    # neither a timeout nor a placeholder
+    assert set(store.load("test-machine", "d" * 40)) == {MACHINE_KEY}
 
     from optbench.suite import grids
 
-    monkeypatch.setattr(grids, "cases", lambda *a: pytest.fail("built cases after the run's budget ended"))
+    monkeypatch.setattr(
+        grids, "cases", lambda *a: pytest.fail("built cases after the run's budget ended")
+    )
     monkeypatch.setenv("OPTBENCH_SUITE", "full")  # a suite Matmul is in: its skips are the budget's
     skipped = grids.measure_suite(["bench_precision.Matmul"])
     assert {r["status"] for r in skipped.values()} == {"skipped"}
-    # The run's progress counts them all as ended: the cut case with the seconds it ran, the rest not started.
+    # The run's progress counts them all as ended: the cut case with the seconds it ran, the rest
+    # not started.
     ends = {e["key"]: e for e in _events(tmp_path / "progress.jsonl") if e["event"] == "end"}
     long, after = ends.pop("bench_test.Grid|case=long"), ends.pop("bench_test.Grid|case=after")
     assert long["status"] == "skipped" and long["seconds"] > 1 and "not_started" not in long
     assert long["check_seconds"] > 1  # the phase it was cut in
     assert after["not_started"] and after["seconds"] is None
-    assert set(ends) == set(skipped) and all(e["not_started"] and e["status"] == "skipped" for e in ends.values())
+    assert set(ends) == set(skipped) and all(
+        e["not_started"] and e["status"] == "skipped" for e in ends.values()
+    )
 
 
 def test_a_case_needs_a_minimum_of_the_runs_time_budget_left_to_start(tmp_path, monkeypatch):
-    """With less than 30 s of the run's budget left, a case with a longer budget is not started (nor stored);
-    one whose own budget fits in what is left still runs."""
+    """With less than 30 s of the run's budget left, a case with a longer budget is not started (nor
+    stored); one whose own budget fits in what is left still runs."""
     from optbench.core.runner import _MIN_CASE_S, NOT_STARTED, out_of_run_time
 
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "e" * 40)
     monkeypatch.setenv(RUN_DEADLINE_ENV, str(time.time() + 20.0))
-    assert _MIN_CASE_S == 30.0 and out_of_run_time() and out_of_run_time(120.0) and not out_of_run_time(10.0)
+    assert (
+        _MIN_CASE_S == 30.0
+        and out_of_run_time()
+        and out_of_run_time(120.0)
+        and not out_of_run_time(10.0)
+    )
     store = ResultStore(tmp_path)
     cases = [Case({"case": "quick"}, lambda: Work(timed={}, check=lambda: {"max_rel_err": 0.0}))]
-    long_budget = run_grid("bench_test.Grid", cases, device="cpu", budget_s=120.0, store=store, log=lambda _: None)
+    long_budget = run_grid(
+        "bench_test.Grid", cases, device="cpu", budget_s=120.0, store=store, log=lambda _: None
+    )
     assert [(r["status"], r["reason"]) for r in long_budget.values()] == [("skipped", NOT_STARTED)]
     assert set(store.load("test-machine", "e" * 40)) == {MACHINE_KEY}
-    short_budget = run_grid("bench_test.Grid", cases, device="cpu", budget_s=10.0, store=store, log=lambda _: None)
+    short_budget = run_grid(
+        "bench_test.Grid", cases, device="cpu", budget_s=10.0, store=store, log=lambda _: None
+    )
     assert [r["status"] for r in short_budget.values()] == ["ok"]
 
 
@@ -592,8 +834,8 @@ def test_the_store_drops_records_by_key(tmp_path):
 
 
 def test_a_case_that_ends_stops_its_watchdog(monkeypatch):
-    """Whether a case ends in time or by its alarm, its watchdog thread is gone when it returns and never fires
-    into what comes after."""
+    """Whether a case ends in time or by its alarm, its watchdog thread is gone when it returns and
+    never fires into what comes after."""
     from optbench.core import runner
 
     # Margins for a loaded CPU, where a case's end (a gc pass over this process: 0.1-0.3 s on an
@@ -610,10 +852,13 @@ def test_a_case_that_ends_stops_its_watchdog(monkeypatch):
 
     quick = Case({"case": "quick"}, lambda: Work(timed={}, check=lambda: {}))
     slow = Case({"case": "slow"}, lambda: Work(timed={}, check=spin))
-    earlier = {t for t in threading.enumerate() if t.name == runner.WATCHDOG_THREAD}  # other tests' (a hard stop's)
+    # other tests' (a hard stop's)
+    earlier = {t for t in threading.enumerate() if t.name == runner.WATCHDOG_THREAD}
     assert runner.measure_case(quick, device="cpu", budget_s=quick_budget_s)["status"] == "ok"
     assert runner.measure_case(slow, device="cpu", budget_s=0.3)["status"] == "timeout"
-    assert not [t for t in threading.enumerate() if t.name == runner.WATCHDOG_THREAD and t not in earlier]
+    assert not [
+        t for t in threading.enumerate() if t.name == runner.WATCHDOG_THREAD and t not in earlier
+    ]
     time.sleep(quick_budget_s + grace_s + 0.2)  # past either watchdog's first firing (its kill)
     assert fired == []
 
@@ -641,8 +886,9 @@ _UNINTERRUPTIBLE_GRID = """
     runner._restart_compile_workers = lambda: print("compile workers restarted")
 
     def blocked(wait):
-        # A wait in C that SIGALRM cannot interrupt, as the main thread's on inductor's compile workers: with
-        # the signal blocked here, another thread takes it and the handler runs only once the wait returns.
+        # A wait in C that SIGALRM cannot interrupt, as the main thread's on inductor's compile
+        # workers: with the signal blocked here, another thread takes it and the handler runs only
+        # once the wait returns.
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
         try:
             wait()
@@ -652,20 +898,24 @@ _UNINTERRUPTIBLE_GRID = """
     def case(name, check):
         return Case({"case": name}, lambda: Work(timed={}, check=check))
 
-    cases = [case("waits-on-a-child", lambda: blocked(lambda: subprocess.run(["sleep", "30"]))),  # killing it helps
-             case("next", lambda: {}),
-             case("stuck", lambda: blocked(lambda: time.sleep(30))),  # no child: only ending the process helps
-             case("never", lambda: {})]
+    cases = [
+        # killing the child helps
+        case("waits-on-a-child", lambda: blocked(lambda: subprocess.run(["sleep", "30"]))),
+        case("next", lambda: {}),
+        # no child: only ending the process helps
+        case("stuck", lambda: blocked(lambda: time.sleep(30))),
+        case("never", lambda: {}),
+    ]
     run_grid("bench_test.Grid", cases, device="cpu", budget_s=float(sys.argv[2]),
              store=ResultStore(sys.argv[1]), log=print)
 """
 
 
 def test_a_case_the_alarm_cannot_interrupt_is_hard_stopped_by_the_watchdog(tmp_path):
-    """A case blocked in C past its budget: the watchdog kills the child process it waits on, so that the alarm
-    lands and the grid goes on; a case that stays blocked ends the process, with its timeout stored. In a
-    child process, which the watchdog ends. Each case ends well before the 30 s of either blocked
-    wait."""
+    """A case blocked in C past its budget: the watchdog kills the child process it waits on, so
+    that the alarm lands and the grid goes on; a case that stays blocked ends the process, with its
+    timeout stored. In a child process, which the watchdog ends. Each case ends well before the 30 s
+    of either blocked wait."""
     from optbench.core.runner import HARD_STOP_EXIT
 
     # Margins for a loaded CPU: the budget holds "next" (its end runs a gc pass: seconds there), the
@@ -673,15 +923,23 @@ def test_a_case_the_alarm_cannot_interrupt_is_hard_stopped_by_the_watchdog(tmp_p
     budget_s, grace_s = 2.0, 2.0
     script = tmp_path / "grid.py"
     script.write_text(textwrap.dedent(_UNINTERRUPTIBLE_GRID))
-    env = {**os.environ, "OPTBENCH_MACHINE": "test-machine", "ASV_COMMIT": "a" * 40, "PYTHONPATH": str(ROOT),
-           "OPTBENCH_PROGRESS": str(tmp_path / "progress.jsonl")}
+    env = {
+        **os.environ,
+        "OPTBENCH_MACHINE": "test-machine",
+        "ASV_COMMIT": "a" * 40,
+        "PYTHONPATH": str(ROOT),
+        "OPTBENCH_PROGRESS": str(tmp_path / "progress.jsonl"),
+    }
     env.pop(RUN_DEADLINE_ENV, None)
     grid = [sys.executable, str(script), str(tmp_path / "results"), str(budget_s), str(grace_s)]
     out = subprocess.run(grid, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == HARD_STOP_EXIT, out.stdout + out.stderr
     assert "compile workers restarted" in out.stdout and "alarm could not interrupt" in out.stderr
-    stored = {k.split("=")[-1]: r for k, r in ResultStore(tmp_path / "results").load("test-machine", "a" * 40).items()
-              if k != MACHINE_KEY}
+    stored = {
+        k.split("=")[-1]: r
+        for k, r in ResultStore(tmp_path / "results").load("test-machine", "a" * 40).items()
+        if k != MACHINE_KEY
+    }
     assert set(stored) == {"waits-on-a-child", "next", "stuck"}
     waited = stored["waits-on-a-child"]
     assert waited["status"] == "timeout" and waited["seconds"] < 25
@@ -691,7 +949,11 @@ def test_a_case_the_alarm_cannot_interrupt_is_hard_stopped_by_the_watchdog(tmp_p
     ended = f"the process was ended {2 * grace_s:g} s after the budget"
     assert f"the alarm could not interrupt it: {ended}" in stored["stuck"]["reason"]
     # The case that ended the process reported its end first, as the watchdog stored it.
-    ends = [(e["key"].split("=")[-1], e["status"]) for e in _events(tmp_path / "progress.jsonl") if e["event"] == "end"]
+    ends = [
+        (e["key"].split("=")[-1], e["status"])
+        for e in _events(tmp_path / "progress.jsonl")
+        if e["event"] == "end"
+    ]
     assert ends == [("waits-on-a-child", "timeout"), ("next", "ok"), ("stuck", "timeout")]
 
 

@@ -45,10 +45,12 @@ def _quick() -> Work:
 def _signalled(signum: int):
     """A case whose build gets ``signum`` from outside (as from asv or a terminal) and then
     waits."""
+
     def build() -> Work:
         os.kill(os.getpid(), signum)
         time.sleep(5)  # the interrupt lands here
         raise AssertionError("not interrupted")
+
     return build
 
 
@@ -63,8 +65,11 @@ def test_a_signal_in_a_case_records_it_interrupted_and_the_run_partial(grid_env,
     cases after it none; the interrupt goes on up and the previous handlers are back."""
     store = ResultStore(tmp_path / "results")
     before = signal.getsignal(signal.SIGTERM)
-    cases = [Case({"case": "a"}, _quick), Case({"case": "b"}, _signalled(signum)),
-             Case({"case": "c"}, _quick)]
+    cases = [
+        Case({"case": "a"}, _quick),
+        Case({"case": "b"}, _signalled(signum)),
+        Case({"case": "c"}, _quick),
+    ]
     with pytest.raises(KeyboardInterrupt) as raised:
         run_grid(GRID, cases, device="cpu", store=store, log=lambda _: None)
     name = signal.Signals(signum).name
@@ -83,8 +88,9 @@ def test_a_signal_in_a_case_records_it_interrupted_and_the_run_partial(grid_env,
     assert store.measured_keys(MACHINE, SHA) == {record_key(GRID, {"case": "a"})}  # b: run again
 
 
-def test_an_interrupt_between_cases_marks_the_run_partial_and_keeps_every_record(grid_env,
-                                                                                 tmp_path):
+def test_an_interrupt_between_cases_marks_the_run_partial_and_keeps_every_record(
+    grid_env, tmp_path
+):
     store = ResultStore(tmp_path / "results")
 
     def log(line: str) -> None:
@@ -92,8 +98,13 @@ def test_an_interrupt_between_cases_marks_the_run_partial_and_keeps_every_record
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_grid(GRID, [Case({"case": "a"}, _quick), Case({"case": "b"}, _quick)], device="cpu",
-                 store=store, log=log)
+        run_grid(
+            GRID,
+            [Case({"case": "a"}, _quick), Case({"case": "b"}, _quick)],
+            device="cpu",
+            store=store,
+            log=log,
+        )
     [run] = store.runs(MACHINE, SHA)
     assert run.records[record_key(GRID, {"case": "a"})]["status"] == "ok"
     assert run.records[RUN_KEY]["partial"] and "between cases" in run.records[RUN_KEY]["reason"]
@@ -112,33 +123,57 @@ def test_a_second_signal_while_the_first_is_handled_is_ignored():
 
 def test_mark_partial_turns_only_placeholders_into_interrupted(tmp_path):
     store = ResultStore(tmp_path)
-    placeholder = {"key": "g|case=a", "status": "crashed", "reason": f"{IN_PROGRESS}; ...",
-                   "date": "2026-01-02"}
+    placeholder = {
+        "key": "g|case=a",
+        "status": "crashed",
+        "reason": f"{IN_PROGRESS}; ...",
+        "date": "2026-01-02",
+    }
     done = {"key": "g|case=b", "status": "ok", "date": "2026-01-02"}
     store.save(MACHINE, SHA, [placeholder, done], run_id="r1")
-    marked = store.mark_partial(MACHINE, SHA, "interrupted by SIGINT", ["g|case=a", "g|case=b"],
-                                run_id="r1")
+    marked = store.mark_partial(
+        MACHINE, SHA, "interrupted by SIGINT", ["g|case=a", "g|case=b"], run_id="r1"
+    )
     assert marked == ["g|case=a"]
     [run] = store.runs(MACHINE, SHA)
     assert run.records["g|case=a"]["status"] == INTERRUPTED
     assert run.records["g|case=b"]["status"] == "ok"
-    assert run.records[RUN_KEY] == {"key": RUN_KEY, "date": "2026-01-02", "partial": True,
-                                    "reason": "interrupted by SIGINT"}
+    assert run.records[RUN_KEY] == {
+        "key": RUN_KEY,
+        "date": "2026-01-02",
+        "partial": True,
+        "reason": "interrupted by SIGINT",
+    }
     assert store.mark_partial(MACHINE, SHA, "x", run_id="none") == []  # no file: none made
     assert not store.path(MACHINE, SHA, "none").exists()
 
 
 def test_load_keeps_a_verdict_over_a_later_interrupted_record(tmp_path):
     store = ResultStore(tmp_path)
-    store.save(MACHINE, SHA, [{"key": "g|case=a", "status": "ok", "date": "2026-01-01"},
-                              {"key": "g|case=b", "status": "ok", "date": "2026-01-01"}],
-               run_id="r1")
-    store.save(MACHINE, SHA, [{"key": "g|case=a", "status": INTERRUPTED, "date": "2026-01-02"},
-                              {"key": "g|case=c", "status": INTERRUPTED, "date": "2026-01-02"}],
-               run_id="r2")
+    store.save(
+        MACHINE,
+        SHA,
+        [
+            {"key": "g|case=a", "status": "ok", "date": "2026-01-01"},
+            {"key": "g|case=b", "status": "ok", "date": "2026-01-01"},
+        ],
+        run_id="r1",
+    )
+    store.save(
+        MACHINE,
+        SHA,
+        [
+            {"key": "g|case=a", "status": INTERRUPTED, "date": "2026-01-02"},
+            {"key": "g|case=c", "status": INTERRUPTED, "date": "2026-01-02"},
+        ],
+        run_id="r2",
+    )
     loaded = store.load(MACHINE, SHA)
-    assert {k: r["status"] for k, r in loaded.items()} == {"g|case=a": "ok", "g|case=b": "ok",
-                                                           "g|case=c": INTERRUPTED}
+    assert {k: r["status"] for k, r in loaded.items()} == {
+        "g|case=a": "ok",
+        "g|case=b": "ok",
+        "g|case=c": INTERRUPTED,
+    }
 
 
 # -- optbench compare ----------------------------------------------------------------------------
@@ -149,9 +184,16 @@ KEYS = [{"variant": v} for v in ("eager", "compiled", "fused")]
 
 def _steps(seed: int, statuses: dict[str, str] | None = None) -> list[dict]:
     statuses = statuses or {}
-    return [record("bench_step.StepTiny", p, status=statuses.get(p["variant"], "ok"),
-                   times={"step": (samples(50.0 + i, seed + i), samples(51.0 + i, seed - i))})
-            for i, p in enumerate(KEYS) if statuses.get(p["variant"]) != "absent"]
+    return [
+        record(
+            "bench_step.StepTiny",
+            p,
+            status=statuses.get(p["variant"], "ok"),
+            times={"step": (samples(50.0 + i, seed + i), samples(51.0 + i, seed - i))},
+        )
+        for i, p in enumerate(KEYS)
+        if statuses.get(p["variant"]) != "absent"
+    ]
 
 
 def _compare(store: ResultStore, capsys) -> tuple[int, str]:
@@ -164,8 +206,14 @@ def test_compare_reports_an_interrupted_record_and_never_gates_it(tmp_path, caps
     the same GPU: no regression, exit 0; the interrupted case is listed as such."""
     store = ResultStore(tmp_path)
     save(store, "h100-sxm", BASE, "2025-01-01T00:00:00+00:00", _steps(1), gpu_uuid=GPU)
-    save(store, "h100-sxm", HEAD, "2025-01-02T00:00:00+00:00",
-         _steps(2, {"compiled": INTERRUPTED, "fused": "absent"}), gpu_uuid=GPU)
+    save(
+        store,
+        "h100-sxm",
+        HEAD,
+        "2025-01-02T00:00:00+00:00",
+        _steps(2, {"compiled": INTERRUPTED, "fused": "absent"}),
+        gpu_uuid=GPU,
+    )
     changes = cmp.compare(store, BASE, HEAD)
     stopped = [c for c in changes if c.head_status == INTERRUPTED]
     assert len(stopped) == 1 and not stopped[0].gated and not stopped[0].regression
@@ -177,14 +225,28 @@ def test_compare_reports_an_interrupted_record_and_never_gates_it(tmp_path, caps
 
 
 def test_a_crash_is_still_a_regression_and_an_earlier_complete_run_wins_over_an_interrupted_one(
-        tmp_path, capsys):
+    tmp_path, capsys
+):
     store = ResultStore(tmp_path)
     save(store, "h100-sxm", BASE, "2025-01-01T00:00:00+00:00", _steps(1), gpu_uuid=GPU)
-    save(store, "h100-sxm", HEAD, "2025-01-02T00:00:00+00:00", _steps(2, {"fused": "crashed"}),
-         gpu_uuid=GPU, run_id="complete")
-    save(store, "h100-sxm", HEAD, "2025-01-03T00:00:00+00:00",
-         _steps(3, {"eager": INTERRUPTED, "compiled": "absent", "fused": "absent"}), gpu_uuid=GPU,
-         run_id="partial")
+    save(
+        store,
+        "h100-sxm",
+        HEAD,
+        "2025-01-02T00:00:00+00:00",
+        _steps(2, {"fused": "crashed"}),
+        gpu_uuid=GPU,
+        run_id="complete",
+    )
+    save(
+        store,
+        "h100-sxm",
+        HEAD,
+        "2025-01-03T00:00:00+00:00",
+        _steps(3, {"eager": INTERRUPTED, "compiled": "absent", "fused": "absent"}),
+        gpu_uuid=GPU,
+        run_id="partial",
+    )
     changes = cmp.compare(store, BASE, HEAD)
     assert {c.key.split("=")[-1] for c in changes if c.regression} == {"fused"}  # a real crash
     assert not any(c.head_status == INTERRUPTED for c in changes)  # eager: the complete run's
@@ -194,8 +256,14 @@ def test_a_crash_is_still_a_regression_and_an_earlier_complete_run_wins_over_an_
 def test_a_head_with_only_interrupted_records_is_nothing_comparable(tmp_path, capsys):
     store = ResultStore(tmp_path)
     save(store, "h100-sxm", BASE, "2025-01-01T00:00:00+00:00", _steps(1), gpu_uuid=GPU)
-    save(store, "h100-sxm", HEAD, "2025-01-02T00:00:00+00:00",
-         _steps(2, {"eager": INTERRUPTED, "compiled": "absent", "fused": "absent"}), gpu_uuid=GPU)
+    save(
+        store,
+        "h100-sxm",
+        HEAD,
+        "2025-01-02T00:00:00+00:00",
+        _steps(2, {"eager": INTERRUPTED, "compiled": "absent", "fused": "absent"}),
+        gpu_uuid=GPU,
+    )
     code, out = _compare(store, capsys)
     assert code == 2 and "REGRESSION" not in out
 
@@ -256,19 +324,28 @@ def parents() -> list[subprocess.Popen]:
             proc.wait()
 
 
-def _tree(tmp_path: Path,
-          parents: list[subprocess.Popen]) -> tuple[subprocess.Popen, Path, int, int]:
+def _tree(
+    tmp_path: Path, parents: list[subprocess.Popen]
+) -> tuple[subprocess.Popen, Path, int, int]:
     """optbench run -> asv -> grid process stand-ins; returns the parent, the grid's pid file, and
     the pids of asv and the grid once the grid's case runs."""
     pid_file, events = tmp_path / "grid.pid", tmp_path / "progress.jsonl"
     events.touch()
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OPTBENCH_PROGRESS": str(events)}
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, ASV, GRID_PROCESS, str(events),
-                               str(pid_file)], cwd=REPO_ROOT, env=env)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, ASV, GRID_PROCESS, str(events), str(pid_file)],
+        cwd=REPO_ROOT,
+        env=env,
+    )
     parents.append(parent)
     deadline = time.monotonic() + 60
-    while not (pid_file.with_name("grid.pid.asv").exists() and progress.running_cases(
-            progress.read_events(events))) and time.monotonic() < deadline:
+    while (
+        not (
+            pid_file.with_name("grid.pid.asv").exists()
+            and progress.running_cases(progress.read_events(events))
+        )
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.1)
     assert progress.running_cases(progress.read_events(events)), "the grid stand-in never started"
     asv = int(pid_file.with_name("grid.pid.asv").read_text())
@@ -293,8 +370,9 @@ def test_killing_the_parent_ends_its_children(tmp_path, parents):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_to_the_parent_is_passed_on_and_it_waits_for_its_children(tmp_path, parents,
-                                                                           signum):
+def test_a_signal_to_the_parent_is_passed_on_and_it_waits_for_its_children(
+    tmp_path, parents, signum
+):
     """SIGTERM (a cancel) or SIGINT (Ctrl-C) to optbench run's stand-in only: the grid process is
     told first and records its interrupt, then asv's ends; the parent ends last, naming the running
     case."""
@@ -317,8 +395,13 @@ RUN_ID = "20261126T000000Z-sigint"
 def _project_copy(path: Path, machine: str) -> Path:
     """This checkout's files (tracked and untracked, not ignored; no results) in a new repository at
     ``path``, with the committed CPU results of :data:`CPU_BASE` as ``machine``'s."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO_ROOT,
-                           check=True, capture_output=True, text=True).stdout.splitlines()
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
     for name in files:
         if not name.startswith("results/") and (REPO_ROOT / name).is_file():
             (path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -335,7 +418,8 @@ def _project_copy(path: Path, machine: str) -> Path:
 @pytest.mark.slow
 @pytest.mark.skipif(not BASE_FILE.exists(), reason="no committed CPU results")
 def test_ctrl_c_in_a_real_cpu_run_records_the_case_interrupted_and_compare_invents_nothing(
-        tmp_path):
+    tmp_path,
+):
     """``optbench run`` of the CPU suite's eager tiny step, SIGINT to its process group (a
     terminal's Ctrl-C) once the case runs: exit 130, the grid process gone within seconds, the case
     'interrupted' and the run partial; compare against committed CPU results reports it as such,
@@ -346,10 +430,24 @@ def test_ctrl_c_in_a_real_cpu_run_records_the_case_interrupted_and_compare_inven
     machine = machine_name()
     repo = _project_copy(tmp_path / "repo", machine)
     env = {**os.environ, "PYTHONPATH": str(repo), "OPTBENCH_RUN_ID": RUN_ID}
-    run = subprocess.Popen([sys.executable, "-m", "optbench", "run", "--suite", "cpu", "--select",
-                            r"StepTiny\|variant=eager$", "--no-html"], cwd=repo, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           start_new_session=True)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "optbench",
+            "run",
+            "--suite",
+            "cpu",
+            "--select",
+            r"StepTiny\|variant=eager$",
+            "--no-html",
+        ],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     events = repo / "results" / machine / "progress" / f"{RUN_ID}.jsonl"
     try:
         deadline = time.monotonic() + 400
@@ -367,8 +465,13 @@ def test_ctrl_c_in_a_real_cpu_run_records_the_case_interrupted_and_compare_inven
     [partial] = ResultStore(repo / "results").runs(machine, measured_commit("HEAD", cwd=repo))
     stopped = partial.records["bench_step.StepTiny|variant=eager"]
     assert stopped["status"] == INTERRUPTED and partial.records[RUN_KEY]["partial"]
-    out = subprocess.run([sys.executable, "-m", "optbench", "compare", CPU_BASE[:8], "HEAD",
-                          "--machine", machine], cwd=repo, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "optbench", "compare", CPU_BASE[:8], "HEAD", "--machine", machine],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert "REGRESSION" not in out.stdout and cmp.INTERRUPTED_RUN in out.stdout
     assert out.returncode in (0, 2), out.stdout + out.stderr  # 2: a CPU has no GPU to gate on

@@ -1,4 +1,5 @@
-"""MasterAdamW's Triton pass vs a float64 AdamW: moments, the update, the bf16 copy and the parameter norm."""
+"""MasterAdamW's Triton pass vs a float64 AdamW: moments, the update, the bf16 copy and the
+parameter norm."""
 
 import pytest
 import torch
@@ -7,11 +8,11 @@ from kernel_numerics import DEVICE, assert_rel_close
 from kernels.adamw import MasterAdamW, adamw_reference
 
 LR, WD, BETAS, EPS = 1e-2, 0.1, (0.9, 0.999), 1e-8
-# The update (new minus old master) is fp32 arithmetic on weights ~1 moved by ~lr = 1e-2: each step's
-# rounding of the stored master (2^-24 of ~1) is ~6e-6 of the update, two steps ~1.2e-5, and the fp32 bias
-# correction 1 - 0.999^t is 1.3e-5 off at t=1 (as in torch's capturable AdamW), 6.5e-6 in the step: 5e-5. The moments
-# are a few fp32 roundings (1e-6); the bf16 copy one rounding of the master (2^-8 relative, twice that where
-# the CPU interpreter rounds toward zero).
+# The update (new minus old master) is fp32 arithmetic on weights ~1 moved by ~lr = 1e-2: each
+# step's rounding of the stored master (2^-24 of ~1) is ~6e-6 of the update, two steps ~1.2e-5, and
+# the fp32 bias correction 1 - 0.999^t is 1.3e-5 off at t=1 (as in torch's capturable AdamW), 6.5e-6
+# in the step: 5e-5. The moments are a few fp32 roundings (1e-6); the bf16 copy one rounding of the
+# master (2^-8 relative, twice that where the CPU interpreter rounds toward zero).
 TOL = {"update": 5e-5, "moments": 1e-6, "copy": 1e-2, "norm": 1e-6}
 
 
@@ -25,13 +26,17 @@ def _params(shapes: list[tuple[int, ...]]) -> list[torch.nn.Parameter]:
 
 @pytest.mark.parametrize("low_precision", [True, False], ids=["bf16-weights", "fp32-weights"])
 def test_two_steps_match_fp64(low_precision):
-    shapes = [(1,), (2049,), (37, 257), (3, 5, 300)]  # under, at and over one program's block, odd tails
+    # under, at and over one program's block, odd tails
+    shapes = [(1,), (2049,), (37, 257), (3, 5, 300)]
     params = _params(shapes)
     ref = [p.detach().double().clone() for p in params]
     moments = [(torch.zeros_like(r), torch.zeros_like(r)) for r in ref]
-    opt = MasterAdamW(params, params if low_precision else [], lr=LR, weight_decay=WD, betas=BETAS, eps=EPS)
+    opt = MasterAdamW(
+        params, params if low_precision else [], lr=LR, weight_decay=WD, betas=BETAS, eps=EPS
+    )
     assert all(p.dtype == (torch.bfloat16 if low_precision else torch.float32) for p in params)
-    for step, grad_scale in [(1, 2.5), (2, 1.0)]:  # fresh random gradients, a clip factor on the first
+    # fresh random gradients, a clip factor on the first
+    for step, grad_scale in [(1, 2.5), (2, 1.0)]:
         grads = [torch.randn(s, device=DEVICE) for s in shapes]
         for p, g in zip(params, grads):
             p.grad = g.to(p.dtype)
@@ -40,14 +45,26 @@ def test_two_steps_match_fp64(low_precision):
         opt.step()
         for r, (m, v), p in zip(ref, moments, params):
             adamw_reference(r, p.grad, m, v, step, LR, WD, BETAS, EPS, grad_scale)
-        # Over all tensors at once (a one-element tensor's own update can nearly cancel: no scale of its own).
+        # Over all tensors at once (a one-element tensor's own update can nearly cancel: no scale of
+        # its own).
         update = _cat(m.double() - b for m, b in zip(opt.masters, before))
-        assert_rel_close(update, _cat(r - b for r, b in zip(ref, before)), TOL["update"], f"step {step}: update")
-        assert_rel_close(_cat(opt.exp_avgs), _cat(m for m, _ in moments), TOL["moments"], f"step {step}: exp_avg")
-        assert_rel_close(_cat(opt.exp_avg_sqs), _cat(v for _, v in moments), TOL["moments"], f"step {step}: exp_avg_sq")
+        assert_rel_close(
+            update, _cat(r - b for r, b in zip(ref, before)), TOL["update"], f"step {step}: update"
+        )
+        assert_rel_close(
+            _cat(opt.exp_avgs), _cat(m for m, _ in moments), TOL["moments"], f"step {step}: exp_avg"
+        )
+        assert_rel_close(
+            _cat(opt.exp_avg_sqs),
+            _cat(v for _, v in moments),
+            TOL["moments"],
+            f"step {step}: exp_avg_sq",
+        )
         for i, (master, r) in enumerate(zip(opt.masters, ref)):
             if low_precision:
-                assert_rel_close(params[i].detach(), r, TOL["copy"], f"step {step} tensor {i}: the bf16 copy")
+                assert_rel_close(
+                    params[i].detach(), r, TOL["copy"], f"step {step} tensor {i}: the bf16 copy"
+                )
             else:  # an fp32 weight is its own master
                 assert params[i].data_ptr() == master.data_ptr()
         norm_before = torch.linalg.vector_norm(torch.cat([b.flatten() for b in before]))
@@ -86,9 +103,12 @@ def test_state_holds_moments_and_the_masters_of_low_precision_weights():
     opt = MasterAdamW(params, params[:1], lr=LR, weight_decay=WD)
     state = [v for s in opt.state.values() for v in s.values()]
     fp32_bytes = sum(t.numel() * t.element_size() for t in state)
-    assert fp32_bytes == 4 * (3 * 300 + 2 * 17 * 33) + 4  # master + 2 moments; 2 moments; the step count
+    # master + 2 moments; 2 moments; the step count
+    assert fp32_bytes == 4 * (3 * 300 + 2 * 17 * 33) + 4
 
 
 def test_refuses_low_precision_parameters():
     with pytest.raises(ValueError, match="fp32"):
-        MasterAdamW([torch.nn.Parameter(torch.zeros(3, dtype=torch.bfloat16))], [], lr=LR, weight_decay=WD)
+        MasterAdamW(
+            [torch.nn.Parameter(torch.zeros(3, dtype=torch.bfloat16))], [], lr=LR, weight_decay=WD
+        )

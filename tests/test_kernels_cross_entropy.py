@@ -1,4 +1,5 @@
-"""Triton cross-entropy vs F.cross_entropy on float64 logits: loss and d logits, every reduction and dtype."""
+"""Triton cross-entropy vs F.cross_entropy on float64 logits: loss and d logits, every reduction and
+dtype."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def _seeded_and_poisoned(request, monkeypatch):
 
 
 def make_inputs(n: int, v: int, dtype: torch.dtype, device: str = DEVICE):
-    """Random logits (scale 4: peaked softmax) and targets with about a fifth of the rows ignored."""
+    """Random logits (scale 4: peaked softmax) and targets with about a fifth of the rows
+    ignored."""
     logits = (4 * torch.randn(n, v, device=device)).to(dtype)
     target = torch.randint(0, v, (n,), device=device)
     target[torch.rand(n, device=device) < 0.2] = IGNORE
@@ -31,7 +33,13 @@ def make_inputs(n: int, v: int, dtype: torch.dtype, device: str = DEVICE):
 
 
 def check(
-    n: int, v: int, dtype: torch.dtype, reduction: str, smoothing: float, inplace: bool, device: str = DEVICE
+    n: int,
+    v: int,
+    dtype: torch.dtype,
+    reduction: str,
+    smoothing: float,
+    inplace: bool,
+    device: str = DEVICE,
 ) -> None:
     logits, target = make_inputs(n, v, dtype, device)
     ref_logits = logits.double().requires_grad_()
@@ -61,7 +69,8 @@ def test_cross_entropy(n, v, inplace, dtype, reduction, smoothing):
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cross_entropy_two_pass(monkeypatch, dtype, smoothing):
-    """Rows wider than MAX_ONE_BLOCK_V take the online-softmax loop (1000 = 512 + 488: a partial block)."""
+    """Rows wider than MAX_ONE_BLOCK_V take the online-softmax loop (1000 = 512 + 488: a partial
+    block)."""
     monkeypatch.setattr(ce, "MAX_ONE_BLOCK_V", 256)
     monkeypatch.setattr(ce, "TWO_PASS_BLOCK", 512)
     check(37, 1000, dtype, "mean", smoothing, inplace=False)
@@ -72,12 +81,16 @@ def test_no_grad_leaves_logits_untouched():
     before = logits.clone()
     out = ce.cross_entropy(logits, target, IGNORE, 0.1, "sum")
     assert torch.equal(logits, before)
-    assert_rel_close(out, ce.cross_entropy_eager(logits.double(), target, IGNORE, 0.1, "sum"), 1e-5, "loss")
+    assert_rel_close(
+        out, ce.cross_entropy_eager(logits.double(), target, IGNORE, 0.1, "sum"), 1e-5, "loss"
+    )
 
 
 def test_wrong_kernel_is_caught(monkeypatch):
     """A mean over one token too many (loss and gradient off by ~1/n) must fail the comparison."""
-    monkeypatch.setattr(ce, "num_valid", lambda target, ignore_index: (target != ignore_index).sum() + 1)
+    monkeypatch.setattr(
+        ce, "num_valid", lambda target, ignore_index: (target != ignore_index).sum() + 1
+    )
     with pytest.raises(AssertionError, match="relative error"):
         check(37, 1037, torch.float32, "mean", 0.0, inplace=True)
 

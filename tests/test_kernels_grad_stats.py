@@ -1,4 +1,5 @@
-"""Gradient statistics and clipping: loop vs foreach vs torch.nn.utils.clip_grad_norm_ on float64 copies."""
+"""Gradient statistics and clipping: loop vs foreach vs torch.nn.utils.clip_grad_norm_ on float64
+copies."""
 
 from __future__ import annotations
 
@@ -10,10 +11,21 @@ from kernels import grad_stats as gs
 from optbench.suite.ops import GRAD_STATS
 from optbench.suite.workloads import KERNEL_RTOL, grad_stats_errors
 
-# Relative-error tolerance: fp32 for the norms (fp32 accumulation of any dtype); clipped gradients are
-# rounded to their own dtype.
+# Relative-error tolerance: fp32 for the norms (fp32 accumulation of any dtype); clipped gradients
+# are rounded to their own dtype.
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
-SHAPES = [(3,), (7, 5), (1,), (13, 17, 3), (129,), (31, 33), (2, 3, 5, 7), (1000,), (11, 1), (257, 3)] * 2
+SHAPES = [
+    (3,),
+    (7, 5),
+    (1,),
+    (13, 17, 3),
+    (129,),
+    (31, 33),
+    (2, 3, 5, 7),
+    (1000,),
+    (11, 1),
+    (257, 3),
+] * 2
 
 
 def make_params(device: str = DEVICE) -> list[torch.Tensor]:
@@ -45,8 +57,12 @@ def test_grad_stats():
     for fn in (gs.grad_stats_loop, gs.grad_stats_foreach):
         stats = fn(params)
         assert stats["grad_norm"].dtype == stats["param_norm"].dtype == torch.float32
-        assert_rel_close(stats["grad_norm"], ref_grad_norm, TOL[torch.float32], f"{fn.__name__} grad_norm")
-        assert_rel_close(stats["param_norm"], ref_param_norm, TOL[torch.float32], f"{fn.__name__} param_norm")
+        assert_rel_close(
+            stats["grad_norm"], ref_grad_norm, TOL[torch.float32], f"{fn.__name__} grad_norm"
+        )
+        assert_rel_close(
+            stats["param_norm"], ref_param_norm, TOL[torch.float32], f"{fn.__name__} param_norm"
+        )
 
 
 @pytest.mark.parametrize("clip_fn", [gs.clip_grad_norm_loop, gs.clip_grad_norm_foreach])
@@ -71,7 +87,9 @@ def test_clip_grad_norm(clip_fn, max_norm_factor):
 def test_update_ratio():
     before = [p.detach() for p in make_params()]
     after = [b + 1e-2 * torch.randn_like(b) for b in before]
-    diff = torch.cat([(a.double() - b.double()).flatten() for a, b in zip(after, before, strict=True)])
+    diff = torch.cat(
+        [(a.double() - b.double()).flatten() for a, b in zip(after, before, strict=True)]
+    )
     ref = diff.norm() / torch.cat([b.double().flatten() for b in before]).norm()
     ratio = gs.update_ratio(before, after)
     assert ratio.dtype == torch.float32
@@ -89,18 +107,24 @@ def test_wrong_statistic_is_caught(monkeypatch):
 
 @pytest.mark.parametrize("fn", [gs.grad_stats_loop, gs.grad_stats_foreach])
 def test_float64_in_float64_out(fn):
-    """Float64 parameters are reduced in float64: a true float64 reference, not an fp32 one relabelled."""
+    """Float64 parameters are reduced in float64: a true float64 reference, not an fp32 one
+    relabelled."""
     ref = float64_copies(make_params())
     stats = fn(ref)
     assert stats["grad_norm"].dtype == stats["param_norm"].dtype == torch.float64
-    ref_grad_norm = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in ref if p.grad is not None]))
+    ref_grad_norm = torch.linalg.vector_norm(
+        torch.cat([p.grad.flatten() for p in ref if p.grad is not None])
+    )
     ref_param_norm = torch.linalg.vector_norm(torch.cat([p.detach().flatten() for p in ref]))
     assert_rel_close(stats["grad_norm"], ref_grad_norm, 1e-12, f"{fn.__name__} float64 grad_norm")
-    assert_rel_close(stats["param_norm"], ref_param_norm, 1e-12, f"{fn.__name__} float64 param_norm")
+    assert_rel_close(
+        stats["param_norm"], ref_param_norm, 1e-12, f"{fn.__name__} float64 param_norm"
+    )
 
 
 def fp32_params() -> tuple[torch.Tensor, ...]:
-    """The op's inputs in small: fp32 parameters, each with a gradient whose global norm is above 1."""
+    """The op's inputs in small: fp32 parameters, each with a gradient whose global norm is above
+    1."""
     params = tuple(p.float() for p in make_params(device="cpu"))
     for p in params:
         p.grad = torch.randn(p.shape)
@@ -108,17 +132,20 @@ def fp32_params() -> tuple[torch.Tensor, ...]:
 
 
 def kernel_check_errors(impl: str) -> list[float]:
-    """The errors kernel_work's grad_stats check finds for ``impl`` (its reference: the loop in float64)."""
+    """The errors kernel_work's grad_stats check finds for ``impl`` (its reference: the loop in
+    float64)."""
     params = fp32_params()
     ref_params = tuple(p.detach().double() for p in params)
     dims = GRAD_STATS.shapes["100M"]
-    return grad_stats_errors(GRAD_STATS.impl(impl, dims), GRAD_STATS.impl(GRAD_STATS.impls[0], dims), params,
-                             ref_params)
+    return grad_stats_errors(
+        GRAD_STATS.impl(impl, dims), GRAD_STATS.impl(GRAD_STATS.impls[0], dims), params, ref_params
+    )
 
 
 @pytest.mark.parametrize("impl", GRAD_STATS.impls)
 def test_kernel_check_passes_and_is_not_vacuous(impl):
-    """Both implementations pass; the fp32 loop's error against the float64 loop is small but not 0."""
+    """Both implementations pass; the fp32 loop's error against the float64 loop is small but not
+    0."""
     errs = kernel_check_errors(impl)
     assert 0.0 < errs[0] and max(errs) <= KERNEL_RTOL[torch.float32], errs
 
@@ -131,9 +158,11 @@ def _clip_off_by_one_percent(real):
     return lambda params, max_norm, total=None: real(params, 1.01 * max_norm, total)
 
 
-@pytest.mark.parametrize(("target", "plant"), [("_norm_foreach", _norm_without_first),
-                                               ("clip_grad_norm_foreach", _clip_off_by_one_percent)],
-                         ids=["one-tensor-left-out-of-the-norm", "clip-scale-off-by-1%"])
+@pytest.mark.parametrize(
+    ("target", "plant"),
+    [("_norm_foreach", _norm_without_first), ("clip_grad_norm_foreach", _clip_off_by_one_percent)],
+    ids=["one-tensor-left-out-of-the-norm", "clip-scale-off-by-1%"],
+)
 def test_kernel_check_catches_a_planted_error(monkeypatch, target, plant):
     """Mutations of the foreach path only: kernel_work's check must reject them."""
     monkeypatch.setattr(gs, target, plant(getattr(gs, target)))
@@ -143,7 +172,8 @@ def test_kernel_check_catches_a_planted_error(monkeypatch, target, plant):
 @pytest.mark.gpu
 @requires_cuda
 def test_grad_stats_gpu():
-    """A ~100M-parameter list (GPT-like, 12 layers, H=768, vocab 32000), fp32 weights and bf16 norms."""
+    """A ~100M-parameter list (GPT-like, 12 layers, H=768, vocab 32000), fp32 weights and bf16
+    norms."""
     layer = [(768, 768)] * 4 + [(2048, 768), (768, 2048), (2048, 768)] + [(768,)] * 2
     shapes = [(32000, 768)] + layer * 12 + [(768,)]
     params = []
@@ -157,6 +187,8 @@ def test_grad_stats_gpu():
     ref_total = torch.nn.utils.clip_grad_norm_(ref, 1.0)
     stats = gs.grad_stats_foreach(params)
     assert_rel_close(stats["param_norm"], ref_param_norm, TOL[torch.float32], "cuda param_norm")
-    assert_rel_close(gs.clip_grad_norm_foreach(params, 1.0), ref_total, TOL[torch.float32], "cuda total norm")
+    assert_rel_close(
+        gs.clip_grad_norm_foreach(params, 1.0), ref_total, TOL[torch.float32], "cuda total norm"
+    )
     for i, (p, r) in enumerate(zip(params, ref, strict=True)):
         assert_rel_close(p.grad, r.grad, TOL[p.dtype], f"cuda clipped grad {i}")

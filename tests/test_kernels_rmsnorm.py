@@ -36,7 +36,9 @@ def _inputs(shape, dtype, w_dtype=None):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", [(3, 100), (37, 257), (2, 5, 300), (13, 768), (130, 1000)], ids=str)
+@pytest.mark.parametrize(
+    "shape", [(3, 100), (37, 257), (2, 5, 300), (13, 768), (130, 1000)], ids=str
+)
 def test_matches_fp64(shape, dtype):
     results, refs = run_and_reference(rms_norm, rms_norm_eager, _inputs(shape, dtype))
     assert results[0].dtype == dtype
@@ -61,7 +63,10 @@ def test_fp32_weight_promotes_output():
 
 
 def test_module_impls_agree():
-    eager, triton_ = RMSNorm(200, impl="eager", device=DEVICE), RMSNorm(200, impl="triton", device=DEVICE)
+    eager, triton_ = (
+        RMSNorm(200, impl="eager", device=DEVICE),
+        RMSNorm(200, impl="triton", device=DEVICE),
+    )
     with torch.no_grad():
         eager.weight.normal_()
         triton_.weight.copy_(eager.weight)
@@ -83,20 +88,27 @@ def test_rows_where_eps_matters_match_fp64(dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_a_large_eps_matches_fp64(dtype):
     eps = 0.1  # 10% of N(0, 1)'s mean square: its rstd differs by 5% from one without eps
-    results, refs = run_and_reference(lambda x, w: rms_norm(x, w, eps),
-                                      lambda x, w: rms_norm_eager(x, w, eps),
-                                      _inputs((37, 257), dtype))
+    results, refs = run_and_reference(
+        lambda x, w: rms_norm(x, w, eps),
+        lambda x, w: rms_norm_eager(x, w, eps),
+        _inputs((37, 257), dtype),
+    )
     assert_all_close(results, refs, NAMES, TOL[dtype])
 
 
-@pytest.mark.parametrize("mutate", ["flip_sign_dx", "scale_dweight", "nan_in_y", "eps", "short_grid"])
+@pytest.mark.parametrize(
+    "mutate", ["flip_sign_dx", "scale_dweight", "nan_in_y", "eps", "short_grid"]
+)
 def test_wrong_kernel_is_caught(mutate, monkeypatch):
     dtype, tol = torch.float32, TOL[torch.float32]
     fn = rms_norm
     if mutate == "eps":
         fn = lambda x, w: rms_norm(x, w, eps=1e-2)
-    if mutate == "short_grid":  # floor instead of ceil for the forward grid: trailing rows never written
-        floor_cdiv = types.SimpleNamespace(cdiv=lambda a, b: a // b, next_power_of_2=triton.next_power_of_2)
+    # floor instead of ceil for the forward grid: trailing rows never written
+    if mutate == "short_grid":
+        floor_cdiv = types.SimpleNamespace(
+            cdiv=lambda a, b: a // b, next_power_of_2=triton.next_power_of_2
+        )
         monkeypatch.setattr(rmsnorm_mod, "triton", floor_cdiv)
     results, refs = run_and_reference(fn, rms_norm_eager, _inputs((37, 257), dtype))
     if mutate == "flip_sign_dx":
@@ -114,27 +126,36 @@ def test_wrong_kernel_is_caught(mutate, monkeypatch):
 @pytest.mark.gpu
 @requires_cuda
 def test_real_shape_gpu():
-    results, refs = run_and_reference(rms_norm, rms_norm_eager, _inputs((16384, 4096), torch.bfloat16))
+    results, refs = run_and_reference(
+        rms_norm, rms_norm_eager, _inputs((16384, 4096), torch.bfloat16)
+    )
     assert_all_close(results, refs, NAMES, TOL[torch.bfloat16])
 
 
-# --- add_rms_norm: (h = x + y, RMSNorm(h)) with the residual gradient added in the backward ---------------
+# --- add_rms_norm: (h = x + y, RMSNorm(h)) with the residual gradient added in the backward
+# ---------------
 ADD_NAMES = ["h", "out", "dx", "dy", "dweight"]
 
 
-@pytest.mark.parametrize("x_dtype, y_dtype, out_dtype", [
-    (torch.float32, torch.bfloat16, torch.bfloat16),  # the model's: fp32 stream, bf16 branch, under autocast
-    (torch.float32, torch.float32, None),
-    (torch.bfloat16, torch.bfloat16, None),
-    (torch.float16, torch.float16, torch.float16),
-], ids=str)
+@pytest.mark.parametrize(
+    "x_dtype, y_dtype, out_dtype",
+    [
+        # the model's: fp32 stream, bf16 branch, under autocast
+        (torch.float32, torch.bfloat16, torch.bfloat16),
+        (torch.float32, torch.float32, None),
+        (torch.bfloat16, torch.bfloat16, None),
+        (torch.float16, torch.float16, torch.float16),
+    ],
+    ids=str,
+)
 @pytest.mark.parametrize("shape", [(3, 100), (37, 257), (2, 5, 300), (130, 1000)], ids=str)
 def test_add_matches_fp64(shape, x_dtype, y_dtype, out_dtype):
     x = torch.randn(shape, device=DEVICE).to(x_dtype)
     y = torch.randn(shape, device=DEVICE).to(y_dtype)
     w = torch.randn(shape[-1], device=DEVICE)  # fp32, as the model's norm weights
-    results, refs = run_and_reference(lambda x, y, w: add_rms_norm(x, y, w, out_dtype=out_dtype),
-                                      add_rms_norm_eager, [x, y, w])
+    results, refs = run_and_reference(
+        lambda x, y, w: add_rms_norm(x, y, w, out_dtype=out_dtype), add_rms_norm_eager, [x, y, w]
+    )
     h, out, dx, dy, dw = results
     assert (h.dtype, dx.dtype, dy.dtype, dw.dtype) == (x_dtype, x_dtype, y_dtype, torch.float32)
     assert out.dtype == (out_dtype or torch.float32)
@@ -147,24 +168,36 @@ def test_add_rows_where_eps_matters_match_fp64(dtype):
     """h = x + y with rows of tiny and zero mean square (x and y share each row's scale)."""
     x = randn_rows_at_eps_scales((37, 257), torch.float32)
     y = randn_rows_at_eps_scales((37, 257), dtype)
-    results, refs = run_and_reference(lambda x, y, w: add_rms_norm(x, y, w, out_dtype=dtype),
-                                      add_rms_norm_eager, [x, y, torch.randn(257, device=DEVICE)])
+    results, refs = run_and_reference(
+        lambda x, y, w: add_rms_norm(x, y, w, out_dtype=dtype),
+        add_rms_norm_eager,
+        [x, y, torch.randn(257, device=DEVICE)],
+    )
     assert_all_close(results, refs, ADD_NAMES, TOL[dtype])
 
 
 def test_add_residual_gradient_counts():
-    """dx and dy are the residual gradient plus the norm's: a kernel that drops either term fails."""
-    x, y, w = torch.randn(37, 257, device=DEVICE), torch.randn(37, 257, device=DEVICE), torch.randn(257, device=DEVICE)
+    """dx and dy are the residual gradient plus the norm's: a kernel that drops either term
+    fails."""
+    x, y, w = (
+        torch.randn(37, 257, device=DEVICE),
+        torch.randn(37, 257, device=DEVICE),
+        torch.randn(257, device=DEVICE),
+    )
     dh, dout = torch.randn(37, 257, device=DEVICE), torch.randn(37, 257, device=DEVICE)
     results, refs = run_and_reference(add_rms_norm, add_rms_norm_eager, [x, y, w], [dh, dout])
     assert_all_close(results, refs, ADD_NAMES, TOL[torch.float32])
-    for wrong in (results[2] - dh, refs[2].float() - dh):  # the residual term alone, the norm's alone
+    # the residual term alone, the norm's alone
+    for wrong in (results[2] - dh, refs[2].float() - dh):
         with pytest.raises(AssertionError):
             assert_rel_close(wrong, refs[2], TOL[torch.float32], "dx")
 
 
 def test_module_add_and_norm_impls_agree():
-    eager, triton_ = RMSNorm(200, impl="eager", device=DEVICE), RMSNorm(200, impl="triton", device=DEVICE)
+    eager, triton_ = (
+        RMSNorm(200, impl="eager", device=DEVICE),
+        RMSNorm(200, impl="triton", device=DEVICE),
+    )
     with torch.no_grad():
         eager.weight.normal_()
         triton_.weight.copy_(eager.weight)

@@ -11,8 +11,8 @@ from kernel_numerics import DEVICE, requires_cuda
 import kernels.rope as rope_mod
 from kernels.rope import qkv_rope, qkv_rope_eager, rope_tables
 
-# Relative-error bound (vs float64) for the outputs and the gradient, per dtype (rounding of the stored
-# result only; the interpreter's bf16 rounds toward zero, about twice the GPU's error).
+# Relative-error bound (vs float64) for the outputs and the gradient, per dtype (rounding of the
+# stored result only; the interpreter's bf16 rounds toward zero, about twice the GPU's error).
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 NAMES = ["q", "k", "v", "dqkv"]
 
@@ -32,14 +32,21 @@ def _run(b, s, hq, hkv, d, dtype, transposed_grads=False):
     qkv = torch.randn(b, s, hq + 2 * hkv, d, device=DEVICE).to(dtype)
     grads = None
     if transposed_grads:  # as SDPA's backward hands them over: (B, H, S, D) storage
-        grads = [torch.randn(b, h, s, d, device=DEVICE).to(dtype).transpose(1, 2) for h in (hq, hkv, hkv)]
-    return run_and_reference(lambda x: qkv_rope(x, cos, sin, hq, hkv),
-                             lambda x: qkv_rope_eager(x, cos[:s].double(), sin[:s].double(), hq, hkv), [qkv], grads)
+        grads = [
+            torch.randn(b, h, s, d, device=DEVICE).to(dtype).transpose(1, 2) for h in (hq, hkv, hkv)
+        ]
+    return run_and_reference(
+        lambda x: qkv_rope(x, cos, sin, hq, hkv),
+        lambda x: qkv_rope_eager(x, cos[:s].double(), sin[:s].double(), hq, hkv),
+        [qkv],
+        grads,
+    )
 
 
 @pytest.mark.parametrize("dtype", list(TOL), ids=str)
-@pytest.mark.parametrize("bshkd", [(1, 3, 4, 2, 16), (2, 37, 3, 1, 64), (1, 7, 6, 2, 24), (2, 5, 2, 2, 100)],
-                         ids=str)
+@pytest.mark.parametrize(
+    "bshkd", [(1, 3, 4, 2, 16), (2, 37, 3, 1, 64), (1, 7, 6, 2, 24), (2, 5, 2, 2, 100)], ids=str
+)
 def test_matches_fp64(bshkd, dtype):
     results, refs = _run(*bshkd, dtype)
     assert all(r.dtype == dtype and r.is_contiguous() for r in results)
@@ -58,11 +65,17 @@ def test_bad_shapes_raise():
         qkv_rope(torch.randn(1, 8, 7, 16, device=DEVICE), cos, sin, 4, 2)  # 7 heads, not 4 + 2 x 2
 
 
-@pytest.mark.parametrize("mutate", ["shifted_positions", "swap_k_v", "flip_sign_dqkv", "short_grid"])
+@pytest.mark.parametrize(
+    "mutate", ["shifted_positions", "swap_k_v", "flip_sign_dqkv", "short_grid"]
+)
 def test_wrong_kernel_is_caught(mutate, monkeypatch):
-    if mutate == "short_grid":  # floor instead of ceil for the token blocks: the tail is never written
-        monkeypatch.setattr(rope_mod, "triton", types.SimpleNamespace(cdiv=lambda a, b: a // b,
-                                                                      next_power_of_2=triton.next_power_of_2))
+    # floor instead of ceil for the token blocks: the tail is never written
+    if mutate == "short_grid":
+        monkeypatch.setattr(
+            rope_mod,
+            "triton",
+            types.SimpleNamespace(cdiv=lambda a, b: a // b, next_power_of_2=triton.next_power_of_2),
+        )
     results, refs = _run(2, 37, 3, 1, 64, torch.float32)
     if mutate == "shifted_positions":  # q of each position handed to the next one
         results[0] = results[0].roll(1, dims=1)

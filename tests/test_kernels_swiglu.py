@@ -1,5 +1,5 @@
-"""SwiGLU Triton kernels vs the float64 eager reference: output, da and db; the packed form (one gate/up
-tensor in, its gradient out in one piece) likewise."""
+"""SwiGLU Triton kernels vs the float64 eager reference: output, da and db; the packed form (one
+gate/up tensor in, its gradient out in one piece) likewise."""
 
 import types
 
@@ -48,7 +48,8 @@ def test_halves_of_fused_projection(dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(3, 200), (37, 514), (2, 5, 1200)], ids=str)
 def test_packed_matches_fp64(shape, dtype):
-    """gu = [a, b] in one tensor: c and d gu (one contiguous tensor, gu's shape), with a transposed grad."""
+    """gu = [a, b] in one tensor: c and d gu (one contiguous tensor, gu's shape), with a transposed
+    grad."""
     gu = torch.randn(shape, device=DEVICE).to(dtype)
     dc = torch.randn(shape[-1] // 2, *shape[:-1], device=DEVICE).to(dtype).movedim(0, -1)
     results, refs = run_and_reference(swiglu_packed, swiglu_packed_eager, [gu], [dc])
@@ -70,8 +71,11 @@ def test_mismatched_inputs_raise():
 def test_wrong_kernel_is_caught(mutate, monkeypatch):
     tol = TOL[torch.float32]
     if mutate == "short_grid":  # floor instead of ceil for the grid: the tail is never written
-        monkeypatch.setattr(swiglu_mod, "triton", types.SimpleNamespace(cdiv=lambda a, b: a // b,
-                                                                        next_power_of_2=triton.next_power_of_2))
+        monkeypatch.setattr(
+            swiglu_mod,
+            "triton",
+            types.SimpleNamespace(cdiv=lambda a, b: a // b, next_power_of_2=triton.next_power_of_2),
+        )
     results, refs = run_and_reference(swiglu, swiglu_eager, _inputs((37, 257), torch.float32))
     if mutate == "flip_sign_da":
         results[1] = -results[1]
@@ -95,6 +99,9 @@ def test_real_shape_gpu():
 @pytest.mark.gpu
 @requires_cuda
 def test_packed_real_shape_gpu():
-    results, refs = run_and_reference(swiglu_packed, swiglu_packed_eager,
-                                      [torch.randn(8192, 2 * 5632, device=DEVICE).to(torch.bfloat16)])
+    results, refs = run_and_reference(
+        swiglu_packed,
+        swiglu_packed_eager,
+        [torch.randn(8192, 2 * 5632, device=DEVICE).to(torch.bfloat16)],
+    )
     assert_all_close(results, refs, ["c", "dgu"], TOL[torch.bfloat16])

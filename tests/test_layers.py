@@ -1,8 +1,9 @@
 """The harness in layers: every import (module level or inside a function) points down, never up,
 and no modules import each other in a circle.
 
-core <- suite <- gate <- reporting, profiling <- cli; kernels <- models <- suite; benchmarks (asv) read the core and the
-suite. A planted upward import and a planted cycle are caught (the checks can fail).
+core <- suite <- gate <- reporting, profiling <- cli; kernels <- models <- suite; benchmarks (asv)
+read the core and the suite. A planted upward import and a planted cycle are caught (the checks can
+fail).
 """
 
 from __future__ import annotations
@@ -21,8 +22,20 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "optbench.core": ("optbench.core",),
     "optbench.suite": ("optbench.core", "optbench.suite", "kernels", "models"),
     "optbench.gate": ("optbench.core", "optbench.suite", "optbench.gate"),
-    "optbench.reporting": ("optbench.core", "optbench.suite", "optbench.gate", "optbench.reporting", "models"),
-    "optbench.profiling": ("optbench.core", "optbench.suite", "optbench.profiling", "kernels", "models"),
+    "optbench.reporting": (
+        "optbench.core",
+        "optbench.suite",
+        "optbench.gate",
+        "optbench.reporting",
+        "models",
+    ),
+    "optbench.profiling": (
+        "optbench.core",
+        "optbench.suite",
+        "optbench.profiling",
+        "kernels",
+        "models",
+    ),
     "optbench.cli": ("optbench",),
     "optbench.__main__": ("optbench.cli",),
     "benchmarks": ("optbench.core", "optbench.suite", "kernels", "models", "benchmarks"),
@@ -46,7 +59,7 @@ def imports(source: str, module: str) -> set[str]:
             base = node.module or ""
             if node.level:
                 parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             found |= {f"{base}.{alias.name}" for alias in node.names}
     return {name for name in found if name.split(".")[0] in OURS}
 
@@ -98,13 +111,16 @@ def cycles(sources: dict[str, str]) -> list[list[str]]:
         return seen
 
     reach = {m: reached(m) for m in graph}
-    groups = {tuple(sorted({m} | {n for n in reach[m] if m in reach[n]}))
-              for m in graph if m in reach[m]}
+    groups = {
+        tuple(sorted({m} | {n for n in reach[m] if m in reach[n]})) for m in graph if m in reach[m]
+    }
     return sorted(list(g) for g in groups)
 
 
 def _sources() -> dict[str, str]:
-    files = [p for d in ("kernels", "models", "optbench", "benchmarks") for p in (ROOT / d).rglob("*.py")]
+    files = [
+        p for d in ("kernels", "models", "optbench", "benchmarks") for p in (ROOT / d).rglob("*.py")
+    ]
     return {_module(p): p.read_text() for p in files if _module(p) != "optbench"}
 
 
@@ -124,7 +140,9 @@ def test_an_upward_import_is_caught():
         "benchmarks.bench_step": "from optbench.reporting.site import publish\n",
     }
     assert len(violations(planted)) == len(planted)
-    assert violations({"optbench.suite.plan": "from optbench.core.store import ResultStore\n"}) == []
+    assert (
+        violations({"optbench.suite.plan": "from optbench.core.store import ResultStore\n"}) == []
+    )
 
 
 def test_no_import_cycle():
@@ -135,14 +153,24 @@ def test_a_planted_cycle_is_caught():
     """Mutation: a circle through a function-level import, through a package's submodule and
     through three modules is flagged, in the repository's own modules too; a diamond (two paths to
     one module) is none."""
-    two = {"optbench.suite.plan": "from optbench.suite import distributed\n",
-           "optbench.suite.distributed": "def f():\n    from optbench.suite.plan import VARIANTS\n"}
+    two = {
+        "optbench.suite.plan": "from optbench.suite import distributed\n",
+        "optbench.suite.distributed": "def f():\n    from optbench.suite.plan import VARIANTS\n",
+    }
     assert cycles(two) == [["optbench.suite.distributed", "optbench.suite.plan"]]
-    three = {"models.a": "import models.b\n", "models.b": "from models.c import x\n",
-             "models.c": "from . import a\n", "models.d": "import models.a\n"}
+    three = {
+        "models.a": "import models.b\n",
+        "models.b": "from models.c import x\n",
+        "models.c": "from . import a\n",
+        "models.d": "import models.a\n",
+    }
     assert cycles(three) == [["models.a", "models.b", "models.c"]]
-    diamond = {"kernels.a": "import kernels.b, kernels.c\n", "kernels.b": "import kernels.d\n",
-               "kernels.c": "from kernels.d import y\n", "kernels.d": ""}
+    diamond = {
+        "kernels.a": "import kernels.b, kernels.c\n",
+        "kernels.b": "import kernels.d\n",
+        "kernels.c": "from kernels.d import y\n",
+        "kernels.d": "",
+    }
     assert cycles(diamond) == []
     sources = _sources()
     planted = "\n\ndef planted():\n    from optbench.suite.workloads import step_options\n"

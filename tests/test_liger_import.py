@@ -1,4 +1,5 @@
-"""kernels.liger: Liger's optional peft import is skipped for the import of a Liger module, and only then."""
+"""kernels.liger: Liger's optional peft import is skipped for the import of a Liger module, and only
+then."""
 
 import importlib
 import sys
@@ -10,10 +11,12 @@ from kernels.liger import SKIPPED, import_without, liger
 
 @pytest.fixture
 def packages(tmp_path, monkeypatch):
-    """A package 'lib' that, like Liger, tries an optional heavy import ('heavy') and records whether it got it."""
+    """A package 'lib' that, like Liger, tries an optional heavy import ('heavy') and records
+    whether it got it."""
     (tmp_path / "heavy.py").write_text("LOADED = True\n")
-    (tmp_path / "lib.py").write_text("try:\n    import heavy\n    HAS_HEAVY = True\nexcept ImportError:\n"
-                                     "    HAS_HEAVY = False\n")
+    (tmp_path / "lib.py").write_text(
+        "try:\n    import heavy\n    HAS_HEAVY = True\nexcept ImportError:\n    HAS_HEAVY = False\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in ("lib", "heavy"):
         monkeypatch.delitem(sys.modules, name, raising=False)
@@ -24,7 +27,8 @@ def packages(tmp_path, monkeypatch):
 
 def test_the_skipped_import_is_unavailable_during_the_import_only(packages):
     lib = import_without("lib", ["heavy"])
-    assert lib.HAS_HEAVY is False and "heavy" not in sys.modules  # skipped, and not left marked unavailable
+    # skipped, and not left marked unavailable
+    assert lib.HAS_HEAVY is False and "heavy" not in sys.modules
     assert importlib.import_module("heavy").LOADED  # a later import works
 
 
@@ -39,7 +43,9 @@ def test_an_already_imported_module_is_left_alone(packages):
 
 
 def test_liger_is_imported_without_peft():
-    liger_kernel = pytest.importorskip("liger_kernel.ops.swiglu", reason="liger-kernel is not installed")
+    liger_kernel = pytest.importorskip(
+        "liger_kernel.ops.swiglu", reason="liger-kernel is not installed"
+    )
     assert SKIPPED == ("peft",)
     assert liger("ops.swiglu") is liger_kernel
     assert sys.modules.get("peft", 0) is not None  # not left marked unavailable

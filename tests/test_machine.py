@@ -9,8 +9,26 @@ from optbench.core import machine
 from optbench.core.machine import machine_info, machine_name
 
 KEYS = {
-    "gpu_name", "gpu_count", "gpu_uuid", "driver", "cuda", "torch", "triton", "python", "cpu", "num_cpu", "ram_gb",
-    "os", "hostname", "host_id", "profile", "sm_clock_mhz", "mem_clock_mhz", "date", "compile_cache", "interconnect",
+    "gpu_name",
+    "gpu_count",
+    "gpu_uuid",
+    "driver",
+    "cuda",
+    "torch",
+    "triton",
+    "python",
+    "cpu",
+    "num_cpu",
+    "ram_gb",
+    "os",
+    "hostname",
+    "host_id",
+    "profile",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "date",
+    "compile_cache",
+    "interconnect",
 }
 
 
@@ -30,9 +48,13 @@ def _fake_gpu(monkeypatch, smi_stdout: str | None):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(uuid="bbb"))
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(uuid="bbb")
+    )
     monkeypatch.setattr(machine, "_torch_driver", lambda: "cuda-driver 13.0")
-    monkeypatch.setattr(machine.shutil, "which", lambda name: None if smi_stdout is None else "/bin/nvidia-smi")
+    monkeypatch.setattr(
+        machine.shutil, "which", lambda name: None if smi_stdout is None else "/bin/nvidia-smi"
+    )
 
     def run(cmd, **kwargs):
         assert cmd[0] == "/bin/nvidia-smi"
@@ -83,7 +105,9 @@ def test_machine_name(gpu, cpu, name):
 
 
 def test_machine_name_is_short_for_long_cpu_models():
-    name = machine_name({"gpu_name": None, "cpu": "Some Vendor Extremely Long Model Name With Many Words 9000"})
+    name = machine_name(
+        {"gpu_name": None, "cpu": "Some Vendor Extremely Long Model Name With Many Words 9000"}
+    )
     assert name.startswith("cpu-some-vendor") and len(name) <= 36 and not name.endswith("-")
 
 
@@ -101,7 +125,9 @@ def test_two_hosts_with_one_cpu_model_get_two_names(monkeypatch, tmp_path):
     names = []
     for host in ("a", "b"):
         (tmp_path / host).write_text(f"{host * 32}\n")
-        monkeypatch.setattr(machine, "MACHINE_ID_FILES", (str(tmp_path / "none"), str(tmp_path / host)))
+        monkeypatch.setattr(
+            machine, "MACHINE_ID_FILES", (str(tmp_path / "none"), str(tmp_path / host))
+        )
         names += [machine_name(), machine_name()]  # stable on one host
     assert names[0] == names[1] != names[2] == names[3]
     assert all(re.fullmatch(r"cpu-amd-epyc-7763-[0-9a-f]{6}", name) for name in names)
@@ -126,18 +152,42 @@ def test_machine_name_of_this_machine():
 
 def test_gpu_state_reads_clock_power_heat_and_clock_events(monkeypatch):
     monkeypatch.setattr(machine, "_nvml_device", lambda: None)  # no NVML: nvidia-smi's fields
-    monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: ["1695", "690.12", "47", "0x0000000000000004", "702.5"])
-    assert machine.gpu_state() == {"sm_clock_mhz": 1695, "power_w": 690.12, "temperature_c": 47,
-                                   "clock_events": "0x0000000000000004", "power_instant_w": 702.5}
-    monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: ["[N/A]", "[N/A]", "47", "[N/A]", "[N/A]"])
+    monkeypatch.setattr(
+        machine,
+        "_nvidia_smi",
+        lambda fields: ["1695", "690.12", "47", "0x0000000000000004", "702.5"],
+    )
+    assert machine.gpu_state() == {
+        "sm_clock_mhz": 1695,
+        "power_w": 690.12,
+        "temperature_c": 47,
+        "clock_events": "0x0000000000000004",
+        "power_instant_w": 702.5,
+    }
+    monkeypatch.setattr(
+        machine, "_nvidia_smi", lambda fields: ["[N/A]", "[N/A]", "47", "[N/A]", "[N/A]"]
+    )
     assert machine.gpu_state()["sm_clock_mhz"] is None
-    # an older nvidia-smi without power.draw.instant fails the query that names it: the rest is still read
-    old_smi = {"clocks.sm": "1410", "power.draw": "250.5", "temperature.gpu": "60",
-               "clocks_event_reasons.active": "0x0000000000000000"}
-    monkeypatch.setattr(machine, "_nvidia_smi",
-                        lambda fields: None if "power.draw.instant" in fields else [old_smi[f] for f in fields])
-    assert machine.gpu_state() == {"sm_clock_mhz": 1410, "power_w": 250.5, "temperature_c": 60,
-                                   "clock_events": "0x0000000000000000", "power_instant_w": None}
+    # an older nvidia-smi without power.draw.instant fails the query that names it: the rest is
+    # still read
+    old_smi = {
+        "clocks.sm": "1410",
+        "power.draw": "250.5",
+        "temperature.gpu": "60",
+        "clocks_event_reasons.active": "0x0000000000000000",
+    }
+    monkeypatch.setattr(
+        machine,
+        "_nvidia_smi",
+        lambda fields: None if "power.draw.instant" in fields else [old_smi[f] for f in fields],
+    )
+    assert machine.gpu_state() == {
+        "sm_clock_mhz": 1410,
+        "power_w": 250.5,
+        "temperature_c": 60,
+        "clock_events": "0x0000000000000000",
+        "power_instant_w": None,
+    }
     monkeypatch.setattr(machine, "_nvidia_smi", lambda fields: None)
     assert machine.gpu_state() is None
 
@@ -161,7 +211,8 @@ GPU2\tSYS\tSYS\t X \t16-31
 
 
 def test_interconnect_is_the_slowest_link_between_gpus():
-    assert machine.interconnect(TOPO_NVSWITCH) == "NV18"  # the NIC's PXB/SYS links are not between GPUs
+    # the NIC's PXB/SYS links are not between GPUs
+    assert machine.interconnect(TOPO_NVSWITCH) == "NV18"
     assert machine.interconnect(TOPO_PCIE) == "SYS"
     assert machine.interconnect("GPU0\t X \t0-15\n") is None  # one GPU
     assert machine.interconnect("garbage") is None

@@ -18,21 +18,32 @@ COLUMNS = ["result", "params", "version", "started_at", "duration", "samples"]
 
 def asv_file(values: list[float | None]) -> dict:
     params = [["'eager'", "'best'"]]
-    return {"commit_hash": SHA, "result_columns": COLUMNS, "durations": {},
-            "results": {"bench_step.Step100M.track_step_ms": [values, params, "1", 0, 1.0, [None, None]]}}
+    return {
+        "commit_hash": SHA,
+        "result_columns": COLUMNS,
+        "durations": {},
+        "results": {
+            "bench_step.Step100M.track_step_ms": [values, params, "1", 0, 1.0, [None, None]]
+        },
+    }
 
 
 def write_asv_file(root, values: list[float | None], old_layout: bool = False):
-    """asv's results of SHA on h100-sxm in the results root ``root``: in asv's tree, or (``old_layout``) where
-    asv wrote them before it had one, beside optbench's records in the machine folder."""
-    path = (root if old_layout else asv_results_dir(root)) / "h100-sxm" / f"{SHA[:8]}-existing-py.json"
+    """asv's results of SHA on h100-sxm in the results root ``root``: in asv's tree, or
+    (``old_layout``) where asv wrote them before it had one, beside optbench's records in the
+    machine folder."""
+    path = (
+        (root if old_layout else asv_results_dir(root)) / "h100-sxm" / f"{SHA[:8]}-existing-py.json"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asv_file(values)))
     return path
 
 
 def step(variant: str, ms: float, seed: int) -> dict:
-    return record("bench_step.Step100M", {"variant": variant}, times={"step": (None, samples(ms, seed))})
+    return record(
+        "bench_step.Step100M", {"variant": variant}, times={"step": (None, samples(ms, seed))}
+    )
 
 
 def test_two_partial_runs_of_one_commit_merge(tmp_path):
@@ -49,25 +60,31 @@ def test_two_partial_runs_of_one_commit_merge(tmp_path):
     assert merge.main([str(first), str(tmp_path / "b.tgz"), "--into", str(dest)]) == 0
 
     records = ResultStore(dest).load("h100-sxm", SHA)
-    assert {r["params"]["variant"] for k, r in records.items() if not k.startswith("__")} == {"eager", "best"}
+    assert {r["params"]["variant"] for k, r in records.items() if not k.startswith("__")} == {
+        "eager",
+        "best",
+    }
     merged = json.loads((dest / "asv" / "h100-sxm" / f"{SHA[:8]}-existing-py.json").read_text())
     assert merged["results"]["bench_step.Step100M.track_step_ms"][0] == [80.0, 20.0]
     assert (dest / "h100-sxm" / "profiles" / "p" / "report.md").read_text() == "# a report"
 
 
 def test_a_tarball_of_the_old_layout_puts_asvs_files_into_asvs_tree(tmp_path):
-    """A results tree from before asv had a tree of its own (asv's files in the machine folders, benchmarks.json
-    at the root) merges them into ``asv/``, beside what is there: the machine folders keep none of asv's files."""
+    """A results tree from before asv had a tree of its own (asv's files in the machine folders,
+    benchmarks.json at the root) merges them into ``asv/``, beside what is there: the machine
+    folders keep none of asv's files."""
     old, dest = tmp_path / "old" / "results", tmp_path / "dest" / "results"
     save(ResultStore(old), "h100-sxm", SHA, "2026-01-01T01:00:00+00:00", [step("best", 20.0, 2)])
     write_asv_file(old, [None, 20.0], old_layout=True)
     (old / "h100-sxm" / "machine.json").write_text('{"machine": "h100-sxm", "version": 1}')
     (old / "benchmarks.json").write_text('{"version": 2}')
     (old / "h100-sxm" / "profiles" / "p").mkdir(parents=True)
-    (old / "h100-sxm" / "profiles" / "p" / "report.json").write_text("{}")  # not asv's: stays where it is
+    # not asv's: stays where it is
+    (old / "h100-sxm" / "profiles" / "p" / "report.json").write_text("{}")
     with tarfile.open(tmp_path / "old.tgz", "w:gz") as tar:
         tar.add(old, arcname="results")
-    write_asv_file(dest, [80.0, None])  # what the checkout holds: 'eager' measured by an earlier run
+    # what the checkout holds: 'eager' measured by an earlier run
+    write_asv_file(dest, [80.0, None])
 
     assert merge.main([str(tmp_path / "old.tgz"), "--into", str(dest)]) == 0
 
@@ -77,10 +94,16 @@ def test_a_tarball_of_the_old_layout_puts_asvs_files_into_asvs_tree(tmp_path):
     assert json.loads((asv / "h100-sxm" / "machine.json").read_text())["machine"] == "h100-sxm"
     assert json.loads((asv / "benchmarks.json").read_text()) == {"version": 2}
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*.json")) == [
-        "asv/benchmarks.json", f"asv/h100-sxm/{SHA[:8]}-existing-py.json", "asv/h100-sxm/machine.json",
-        "h100-sxm/profiles/p/report.json"]
-    assert {r["params"]["variant"] for k, r in ResultStore(dest).load("h100-sxm", SHA).items()
-            if not k.startswith("__")} == {"best"}
+        "asv/benchmarks.json",
+        f"asv/h100-sxm/{SHA[:8]}-existing-py.json",
+        "asv/h100-sxm/machine.json",
+        "h100-sxm/profiles/p/report.json",
+    ]
+    assert {
+        r["params"]["variant"]
+        for k, r in ResultStore(dest).load("h100-sxm", SHA).items()
+        if not k.startswith("__")
+    } == {"best"}
     before = {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()}
     merge.merge_tree(old, dest)  # merging it again changes nothing
     assert {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()} == before
@@ -88,7 +111,10 @@ def test_a_tarball_of_the_old_layout_puts_asvs_files_into_asvs_tree(tmp_path):
 
 def test_a_later_measurement_wins_and_null_never_erases():
     old, new = asv_file([80.0, 30.0]), asv_file([None, 25.0])
-    assert merge.merge_asv_results(old, new)["results"]["bench_step.Step100M.track_step_ms"][0] == [80.0, 25.0]
+    assert merge.merge_asv_results(old, new)["results"]["bench_step.Step100M.track_step_ms"][0] == [
+        80.0,
+        25.0,
+    ]
 
 
 def test_a_selected_run_keeps_the_cases_an_earlier_run_of_the_commit_measured(tmp_path):
@@ -96,67 +122,125 @@ def test_a_selected_run_keeps_the_cases_an_earlier_run_of_the_commit_measured(tm
     (optbench.core.asv_atomic) keeps what an earlier run of the commit measured there."""
     from optbench.core import asv_atomic
 
-    path = write_asv_file(tmp_path / "results", [80.0, None])  # a first --select run measured 'eager'
-    asv_atomic._write_json(path, asv_file([None, 20.0]))  # asv's rewrite by a second one, selecting 'best'
-    assert json.loads(path.read_text())["results"]["bench_step.Step100M.track_step_ms"][0] == [80.0, 20.0]
+    # a first --select run measured 'eager'
+    path = write_asv_file(tmp_path / "results", [80.0, None])
+    # asv's rewrite by a second one, selecting 'best'
+    asv_atomic._write_json(path, asv_file([None, 20.0]))
+    assert json.loads(path.read_text())["results"]["bench_step.Step100M.track_step_ms"][0] == [
+        80.0,
+        20.0,
+    ]
 
 
 def _all_records(store: ResultStore) -> list[str]:
     """Every stored record of every run, as sorted JSON text (what a merge must never lose)."""
-    return sorted(json.dumps(rec, sort_keys=True) for machine in store.machines() for c in store.commits(machine)
-                  for run in store.runs(machine, c) for rec in run.records.values())
+    return sorted(
+        json.dumps(rec, sort_keys=True)
+        for machine in store.machines()
+        for c in store.commits(machine)
+        for run in store.runs(machine, c)
+        for rec in run.records.values()
+    )
 
 
 def test_a_merge_loses_no_stored_sample(tmp_path):
-    """Two runs that measured the same case (and an old-layout file) merge into every one of their records."""
+    """Two runs that measured the same case (and an old-layout file) merge into every one of their
+    records."""
     first, second, dest = (tmp_path / name / "results" for name in ("a", "b", "dest"))
     save(ResultStore(first), "h100-sxm", SHA, "2026-01-01T00:00:00+00:00", [step("eager", 80.0, 1)])
-    save(ResultStore(second), "h100-sxm", SHA, "2026-01-01T01:00:00+00:00", [step("eager", 85.0, 2)])
+    save(
+        ResultStore(second), "h100-sxm", SHA, "2026-01-01T01:00:00+00:00", [step("eager", 85.0, 2)]
+    )
     legacy = ResultStore(dest).legacy_path("h100-sxm", SHA)
     legacy.parent.mkdir(parents=True)
-    legacy.write_text(json.dumps({**step("eager", 79.0, 3), "date": "2025-12-31T00:00:00+00:00"}) + "\n")
-    before = _all_records(ResultStore(first)) + _all_records(ResultStore(second)) + _all_records(ResultStore(dest))
+    legacy.write_text(
+        json.dumps({**step("eager", 79.0, 3), "date": "2025-12-31T00:00:00+00:00"}) + "\n"
+    )
+    before = (
+        _all_records(ResultStore(first))
+        + _all_records(ResultStore(second))
+        + _all_records(ResultStore(dest))
+    )
 
     assert merge.main([str(first), str(second), "--into", str(dest)]) == 0
-    assert merge.main([str(first), str(second), "--into", str(dest)]) == 0  # merging again adds nothing
+    # merging again adds nothing
+    assert merge.main([str(first), str(second), "--into", str(dest)]) == 0
 
     after = _all_records(ResultStore(dest))
     assert sorted(before) == after
     runs = ResultStore(dest).runs("h100-sxm", SHA)
-    medians = [r.results()["bench_step.Step100M|variant=eager"]["metrics"]["step"]["wall"]["median_ms"] for r in runs]
+    medians = [
+        r.results()["bench_step.Step100M|variant=eager"]["metrics"]["step"]["wall"]["median_ms"]
+        for r in runs
+    ]
     assert medians == pytest.approx([79.0, 80.0, 85.0], rel=0.02)
 
 
 def test_two_snapshots_of_one_run_join_and_a_differing_record_is_kept_apart(tmp_path):
     src, dest = tmp_path / "src", tmp_path / "dest"
-    placeholder = {**step("best", 1.0, 0), "status": "crashed", "reason": "the process died while measuring "
-                   "this case; later cases of its grid were not measured in that run"}
-    save(ResultStore(dest), "h100-sxm", SHA, "2026-01-01T00:00:00+00:00", [step("eager", 80.0, 1), placeholder],
-         run_id="r1")
-    save(ResultStore(src), "h100-sxm", SHA, "2026-01-01T00:00:00+00:00",
-         [step("eager", 99.0, 9), step("best", 20.0, 2), step("fp32", 200.0, 3)], run_id="r1")
+    placeholder = {
+        **step("best", 1.0, 0),
+        "status": "crashed",
+        "reason": "the process died while measuring "
+        "this case; later cases of its grid were not measured in that run",
+    }
+    save(
+        ResultStore(dest),
+        "h100-sxm",
+        SHA,
+        "2026-01-01T00:00:00+00:00",
+        [step("eager", 80.0, 1), placeholder],
+        run_id="r1",
+    )
+    save(
+        ResultStore(src),
+        "h100-sxm",
+        SHA,
+        "2026-01-01T00:00:00+00:00",
+        [step("eager", 99.0, 9), step("best", 20.0, 2), step("fp32", 200.0, 3)],
+        run_id="r1",
+    )
     merge.merge_tree(src, dest)
     runs = {r.run_id: r.results() for r in ResultStore(dest).runs("h100-sxm", SHA)}
-    assert set(runs["r1"]) == {f"bench_step.Step100M|variant={v}" for v in ("eager", "best", "fp32")}
-    assert runs["r1"]["bench_step.Step100M|variant=best"]["status"] == "ok"  # the placeholder gave way
+    assert set(runs["r1"]) == {
+        f"bench_step.Step100M|variant={v}" for v in ("eager", "best", "fp32")
+    }
+    # the placeholder gave way
+    assert runs["r1"]["bench_step.Step100M|variant=best"]["status"] == "ok"
     apart = [r for k, r in runs.items() if k.startswith("r1~")]
-    assert len(apart) == 1 and list(apart[0]) == ["bench_step.Step100M|variant=eager"]  # 99 ms kept beside 80 ms
+    # 99 ms kept beside 80 ms
+    assert len(apart) == 1 and list(apart[0]) == ["bench_step.Step100M|variant=eager"]
 
 
 def test_an_older_snapshots_placeholder_does_not_shadow_the_finished_record(tmp_path):
     src, dest = tmp_path / "src", tmp_path / "dest"
-    placeholder = {**step("best", 1.0, 0), "status": "crashed", "reason": "the process died while measuring "
-                   "this case; later cases of its grid were not measured in that run"}
-    save(ResultStore(dest), "h100-sxm", SHA, "2026-01-01T00:00:00+00:00", [step("best", 20.0, 2)], run_id="r1")
+    placeholder = {
+        **step("best", 1.0, 0),
+        "status": "crashed",
+        "reason": "the process died while measuring "
+        "this case; later cases of its grid were not measured in that run",
+    }
+    save(
+        ResultStore(dest),
+        "h100-sxm",
+        SHA,
+        "2026-01-01T00:00:00+00:00",
+        [step("best", 20.0, 2)],
+        run_id="r1",
+    )
     save(ResultStore(src), "h100-sxm", SHA, "2026-01-01T00:00:00+00:00", [placeholder], run_id="r1")
     assert merge.merge_tree(src, dest) == []
     assert [r.run_id for r in ResultStore(dest).runs("h100-sxm", SHA)] == ["r1"]
-    assert ResultStore(dest).load("h100-sxm", SHA)["bench_step.Step100M|variant=best"]["status"] == "ok"
+    assert (
+        ResultStore(dest).load("h100-sxm", SHA)["bench_step.Step100M|variant=best"]["status"]
+        == "ok"
+    )
 
 
 def test_a_merge_into_a_folder_git_ignores_says_how_to_commit_it(tmp_path, capsys):
     """A machine with no committed results is ignored (.gitignore): its merged runs would never land
-    unless committed on purpose, so merge names the folder; a tracked machine's merge says nothing."""
+    unless committed on purpose, so merge names the folder; a tracked machine's merge says
+    nothing."""
     import subprocess
 
     from optbench.core import merge
@@ -179,8 +263,15 @@ def test_a_merge_into_a_folder_git_ignores_says_how_to_commit_it(tmp_path, capsy
 def shard_tree(root, run_id: str, gpu_uuid: str, records: list[dict], values: list[float | None]):
     """The artifact of one shard's CI job: its run (records on its GPU) and asv's results of SHA,
     with asv's benchmarks.json, in the results root ``root``."""
-    save(ResultStore(root), "h100-sxm", SHA, "2026-01-01T00:00:00+00:00", records, run_id=run_id,
-         gpu_uuid=gpu_uuid)
+    save(
+        ResultStore(root),
+        "h100-sxm",
+        SHA,
+        "2026-01-01T00:00:00+00:00",
+        records,
+        run_id=run_id,
+        gpu_uuid=gpu_uuid,
+    )
     write_asv_file(root, values)
     (root / "asv" / "benchmarks.json").write_text(json.dumps({"version": 2}))
     return root
@@ -190,17 +281,29 @@ def test_the_shards_of_one_commit_from_several_runners_merge_without_replacing_a
     """Two shards of one commit, started in the same second on two runners: every record of both is
     kept, each run with its GPU, asv's results hold both shards' cases, in either order, and merging
     again adds nothing."""
-    one = shard_tree(tmp_path / "shard1", "20260101T000000Z-aaaaaa", "GPU-1",
-                     [step("eager", 80.0, 1), step("fused-ce", 70.0, 3)], [80.0, None])
-    two = shard_tree(tmp_path / "shard2", "20260101T000000Z-bbbbbb", "GPU-2",
-                     [step("best", 20.0, 2)], [None, 20.0])
+    one = shard_tree(
+        tmp_path / "shard1",
+        "20260101T000000Z-aaaaaa",
+        "GPU-1",
+        [step("eager", 80.0, 1), step("fused-ce", 70.0, 3)],
+        [80.0, None],
+    )
+    two = shard_tree(
+        tmp_path / "shard2",
+        "20260101T000000Z-bbbbbb",
+        "GPU-2",
+        [step("best", 20.0, 2)],
+        [None, 20.0],
+    )
     before = sorted(_all_records(ResultStore(one)) + _all_records(ResultStore(two)))
     for order, dest in (((one, two), tmp_path / "dest12"), ((two, one), tmp_path / "dest21")):
         assert merge.main([*map(str, order), "--into", str(dest)]) == 0
         assert merge.main([*map(str, order), "--into", str(dest)]) == 0
         assert _all_records(ResultStore(dest)) == before
         runs = {r.run_id: r for r in ResultStore(dest).runs("h100-sxm", SHA)}
-        assert {i: r.info["gpu_uuid"] for i, r in runs.items()} == \
-            {"20260101T000000Z-aaaaaa": "GPU-1", "20260101T000000Z-bbbbbb": "GPU-2"}
+        assert {i: r.info["gpu_uuid"] for i, r in runs.items()} == {
+            "20260101T000000Z-aaaaaa": "GPU-1",
+            "20260101T000000Z-bbbbbb": "GPU-2",
+        }
         asv = json.loads((dest / "asv" / "h100-sxm" / f"{SHA[:8]}-existing-py.json").read_text())
         assert asv["results"]["bench_step.Step100M.track_step_ms"][0] == [80.0, 20.0]

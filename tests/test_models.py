@@ -1,4 +1,5 @@
-"""The decoder and its configs: parameter and FLOP counts, shapes, causality, RoPE, checkpointing."""
+"""The decoder and its configs: parameter and FLOP counts, shapes, causality, RoPE,
+checkpointing."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from models.config import CONFIGS, ModelConfig, flops_per_token, param_count
 from models.model import ATTN_MASKS, Decoder
 
 TINY = CONFIGS["tiny"]
-# HF LlamaForCausalLM at the anchors' shapes: sum(p.numel() for p in model.parameters()), in millions.
+# HF LlamaForCausalLM at the anchors' shapes: sum(p.numel() for p in model.parameters()), in
+# millions.
 HF_PARAMS_M = {"100M": 124.7, "500M": 494.7, "1B": 1100.0}
 
 
@@ -26,8 +28,14 @@ def test_param_count_matches_hf(size):
     assert abs(param_count(CONFIGS[size]) / 1e6 - HF_PARAMS_M[size]) < 0.1
 
 
-@pytest.mark.parametrize("cfg", [*CONFIGS.values(), dataclasses.replace(TINY, qk_norm=True),
-                                 dataclasses.replace(TINY, tie_embeddings=True)])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        *CONFIGS.values(),
+        dataclasses.replace(TINY, qk_norm=True),
+        dataclasses.replace(TINY, tie_embeddings=True),
+    ],
+)
 def test_param_count_matches_built_model(cfg):
     model = _meta_model(cfg)
     n = sum(p.numel() for p in model.parameters())
@@ -62,12 +70,15 @@ def test_forward_is_causal_with_the_right_shape(attn_mask, qk_norm):
 
 def test_rope_is_a_relative_rotation():
     cos, sin = rope_tables(TINY.max_seq_len, TINY.head_dim, TINY.rope_theta)
-    q, k = (torch.randn(TINY.head_dim).expand(1, 40, 1, -1) for _ in range(2))  # one vector at every position
+    # one vector at every position
+    q, k = (torch.randn(TINY.head_dim).expand(1, 40, 1, -1) for _ in range(2))
     rq, rk = rope_eager(q, cos[:40], sin[:40]), rope_eager(k, cos[:40], sin[:40])
     torch.testing.assert_close(rq[:, 0], q[:, 0])  # position 0 is not rotated
     torch.testing.assert_close(rq.norm(dim=-1), q.norm(dim=-1))
     scores = rq[0, :, 0] @ rk[0, :, 0].T  # <q at m, k at n> depends on m - n only
-    torch.testing.assert_close(scores.diagonal(3)[:-1], scores.diagonal(3)[1:], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        scores.diagonal(3)[:-1], scores.diagonal(3)[1:], atol=1e-5, rtol=1e-5
+    )
 
 
 def test_init_follows_hf():
@@ -79,15 +90,17 @@ def test_init_follows_hf():
 
 @pytest.mark.parametrize("qk_norm", [False, True])
 def test_fused_projections_compute_the_unfused_model(qk_norm):
-    """One GEMM for q, k, v and one for gate, up: the same init, parameter count, output and gradients, and
-    its gradients named and split as the unfused model's."""
+    """One GEMM for q, k, v and one for gate, up: the same init, parameter count, output and
+    gradients, and its gradients named and split as the unfused model's."""
     cfg = dataclasses.replace(TINY, qk_norm=qk_norm)
     torch.manual_seed(0)
     plain = Decoder(cfg).double()
     torch.manual_seed(0)
     fused = Decoder(cfg, fused_proj=True).double()
     assert {type(m).__name__ for m in fused.modules()} >= {"FusedLinear"}
-    assert not any(name.endswith(("q_proj.weight", "gate_proj.weight")) for name, _ in fused.named_parameters())
+    assert not any(
+        name.endswith(("q_proj.weight", "gate_proj.weight")) for name, _ in fused.named_parameters()
+    )
     assert sum(p.numel() for p in fused.parameters()) == sum(p.numel() for p in plain.parameters())
     idx = torch.randint(0, cfg.vocab_size, (2, 24))
     for model in (plain, fused):

@@ -24,11 +24,20 @@ def kernels(seed: int, run_sd: float, slow: float = 1.0, hungry: float = 1.0) ->
         for j, impl in enumerate(("eager", "triton")):
             odd = (shape, impl) == ("16384x768", "triton")
             ms = jitter * (1.0 + i) / (1 + j) * (slow if odd else 1)
-            out.append(record("bench_kernels.RMSNorm", {"shape": shape, "impl": impl},
-                              times={"fwd": (samples(ms, seed + i + j, rel_sd=0.002),
-                                             samples(ms + 0.02, seed - i - j, rel_sd=0.002))},
-                              peak={"fwd": 2**20 * (1 + i) * (hungry if odd else 1)},
-                              info={"device_clock": "cold-l2"}))
+            out.append(
+                record(
+                    "bench_kernels.RMSNorm",
+                    {"shape": shape, "impl": impl},
+                    times={
+                        "fwd": (
+                            samples(ms, seed + i + j, rel_sd=0.002),
+                            samples(ms + 0.02, seed - i - j, rel_sd=0.002),
+                        )
+                    },
+                    peak={"fwd": 2**20 * (1 + i) * (hungry if odd else 1)},
+                    info={"device_clock": "cold-l2"},
+                )
+            )
     return out
 
 
@@ -37,8 +46,13 @@ def aa_store(root, commits: int = 5, run_sd: float = 0.003) -> ResultStore:
     store = ResultStore(root)
     for n in range(1, commits + 1):
         for r in range(2):
-            save(store, "h100-sxm", commit(n), f"2025-01-0{n}T0{r}:00:00+00:00",
-                 kernels(10 * n + r, run_sd))
+            save(
+                store,
+                "h100-sxm",
+                commit(n),
+                f"2025-01-0{n}T0{r}:00:00+00:00",
+                kernels(10 * n + r, run_sd),
+            )
     return store
 
 
@@ -87,8 +101,9 @@ def test_a_false_alarm_on_a_held_out_pair_exits_1(tmp_path, capsys):
     assert run_main(store) == 1
 
     hungry = aa_store(tmp_path / "hungry")
-    save(hungry, "h100-sxm", commit(9), "2025-01-09T01:00:00+00:00",
-         kernels(91, 0.003, hungry=1.05))
+    save(
+        hungry, "h100-sxm", commit(9), "2025-01-09T01:00:00+00:00", kernels(91, 0.003, hungry=1.05)
+    )
     save(hungry, "h100-sxm", commit(9), "2025-01-09T00:00:00+00:00", kernels(90, 0.003))
     a = nc.audit(hungry, "h100-sxm")
     assert a.missed == [] and len(a.false_alarms) == 1 and "fwd peak memory" in a.false_alarms[0]

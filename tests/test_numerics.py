@@ -14,7 +14,9 @@ def _pairs(gen: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
     pairs = []
     for shape in shapes:
         ref = torch.randn(shape, generator=gen, dtype=torch.float64)
-        out = (ref + 1e-3 * torch.randn(shape, generator=gen, dtype=torch.float64)).to(torch.bfloat16)
+        out = (ref + 1e-3 * torch.randn(shape, generator=gen, dtype=torch.float64)).to(
+            torch.bfloat16
+        )
         pairs.append((out, ref.float()))
     return pairs
 
@@ -22,7 +24,10 @@ def _pairs(gen: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
 def test_rel_err_is_the_norm_ratio_in_float64():
     pairs = _pairs(torch.Generator().manual_seed(1))
     by_hand = [float((o.double() - r.double()).norm() / r.double().norm()) for o, r in pairs]
-    assert all(math.isclose(rel_err(o, r), b, rel_tol=1e-12) for (o, r), b in zip(pairs, by_hand, strict=True))
+    assert all(
+        math.isclose(rel_err(o, r), b, rel_tol=1e-12)
+        for (o, r), b in zip(pairs, by_hand, strict=True)
+    )
     assert all(e > 0 for e in by_hand)
 
 

@@ -1,7 +1,7 @@
-"""Plain asv, as README's "asv by hand" lines run it, in a new clone after the quick start registered
-the machine: ``asv run -E worktree:same HEAD~2..HEAD`` stores asv's results and optbench's records under the
-same machine and commits, ``asv compare`` pairs them (numbers, not n/a), ``asv publish`` writes the
-site and ``asv preview`` serves it, and git sees nothing new."""
+"""Plain asv, as README's "asv by hand" lines run it, in a new clone after the quick start
+registered the machine: ``asv run -E worktree:same HEAD~2..HEAD`` stores asv's results and
+optbench's records under the same machine and commits, ``asv compare`` pairs them (numbers, not
+n/a), ``asv publish`` writes the site and ``asv preview`` serves it, and git sees nothing new."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ SELECT = r"StepTiny\|variant=eager$"
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run([*GIT, *args], cwd=repo, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        [*GIT, *args], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def _clone(path: Path) -> Path:
@@ -37,8 +38,11 @@ def _clone(path: Path) -> Path:
     path.mkdir(parents=True)
     _git(path, "init", "-q", "-b", "main")
     for name in files:
-        if (name.startswith("results/") and name != "results/asv/benchmarks.json"
-                or not (REPO_ROOT / name).is_file()):
+        if (
+            name.startswith("results/")
+            and name != "results/asv/benchmarks.json"
+            or not (REPO_ROOT / name).is_file()
+        ):
             continue
         (path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO_ROOT / name, path / name)
@@ -48,8 +52,9 @@ def _clone(path: Path) -> Path:
 
 
 def _run(repo: Path, env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([sys.executable, *args], cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, *args], cwd=repo, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, f"{args}\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -68,15 +73,26 @@ def test_plain_asv_runs_compares_and_publishes_under_optbench_machine_and_commit
         step_py.write_text(step_py.read_text() + f"# {name}: a comment, no change in what runs\n")
         _git(repo, "commit", "-qam", name)
     base, head = _git(repo, "rev-parse", "HEAD~1", "HEAD").split()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OPTBENCH_", "ASV", "PYTHONPATH"))}
-    env.update(HOME=str(tmp_path / "home"), OMP_NUM_THREADS="1", OPTBENCH_SUITE="cpu",
-               OPTBENCH_SELECT=SELECT, PYTHONPATH=str(repo))
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("OPTBENCH_", "ASV", "PYTHONPATH"))
+    }
+    env.update(
+        HOME=str(tmp_path / "home"),
+        OMP_NUM_THREADS="1",
+        OPTBENCH_SUITE="cpu",
+        OPTBENCH_SELECT=SELECT,
+        PYTHONPATH=str(repo),
+    )
     (tmp_path / "home").mkdir()
     # what `nox -s bench` (optbench run) does first: name this machine and tell asv
-    machine = _run(repo, env, "-c", "from optbench.cli import register_machine; "
-                   "from optbench.core.machine import machine_name; "
-                   "register_machine(machine_name()); print(machine_name())").strip()
+    machine = _run(
+        repo,
+        env,
+        "-c",
+        "from optbench.cli import register_machine; "
+        "from optbench.core.machine import machine_name; "
+        "register_machine(machine_name()); print(machine_name())",
+    ).strip()
     del env["PYTHONPATH"]  # asv by hand: the worktree environment puts each commit's code first
 
     _run(repo, env, "-m", "asv", "run", "-E", "worktree:same", "--bench", BENCH, "HEAD~2..HEAD")
@@ -86,14 +102,19 @@ def test_plain_asv_runs_compares_and_publishes_under_optbench_machine_and_commit
 
     compared = _run(repo, env, "-m", "asv", "compare", "HEAD~1", "HEAD")
     row = next(line for line in compared.splitlines() if f"{BENCH}('eager')" in line)
-    assert re.search(r"\|\s*[\d.]+\s*\|\s*[\d.]+\s*\|\s*[\d.]+\s*\|", row), compared  # before, after, ratio
+    # before, after, ratio
+    assert re.search(r"\|\s*[\d.]+\s*\|\s*[\d.]+\s*\|\s*[\d.]+\s*\|", row), compared
 
     _run(repo, env, "-m", "asv", "publish")
     assert (repo / "html" / "asv" / "index.html").is_file()
     port = _free_port()
-    preview = subprocess.Popen([sys.executable, "-m", "asv", "preview", "--port", str(port)],
-                               cwd=repo, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    preview = subprocess.Popen(
+        [sys.executable, "-m", "asv", "preview", "--port", str(port)],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(100):
             try:

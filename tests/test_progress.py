@@ -1,4 +1,5 @@
-"""The live progress of a run (optbench.core.progress) and the breakdown of its time (optbench.core.breakdown)."""
+"""The live progress of a run (optbench.core.progress) and the breakdown of its time
+(optbench.core.breakdown)."""
 
 from __future__ import annotations
 
@@ -50,9 +51,11 @@ def test_done_total_and_eta_from_the_events():
     events = [_start("a"), _end("a", 10.0), _start("b"), _end("b", 20.0, "error"), _start("c")]
     t = progress.tally(events, total=4, elapsed_s=40.0)
     assert (t.done, t.left, t.running, t.elapsed_s) == (2, 2, "c", 40.0)
-    assert t.mean_s == pytest.approx(15.0) and t.eta_s == pytest.approx(30.0)  # mean per finished case x left
+    # mean per finished case x left
+    assert t.mean_s == pytest.approx(15.0) and t.eta_s == pytest.approx(30.0)
     assert t.statuses == {"ok": 1, "error": 1}
-    # Cases the time budget did not start count as done but not in the mean; cases beyond the plan count too.
+    # Cases the time budget did not start count as done but not in the mean; cases beyond the plan
+    # count too.
     events += [_end("c", 6.0), _end("d", None, "skipped", not_started=True), _start("e")]
     t = progress.tally(events, total=4, elapsed_s=50.0)
     assert (t.done, t.total, t.running) == (4, 5, "e") and t.mean_s == pytest.approx(12.0)
@@ -72,28 +75,38 @@ def test_the_eta_sums_what_each_case_left_took_here_before():
     # b, running for 5 of its 20 s: 15 left; c 60; d never ran here: this run's mean, 90
     assert t.eta_s == pytest.approx(15.0 + 60.0 + 90.0)
     # With no history each case left counts at the mean (the running one less its 5 s).
-    assert progress.tally(events, 4, 95.0, planned, {}, now=1095.0).eta_s == pytest.approx(85.0 + 90.0 * 2)
+    assert progress.tally(events, 4, 95.0, planned, {}, now=1095.0).eta_s == pytest.approx(
+        85.0 + 90.0 * 2
+    )
 
 
 def test_expected_seconds_are_the_median_of_the_cases_that_ran():
     def run(records):
         return StoredRun("h100-sxm", "c0", "r", {k: {"key": k, **r} for k, r in records.items()})
 
-    runs = [run({"a": {"status": "ok", "seconds": 10.0}, "b": {"status": "skipped", "seconds": 0.0}}),
-            run({"a": {"status": "timeout", "seconds": 40.0}, "b": {"status": "skipped"}}),
-            run({"a": {"status": "wrong", "seconds": 12.0}, "c": {"status": "ok", "seconds": 5.0}})]
+    runs = [
+        run({"a": {"status": "ok", "seconds": 10.0}, "b": {"status": "skipped", "seconds": 0.0}}),
+        run({"a": {"status": "timeout", "seconds": 40.0}, "b": {"status": "skipped"}}),
+        run({"a": {"status": "wrong", "seconds": 12.0}, "c": {"status": "ok", "seconds": 5.0}}),
+    ]
     assert progress.expected_seconds(runs, ["a", "b"]) == {"a": 12.0}
 
 
 def test_the_estimate_before_a_run_says_whether_its_budget_will_cut_cases():
     planned, expected = ["a", "b", "c"], {"a": 100.0, "b": 300.0}
     note = progress.estimate_note(planned, expected, None, 60.0)
-    assert "~600 s" in note and "2 of 3 measured here before; 1 never, counted at the median" in note
+    assert (
+        "~600 s" in note and "2 of 3 measured here before; 1 never, counted at the median" in note
+    )
     assert "cut" not in note
-    assert "~600 s" in progress.estimate_note(planned, expected, 700.0, 60.0) and "cut" not in \
-        progress.estimate_note(planned, expected, 700.0, 60.0)
+    assert "~600 s" in progress.estimate_note(
+        planned, expected, 700.0, 60.0
+    ) and "cut" not in progress.estimate_note(planned, expected, 700.0, 60.0)
     cut = progress.estimate_note(planned, expected, 600.0, 60.0)
-    assert "leaves 540 s for cases once 60 s are kept for asv's start and wrap-up: it will likely cut some" in cut
+    assert (
+        "leaves 540 s for cases once 60 s are kept for asv's start and wrap-up: it will likely "
+        "cut some" in cut
+    )
     assert "no estimate" in progress.estimate_note(planned, {}, 600.0, 60.0)
 
 
@@ -103,9 +116,17 @@ def test_the_line_of_a_finished_case():
     assert line == "optbench: [2/5] b: ok, 20.0 s; elapsed 1:02:05, ETA 0:45"
     failed = progress.case_line(_end("c", 1.25, "oom", reason="CUDA out of memory"), t)
     assert "c: oom (CUDA out of memory), 1.2 s" in failed
-    unstarted = _end("d", None, "skipped", not_started=True, reason="not measured: the run's time budget ended")
-    assert "d: skipped (not measured: the run's time budget ended); elapsed" in progress.case_line(unstarted, t)
-    assert progress.clock(None) == "?" and progress.clock(59.6) == "1:00" and progress.clock(-1) == "0:00"
+    unstarted = _end(
+        "d", None, "skipped", not_started=True, reason="not measured: the run's time budget ended"
+    )
+    assert "d: skipped (not measured: the run's time budget ended); elapsed" in progress.case_line(
+        unstarted, t
+    )
+    assert (
+        progress.clock(None) == "?"
+        and progress.clock(59.6) == "1:00"
+        and progress.clock(-1) == "0:00"
+    )
 
 
 def _write(path: Path, *events: dict) -> None:
@@ -125,7 +146,11 @@ def test_plain_mode_prints_one_line_per_finished_case(tmp_path, capsys):
         f.write('{"event": "start", "key": "b"')  # a line being written: read once whole
     follower.poll()
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 1 and out[0].startswith("optbench: [1/3] a: ok, 4.0 s; elapsed ") and out[0].endswith("0:08")
+    assert (
+        len(out) == 1
+        and out[0].startswith("optbench: [1/3] a: ok, 4.0 s; elapsed ")
+        and out[0].endswith("0:08")
+    )
     with open(path, "a") as f:
         f.write("}\n")
     assert follower.poll() == [{"event": "start", "key": "b"}] and follower.tally().running == "b"
@@ -150,19 +175,23 @@ def test_live_mode_shows_richs_progress_and_the_lines_above_it(tmp_path):
         assert (task.completed, task.total, task.fields["eta"]) == (1, 2, "0:03")
         follower.print("[ 50.00%] ··· asv's line, [not] markup")
     text = screen.getvalue()
-    assert "optbench: [1/2] bench.A|x=1: ok, 3.0 s" in text and "[ 50.00%] ··· asv's line, [not] markup" in text
+    assert (
+        "optbench: [1/2] bench.A|x=1: ok, 3.0 s" in text
+        and "[ 50.00%] ··· asv's line, [not] markup" in text
+    )
 
 
 def test_a_followed_command_shows_its_output_and_the_events_of_its_processes(tmp_path, capsys):
-    """run_followed: the command's output line by line through the follower, while the follower reads the
-    events that the command's processes append."""
+    """run_followed: the command's output line by line through the follower, while the follower
+    reads the events that the command's processes append."""
     path = tmp_path / "p.jsonl"
     path.touch()
     child = textwrap.dedent("""
         from optbench.core import progress
         print("asv: starting", flush=True)
         progress.case_started("bench.A|x=1", "bench.A")
-        progress.case_ended("bench.A|x=1", "bench.A", {"status": "ok", "seconds": 0.5, "build_seconds": 0.1})
+        done = {"status": "ok", "seconds": 0.5, "build_seconds": 0.1}
+        progress.case_ended("bench.A|x=1", "bench.A", done)
         print("asv: done")
         raise SystemExit(3)
     """)
@@ -172,12 +201,24 @@ def test_a_followed_command_shows_its_output_and_the_events_of_its_processes(tmp
     out = capsys.readouterr().out
     assert code == 3 and "asv: starting\n" in out and "asv: done\n" in out
     assert "optbench: [1/1] bench.A|x=1: ok, 0.5 s" in out
-    assert [e["event"] for e in follower.events] == ["start", "end"] and follower.events[1]["build_seconds"] == 0.1
+    assert [e["event"] for e in follower.events] == ["start", "end"] and follower.events[1][
+        "build_seconds"
+    ] == 0.1
 
 
 def test_the_start_up_of_a_process_is_its_age_by_the_kernel():
-    age = subprocess.run([sys.executable, "-c", "import time; time.sleep(0.3); from optbench.core import progress; "
-                          "print(progress.process_age())"], cwd=ROOT, capture_output=True, text=True, check=True)
+    age = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import time; time.sleep(0.3); from optbench.core import progress; "
+            "print(progress.process_age())",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert 0.3 <= float(age.stdout) < 10
     assert progress.process_age() > 0
 
@@ -187,54 +228,92 @@ def test_the_planned_cases_are_the_suites_grids_as_selected():
 
     entries = catalog.BENCHMARKS.values()
     cpu = progress.planned_cases(entries, "cpu")
-    assert cpu == [record_key("bench_step.StepTiny", {"variant": v}) for v in catalog.STEP_GRIDS["tiny"]]
-    assert progress.asv_timed(entries, "cpu") == ["bench_cpu.MLP", "bench_cpu.GradStats"]  # asv times them
-    assert progress.planned_cases(entries, "cpu", "variant=eager$") == ["bench_step.StepTiny|variant=eager"]
+    assert cpu == [
+        record_key("bench_step.StepTiny", {"variant": v}) for v in catalog.STEP_GRIDS["tiny"]
+    ]
+    # asv times them
+    assert progress.asv_timed(entries, "cpu") == ["bench_cpu.MLP", "bench_cpu.GradStats"]
+    assert progress.planned_cases(entries, "cpu", "variant=eager$") == [
+        "bench_step.StepTiny|variant=eager"
+    ]
     quick = progress.planned_cases(entries, "quick")
     assert quick == [record_key(name, params) for name, params in catalog.suite_cases("quick")]
     assert progress.asv_timed(entries, "quick") == []
-    assert progress.planned_cases(entries, "quick", "^bench_kernels") == [k for k in quick
-                                                                          if k.startswith("bench_kernels")]
+    assert progress.planned_cases(entries, "quick", "^bench_kernels") == [
+        k for k in quick if k.startswith("bench_kernels")
+    ]
 
 
 def _events() -> list[dict]:
-    return [{"event": "process", "startup_seconds": 5.0}, _start("a"),
-            _end("a", 30.0, build_seconds=4.0, build_compile_seconds=3.0, check_seconds=20.0, compile_seconds=15.0,
-                 timing_seconds=5.0, timing_compile_seconds=1.0, memory_seconds=0.5),
-            _start("b"), _end("b", 2.0, "skipped", build_seconds=1.5),
-            _end("c", None, "skipped", not_started=True),
-            {"event": "process", "startup_seconds": 3.0}, _start("d"),
-            _end("d", 12.0, "wrong", build_seconds=2.0, check_seconds=9.0, compile_seconds=None),
-            _start("e"), _end("e", None, progress.ABORTED),
-            _start("f"), _end("f", 10.0, "skipped", build_seconds=9.0, build_compile_seconds=6.0)]  # cut in its build
+    return [
+        {"event": "process", "startup_seconds": 5.0},
+        _start("a"),
+        _end(
+            "a",
+            30.0,
+            build_seconds=4.0,
+            build_compile_seconds=3.0,
+            check_seconds=20.0,
+            compile_seconds=15.0,
+            timing_seconds=5.0,
+            timing_compile_seconds=1.0,
+            memory_seconds=0.5,
+        ),
+        _start("b"),
+        _end("b", 2.0, "skipped", build_seconds=1.5),
+        _end("c", None, "skipped", not_started=True),
+        {"event": "process", "startup_seconds": 3.0},
+        _start("d"),
+        _end("d", 12.0, "wrong", build_seconds=2.0, check_seconds=9.0, compile_seconds=None),
+        _start("e"),
+        _end("e", None, progress.ABORTED),
+        # cut in its build
+        _start("f"),
+        _end("f", 10.0, "skipped", build_seconds=9.0, build_compile_seconds=6.0),
+    ]
 
 
 def test_the_breakdown_sums_each_phase_over_the_run_and_leaves_the_rest_to_asv():
     split = breakdown.phases(_events(), wall_s=100.0)
     assert list(split) == list(breakdown.PHASES)
     # a's compile: 3 s in its build (a captured step's warm-up), 12 s in its check
-    assert split == pytest.approx({"startup": 8.0, "build": 4.5 + 3.0, "compile": 15.0 + 6.0, "check_rest": 17.0,
-                                   "timing_compile": 1.0, "timing": 4.0, "memory": 0.5,
-                                   "case_other": 0.5 + 0.5 + 1.0 + 1.0, "overhead": 100.0 - 62.0})
+    assert split == pytest.approx(
+        {
+            "startup": 8.0,
+            "build": 4.5 + 3.0,
+            "compile": 15.0 + 6.0,
+            "check_rest": 17.0,
+            "timing_compile": 1.0,
+            "timing": 4.0,
+            "memory": 0.5,
+            "case_other": 0.5 + 0.5 + 1.0 + 1.0,
+            "overhead": 100.0 - 62.0,
+        }
+    )
     assert sum(split.values()) == pytest.approx(100.0)
     rows = breakdown.rows(split, 100.0)
     assert rows[0] == (breakdown.PHASES["startup"], "8.0", "8.0%")
-    assert rows[-1] == ("total (wall time)", "100.0", "100.0%") and len(rows) == len(breakdown.PHASES) + 1
+    assert (
+        rows[-1] == ("total (wall time)", "100.0", "100.0%")
+        and len(rows) == len(breakdown.PHASES) + 1
+    )
     assert breakdown.rows(breakdown.phases([], 0.0), 0.0)[-1] == ("total (wall time)", "0.0", "-")
     rendered = breakdown.render(split, 100.0)
     assert rendered.columns[0].header == "phase" and rendered.row_count == len(rows)
 
 
 def test_the_breakdown_record():
-    rec = breakdown.record(_events(), 100.0, commit="c" * 40, machine="m", run_id="r", date="2026-01-01T00:00:00+00:00")
+    rec = breakdown.record(
+        _events(), 100.0, commit="c" * 40, machine="m", run_id="r", date="2026-01-01T00:00:00+00:00"
+    )
     assert rec["key"] == "__breakdown__" and rec["run"] == "r" and rec["wall_seconds"] == 100.0
     assert rec["processes"] == 2 and rec["cases"] == 6 and rec["phases"]["overhead"] == 38.0
     assert "status" not in rec and "metrics" not in rec and "benchmark" not in rec
 
 
 def test_optbenchs_readers_leave_the_breakdown_record_out(tmp_path):
-    """A run file with ``__breakdown__``: compare, the report's data, the noise check and the typed reader see
-    the cases alone, and the run's date stays its start."""
+    """A run file with ``__breakdown__``: compare, the report's data, the noise check and the typed
+    reader see the cases alone, and the run's date stays its start."""
     from optbench.core.records import Record
     from optbench.gate.compare import NoiseModel, compare_runs, run_medians
     from optbench.gate.noisecheck import planted
@@ -242,19 +321,44 @@ def test_optbenchs_readers_leave_the_breakdown_record_out(tmp_path):
 
     def step(ms: float) -> dict:
         timing = {"median_ms": ms, "q25_ms": ms, "q75_ms": ms, "samples_ms": [ms] * 5, "n": 5}
-        return {"key": "bench_step.StepTiny|variant=eager", "benchmark": "bench_step.StepTiny",
-                "params": {"variant": "eager"}, "status": "ok", "date": "2026-01-01T00:00:05+00:00",
-                "metrics": {"step": {"wall": timing, "device": None}}, "info": {"primary_clock": "wall"}}
+        return {
+            "key": "bench_step.StepTiny|variant=eager",
+            "benchmark": "bench_step.StepTiny",
+            "params": {"variant": "eager"},
+            "status": "ok",
+            "date": "2026-01-01T00:00:05+00:00",
+            "metrics": {"step": {"wall": timing, "device": None}},
+            "info": {"primary_clock": "wall"},
+        }
 
     store = ResultStore(tmp_path)
     for commit, ms in (("a" * 40, 10.0), ("b" * 40, 10.0)):
         run_id = f"run-{commit[0]}"
-        machine = {"key": MACHINE_KEY, "info": {"gpu_name": None}, "date": "2026-01-01T00:00:05+00:00"}
+        machine = {
+            "key": MACHINE_KEY,
+            "info": {"gpu_name": None},
+            "date": "2026-01-01T00:00:05+00:00",
+        }
         store.save("m", commit, [machine, step(ms)], run_id=run_id)
-        store.save("m", commit, [breakdown.record(_events(), 100.0, commit=commit, machine="m", run_id=run_id,
-                                                  date="2026-01-01T00:00:00+00:00")], run_id=run_id)
+        store.save(
+            "m",
+            commit,
+            [
+                breakdown.record(
+                    _events(),
+                    100.0,
+                    commit=commit,
+                    machine="m",
+                    run_id=run_id,
+                    date="2026-01-01T00:00:00+00:00",
+                )
+            ],
+            run_id=run_id,
+        )
     run = store.runs("m", "a" * 40)[0]
-    assert breakdown.KEY in run.records and set(run.results()) == {"bench_step.StepTiny|variant=eager"}
+    assert breakdown.KEY in run.records and set(run.results()) == {
+        "bench_step.StepTiny|variant=eager"
+    }
     assert run.date == "2026-01-01T00:00:00+00:00"
     assert set(run_medians(run)) == {("bench_step.StepTiny|variant=eager", "step", "wall")}
     changes = compare_runs(store.runs("m", "a" * 40), store.runs("m", "b" * 40), NoiseModel({}))
@@ -268,8 +372,9 @@ def test_optbenchs_readers_leave_the_breakdown_record_out(tmp_path):
 
 
 def test_optbench_run_follows_its_asv_run_and_stores_the_breakdown(tmp_path, monkeypatch, capsys):
-    """``optbench run`` gives asv's processes the progress file and run id, follows the events, and at the end
-    prints the breakdown and stores it in the run's file (a run that stored nothing gets none)."""
+    """``optbench run`` gives asv's processes the progress file and run id, follows the events, and
+    at the end prints the breakdown and stores it in the run's file (a run that stored nothing gets
+    none)."""
     from optbench import cli
 
     seen = {}
@@ -278,8 +383,12 @@ def test_optbench_run_follows_its_asv_run_and_stores_the_breakdown(tmp_path, mon
         seen.update(command=command, env=env)
         settings = Settings.from_env(env)
         store = ResultStore(settings.results)
-        store.save(settings.machine, "f" * 40, [{"key": MACHINE_KEY, "info": {}, "date": "2026-01-01T00:00:09+00:00"}],
-                   run_id=settings.run_id)
+        store.save(
+            settings.machine,
+            "f" * 40,
+            [{"key": MACHINE_KEY, "info": {}, "date": "2026-01-01T00:00:09+00:00"}],
+            run_id=settings.run_id,
+        )
         with follower:
             _write(settings.progress, *_events())
         return 0
@@ -301,6 +410,12 @@ def test_optbench_run_follows_its_asv_run_and_stores_the_breakdown(tmp_path, mon
     assert rec["cases"] == 6 and rec["processes"] == 2 and rec["phases"]["startup"] == 8.0
     assert sum(rec["phases"].values()) == pytest.approx(rec["wall_seconds"], abs=0.01)
     out = capsys.readouterr().out
-    assert "9 grid cases" in out and "bench_cpu.MLP, bench_cpu.GradStats, timed by asv itself" in out
+    assert (
+        "9 grid cases" in out and "bench_cpu.MLP, bench_cpu.GradStats, timed by asv itself" in out
+    )
     assert "optbench: [1/9] a: ok, 30.0 s" in out and "6 of 9 grid cases ended" in out
-    assert "where the" in out and breakdown.PHASES["compile"] in out and "asv and other overhead" in out
+    assert (
+        "where the" in out
+        and breakdown.PHASES["compile"] in out
+        and "asv and other overhead" in out
+    )

@@ -1,4 +1,5 @@
-"""optbench.reporting (data, charts, site, headline) on a synthetic store in tmp_path (test data, not measurements)."""
+"""optbench.reporting (data, charts, site, headline) on a synthetic store in tmp_path (test data,
+not measurements)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def asv_calls(monkeypatch) -> list[tuple[Path, Path]]:
 
 @pytest.fixture(scope="module")
 def published(store, tmp_path_factory) -> tuple[Path, list]:
-    """optbench/ of the store published once (asv's publish replaced by a recorder), and the asv calls."""
+    """optbench/ of the store published once (asv's publish replaced by a recorder), and the asv
+    calls."""
     calls: list[tuple[Path, Path]] = []
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(site, "asv_publish", lambda results, html: calls.append((results, html)))
@@ -71,7 +73,10 @@ def test_each_machine_has_its_own_charts_and_emulated_is_labelled(published):
     speedup = (out / "speedup.html").read_text()
     assert "h100-sxm-emulating-t4 — t4 on NVIDIA H100 80GB HBM3 (emulated)</h2>" in speedup
     assert {p.name for p in images(out / "speedup.html")} == {
-        "speedup-h100-sxm-0.png", "speedup-h100-sxm-emulating-t4-0.png", "speedup-cpu-host-0.png"}
+        "speedup-h100-sxm-0.png",
+        "speedup-h100-sxm-emulating-t4-0.png",
+        "speedup-cpu-host-0.png",
+    }
     # the CPU machine has no device time, so no roofline; its steps are charted by wall clock
     roofline = (out / "roofline.html").read_text()
     assert roofline.index("cpu-host") < roofline.index("No kernel results")
@@ -88,14 +93,19 @@ def test_runs_are_ordered_by_record_date(store):
 def test_mfu_uses_the_profile_peak(store):
     rec = data.steps(data.runs(store)["h100-sxm"][-1])["1B"]["best"]
     seconds = rec.timing("step", "wall").median_ms / 1e3
-    assert data.mfu(rec, lookup("h100-sxm")) == pytest.approx(rec.flops["step"] / seconds / 989.4e12)
+    assert data.mfu(rec, lookup("h100-sxm")) == pytest.approx(
+        rec.flops["step"] / seconds / 989.4e12
+    )
     assert data.tokens_per_s(rec) == pytest.approx(rec.info["tokens"] / seconds)
     assert data.mfu(rec, lookup("cpu")) is None
 
 
 def test_compare_page_shows_the_regression(store, published, asv_calls, tmp_path):
     page = (published[0] / "compare.html").read_text()
-    row = r'<tr class="REGRESSION"><td>bench_kernels.RMSNorm</td><td>shape=16384x4096 impl=triton</td>'
+    row = (
+        r'<tr class="REGRESSION"><td>bench_kernels.RMSNorm</td>'
+        r"<td>shape=16384x4096 impl=triton</td>"
+    )
     assert re.search(row, page)
     out = site.publish(store.root, tmp_path / "html", (commit(1)[:8], commit(2)[:8])).parent
     page = (out / "compare.html").read_text()
@@ -110,7 +120,9 @@ def test_headline_table(store):
     best = data.step_ms(step["eager"]) / data.step_ms(step["best"])
     assert "| optimization | 100M @ `fffffff3` | 1B @ `fffffff3` |" in table
     ms = data.step_ms(step["best"])
-    assert re.search(rf"\| best vs eager \| {best:.2f}× \({ms:.1f} ms\) \| [\d.]+× \([\d.]+ ms\) \|", table)
+    assert re.search(
+        rf"\| best vs eager \| {best:.2f}× \({ms:.1f} ms\) \| [\d.]+× \([\d.]+ ms\) \|", table
+    )
     eager_ms, eager_iqr = data.step_ms(step["eager"]), data.step_iqr_ms(step["eager"])
     assert f"| eager (ms per step [IQR]) | {eager_ms:.1f} ms [{eager_iqr:.1f}] |" in table
     for row in ("| triton-norm vs eager |", "| RMSNorm | triton |", "| GradStats | foreach |"):
@@ -120,8 +132,8 @@ def test_headline_table(store):
 
 
 def test_a_later_partial_run_does_not_hide_a_fuller_one(tmp_path):
-    """Commit 1 measured every 1B variant, commit 2 (later) two of them: the 1B column stays at commit 1;
-    commit 3 (later still) measured as many as commit 1: it takes over."""
+    """Commit 1 measured every 1B variant, commit 2 (later) two of them: the 1B column stays at
+    commit 1; commit 3 (later still) measured as many as commit 1: it takes over."""
     from synthetic_results import STEP_SIZES, _steps, save
 
     store = ResultStore(tmp_path / "results")
@@ -135,15 +147,19 @@ def test_a_later_partial_run_does_not_hide_a_fuller_one(tmp_path):
 
 
 def test_a_later_run_of_fewer_kernel_shapes_does_not_hide_a_fuller_one(tmp_path):
-    """A quick run (every implementation, one shape per kernel) after a full one: the kernel rows stay at the
-    full run, which measured more shapes."""
+    """A quick run (every implementation, one shape per kernel) after a full one: the kernel rows
+    stay at the full run, which measured more shapes."""
     from synthetic_results import _kernels, save
 
     store = ResultStore(tmp_path / "results")
     save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", _kernels(1))
     quick = [r for r in _kernels(2) if r["params"]["shape"] in ("16384x768", "skipped")]
     save(store, "h100-sxm", commit(2), "2025-01-02T12:00:00+00:00", quick)
-    rms = [line for line in headline.headline_table(store).splitlines() if line.startswith("| RMSNorm |")]
+    rms = [
+        line
+        for line in headline.headline_table(store).splitlines()
+        if line.startswith("| RMSNorm |")
+    ]
     assert rms and all(line.endswith("| `fffffff1` |") for line in rms)
 
 
@@ -152,12 +168,17 @@ def test_the_headline_page_is_written_whole(store, tmp_path):
     page.write_text("old figures\n")
     headline.write_headline(page, store)
     text = page.read_text()
-    assert text.startswith("# Headline figures\n") and "**h100-sxm" in text and "old figures" not in text
+    assert (
+        text.startswith("# Headline figures\n")
+        and "**h100-sxm" in text
+        and "old figures" not in text
+    )
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def _fake_asv(results: Path, html: Path) -> None:
@@ -182,8 +203,9 @@ def test_swap_in_puts_the_new_tree_whole_where_the_old_one_was(tmp_path, monkeyp
     assert (tmp_path / "none").is_dir() and not (tmp_path / "first").exists()
 
 
-def test_a_publish_that_fails_midway_leaves_the_previous_pages_byte_identical(store, tmp_path,
-                                                                              monkeypatch):
+def test_a_publish_that_fails_midway_leaves_the_previous_pages_byte_identical(
+    store, tmp_path, monkeypatch
+):
     """A publish that raises while it writes optbench's pages, or between swapping asv's tree in and
     optbench's, leaves what it had not swapped in byte for byte as the previous publish left it, and
     no stage behind; the next publish replaces every tree whole."""
@@ -198,21 +220,28 @@ def test_a_publish_that_fails_midway_leaves_the_previous_pages_byte_identical(st
 
     with monkeypatch.context() as mp:  # while the pages are written: after the first, at history
         written = site.write_page
-        mp.setattr(site, "write_page", lambda out, name, *a: fail() if name == "history" else
-                   written(out, name, *a))
+        mp.setattr(
+            site,
+            "write_page",
+            lambda out, name, *a: fail() if name == "history" else written(out, name, *a),
+        )
         with pytest.raises(RuntimeError, match="killed midway"):
             site.publish(store.root, html)
     assert _tree(html) == before and not list(html.glob(f"{site.STAGE_PREFIX}*"))
 
     swapped = site.swap_in
     with monkeypatch.context() as mp:  # asv's tree is in, optbench's not yet
-        mp.setattr(site, "swap_in", lambda new, target: fail() if target.name == "optbench" else
-                   swapped(new, target))
+        mp.setattr(
+            site,
+            "swap_in",
+            lambda new, target: fail() if target.name == "optbench" else swapped(new, target),
+        )
         with pytest.raises(RuntimeError, match="killed midway"):
             site.publish(store.root, html)
     after = _tree(html)
-    assert {k: v for k, v in after.items() if k.startswith("optbench/")} == \
-        {k: v for k, v in before.items() if k.startswith("optbench/")}
+    assert {k: v for k, v in after.items() if k.startswith("optbench/")} == {
+        k: v for k, v in before.items() if k.startswith("optbench/")
+    }
     assert after["asv/index.html"] == before["asv/index.html"]
     assert not list(html.glob(f"{site.STAGE_PREFIX}*"))
     (html / "optbench" / "stale.png").write_bytes(b"old")
@@ -266,18 +295,36 @@ def test_main_with_an_empty_store_still_writes_the_index(asv_calls, tmp_path):
 
 
 def _step(benchmark: str, variant: str, ms: float, seed: int) -> dict:
-    return record(benchmark, {"variant": variant}, times={"step": (None, samples(ms, seed))},
-                  info={"tokens": 8192, "primary_clock": "wall"})
+    return record(
+        benchmark,
+        {"variant": variant},
+        times={"step": (None, samples(ms, seed))},
+        info={"tokens": 8192, "primary_clock": "wall"},
+    )
 
 
 def test_speedups_divide_by_each_variants_own_reference(tmp_path):
-    """cuda-graph against graph-prereqs and triton-rope against fused-proj, measured in the same run; n/a (never
-    a ratio to eager) where the reference was not measured (qknorm) or is unknown (a retired variant)."""
-    times = {"eager": 100.0, "graph-prereqs": 80.0, "cuda-graph": 60.0, "fused-proj": 90.0, "triton-rope": 85.0,
-             "triton-qknorm": 95.0, "retired-variant": 70.0, "best-kernels": 40.0}
+    """cuda-graph against graph-prereqs and triton-rope against fused-proj, measured in the same
+    run; n/a (never a ratio to eager) where the reference was not measured (qknorm) or is unknown (a
+    retired variant)."""
+    times = {
+        "eager": 100.0,
+        "graph-prereqs": 80.0,
+        "cuda-graph": 60.0,
+        "fused-proj": 90.0,
+        "triton-rope": 85.0,
+        "triton-qknorm": 95.0,
+        "retired-variant": 70.0,
+        "best-kernels": 40.0,
+    }
     store = ResultStore(tmp_path / "results")
-    save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00",
-         [_step("bench_step.Step500M", v, ms, i) for i, (v, ms) in enumerate(times.items())])
+    save(
+        store,
+        "h100-sxm",
+        commit(1),
+        "2025-01-01T12:00:00+00:00",
+        [_step("bench_step.Step500M", v, ms, i) for i, (v, ms) in enumerate(times.items())],
+    )
     run = data.runs(store)["h100-sxm"][-1]
     ms = {v: data.step_ms(rec) for v, rec in data.steps(run)["500M"].items()}
     speedups = data.step_speedups(run)["500M"]
@@ -285,24 +332,45 @@ def test_speedups_divide_by_each_variants_own_reference(tmp_path):
     assert speedups["triton-rope"] == pytest.approx(ms["fused-proj"] / ms["triton-rope"])
     assert speedups["graph-prereqs"] == pytest.approx(ms["eager"] / ms["graph-prereqs"])
     assert speedups["best-kernels"] == pytest.approx(ms["eager"] / ms["best-kernels"])
-    assert speedups["triton-qknorm"] is None and speedups["retired-variant"] is None and "eager" not in speedups
+    assert (
+        speedups["triton-qknorm"] is None
+        and speedups["retired-variant"] is None
+        and "eager" not in speedups
+    )
     table = headline.headline_table(store)
-    assert f"| cuda-graph vs graph-prereqs | {speedups['cuda-graph']:.2f}× ({ms['cuda-graph']:.1f} ms) |" in table
+    assert (
+        f"| cuda-graph vs graph-prereqs | {speedups['cuda-graph']:.2f}× ({ms['cuda-graph']:.1f} "
+        "ms) |" in table
+    )
     assert f"| triton-qknorm vs qknorm | n/a ({ms['triton-qknorm']:.1f} ms) |" in table
     assert "| retired-variant vs ? | n/a (" in table
     assert table.index("| eager (ms per step [IQR]) |") < table.index("| graph-prereqs vs eager |")
     history = data.runs(store)["h100-sxm"]
-    assert set(data.named_speedups(run)["500M"]) >= {"cuda-graph vs graph-prereqs", "triton-qknorm vs qknorm"}
+    assert set(data.named_speedups(run)["500M"]) >= {
+        "cuda-graph vs graph-prereqs",
+        "triton-qknorm vs qknorm",
+    }
     assert site.speedup_parts(history)  # the chart draws n/a as no bar
 
 
 def _ablation_store(root, missing: str) -> ResultStore:
-    """One run of the 100M ablation grid: eager 100 ms, best-kernels 40 ms, the i-th switch left out 40 + 2i ms;
-    ``missing`` not measured; plus a Step100M grid."""
-    times = {"eager": 100.0, ABLATED: 40.0, **{v: 40.0 + 2 * i for i, v in enumerate(ABLATION, 1)},
-             **dict.fromkeys(ADDED, 32.0)}
-    records = [_step("bench_step.Ablation100M", v, ms, i) for i, (v, ms) in enumerate(times.items()) if v != missing]
-    records += [_step("bench_step.Step100M", "eager", 100.0, 50), _step("bench_step.Step100M", ABLATED, 41.0, 51)]
+    """One run of the 100M ablation grid: eager 100 ms, best-kernels 40 ms, the i-th switch left out
+    40 + 2i ms; ``missing`` not measured; plus a Step100M grid."""
+    times = {
+        "eager": 100.0,
+        ABLATED: 40.0,
+        **{v: 40.0 + 2 * i for i, v in enumerate(ABLATION, 1)},
+        **dict.fromkeys(ADDED, 32.0),
+    }
+    records = [
+        _step("bench_step.Ablation100M", v, ms, i)
+        for i, (v, ms) in enumerate(times.items())
+        if v != missing
+    ]
+    records += [
+        _step("bench_step.Step100M", "eager", 100.0, 50),
+        _step("bench_step.Step100M", ABLATED, 41.0, 51),
+    ]
     store = ResultStore(root)
     save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", records)
     return store
@@ -312,26 +380,37 @@ def test_ablation_table(tmp_path):
     missing = f"{ABLATED}-without-triton-norm"
     store = _ablation_store(tmp_path / "results", missing)
     run = data.runs(store)["h100-sxm"][-1]
-    assert list(data.steps(run)) == ["100M"] and list(data.ablations(run)) == ["100M"]  # not a size 'Ablation100M'
+    # not a size 'Ablation100M'
+    assert list(data.steps(run)) == ["100M"] and list(data.ablations(run)) == ["100M"]
     by_variant = data.ablations(run)["100M"]
     rows = {row[0]: row[1:] for row in data.ablation_rows(by_variant)}
     best = by_variant[ABLATED]
-    assert rows[f"{ABLATED} (every switch)"] == [f"{data.step_ms(best):.1f} [{data.step_iqr_ms(best):.1f}]", "—"]
+    assert rows[f"{ABLATED} (every switch)"] == [
+        f"{data.step_ms(best):.1f} [{data.step_iqr_ms(best):.1f}]",
+        "—",
+    ]
     without = by_variant[f"{ABLATED}-without-fused-proj"]
     worth = data.step_ms(without) / data.step_ms(best)
     assert worth > 1
-    assert rows["without fused-proj; also without triton-rope, which needs it"] == \
-        [f"{data.step_ms(without):.1f} [{data.step_iqr_ms(without):.1f}]", f"{worth:.2f}×"]
+    assert rows["without fused-proj; also without triton-rope, which needs it"] == [
+        f"{data.step_ms(without):.1f} [{data.step_iqr_ms(without):.1f}]",
+        f"{worth:.2f}×",
+    ]
     assert rows["without triton-norm"] == ["not measured", "n/a"]
     eager = data.step_ms(by_variant["eager"]) / data.step_ms(best)
     assert rows["eager (no switch)"][1] == f"{eager:.2f}×"
     fp8 = by_variant[ADDED[0]]  # 32 ms against best-kernels' 40: worth 1.25x, best over it
-    assert rows["with fp8-tensorwise"] == [f"{data.step_ms(fp8):.1f} [{data.step_iqr_ms(fp8):.1f}]",
-                                           f"{data.step_ms(best) / data.step_ms(fp8):.2f}×"]
+    assert rows["with fp8-tensorwise"] == [
+        f"{data.step_ms(fp8):.1f} [{data.step_iqr_ms(fp8):.1f}]",
+        f"{data.step_ms(best) / data.step_ms(fp8):.2f}×",
+    ]
     assert len(rows) == len(ABLATION) + 2 + len(ADDED)
     table = headline.headline_table(store)
     assert f"Leave-one-out ablation of {ABLATED} at 100M @ `{commit(1)[:8]}`" in table
-    assert f"| without fused-proj; also without triton-rope, which needs it | {data.step_ms(without):.1f} [" in table
+    assert (
+        "| without fused-proj; also without triton-rope, which needs it | "
+        f"{data.step_ms(without):.1f} [" in table
+    )
     parts = site.speedup_parts(data.runs(store)["h100-sxm"])
     html = "".join(p for p in parts if isinstance(p, str))
     assert f"Leave-one-out ablation of {ABLATED}" in html
@@ -345,9 +424,12 @@ def test_ablation_needs_best_kernels_in_the_same_run(tmp_path):
 
 
 def test_an_emulated_run_reports_no_mfu_and_no_roofline_fraction(store, published):
-    """An emulated T4 run's times are the H100's: MFU and time / floor against the T4's peaks are n/a."""
+    """An emulated T4 run's times are the H100's: MFU and time / floor against the T4's peaks are
+    n/a."""
     emulated = data.runs(store)["h100-sxm-emulating-t4"]
-    assert data.peak_profile(emulated[-1]) is None and data.peak_profile(data.runs(store)["h100-sxm"][-1])
+    assert data.peak_profile(emulated[-1]) is None and data.peak_profile(
+        data.runs(store)["h100-sxm"][-1]
+    )
     assert data.floor_ratios(emulated[-1]) == {}
     parts = site.throughput_parts(emulated)
     assert len(parts) == 2 and "n/a: this run emulated t4" in parts[1] and "MFU" in parts[1]
@@ -355,27 +437,41 @@ def test_an_emulated_run_reports_no_mfu_and_no_roofline_fraction(store, publishe
     out, _ = published
     for page in ("throughput", "roofline"):
         text = (out / f"{page}.html").read_text()
-        section = text[text.index("h100-sxm-emulating-t4"):text.index("cpu-host")]
+        section = text[text.index("h100-sxm-emulating-t4") : text.index("cpu-host")]
         assert "n/a: this run emulated t4 on NVIDIA H100" in section, page
-    assert not any("roofline-h100-sxm-emulating-t4" in p.name for p in images(out / "roofline.html"))
+    assert not any(
+        "roofline-h100-sxm-emulating-t4" in p.name for p in images(out / "roofline.html")
+    )
 
 
-def _floor_run(tmp_path, cold_ratios: dict[str, float], fits_l2: bool | None = True, device_clock: bool = True,
-               warm: bool = True) -> list:
-    """An H100 run of RMSNorm 8192x768 fwd with cold-L2 device times at the given multiples of its HBM floor
-    (warm: half of each, unless not ``warm``), per implementation; records from before cold-L2 timing (no
-    ``info.device_clock``) unless ``device_clock``."""
+def _floor_run(
+    tmp_path,
+    cold_ratios: dict[str, float],
+    fits_l2: bool | None = True,
+    device_clock: bool = True,
+    warm: bool = True,
+) -> list:
+    """An H100 run of RMSNorm 8192x768 fwd with cold-L2 device times at the given multiples of its
+    HBM floor (warm: half of each, unless not ``warm``), per implementation; records from before
+    cold-L2 timing (no ``info.device_clock``) unless ``device_clock``."""
     from synthetic_results import record, save, timing
 
     moved = 2.0 * 8192 * 768 * 2
     floor_ms = moved / 3350e9 * 1e3  # the h100-sxm profile's bandwidth
     records = []
     for impl, ratio in cold_ratios.items():
-        rec = record("bench_kernels.RMSNorm", {"shape": "8192x768", "impl": impl},
-                     times={"fwd": ([ratio * floor_ms] * 5, [0.1] * 5)}, flops={"fwd": 1.0},
-                     bytes_={"fwd": moved}, info={"dtype": "torch.bfloat16",
-                                                  **({"device_clock": "cold-l2"} if device_clock else {}),
-                                                  **({} if fits_l2 is None else {"fits_l2": fits_l2})})
+        rec = record(
+            "bench_kernels.RMSNorm",
+            {"shape": "8192x768", "impl": impl},
+            times={"fwd": ([ratio * floor_ms] * 5, [0.1] * 5)},
+            flops={"fwd": 1.0},
+            bytes_={"fwd": moved},
+            info={
+                "dtype": "torch.bfloat16",
+                **({"device_clock": "cold-l2"} if device_clock else {}),
+                **({} if fits_l2 is None else {"fits_l2": fits_l2}),
+            },
+        )
         if warm:
             rec["metrics"]["fwd"]["device_warm"] = timing([ratio * floor_ms / 2] * 5)
         records.append(rec)
@@ -392,14 +488,20 @@ def test_a_cold_time_at_or_under_its_floor_is_a_measurement_problem_not_a_bar(tm
     assert [r.suspect for r in ratios.values()] == [False, True, True]
     fig, text, table = site.roofline_parts(history)
     assert "Measurement problems: 2 cold-L2 device times" in text
-    assert "<td>triton</td><td>0.80×</td><td>yes</td>" in table and "<td>liger</td><td>1.00×</td>" in table
+    assert (
+        "<td>triton</td><td>0.80×</td><td>yes</td>" in table
+        and "<td>liger</td><td>1.00×</td>" in table
+    )
     assert "eager" not in table
     (ax,) = fig.axes
     bars = [p.get_height() for p in ax.patches if math.isfinite(p.get_height())]
     assert bars == [pytest.approx(2.0)]  # only the case above its floor is drawn as a bar
     crosses = [line for line in ax.lines if line.get_marker() == "x"]
-    assert [y for line in crosses for y in line.get_ydata()] == [1.0, 1.0]  # the two problems, at 1x
-    assert "cold ≤ floor: measurement problem" in [t.get_text() for t in ax.get_legend().get_texts()]
+    # the two problems, at 1x
+    assert [y for line in crosses for y in line.get_ydata()] == [1.0, 1.0]
+    assert "cold ≤ floor: measurement problem" in [
+        t.get_text() for t in ax.get_legend().get_texts()
+    ]
     warm = sorted(y for line in ax.lines if line.get_marker() == "_" for y in line.get_ydata())
     assert warm == pytest.approx([0.4, 0.5, 1.0])
     assert [t.get_text() for t in ax.get_xticklabels()] == ["8192x768\nfits L2"]
@@ -419,21 +521,35 @@ def test_a_roofline_without_problems_has_no_list_and_old_records_have_no_warm_fi
 
 
 def test_a_speedup_needs_its_reference_from_the_same_run(tmp_path):
-    """A rerun of one variant gives no ratio against the reference of an earlier run of the commit."""
+    """A rerun of one variant gives no ratio against the reference of an earlier run of the
+    commit."""
     from synthetic_results import record, samples, save
 
     def step(variant: str, ms: float) -> dict:
-        return record("bench_step.Step100M", {"variant": variant}, times={"step": (None, samples(ms, 1))},
-                      info={"primary_clock": "wall"})
+        return record(
+            "bench_step.Step100M",
+            {"variant": variant},
+            times={"step": (None, samples(ms, 1))},
+            info={"primary_clock": "wall"},
+        )
 
     store = ResultStore(tmp_path / "results")
-    save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", [step("eager", 100.0), step("fused-ce", 90.0)])
-    assert data.step_speedups(data.runs(store)["h100-sxm"][-1])["100M"]["fused-ce"] == pytest.approx(1.11, 0.02)
+    save(
+        store,
+        "h100-sxm",
+        commit(1),
+        "2025-01-01T12:00:00+00:00",
+        [step("eager", 100.0), step("fused-ce", 90.0)],
+    )
+    assert data.step_speedups(data.runs(store)["h100-sxm"][-1])["100M"][
+        "fused-ce"
+    ] == pytest.approx(1.11, 0.02)
     save(store, "h100-sxm", commit(1), "2025-01-02T12:00:00+00:00", [step("fused-ce", 50.0)])
     assert data.step_speedups(data.runs(store)["h100-sxm"][-1])["100M"]["fused-ce"] is None
 
 
-PLANTED = "bench_kernels.RMSNorm|shape=16384x4096|impl=triton"  # 1.3x slower at commit 3 (synthetic_results)
+# 1.3x slower at commit 3 (synthetic_results)
+PLANTED = "bench_kernels.RMSNorm|shape=16384x4096|impl=triton"
 
 
 def test_history_marks_the_planted_regression_with_the_gates_verdict(store):
@@ -444,12 +560,15 @@ def test_history_marks_the_planted_regression_with_the_gates_verdict(store):
     assert planted.commits[2].ratio == pytest.approx(1.3, rel=0.05)
     rec = data.runs(store)["h100-sxm"][-1].records[PLANTED]
     run = planted.commits[2].runs[-1]  # each run per commit, its median and quartiles as stored
-    assert (run.median_ms, run.q25_ms, run.q75_ms) == (rec.timing("fwd", "device").median_ms,
-                                                       rec.timing("fwd", "device").q25_ms,
-                                                       rec.timing("fwd", "device").q75_ms)
+    assert (run.median_ms, run.q25_ms, run.q75_ms) == (
+        rec.timing("fwd", "device").median_ms,
+        rec.timing("fwd", "device").q25_ms,
+        rec.timing("fwd", "device").q75_ms,
+    )
     flagged = {(s.key, s.metric, p.commit) for s in found.values() for p in s.flagged}
     assert flagged == {(PLANTED, "fwd", commit(3)), (PLANTED, "fwdbwd", commit(3))}
-    steps = found["bench_step.Step100M|variant=best", "step", "wall"]  # a step's primary clock is its wall time
+    # a step's primary clock is its wall time
+    steps = found["bench_step.Step100M|variant=best", "step", "wall"]
     assert len(steps.commits) == 3 and not steps.flagged
     assert not data.time_histories(store, "h100-sxm-emulating-t4")  # one commit: no history
 
@@ -459,7 +578,9 @@ def test_history_chart_draws_each_run_and_bands_the_verdict(store):
 
     series = [s for s in data.time_histories(store, "h100-sxm") if s.key == PLANTED]
     fig = charts.history_grid("t", series, [commit(1), commit(2), commit(3)])
-    ax = next(ax for ax in fig.axes if ax.get_title() == "shape=16384x4096 impl=triton fwd (device)")
+    ax = next(
+        ax for ax in fig.axes if ax.get_title() == "shape=16384x4096 impl=triton fwd (device)"
+    )
     points = ax.containers[0].lines[0]  # the error bar's markers: each run's median
     assert list(points.get_xdata()) == pytest.approx([-0.15, 0.15, 0.85, 1.15, 1.85, 2.15])
     assert list(points.get_ydata()) == [r.median_ms for p in series[0].commits for r in p.runs]
@@ -471,28 +592,41 @@ def test_history_chart_draws_each_run_and_bands_the_verdict(store):
 def test_history_page_lists_the_flagged_change_and_writes_its_charts(published):
     out, _ = published
     page = (out / "history.html").read_text()
-    row = (f'<tr class="REGRESSION"><td>{commit(3)[:12]}</td><td>bench_kernels.RMSNorm</td>'
-           "<td>shape=16384x4096 impl=triton fwd (device)</td>")
+    row = (
+        f'<tr class="REGRESSION"><td>{commit(3)[:12]}</td><td>bench_kernels.RMSNorm</td>'
+        "<td>shape=16384x4096 impl=triton fwd (device)</td>"
+    )
     assert row in page
     pngs = [p for p in images(out / "history.html") if p.name.startswith("history-h100-sxm-")]
-    assert len(pngs) == page[:page.index("h100-sxm-emulating-t4")].count("<h3>bench_")  # a chart per benchmark
+    # a chart per benchmark
+    assert len(pngs) == page[: page.index("h100-sxm-emulating-t4")].count("<h3>bench_")
     assert all(p.read_bytes().startswith(PNG) for p in pngs)
 
 
 def test_history_of_several_runs_per_commit(tmp_path):
-    """Four commits of three runs each (1% run-to-run jitter); 'best' 20% slower at commit 3 only: a regression
-    there, an improvement at commit 4, nothing else."""
+    """Four commits of three runs each (1% run-to-run jitter); 'best' 20% slower at commit 3 only: a
+    regression there, an improvement at commit 4, nothing else."""
     import random
 
     store = ResultStore(tmp_path / "results")
     for n in (1, 2, 3, 4):
         for r in range(3):
             jitter = 1 + random.Random(10 * n + r).gauss(0, 0.01)
-            records = [_step("bench_step.Step100M", v, ms * jitter * (1.2 if (n, v) == (3, "best") else 1), n + r)
-                       for v, ms in (("eager", 100.0), ("best", 50.0))]
+            records = [
+                _step(
+                    "bench_step.Step100M",
+                    v,
+                    ms * jitter * (1.2 if (n, v) == (3, "best") else 1),
+                    n + r,
+                )
+                for v, ms in (("eager", 100.0), ("best", 50.0))
+            ]
             save(store, "h100-sxm", commit(n), f"2025-01-0{n}T1{r}:00:00+00:00", records)
     found = {s.key: s for s in data.time_histories(store, "h100-sxm")}
-    best, eager = found["bench_step.Step100M|variant=best"], found["bench_step.Step100M|variant=eager"]
+    best, eager = (
+        found["bench_step.Step100M|variant=best"],
+        found["bench_step.Step100M|variant=eager"],
+    )
     assert [len(p.runs) for p in best.commits] == [3, 3, 3, 3]
     assert [p.verdict for p in best.commits] == ["", "", "REGRESSION", "improvement"]
     assert not eager.flagged
@@ -509,10 +643,22 @@ def change_point_store(root: Path) -> ResultStore:
     for n in range(1, 17):
         date = f"2025-01-{n:02d}T12:00:00+00:00"
         ms = 50.0 * (1.2 if n >= 9 else 1.0)
-        save(store, "h100-sxm", commit(n), date, [_step("bench_step.Step100M", "best", ms, n)],
-             gpu_uuid=GPU_A)
-        save(store, "h100-sxm", commit(n), date.replace("T12", "T13"),
-             [_step("bench_step.Step100M", "best", 100.0, 100 + n)], gpu_uuid=None)
+        save(
+            store,
+            "h100-sxm",
+            commit(n),
+            date,
+            [_step("bench_step.Step100M", "best", ms, n)],
+            gpu_uuid=GPU_A,
+        )
+        save(
+            store,
+            "h100-sxm",
+            commit(n),
+            date.replace("T12", "T13"),
+            [_step("bench_step.Step100M", "best", 100.0, 100 + n)],
+            gpu_uuid=None,
+        )
     return store
 
 
@@ -540,21 +686,26 @@ def test_history_page_lists_the_planted_change_point(tmp_path, asv_calls):
     store = change_point_store(tmp_path / "results")
     page = (site.publish(store.root, tmp_path / "html").parent / "history.html").read_text()
     assert "1 change points in 1 series of a metric on one GPU" in page
-    row = (f"<tr><td>bench_step.Step100M</td><td>variant=best step (wall)</td><td>{GPU_A[:12]}</td>"
-           f"<td>{commit(8)[:12]} → {commit(9)[:12]}</td><td>1.2")
+    row = (
+        f"<tr><td>bench_step.Step100M</td><td>variant=best step (wall)</td><td>{GPU_A[:12]}</td>"
+        f"<td>{commit(8)[:12]} → {commit(9)[:12]}</td><td>1.2"
+    )
     assert row in page
     assert re.search(r"<td>1\.(19|20|21)\d×</td><td>\d+\.\d</td></tr>", page)
 
 
 def test_asv_publishes_into_a_folder_of_its_own(tmp_path, monkeypatch):
-    """asv publish empties its html dir first: it gets html/asv/, so optbench's pages beside it survive."""
+    """asv publish empties its html dir first: it gets html/asv/, so optbench's pages beside it
+    survive."""
     from optbench.core import asv_atomic
     from optbench.core.store import REPO_ROOT
 
     calls = []
     monkeypatch.setattr(asv_atomic, "asv", lambda args, env=None: calls.append(args) or 0)
     site.asv_publish(REPO_ROOT / "results", tmp_path / "html")
-    assert calls == [["publish", "--no-pull", "--html-dir", str((tmp_path / "html" / "asv").resolve())]]
+    assert calls == [
+        ["publish", "--no-pull", "--html-dir", str((tmp_path / "html" / "asv").resolve())]
+    ]
     assert json.loads((REPO_ROOT / "asv.conf.json").read_text())["html_dir"] == "html/asv"
 
 

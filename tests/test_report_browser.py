@@ -1,5 +1,6 @@
-"""Headless Chromium opens every generated page (from a synthetic store): no script or resource errors, no
-console messages, every image decoded. Chromium is Debian's package; it is installed when missing and root."""
+"""Headless Chromium opens every generated page (from a synthetic store): no script or resource
+errors, no console messages, every image decoded. Chromium is Debian's package; it is installed when
+missing and root."""
 
 from __future__ import annotations
 
@@ -18,15 +19,28 @@ from synthetic_results import report_store
 
 from optbench.reporting import site as pages
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--enable-logging=stderr", "--v=0",
-         "--virtual-time-budget=5000", "--dump-dom"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--virtual-time-budget=5000",
+    "--dump-dom",
+]
 
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    """Path of chromium, else skip: tests never install anything (.ci/run installs Debian's chromium)."""
-    return shutil.which("chromium") or pytest.skip("chromium is not installed (.ci/run installs it)")
+    """Path of chromium, else skip: tests never install anything (.ci/run installs Debian's
+    chromium)."""
+    return shutil.which("chromium") or pytest.skip(
+        "chromium is not installed (.ci/run installs it)"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +53,20 @@ def site(tmp_path_factory) -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
-                               "--directory", str(root / "html")],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "http.server",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+            str(root / "html"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}/optbench/"
     try:
         for _ in range(100):
@@ -58,8 +83,12 @@ def site(tmp_path_factory) -> Iterator[str]:
 
 @pytest.mark.parametrize("page", ["index", *pages.PAGES])
 def test_page_loads_cleanly(chromium: str, site: str, page: str, tmp_path: Path):
-    done = subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path}", f"{site}{page}.html"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [chromium, *FLAGS, f"--user-data-dir={tmp_path}", f"{site}{page}.html"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     body = re.search(r"<body([^>]*)>", done.stdout)
     assert body, f"no DOM from chromium (exit {done.returncode}): {done.stderr[-2000:]}"
     attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', body[1]))

@@ -1,5 +1,5 @@
-"""scripts/restore-history.sh: a copied tree gets its history from the bundle; a checkout ahead of the
-bundle keeps its branches where they are."""
+"""scripts/restore-history.sh: a copied tree gets its history from the bundle; a checkout ahead of
+the bundle keeps its branches where they are."""
 
 import shutil
 import subprocess
@@ -11,7 +11,9 @@ ROOT = REPO_ROOT
 
 
 def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def _repo(path: Path) -> Path:
@@ -30,7 +32,9 @@ def _repo(path: Path) -> Path:
 
 
 def _restore(path: Path) -> None:
-    subprocess.run(["bash", "scripts/restore-history.sh"], cwd=path, check=True, capture_output=True, text=True)
+    subprocess.run(
+        ["bash", "scripts/restore-history.sh"], cwd=path, check=True, capture_output=True, text=True
+    )
 
 
 def test_a_copy_without_history_gets_the_bundles(tmp_path: Path) -> None:

@@ -2,11 +2,19 @@ import pytest
 import torch
 
 from optbench.core.hardware import PROFILES
-from optbench.core.roofline import Ceilings, copy_probe, floor_ms, matmul_probe, measure_ceilings, roofline
+from optbench.core.roofline import (
+    Ceilings,
+    copy_probe,
+    floor_ms,
+    matmul_probe,
+    measure_ceilings,
+    roofline,
+)
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-# Round ceilings: 100 TFLOPS bf16 and 1000 GB/s, so 1e9 FLOP take 0.01 ms and 1e6 bytes take 0.001 ms.
+# Round ceilings: 100 TFLOPS bf16 and 1000 GB/s, so 1e9 FLOP take 0.01 ms and 1e6 bytes take 0.001
+# ms.
 CEIL = Ceilings({"fp32": 10.0, "tf32": None, "bf16": 100.0, "fp16": 100.0}, 1000.0, "test")
 
 
@@ -17,7 +25,8 @@ def test_from_profile():
 
 
 def test_peak_is_the_one_lookup():
-    # a profile's peaks are read through Ceilings: the dtype's TFLOP/s, None where unsupported, KeyError otherwise
+    # a profile's peaks are read through Ceilings: the dtype's TFLOP/s, None where unsupported,
+    # KeyError otherwise
     t4 = Ceilings.from_profile(PROFILES["t4"])
     assert t4.peak("fp16") == 65.0 and t4.peak("bf16") is None and t4.bandwidth_gbps == 320.0
     with pytest.raises(KeyError):
@@ -41,8 +50,12 @@ def test_calibrate_times_the_roofline_probes(monkeypatch):
     from optbench.core import roofline as R
 
     made = []
-    monkeypatch.setattr(R, "copy_probe", lambda device, dtype="fp32": made.append(("copy", dtype)) or "copy")
-    monkeypatch.setattr(R, "matmul_probe", lambda dtype, device: made.append(("matmul", dtype)) or "mm")
+    monkeypatch.setattr(
+        R, "copy_probe", lambda device, dtype="fp32": made.append(("copy", dtype)) or "copy"
+    )
+    monkeypatch.setattr(
+        R, "matmul_probe", lambda dtype, device: made.append(("matmul", dtype)) or "mm"
+    )
     assert calibrate.cases("cpu") == {"matmul_bf16_8192": "mm", "copy_1GiB": "copy"}
     assert sorted(made) == [("copy", "bf16"), ("matmul", "bf16")]
 
@@ -76,7 +89,9 @@ def test_floor_ms_uses_the_dtype_peak():
 
 def test_unknown_peak_leaves_fields_none():
     r = roofline(1e12, 1e9, 10.0, CEIL, "tf32")
-    assert r.compute_frac is None and r.floor_ms is None and r.floor_ratio is None and r.bound is None
+    assert (
+        r.compute_frac is None and r.floor_ms is None and r.floor_ratio is None and r.bound is None
+    )
     assert r.achieved_tflops == pytest.approx(100.0)
     assert r.bandwidth_frac == pytest.approx(0.1)
 
@@ -120,6 +135,8 @@ def test_a_time_at_or_under_its_floor_is_below_it():
 
     floor = floor_ms(0, 4e9, CEIL, "bf16")  # 4 ms
     assert below_floor(roofline(0, 4e9, 0.8 * floor, CEIL, "bf16").floor_ratio)
-    assert below_floor(roofline(0, 4e9, floor, CEIL, "bf16").floor_ratio)  # at the floor: not reachable either
+    # at the floor: not reachable either
+    assert below_floor(roofline(0, 4e9, floor, CEIL, "bf16").floor_ratio)
     assert not below_floor(roofline(0, 4e9, 1.01 * floor, CEIL, "bf16").floor_ratio)
-    assert not below_floor(roofline(1e12, 1e9, 1.0, CEIL, "tf32").floor_ratio)  # no floor known: nothing to say
+    # no floor known: nothing to say
+    assert not below_floor(roofline(1e12, 1e9, 1.0, CEIL, "tf32").floor_ratio)

@@ -1,4 +1,5 @@
-"""Run settings: one object, carried to asv's processes by environment variables and read back in one place."""
+"""Run settings: one object, carried to asv's processes by environment variables and read back in
+one place."""
 
 from __future__ import annotations
 
@@ -11,8 +12,17 @@ from optbench.core.store import REPO_ROOT
 
 
 def test_settings_round_trip_through_the_environment():
-    made = S.Settings(suite="quick", select="Step1B", case_budget_s=90.0, deadline=1.5e9, results=Path("/r"),
-                      machine="h100-sxm", run_id="20261124T000000Z-abcdef", emulate="t4", plant_slowdown="a/b=0.1")
+    made = S.Settings(
+        suite="quick",
+        select="Step1B",
+        case_budget_s=90.0,
+        deadline=1.5e9,
+        results=Path("/r"),
+        machine="h100-sxm",
+        run_id="20261124T000000Z-abcdef",
+        emulate="t4",
+        plant_slowdown="a/b=0.1",
+    )
     assert S.Settings.from_env(made.env()) == made
     assert set(made.env()) <= set(S.VARIABLES.values())
 
@@ -30,17 +40,21 @@ def test_hidden_devices_are_no_gpu():
     assert not S.has_nvidia_gpu({"CUDA_VISIBLE_DEVICES": "-1"})
 
 
-# Reads of other tools' variables outside settings: PYTHONPATH passed on to a child process, Triton's own switch,
-# torchrun's local rank and node (group) rank.
-OTHER_READS = {"optbench/reporting/history.py": ('os.environ.get("PYTHONPATH")',),
-               "models/step.py": ('os.environ.get("TRITON_INTERPRET")',),
-               "optbench/suite/distributed.py": ('os.environ.get("LOCAL_RANK", "0")',
-                                                 'os.environ.get("GROUP_RANK", "0")')}
+# Reads of other tools' variables outside settings: PYTHONPATH passed on to a child process,
+# Triton's own switch, torchrun's local rank and node (group) rank.
+OTHER_READS = {
+    "optbench/reporting/history.py": ('os.environ.get("PYTHONPATH")',),
+    "models/step.py": ('os.environ.get("TRITON_INTERPRET")',),
+    "optbench/suite/distributed.py": (
+        'os.environ.get("LOCAL_RANK", "0")',
+        'os.environ.get("GROUP_RANK", "0")',
+    ),
+}
 
 
 def test_only_settings_reads_the_environment():
-    """No module of the harness, the suites, the models or the kernels reads an environment variable but
-    ``optbench.core.settings`` (and the reads of other tools' variables in OTHER_READS)."""
+    """No module of the harness, the suites, the models or the kernels reads an environment variable
+    but ``optbench.core.settings`` (and the reads of other tools' variables in OTHER_READS)."""
     import re
 
     root = REPO_ROOT
@@ -57,20 +71,23 @@ def test_only_settings_reads_the_environment():
 
 @pytest.mark.parametrize("suite", ["cpu", "quick"])
 def test_a_class_outside_the_suite_skips_without_building_cases(suite, monkeypatch):
-    """A plain `asv run` lists every class: outside the run's suite each returns skips, building nothing."""
+    """A plain `asv run` lists every class: outside the run's suite each returns skips, building
+    nothing."""
     from optbench.suite import grids
 
     monkeypatch.setenv("OPTBENCH_SUITE", suite)
 
     monkeypatch.setattr(grids, "cases", lambda *a: pytest.fail("built cases outside the suite"))
     records = grids.measure_suite(["bench_step.Step1B"])
-    assert records and all(r["status"] == "skipped" and f"not in the '{suite}' suite" in r["reason"]
-                           for r in records.values())
+    assert records and all(
+        r["status"] == "skipped" and f"not in the '{suite}' suite" in r["reason"]
+        for r in records.values()
+    )
 
 
 def test_a_plain_asv_run_stores_under_asvs_machine(tmp_path, monkeypatch):
-    """Under asv (ASV=true) without optbench's machine setting, records go where asv puts its own: the one machine
-    of asv's machine file; with none or several there, the detected name."""
+    """Under asv (ASV=true) without optbench's machine setting, records go where asv puts its own:
+    the one machine of asv's machine file; with none or several there, the detected name."""
     import json
 
     from optbench.core import runner

@@ -76,8 +76,12 @@ def test_longest_first_into_the_emptiest_and_ties_by_key():
 
 
 def test_a_case_never_run_weighs_the_median_of_the_known_or_1():
-    assert shard.weights(["a", "b", "c", "new"], {"a": 1.0, "b": 3.0, "c": 20.0}) == \
-        {"a": 1.0, "b": 3.0, "c": 20.0, "new": 3.0}
+    assert shard.weights(["a", "b", "c", "new"], {"a": 1.0, "b": 3.0, "c": 20.0}) == {
+        "a": 1.0,
+        "b": 3.0,
+        "c": 20.0,
+        "new": 3.0,
+    }
     assert shard.weights(["a", "b"], {"other": 9.0}) == {"a": 1.0, "b": 1.0}
 
 
@@ -102,8 +106,9 @@ def first_come(keys, seconds, count):  # by time, but ties in the keys' order, n
     return shard.split(keys, {k: seconds.get(k, 1.0) + i * 1e-9 for i, k in enumerate(keys)}, count)
 
 
-@pytest.mark.parametrize("planted", [dropping, doubling, round_robin, first_come],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "planted", [dropping, doubling, round_robin, first_come], ids=lambda f: f.__name__
+)
 def test_a_planted_bug_is_caught(planted):
     assert any(problems(planted, *inputs(seed)) for seed in SEEDS)
 
@@ -117,27 +122,35 @@ def test_the_pattern_matches_exactly_the_keys():
     keys = ["bench_step.Step1B|variant=best", "bench_kernels.RMSNorm|impl=eager|shape=16384x768"]
     regex = shard.pattern(keys)
     assert all(re.search(regex, k) for k in keys)
-    others = ["bench_step.Step1B|variant=best2", "xbench_step.Step1B|variant=best",
-              "bench_step.Step1B|variant=bes"]
+    others = [
+        "bench_step.Step1B|variant=best2",
+        "xbench_step.Step1B|variant=best",
+        "bench_step.Step1B|variant=bes",
+    ]
     assert not any(re.search(regex, k) for k in others)
     assert not re.search(shard.pattern([]), "anything") and not re.search(shard.pattern([]), "")
 
 
 def test_the_shards_of_a_suite_select_every_planned_case_once(tmp_path, capsys):
     planned = progress.planned_cases(BENCHMARKS.values(), "full", "Step")
-    regexes = [shard.shard_select((i, 3), "full", "Step", ResultStore(tmp_path), "h100-sxm",
-                                  commit(1)) for i in (1, 2, 3)]
+    regexes = [
+        shard.shard_select((i, 3), "full", "Step", ResultStore(tmp_path), "h100-sxm", commit(1))
+        for i in (1, 2, 3)
+    ]
     chosen = [[k for k in progress.planned_cases(BENCHMARKS.values(), "full", r)] for r in regexes]
     assert sorted(k for c in chosen for k in c) == sorted(planned) and all(chosen)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith(f"optbench: shard 1/3: {len(chosen[0])} of {len(planned)} cases, "
-                               "expected ~")
+    assert lines[0].startswith(
+        f"optbench: shard 1/3: {len(chosen[0])} of {len(planned)} cases, expected ~"
+    )
 
 
 def timed(seconds: Mapping[str, float]) -> list[dict]:
     """Records of the keys of ``seconds``, each with its seconds."""
-    return [{**record(k.split("|")[0], dict(p.split("=") for p in k.split("|")[1:])), "seconds": s}
-            for k, s in seconds.items()]
+    return [
+        {**record(k.split("|")[0], dict(p.split("=") for p in k.split("|")[1:])), "seconds": s}
+        for k, s in seconds.items()
+    ]
 
 
 def test_the_times_come_from_other_commits_runs_of_this_machine(tmp_path, capsys):
@@ -150,13 +163,16 @@ def test_the_times_come_from_other_commits_runs_of_this_machine(tmp_path, capsys
     other = timed({keys[0]: 0.001, **{k: 1.0 for k in keys[1:]}})
     save(store, "h100-sxm", commit(2), "2026-01-02T00:00:00+00:00", other)
     save(store, "t4", commit(1), "2026-01-01T00:00:00+00:00", other)
-    regexes = [shard.shard_select((i, 2), "full", r"Step100M\|", store, "h100-sxm", commit(2))
-               for i in (1, 2)]
+    regexes = [
+        shard.shard_select((i, 2), "full", r"Step100M\|", store, "h100-sxm", commit(2))
+        for i in (1, 2)
+    ]
     chosen = [[k for k in keys if re.search(r, k)] for r in regexes]
     assert chosen == [keys[:1], keys[1:]]  # 1000 s alone, against the rest
     assert capsys.readouterr().out.startswith(
         f"optbench: shard 1/2: 1 of {len(keys)} cases, expected ~1000 s (every shard: 1000, "
-        f"{len(keys) - 1} s; 0 cases never run here")
+        f"{len(keys) - 1} s; 0 cases never run here"
+    )
 
 
 @pytest.mark.parametrize("text,parsed", [("1/1", (1, 1)), ("2/4", (2, 4)), (" 3 / 3 ", (3, 3))])
@@ -206,15 +222,27 @@ def fake_start(codes: list[int]) -> tuple[list[dict], Callable[..., FakeProcess]
     return calls, start
 
 
-def gpus_run(tmp_path, spec: str, codes: list[int], env: dict[str, str] | None = None,
-             argv: tuple[str, ...] | None = None) -> tuple[int, list]:
+def gpus_run(
+    tmp_path,
+    spec: str,
+    codes: list[int],
+    env: dict[str, str] | None = None,
+    argv: tuple[str, ...] | None = None,
+) -> tuple[int, list]:
     """``run_on_gpus`` on 4 faked GPUs, ``start`` faked: its exit status and what it started."""
     argv = argv or ("--suite", "quick", "--select", "Step", "--gpus", spec)
     calls, start = fake_start(codes)
     ids = iter(f"run-{i}" for i in range(10))
-    code = shard.run_on_gpus(list(argv), spec, device_count=lambda: 4, start=start,
-                             env=env or {"PATH": "/bin"}, root=tmp_path, machine="h100-sxm",
-                             new_run_id=lambda: next(ids))
+    code = shard.run_on_gpus(
+        list(argv),
+        spec,
+        device_count=lambda: 4,
+        start=start,
+        env=env or {"PATH": "/bin"},
+        root=tmp_path,
+        machine="h100-sxm",
+        new_run_id=lambda: next(ids),
+    )
     return code, calls
 
 
@@ -222,10 +250,24 @@ def test_gpus_all_starts_one_shard_per_gpu_each_a_run_of_its_own(tmp_path, capsy
     code, calls = gpus_run(tmp_path, "all", [0, 0, 0, 0])
     assert code == 0 and len(calls) == 4
     for n, call in enumerate(calls, 1):
-        assert call["command"] == [sys.executable, "-m", "optbench", "run", "--suite", "quick",
-                                   "--select", "Step", "--shard", f"{n}/4", "--no-html"]
-        assert call["env"] == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": str(n - 1),
-                               "OPTBENCH_RUN_ID": f"run-{n - 1}"}
+        assert call["command"] == [
+            sys.executable,
+            "-m",
+            "optbench",
+            "run",
+            "--suite",
+            "quick",
+            "--select",
+            "Step",
+            "--shard",
+            f"{n}/4",
+            "--no-html",
+        ]
+        assert call["env"] == {
+            "PATH": "/bin",
+            "CUDA_VISIBLE_DEVICES": str(n - 1),
+            "OPTBENCH_RUN_ID": f"run-{n - 1}",
+        }
         assert call["cwd"] == tmp_path and call["stderr"] == subprocess.STDOUT
         assert call["log"] == tmp_path / "results" / "h100-sxm" / "progress" / f"run-{n - 1}.log"
         assert call["log"].exists()
@@ -235,12 +277,18 @@ def test_gpus_all_starts_one_shard_per_gpu_each_a_run_of_its_own(tmp_path, capsy
 
 
 def test_gpus_listed_map_through_the_visible_devices_and_the_first_failure_is_the_exit(tmp_path):
-    code, calls = gpus_run(tmp_path, "0,2", [0, 3], env={"CUDA_VISIBLE_DEVICES": "4,5,6,7"},
-                           argv=("--gpus=0,2", "--time-budget", "600"))
+    code, calls = gpus_run(
+        tmp_path,
+        "0,2",
+        [0, 3],
+        env={"CUDA_VISIBLE_DEVICES": "4,5,6,7"},
+        argv=("--gpus=0,2", "--time-budget", "600"),
+    )
     assert code == 3
     assert [c["env"]["CUDA_VISIBLE_DEVICES"] for c in calls] == ["4", "6"]
     assert [c["command"][4:] for c in calls] == [
-        ["--time-budget", "600", "--shard", f"{n}/2", "--no-html"] for n in (1, 2)]
+        ["--time-budget", "600", "--shard", f"{n}/2", "--no-html"] for n in (1, 2)
+    ]
 
 
 @pytest.mark.parametrize("spec", ["4", "0,0", "x", "", "-1"])
@@ -267,8 +315,12 @@ def test_shards_writing_one_asv_results_file_at_once_keep_each_others_cases(tmp_
     params = [["'eager'", "'best'", "'fused-ce'"]]
 
     def results(values: list[float | None]) -> dict:
-        return {"commit_hash": "c", "result_columns": columns, "durations": {},
-                "results": {row: [values, params, "1"]}}
+        return {
+            "commit_hash": "c",
+            "result_columns": columns,
+            "durations": {},
+            "results": {row: [values, params, "1"]},
+        }
 
     path = tmp_path / "asv" / "h100-sxm" / "c-existing-py.json"
     asv_atomic._write_json(path, results([80.0, None, 9.0]), api_version=2)  # shard 1 ends
@@ -289,5 +341,7 @@ def test_the_cases_outside_a_shard_are_skipped_with_a_short_reason(monkeypatch):
     monkeypatch.setenv("OPTBENCH_SELECT", shard.pattern(others))  # none of the CPU suite's cases
     kept = grids.measure_suite(["bench_step.StepTiny"])
     assert kept and {r["status"] for r in kept.values()} == {"skipped"}
-    assert all(r["reason"].startswith("not selected in this run") and len(r["reason"]) < 150
-               for r in kept.values())
+    assert all(
+        r["reason"].startswith("not selected in this run") and len(r["reason"]) < 150
+        for r in kept.values()
+    )

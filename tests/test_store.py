@@ -15,8 +15,15 @@ SHA = commit(3)
 
 
 def step(ms: float, status: str = "ok") -> dict:
-    return {**record("bench_step.StepTiny", {"variant": "eager"}, status=status,
-                     times={"step": (None, samples(ms, 1))}), "date": "2026-01-01T00:00:00+00:00"}
+    return {
+        **record(
+            "bench_step.StepTiny",
+            {"variant": "eager"},
+            status=status,
+            times={"step": (None, samples(ms, 1))},
+        ),
+        "date": "2026-01-01T00:00:00+00:00",
+    }
 
 
 def test_a_later_run_never_changes_an_earlier_runs_records(tmp_path):
@@ -26,7 +33,8 @@ def test_a_later_run_never_changes_an_earlier_runs_records(tmp_path):
     store.save("cpu", SHA, [step(1.0, status="crashed")], run_id="second")  # an interrupted rerun
     store.drop("cpu", SHA, [step(1.0)["key"]], run_id="second")
     assert store.path("cpu", SHA, "first").read_bytes() == before
-    assert [r.run_id for r in store.runs("cpu", SHA)] == ["first"]  # the second run holds nothing now
+    # the second run holds nothing now
+    assert [r.run_id for r in store.runs("cpu", SHA)] == ["first"]
 
 
 def test_a_saved_run_loads_back_with_every_sample_and_quartile(tmp_path):
@@ -34,12 +42,16 @@ def test_a_saved_run_loads_back_with_every_sample_and_quartile(tmp_path):
     quartiles) reads back from disk unchanged, through a fresh store: after the first write, after a
     later write of the same run rewrote the file, and after a merge copied the run into another
     results tree."""
-    clocks = {"device": Timing(samples(2.0, 1, n=25), "cuda-graph"),
-              "device_warm": Timing(samples(1.5, 2, n=25), "cuda-graph"),
-              "wall": Timing(samples(2.5, 3, n=25), "perf-counter")}
-    saved = {**record("bench_kernels.RMSNorm", {"shape": "8x8", "impl": "triton"}),
-             "metrics": {"fwd": Measurement(**clocks).to_dict()},
-             "date": "2026-01-01T00:00:00+00:00"}
+    clocks = {
+        "device": Timing(samples(2.0, 1, n=25), "cuda-graph"),
+        "device_warm": Timing(samples(1.5, 2, n=25), "cuda-graph"),
+        "wall": Timing(samples(2.5, 3, n=25), "perf-counter"),
+    }
+    saved = {
+        **record("bench_kernels.RMSNorm", {"shape": "8x8", "impl": "triton"}),
+        "metrics": {"fwd": Measurement(**clocks).to_dict()},
+        "date": "2026-01-01T00:00:00+00:00",
+    }
 
     def assert_kept(root) -> None:
         loaded = ResultStore(root).load("cpu", SHA)[saved["key"]]
@@ -47,8 +59,11 @@ def test_a_saved_run_loads_back_with_every_sample_and_quartile(tmp_path):
         for clock, timing in clocks.items():
             view = Record.of(loaded).timing("fwd", clock)
             assert view.samples_ms == timing.samples_ms, clock
-            assert (view.q25_ms, view.median_ms, view.q75_ms) == \
-                (timing.q25_ms, timing.median_ms, timing.q75_ms)
+            assert (view.q25_ms, view.median_ms, view.q75_ms) == (
+                timing.q25_ms,
+                timing.median_ms,
+                timing.q75_ms,
+            )
             # the statistics follow from the stored samples
             assert Timing.from_dict(loaded["metrics"]["fwd"][clock]) == timing
 
@@ -69,14 +84,17 @@ def test_an_old_layout_file_reads_as_one_run_per_process(tmp_path):
     a, b = step(50.0), {**step(60.0), "key": "other", "date": "2026-01-02T00:00:00+00:00"}
     path.write_text("\n".join(__import__("json").dumps(r) for r in (a, b)) + "\n")
     runs = store.runs("cpu", SHA)
-    assert [r.run_id for r in runs] == [f"{LEGACY_RUN}20260101T000000", f"{LEGACY_RUN}20260102T000000"]
+    assert [r.run_id for r in runs] == [
+        f"{LEGACY_RUN}20260101T000000",
+        f"{LEGACY_RUN}20260102T000000",
+    ]
     assert store.commits("cpu") == [SHA]
 
 
 def test_asvs_tree_holds_only_what_asv_can_load():
-    """asv reads every folder under its results_dir that holds a .json file as a machine's, and warns for each
-    one without a machine.json (profiles, anchors, pytest-benchmark: issue 20). Its results_dir is asv's tree
-    alone, and the results tree holds no asv file outside it."""
+    """asv reads every folder under its results_dir that holds a .json file as a machine's, and
+    warns for each one without a machine.json (profiles, anchors, pytest-benchmark: issue 20). Its
+    results_dir is asv's tree alone, and the results tree holds no asv file outside it."""
     conf = json.loads((REPO_ROOT / "asv.conf.json").read_text())
     asv = asv_results_dir()
     assert (REPO_ROOT / conf["results_dir"]).resolve() == asv.resolve()
@@ -84,13 +102,16 @@ def test_asvs_tree_holds_only_what_asv_can_load():
         if folder != str(asv) and any(f.endswith(".json") for f in files):
             assert "machine.json" in files, folder
     results = REPO_ROOT / "results"
-    assert [p for p in [*results.glob("*.json"), *results.glob("*/*.json")] if p.parent != asv] == []
-    assert {p.parent.name for p in asv.glob("*/machine.json")} >= {"h100-sxm"}  # the H100's history is there
+    assert [
+        p for p in [*results.glob("*.json"), *results.glob("*/*.json")] if p.parent != asv
+    ] == []
+    # the H100's history is there
+    assert {p.parent.name for p in asv.glob("*/machine.json")} >= {"h100-sxm"}
 
 
 def test_a_cut_short_run_file_keeps_its_whole_records_and_names_the_file(tmp_path, capsys):
-    """A run file whose last line was cut (a full disk, a killed copy): its whole lines are read, the cut one
-    is skipped with a warning naming the file, and compare goes on (no traceback)."""
+    """A run file whose last line was cut (a full disk, a killed copy): its whole lines are read,
+    the cut one is skipped with a warning naming the file, and compare goes on (no traceback)."""
     from optbench.gate import compare
 
     store = ResultStore(tmp_path)

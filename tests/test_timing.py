@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from optbench.core import timing
-from optbench.core.timing import Measurement, Timing, graph_calls, measure, rotation_sets, sync_clock
+from optbench.core.timing import (
+    Measurement,
+    Timing,
+    graph_calls,
+    measure,
+    rotation_sets,
+    sync_clock,
+)
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -36,7 +43,9 @@ class FakeClock:
 
 def test_constant_work_gives_exact_samples_and_counts():
     clock = FakeClock([2 * UNIT_S])
-    m = measure(clock.work, warmup_ms=0, rep_ms=10 * 2 * UNIT_MS, min_reps=5, max_reps=100, clock=clock)
+    m = measure(
+        clock.work, warmup_ms=0, rep_ms=10 * 2 * UNIT_MS, min_reps=5, max_reps=100, clock=clock
+    )
     assert m.device is None
     assert m.wall.method == "perf-counter"
     assert m.wall.n == 10  # samples continue until rep_ms is spent
@@ -116,17 +125,23 @@ def test_measurement_round_trips_through_json():
     for m in (
         Measurement(device=None, wall=Timing((1.0, 2.0), "perf-counter")),
         Measurement(device=Timing((0.5,), "profiler"), wall=Timing((1.0,), "perf-counter")),
-        Measurement(device=Timing((0.5,), "cuda-graph"), wall=Timing((1.0,), "perf-counter"),
-                    device_warm=Timing((0.25,), "cuda-events")),
+        Measurement(
+            device=Timing((0.5,), "cuda-graph"),
+            wall=Timing((1.0,), "perf-counter"),
+            device_warm=Timing((0.25,), "cuda-events"),
+        ),
     ):
         assert Measurement.from_dict(json.loads(json.dumps(m.to_dict()))) == m
 
 
 def test_a_measurement_stores_the_cold_device_the_warm_device_and_the_wall_clock():
-    """The record shape compare and the report read: metrics[metric][clock], clock in device (cold L2),
-    device_warm, wall; a record from before the warm clock reads back with device_warm None."""
-    m = Measurement(device=Timing((0.5,), "cuda-graph"), wall=Timing((1.0,), "perf-counter"),
-                    device_warm=Timing((0.25,), "cuda-graph"))
+    """The record shape compare and the report read: metrics[metric][clock], clock in device (cold
+    L2), device_warm, wall; a record from before the warm clock reads back with device_warm None."""
+    m = Measurement(
+        device=Timing((0.5,), "cuda-graph"),
+        wall=Timing((1.0,), "perf-counter"),
+        device_warm=Timing((0.25,), "cuda-graph"),
+    )
     d = m.to_dict()
     assert list(d) == ["device", "device_warm", "wall"]
     assert d["device"]["median_ms"] == 0.5 and d["device_warm"]["median_ms"] == 0.25
@@ -170,9 +185,9 @@ def test_uncapturable_callable_falls_back_and_leaves_cuda_usable():
 @pytest.mark.gpu
 @needs_cuda
 def test_captures_follow_one_another_in_a_process():
-    """A forward, its forward+backward, then the forward again after an uncapturable callable: every one is
-    captured (with one memory pool shared by all captures, 9e238a7, the later captures failed on an H100 and
-    the kernel suite fell back to profiler timings)."""
+    """A forward, its forward+backward, then the forward again after an uncapturable callable: every
+    one is captured (with one memory pool shared by all captures, 9e238a7, the later captures failed
+    on an H100 and the kernel suite fell back to profiler timings)."""
     from optbench.core.timing import _Budget, _graph_timing, _Rotation
 
     lin = torch.nn.Linear(256, 256, device="cuda")
@@ -216,17 +231,25 @@ def test_agrees_with_triton_do_bench(case):
     assert ours == pytest.approx(theirs, rel=0.03)
 
 
-# --- the cold-L2 rotation ---------------------------------------------------------------------------------
+# --- the cold-L2 rotation
+# ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("set_bytes", "l2_bytes", "sets"), [
-    (25 << 20, 50 << 20, 5),  # the other 4 sets read 100 MiB = 2x L2 between two calls on one set
-    (24 << 20, 50 << 20, 6),  # 4 x 24 MiB falls short of 2x L2: one more set
-    (99 << 20, 50 << 20, 3),
-    (100 << 20, 50 << 20, 1),  # one set of 2x L2 evicts itself
-    (1 << 30, 50 << 20, 1),
-    (1 << 20, 0, 1),  # no L2
-])
+@pytest.mark.parametrize(
+    ("set_bytes", "l2_bytes", "sets"),
+    [
+        (
+            25 << 20,
+            50 << 20,
+            5,
+        ),  # the other 4 sets read 100 MiB = 2x L2 between two calls on one set
+        (24 << 20, 50 << 20, 6),  # 4 x 24 MiB falls short of 2x L2: one more set
+        (99 << 20, 50 << 20, 3),
+        (100 << 20, 50 << 20, 1),  # one set of 2x L2 evicts itself
+        (1 << 30, 50 << 20, 1),
+        (1 << 20, 0, 1),  # no L2
+    ],
+)
 def test_rotation_sets(set_bytes, l2_bytes, sets):
     assert rotation_sets(set_bytes, l2_bytes) == sets
 
@@ -278,8 +301,9 @@ def test_the_warm_up_calls_every_set():
 
 
 def test_a_rotation_keeps_each_sets_last_output_until_its_next_call():
-    """Every set writes its outputs to memory of its own: set i's output lives while the other sets run,
-    and is freed before set i runs again (so its memory serves set i's next output)."""
+    """Every set writes its outputs to memory of its own: set i's output lives while the other sets
+    run, and is freed before set i runs again (so its memory serves set i's next output)."""
+
     class Out:
         pass
 
@@ -294,6 +318,7 @@ def test_a_rotation_keeps_each_sets_last_output_until_its_next_call():
             out = Out()
             last[i] = weakref.ref(out)
             return out
+
         return call
 
     rotation = timing._Rotation([make(0), make(1)])
@@ -308,10 +333,10 @@ def test_a_rotation_keeps_each_sets_last_output_until_its_next_call():
 
 
 def sets_seen(monkeypatch, timer, n_sets: int, graph_ok: bool = True) -> tuple[float, float]:
-    """(device, device_warm) medians of ``timer`` on n_sets input sets, its CUDA path run on a CPU: no device
-    context or sync, a fake graph timing (None where not ``graph_ok``) and fake event samples that call what
-    they are given and report, as their time, how many different sets it called (events: + 0.5 where the
-    graph works, so that the graph's figure is kept)."""
+    """(device, device_warm) medians of ``timer`` on n_sets input sets, its CUDA path run on a CPU:
+    no device context or sync, a fake graph timing (None where not ``graph_ok``) and fake event
+    samples that call what they are given and report, as their time, how many different sets it
+    called (events: + 0.5 where the graph works, so that the graph's figure is kept)."""
     sets = Sets(n_sets)
 
     def different_sets(start: int) -> float:
@@ -334,14 +359,19 @@ def sets_seen(monkeypatch, timer, n_sets: int, graph_ok: bool = True) -> tuple[f
     monkeypatch.setattr(timing, "_graph_timing", graph_timing)
     monkeypatch.setattr(timing, "_profiler_timing", lambda fn, reps: None)
     monkeypatch.setattr(timing, "_event_samples", event_samples)
-    m = timer(sets.fns, device="cuda", warmup_ms=0, rep_ms=0, min_reps=3, max_reps=3, clock=sets.clock)
+    m = timer(
+        sets.fns, device="cuda", warmup_ms=0, rep_ms=0, min_reps=3, max_reps=3, clock=sets.clock
+    )
     return m.device.median_ms, m.device_warm.median_ms
 
 
 @pytest.mark.parametrize("graph_ok", [True, False], ids=["graph", "events"])
-def test_the_cold_device_time_rotates_over_every_set_and_the_warm_one_uses_the_first(monkeypatch, graph_ok):
+def test_the_cold_device_time_rotates_over_every_set_and_the_warm_one_uses_the_first(
+    monkeypatch, graph_ok
+):
     assert sets_seen(monkeypatch, measure, 4, graph_ok) == (4.0, 1.0)
-    assert sets_seen(monkeypatch, measure, 1, graph_ok) == (1.0, 1.0)  # one set: one timing, cold and warm alike
+    # one set: one timing, cold and warm alike
+    assert sets_seen(monkeypatch, measure, 1, graph_ok) == (1.0, 1.0)
 
 
 def test_mutation_a_timer_that_reuses_one_set_for_the_cold_figure_is_caught(monkeypatch):
@@ -362,7 +392,11 @@ def test_the_graph_rotates_over_every_set_on_a_gpu():
         return xs[i] * 2
 
     m = measure([lambda i=i: call(i) for i in range(3)], device="cuda", rep_ms=10)
-    assert m.device.method == "cuda-graph" and m.device_warm is not None and m.device_warm is not m.device
+    assert (
+        m.device.method == "cuda-graph"
+        and m.device_warm is not None
+        and m.device_warm is not m.device
+    )
     assert min(calls) > 0 and max(calls) - min(calls) <= 1
 
 
@@ -376,7 +410,10 @@ def test_a_cold_copy_is_not_faster_than_hbm_allows():
 
     n_bytes = 8 << 20
     count = rotation_sets(2 * n_bytes, timing.l2_cache_bytes("cuda"))
-    pairs = [(torch.rand(n_bytes // 4, device="cuda"), torch.empty(n_bytes // 4, device="cuda")) for _ in range(count)]
+    pairs = [
+        (torch.rand(n_bytes // 4, device="cuda"), torch.empty(n_bytes // 4, device="cuda"))
+        for _ in range(count)
+    ]
     m = measure([lambda s=s, d=d: d.copy_(s) for s, d in pairs], device="cuda")
     floor_ms = 2 * n_bytes / (Ceilings.from_profile(detect()).bandwidth_gbps * 1e9) * 1e3
     assert m.device.median_ms > floor_ms
@@ -385,24 +422,39 @@ def test_a_cold_copy_is_not_faster_than_hbm_allows():
 
 @pytest.mark.parametrize("op_name", ["rmsnorm", "linear_ce"])
 def test_a_kernel_case_draws_the_sets_its_rotation_needs(op_name):
-    """optbench.suite.workloads.input_sets on a CPU: set 0 is the single set drawn before, then fresh random sets up
-    to rotation_sets of one set's bytes (inputs and output gradients)."""
+    """optbench.suite.workloads.input_sets on a CPU: set 0 is the single set drawn before, then
+    fresh random sets up to rotation_sets of one set's bytes (inputs and output gradients)."""
     from optbench.suite.ops import OPS
     from optbench.suite.workloads import input_sets, set_bytes
 
     op = OPS[op_name]
-    dims = {"rows": 64, "hidden": 32} if op_name == "rmsnorm" else {"tokens": 16, "hidden": 8, "vocab": 24}
+    dims = (
+        {"rows": 64, "hidden": 32}
+        if op_name == "rmsnorm"
+        else {"tokens": 16, "hidden": 8, "vocab": 24}
+    )
     fn = op.impl(op.impls[0], dims)
-    one = set_bytes(input_sets(op, dims, torch.float32, "cpu", torch.Generator().manual_seed(0), fn, 0)[0])
+    one = set_bytes(
+        input_sets(op, dims, torch.float32, "cpu", torch.Generator().manual_seed(0), fn, 0)[0]
+    )
     sets = input_sets(op, dims, torch.float32, "cpu", torch.Generator().manual_seed(0), fn, 3 * one)
     assert len(sets) == rotation_sets(one, 3 * one) == 7
     single = op.make_inputs(dims, torch.float32, "cpu", torch.Generator().manual_seed(0))
-    assert all(torch.equal(a, b) for a, b in zip(sets[0][0], single))  # the checked set is drawn as before
+    # the checked set is drawn as before
+    assert all(torch.equal(a, b) for a, b in zip(sets[0][0], single))
     firsts = [s[0][0] for s in sets]
-    assert all(not torch.equal(firsts[i], firsts[j]) for i in range(7) for j in range(i))  # fresh data each
+    # fresh data each
+    assert all(not torch.equal(firsts[i], firsts[j]) for i in range(7) for j in range(i))
     assert all(set_bytes(s) == one for s in sets)
     if op.loss_like:
         assert all(g.shape == () and g.item() == 1.0 for s in sets for g in s[1])
     else:
         assert all(g.shape == fn(*sets[0][0]).shape for s in sets for g in s[1])
-    assert len(input_sets(op, dims, torch.float32, "cpu", torch.Generator().manual_seed(0), fn, one // 2)) == 1
+    assert (
+        len(
+            input_sets(
+                op, dims, torch.float32, "cpu", torch.Generator().manual_seed(0), fn, one // 2
+            )
+        )
+        == 1
+    )

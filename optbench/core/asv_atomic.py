@@ -54,13 +54,15 @@ def _over_disk(path: Path, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def asv(args: list[str], env: dict[str, str] | None = None) -> int:
-    """Runs asv (through this module, so its JSON writer is atomic) in the repository root; its exit code."""
+    """Runs asv (through this module, so its JSON writer is atomic) in the repository root; its exit
+    code."""
     import subprocess
 
     from optbench.core.store import REPO_ROOT
 
-    return subprocess.run([sys.executable, "-m", "optbench.core.asv_atomic", *args], cwd=REPO_ROOT,
-                          env=env).returncode
+    return subprocess.run(
+        [sys.executable, "-m", "optbench.core.asv_atomic", *args], cwd=REPO_ROOT, env=env
+    ).returncode
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,15 +62,17 @@ def python_version(executable: str) -> str:
     :class:`asv.util.ProcessError` where it does not run."""
     if executable == sys.executable:
         return f"{sys.version_info[0]}.{sys.version_info[1]}"
-    return util.check_output([executable, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                             dots=False).strip()
+    return util.check_output(
+        [executable, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], dots=False
+    ).strip()
 
 
 def python_path(worktree: Path, inherited: str | None, repo: Path) -> str:
     """``PYTHONPATH`` of a benchmark process: ``worktree`` first, then the entries of ``inherited``
     but the repository's own work tree ``repo``."""
-    kept = [p for p in (inherited or "").split(os.pathsep)
-            if p and Path(p).resolve() != repo.resolve()]
+    kept = [
+        p for p in (inherited or "").split(os.pathsep) if p and Path(p).resolve() != repo.resolve()
+    ]
     return os.pathsep.join([str(worktree), *kept])
 
 
@@ -80,8 +82,13 @@ class WorktreeEnvironment(Environment):
     tool_name = "worktree"
     matches_python_fallback = False
 
-    def __init__(self, conf: Any, python: str, requirements: dict[str, str],
-                 tagged_env_vars: dict[tuple[str, str], str]) -> None:
+    def __init__(
+        self,
+        conf: Any,
+        python: str,
+        requirements: dict[str, str],
+        tagged_env_vars: dict[tuple[str, str], str],
+    ) -> None:
         try:
             self._executable = resolve_python(python)
             self._version = python_version(self._executable)
@@ -137,8 +144,11 @@ class WorktreeEnvironment(Environment):
         tree = self._worktrees / commit_hash
         if (tree / ".git").exists():
             try:
-                self._git(["checkout", "--quiet", "--force", "--detach", commit_hash], cwd=tree,
-                          quiet=True)
+                self._git(
+                    ["checkout", "--quiet", "--force", "--detach", commit_hash],
+                    cwd=tree,
+                    quiet=True,
+                )
             except util.ProcessError:
                 self._remove(tree)
         if not (tree / ".git").exists():
@@ -153,9 +163,12 @@ class WorktreeEnvironment(Environment):
     def _prune(self, keep: Path) -> None:
         """Removes the least recently used worktrees beyond :data:`KEEP_WORKTREES`, never
         ``keep``."""
-        trees = sorted((p for p in self._worktrees.iterdir() if p.is_dir() and p != keep),
-                       key=lambda p: p.stat().st_mtime, reverse=True)
-        for tree in trees[KEEP_WORKTREES - 1:]:
+        trees = sorted(
+            (p for p in self._worktrees.iterdir() if p.is_dir() and p != keep),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
+        for tree in trees[KEEP_WORKTREES - 1 :]:
             self._remove(tree)
 
     def _remove(self, tree: Path) -> None:
@@ -171,8 +184,9 @@ class WorktreeEnvironment(Environment):
     def _git(self, args: list[str], cwd: Path | None = None, quiet: bool = False) -> str:
         """git's output of ``args`` in ``cwd`` (the repository by default); a failure raises
         :class:`asv.util.ProcessError`, which shows git's output unless ``quiet``."""
-        return util.check_output(["git", *args], cwd=str(cwd or self._repo), dots=False,
-                                 display_error=not quiet)
+        return util.check_output(
+            ["git", *args], cwd=str(cwd or self._repo), dots=False, display_error=not quiet
+        )
 
     def run(self, args: list[str], **kwargs: Any) -> Any:
         """Runs this environment's interpreter with ``args`` on the worktree of the installed

@@ -1,23 +1,27 @@
-"""Where the time of an ``optbench run`` went: seconds per phase summed over the run, from its progress events
-(:mod:`optbench.core.progress`), printed at its end and stored as the record ``__breakdown__`` of its run file.
+"""Where the time of an ``optbench run`` went: seconds per phase summed over the run, from its
+progress events (:mod:`optbench.core.progress`), printed at its end and stored as the record
+``__breakdown__`` of its run file.
 
 Phases (each case's from its record's fields, :func:`optbench.core.runner.measure_case`):
 
-- process start-up: per grid process, from its start to its first case (``startup_seconds``: the interpreter,
-  asv's runner, imports of the benchmark modules and torch, the grid's cases, machine info);
+- process start-up: per grid process, from its start to its first case (``startup_seconds``: the
+  interpreter, asv's runner, imports of the benchmark modules and torch, the grid's cases, machine
+  info);
 - build: inputs, models and eager references, less torch.compile's part (``build_seconds`` less
   ``build_compile_seconds``; CUDA's context falls in a process's first);
-- torch.compile: dynamo and inductor compiling (with max-autotune's autotuning) while the build (a captured step's
-  warm-up calls) or the check ran (``compile_seconds``: torch's own compile timers,
+- torch.compile: dynamo and inductor compiling (with max-autotune's autotuning) while the build (a
+  captured step's warm-up calls) or the check ran (``compile_seconds``: torch's own compile timers,
   ``torch._dynamo.utils.compilation_time_metrics``);
-- check, the rest: the reference and candidate calls and comparison (Triton's @autotune of our kernels runs at
-  their first launch, so it falls here);
-- timing, torch.compile: compiles while the timed calls ran (a recompile of a call the check did not make);
+- check, the rest: the reference and candidate calls and comparison (Triton's @autotune of our
+  kernels runs at their first launch, so it falls here);
+- timing, torch.compile: compiles while the timed calls ran (a recompile of a call the check did not
+  make);
 - timing: warm-up, CUDA-graph capture and samples (``measure`` does not split them: one phase);
 - memory sizing: the peak-memory pass of the metrics that have one;
 - other in cases: the rest of each case's seconds (freeing memory between cases);
-- asv and other overhead: the run's wall time (asv's run, start to end) minus all of the above: asv's discovery,
-  its track processes, the benchmark classes outside the suite, saving records, the CPU suite's asv-timed classes.
+- asv and other overhead: the run's wall time (asv's run, start to end) minus all of the above:
+  asv's discovery, its track processes, the benchmark classes outside the suite, saving records, the
+  CPU suite's asv-timed classes.
 """
 
 from __future__ import annotations
@@ -46,16 +50,16 @@ def _f(event: Mapping[str, Any], field: str) -> float:
 
 
 def phases(events: Iterable[Mapping[str, Any]], wall_s: float) -> dict[str, float]:
-    """Seconds per phase (:data:`PHASES`, in its order) over a run's events; ``overhead`` is ``wall_s`` minus the
-    rest."""
+    """Seconds per phase (:data:`PHASES`, in its order) over a run's events; ``overhead`` is
+    ``wall_s`` minus the rest."""
     out = dict.fromkeys(PHASES, 0.0)
     for e in events:
         if e.get("event") == "process":
             out["startup"] += _f(e, "startup_seconds")
         elif e.get("event") == "end":
             build, built = _f(e, "build_seconds"), _f(e, "build_compile_seconds")
-            # compile_seconds holds the build's compile too, once the build has ended (a case cut inside its build
-            # has build_compile_seconds only)
+            # compile_seconds holds the build's compile too, once the build has ended (a case cut
+            # inside its build has build_compile_seconds only)
             check, compiled = _f(e, "check_seconds"), max(_f(e, "compile_seconds") - built, 0.0)
             timing, recompiled = _f(e, "timing_seconds"), _f(e, "timing_compile_seconds")
             out["build"] += max(build - built, 0.0)
@@ -72,26 +76,47 @@ def phases(events: Iterable[Mapping[str, Any]], wall_s: float) -> dict[str, floa
 
 def rows(split: Mapping[str, float], wall_s: float) -> list[tuple[str, str, str]]:
     """(phase, seconds, share of the wall time) per phase, then the total."""
+
     def share(seconds: float) -> str:
         return f"{seconds / wall_s:.1%}" if wall_s > 0 else "-"
 
-    return [*((PHASES[k], f"{v:.1f}", share(v)) for k, v in split.items()), ("total (wall time)", f"{wall_s:.1f}",
-                                                                            share(wall_s))]
+    return [
+        *((PHASES[k], f"{v:.1f}", share(v)) for k, v in split.items()),
+        ("total (wall time)", f"{wall_s:.1f}", share(wall_s)),
+    ]
 
 
-def render(split: Mapping[str, float], wall_s: float, title: str = "where the time of asv's run went"):
+def render(
+    split: Mapping[str, float], wall_s: float, title: str = "where the time of asv's run went"
+):
     """The rich table of :func:`rows` (``optbench.core.console.table``)."""
     from optbench.core.console import table
 
-    return table(("phase", "seconds", "share"), rows(split, wall_s), title=title, right=("seconds", "share"))
+    return table(
+        ("phase", "seconds", "share"), rows(split, wall_s), title=title, right=("seconds", "share")
+    )
 
 
-def record(events: list[Mapping[str, Any]], wall_s: float, *, commit: str, machine: str, run_id: str,
-           date: str) -> dict[str, Any]:
-    """The ``__breakdown__`` record of a run: seconds per phase, the wall time, how many grid processes and cases.
-    ``date``: when the run started (a run's date is its records' earliest)."""
+def record(
+    events: list[Mapping[str, Any]],
+    wall_s: float,
+    *,
+    commit: str,
+    machine: str,
+    run_id: str,
+    date: str,
+) -> dict[str, Any]:
+    """The ``__breakdown__`` record of a run: seconds per phase, the wall time, how many grid
+    processes and cases. ``date``: when the run started (a run's date is its records' earliest)."""
     split = phases(events, wall_s)
-    return {"key": KEY, "commit": commit, "machine": machine, "run": run_id, "date": date,
-            "wall_seconds": round(wall_s, 3), "phases": {k: round(v, 3) for k, v in split.items()},
-            "processes": sum(e.get("event") == "process" for e in events),
-            "cases": sum(e.get("event") == "end" for e in events)}
+    return {
+        "key": KEY,
+        "commit": commit,
+        "machine": machine,
+        "run": run_id,
+        "date": date,
+        "wall_seconds": round(wall_s, 3),
+        "phases": {k: round(v, 3) for k, v in split.items()},
+        "processes": sum(e.get("event") == "process" for e in events),
+        "cases": sum(e.get("event") == "end" for e in events),
+    }

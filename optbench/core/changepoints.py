@@ -91,8 +91,9 @@ def unit_series(
     return dict(found)
 
 
-def _unit_change_points(unit: str, commits: Sequence[tuple[str, Sequence[float]]],
-                        min_magnitude: float) -> list[ChangePoint]:
+def _unit_change_points(
+    unit: str, commits: Sequence[tuple[str, Sequence[float]]], min_magnitude: float
+) -> list[ChangePoint]:
     # asv rather than a change-point package of its own: apache-otava 0.8.0 pins numpy==2.2.0 and
     # brings BigQuery, Postgres and Slack clients; signal-processing-algorithms 2.1.6 is a source
     # distribution with a C extension, for Python 3.11 only and numpy<2.
@@ -108,17 +109,30 @@ def _unit_change_points(unit: str, commits: Sequence[tuple[str, Sequence[float]]
             continue
         # asv's segments cover the series without gaps: ``right`` (exclusive) of one is ``left``
         # of the next
-        found.append(ChangePoint(unit, commits[right - 1][0], commits[left][0], left,
-                                 next_level / level, step / noise if noise > 0 else math.inf))
+        found.append(
+            ChangePoint(
+                unit,
+                commits[right - 1][0],
+                commits[left][0],
+                left,
+                next_level / level,
+                step / noise if noise > 0 else math.inf,
+            )
+        )
     return found
 
 
-def change_points(series: Sequence[tuple[str, Sequence[RunMedian]]],
-                  min_commits: int = MIN_COMMITS,
-                  min_magnitude: float = MIN_MAGNITUDE) -> list[ChangePoint]:
+def change_points(
+    series: Sequence[tuple[str, Sequence[RunMedian]]],
+    min_commits: int = MIN_COMMITS,
+    min_magnitude: float = MIN_MAGNITUDE,
+) -> list[ChangePoint]:
     """The change points of one metric: ``series`` is its (commit, runs) in commit order; each unit
     with ``min_commits`` commits or more is searched on its own (see the module docstring). Ordered
     by unit, then commit."""
-    return [point for unit, commits in sorted(unit_series(series).items())
-            if len(commits) >= min_commits
-            for point in _unit_change_points(unit, commits, min_magnitude)]
+    return [
+        point
+        for unit, commits in sorted(unit_series(series).items())
+        if len(commits) >= min_commits
+        for point in _unit_change_points(unit, commits, min_magnitude)
+    ]

@@ -1,12 +1,14 @@
-"""A portable compile cache: inductor's and Triton's cache folders, packed by one run and restored by the next on
-any machine of the same GPU, torch, Triton and CUDA versions.
+"""A portable compile cache: inductor's and Triton's cache folders, packed by one run and restored
+by the next on any machine of the same GPU, torch, Triton and CUDA versions.
 
-A run's compile caches live in ``.cache/inductor`` and ``.cache/triton`` (``optbench.cli.bench_env``). After a GPU
-run, ``pack`` writes them to ``<out>/compile-cache/<key>.tgz``; ``nox -s compile_cache -- <tgz>...`` keeps them in
-``.compile-cache/`` of the checkout, which the offline runner recipe carries like the wheelhouse; before the next
-run ``restore`` unpacks the one whose key is this machine's. The key names everything the cached artifacts depend
-on: GPU model, torch, Triton and CUDA versions. What a run started from is recorded in its machine record
-(``info.compile_cache``: ``cold`` or ``restored <key>``), so a figure says whether its compile times are cold.
+A run's compile caches live in ``.cache/inductor`` and ``.cache/triton``
+(``optbench.cli.bench_env``). After a GPU run, ``pack`` writes them to
+``<out>/compile-cache/<key>.tgz``; ``nox -s compile_cache -- <tgz>...`` keeps them in
+``.compile-cache/`` of the checkout, which the offline runner recipe carries like the wheelhouse;
+before the next run ``restore`` unpacks the one whose key is this machine's. The key names
+everything the cached artifacts depend on: GPU model, torch, Triton and CUDA versions. What a run
+started from is recorded in its machine record (``info.compile_cache``: ``cold`` or ``restored
+<key>``), so a figure says whether its compile times are cold.
 
     python3 -m optbench.core.compile_cache key|restore|pack [--out DIR]
 """
@@ -28,8 +30,8 @@ FOLDERS = ("inductor", "triton")
 
 
 def cache_key() -> str:
-    """'<gpu>-torch<version>-triton<version>-cuda<version>' of this machine, lower case, runs of anything but
-    letters, digits, '.' and '_' as one '-' (torch 2.11.0+cu130: torch2.11.0-cu130)."""
+    """'<gpu>-torch<version>-triton<version>-cuda<version>' of this machine, lower case, runs of
+    anything but letters, digits, '.' and '_' as one '-' (torch 2.11.0+cu130: torch2.11.0-cu130)."""
     import torch
 
     from optbench.core.machine import machine_info
@@ -37,12 +39,14 @@ def cache_key() -> str:
     info = machine_info()
     gpu = info["gpu_name"] or "cpu"
     text = f"{gpu}-torch{torch.__version__}-triton{info['triton']}-cuda{torch.version.cuda}"
-    return re.sub(r"[^a-z0-9._]+", "-", text.lower()).strip("-")  # letters, digits, . _ - only: a portable name
+    # letters, digits, . _ - only: a portable name
+    return re.sub(r"[^a-z0-9._]+", "-", text.lower()).strip("-")
 
 
 def restore(key: str, carried: Path = CARRIED, root: Path = CACHE_ROOT) -> str:
-    """Unpack ``<carried>/<key>.tgz`` into ``root``; 'restored <key>', or 'cold' where there is none (or
-    ``root`` already holds caches: a warm machine keeps its own, and the run says so: 'local')."""
+    """Unpack ``<carried>/<key>.tgz`` into ``root``; 'restored <key>', or 'cold' where there is none
+    (or ``root`` already holds caches: a warm machine keeps its own, and the run says so:
+    'local')."""
     if any((root / f).exists() and any((root / f).iterdir()) for f in FOLDERS):
         return "local"
     packed = carried / f"{key}.tgz"
@@ -68,8 +72,9 @@ def pack(key: str, out: Path, root: Path = CACHE_ROOT) -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m optbench.core.compile_cache",
-                                description=plain(__doc__.split("\n\n")[0]))
+    p = argparse.ArgumentParser(
+        prog="python3 -m optbench.core.compile_cache", description=plain(__doc__.split("\n\n")[0])
+    )
     p.add_argument("action", choices=["key", "restore", "pack"])
     p.add_argument("--out", type=Path, help="pack: the folder to write <key>.tgz into")
     args = p.parse_args(argv)

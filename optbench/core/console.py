@@ -1,8 +1,9 @@
 """The one console and the one table renderer of optbench's commands, pages and reports.
 
-A table is columns and rows of cells (any value, shown as ``str``), rendered as a rich Table for the terminal,
-GitHub Markdown (``|`` in a cell escaped) or HTML (every cell, header and row mark escaped). A row's mark (a
-compare verdict such as 'REGRESSION') is its HTML class and, through :data:`STYLES`, its rich style.
+A table is columns and rows of cells (any value, shown as ``str``), rendered as a rich Table for the
+terminal, GitHub Markdown (``|`` in a cell escaped) or HTML (every cell, header and row mark
+escaped). A row's mark (a compare verdict such as 'REGRESSION') is its HTML class and, through
+:data:`STYLES`, its rich style.
 """
 
 from __future__ import annotations
@@ -22,27 +23,49 @@ Format = Literal["rich", "markdown", "html"]
 
 
 def console() -> Console:
-    """A console on stdout: the terminal's width on a terminal, else 200 columns (logs and pipes keep whole
-    rows)."""
+    """A console on stdout: the terminal's width on a terminal, else 200 columns (logs and pipes
+    keep whole rows)."""
     from rich.console import Console
 
     return Console(width=None if sys.stdout.isatty() else 200)
 
 
 @overload
-def table(columns: Sequence[str], rows: Iterable[Sequence[object]], fmt: Literal["rich"] = ..., *,
-          title: str = "", marks: Sequence[str] = (), right: Collection[str] = ()) -> Table: ...
+def table(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    fmt: Literal["rich"] = ...,
+    *,
+    title: str = "",
+    marks: Sequence[str] = (),
+    right: Collection[str] = (),
+) -> Table: ...
 
 
 @overload
-def table(columns: Sequence[str], rows: Iterable[Sequence[object]], fmt: Literal["markdown", "html"], *,
-          title: str = "", marks: Sequence[str] = (), right: Collection[str] = ()) -> str: ...
+def table(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    fmt: Literal["markdown", "html"],
+    *,
+    title: str = "",
+    marks: Sequence[str] = (),
+    right: Collection[str] = (),
+) -> str: ...
 
 
-def table(columns: Sequence[str], rows: Iterable[Sequence[object]], fmt: Format = "rich", *, title: str = "",
-          marks: Sequence[str] = (), right: Collection[str] = ()) -> Table | str:
-    """``rows`` under ``columns`` as ``fmt``. ``marks``: one per row from the first ('' for none); ``title``
-    (rich only) above the table; ``right``: the columns aligned right (rich and Markdown)."""
+def table(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    fmt: Format = "rich",
+    *,
+    title: str = "",
+    marks: Sequence[str] = (),
+    right: Collection[str] = (),
+) -> Table | str:
+    """``rows`` under ``columns`` as ``fmt``. ``marks``: one per row from the first ('' for none);
+    ``title`` (rich only) above the table; ``right``: the columns aligned right (rich and
+    Markdown)."""
     cells = [[str(c) for c in row] for row in rows]
     marked = [*marks, *[""] * (len(cells) - len(marks))]
     if fmt == "rich":
@@ -55,6 +78,7 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[object]], fmt: Format 
             out.add_row(*row, style=STYLES.get(mark))
         return out
     if fmt == "markdown":
+
         def line(values: Iterable[str]) -> str:
             return "| " + " | ".join(v.replace("|", "\\|") for v in values) + " |"
 
@@ -63,6 +87,10 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[object]], fmt: Format 
     if fmt != "html":
         raise ValueError(f"unknown table format {fmt!r}")
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
-    body = "".join((f'<tr class="{escape(mark)}">' if mark else "<tr>") + "".join(f"<td>{escape(c)}</td>" for c in row)
-                   + "</tr>" for row, mark in zip(cells, marked))
+    body = "".join(
+        (f'<tr class="{escape(mark)}">' if mark else "<tr>")
+        + "".join(f"<td>{escape(c)}</td>" for c in row)
+        + "</tr>"
+        for row, mark in zip(cells, marked)
+    )
     return f"<table><tr>{head}</tr>{body}</table>"

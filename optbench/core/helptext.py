@@ -10,7 +10,8 @@ _INLINE = re.compile(
     r"|``(?P<literal>.+?)``"
     r"|(?<![\w`])`(?P<interpreted>[^`\n]+)`(?![\w`])"
     r"|(?<![\w*])(?P<stars>\*\*?)(?P<emphasis>\w[^*\n]*?)(?P=stars)(?![\w*])",
-    re.DOTALL)
+    re.DOTALL,
+)
 _LITERAL_BLOCK = re.compile(r"(?<=\S)::$|^[ \t]*::\n", re.MULTILINE)
 
 

@@ -29,13 +29,14 @@ MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 def machine_info() -> dict[str, Any]:
     """Hardware and software of this machine; GPU fields are None (gpu_count 0) without CUDA.
 
-    Keys: gpu_name, gpu_count, gpu_uuid (tells lent machines of one kind apart), driver, cuda, torch, triton,
-    python, cpu, num_cpu, ram_gb (GB, 1e9 bytes), os, hostname, profile (hardware profile key), sm_clock_mhz and
-    mem_clock_mhz (GPU 0's clocks now, from nvidia-smi; None without it), date (ISO 8601, UTC), compile_cache
-    (what the run's compile caches started from: 'cold', 'restored <key>', or 'local' where nothing says),
-    interconnect (how the GPUs reach one another, :func:`interconnect`: e.g. 'NV18'; None with one GPU or none).
-    Multi-GPU figures are per world size (a parameter of their records), so gpu_count and interconnect say what
-    they ran on; they are never compared with 1-GPU figures.
+    Keys: gpu_name, gpu_count, gpu_uuid (tells lent machines of one kind apart), driver, cuda,
+    torch, triton, python, cpu, num_cpu, ram_gb (GB, 1e9 bytes), os, hostname, profile (hardware
+    profile key), sm_clock_mhz and mem_clock_mhz (GPU 0's clocks now, from nvidia-smi; None without
+    it), date (ISO 8601, UTC), compile_cache (what the run's compile caches started from: 'cold',
+    'restored <key>', or 'local' where nothing says), interconnect (how the GPUs reach one another,
+    :func:`interconnect`: e.g. 'NV18'; None with one GPU or none). Multi-GPU figures are per world
+    size (a parameter of their records), so gpu_count and interconnect say what they ran on; they
+    are never compared with 1-GPU figures.
     """
     from optbench.core.settings import current
 
@@ -65,28 +66,32 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-# nvidia-smi topo -m's link kinds, the slowest first: a machine's interconnect is the slowest link between two of
-# its GPUs (what a collective over all of them waits on); NV<n> (n bonded NVLinks) ranks by n.
+# nvidia-smi topo -m's link kinds, the slowest first: a machine's interconnect is the slowest link
+# between two of its GPUs (what a collective over all of them waits on); NV<n> (n bonded NVLinks)
+# ranks by n.
 _LINKS = ("SYS", "NODE", "PHB", "PXB", "PIX")
 
 
 def interconnect(topo: str | None = None) -> str | None:
-    """The slowest link between two GPUs in ``nvidia-smi topo -m`` (run here without ``topo``): 'NV18' (18
-    bonded NVLinks, e.g. NVSwitch on an H100/H200 SXM host), 'PIX' (one PCIe switch), 'SYS' (across CPU
-    sockets), ...; None without nvidia-smi, with fewer than two GPUs, or where its matrix does not parse."""
+    """The slowest link between two GPUs in ``nvidia-smi topo -m`` (run here without ``topo``):
+    'NV18' (18 bonded NVLinks, e.g. NVSwitch on an H100/H200 SXM host), 'PIX' (one PCIe switch),
+    'SYS' (across CPU sockets), ...; None without nvidia-smi, with fewer than two GPUs, or where its
+    matrix does not parse."""
     if topo is None:
         exe = shutil.which("nvidia-smi")
         if exe is None:
             return None
         try:
-            topo = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=10,
-                                  check=True).stdout
+            topo = subprocess.run(
+                [exe, "topo", "-m"], capture_output=True, text=True, timeout=10, check=True
+            ).stdout
         except (OSError, subprocess.SubprocessError):
             return None
-    rows = [line.split() for line in topo.splitlines() if re.match(r"GPU\d+\s", line)]  # not the header
+    # not the header
+    rows = [line.split() for line in topo.splitlines() if re.match(r"GPU\d+\s", line)]
     links = []
     for i, row in enumerate(rows):
-        cells = row[1:1 + len(rows)]
+        cells = row[1 : 1 + len(rows)]
         links += [cell for j, cell in enumerate(cells) if j != i]
     known = [link for link in links if link in _LINKS or re.fullmatch(r"NV\d+", link)]
     if not known:
@@ -99,12 +104,13 @@ def interconnect(topo: str | None = None) -> str | None:
 
 
 def gpu_state() -> dict[str, Any] | None:
-    """GPU 0's state now: sm_clock_mhz, power_w (the driver's average over about the last second), power_instant_w
-    (the draw now; None where the driver does not report it), temperature_c and clock_events (the active
-    clock-event reasons as a hex mask: 0x4 a software power cap, 0x20/0x40 thermal slowdown). Taken right after a
-    timing, it tells whether the figure ran at boost or at a power- or heat-limited clock. Read through NVML in
-    this process where nvidia-ml-py is installed (about a millisecond), else from nvidia-smi (a process of its own,
-    ~0.1 s); None without either."""
+    """GPU 0's state now: sm_clock_mhz, power_w (the driver's average over about the last second),
+    power_instant_w (the draw now; None where the driver does not report it), temperature_c and
+    clock_events (the active clock-event reasons as a hex mask: 0x4 a software power cap, 0x20/0x40
+    thermal slowdown). Taken right after a timing, it tells whether the figure ran at boost or at a
+    power- or heat-limited clock. Read through NVML in this process where nvidia-ml-py is installed
+    (about a millisecond), else from nvidia-smi (a process of its own, ~0.1 s); None without
+    either."""
     nvml = _nvml_device()
     if nvml is not None:
         try:
@@ -112,13 +118,18 @@ def gpu_state() -> dict[str, Any] | None:
         except Exception:  # noqa: BLE001 - NVML errors are its own classes; nvidia-smi reads the same values
             pass
     fields = ["clocks.sm", "power.draw", "temperature.gpu", "clocks_event_reasons.active"]
-    # a driver whose nvidia-smi lacks power.draw.instant refuses the whole query: ask again without it
+    # a driver whose nvidia-smi lacks power.draw.instant refuses the whole query: ask again without
+    # it
     smi = _nvidia_smi([*fields, "power.draw.instant"]) or _nvidia_smi(fields)
     if smi is None:
         return None
-    return {"sm_clock_mhz": _int_or_none(smi[0]), "power_w": _float_or_none(smi[1]),
-            "temperature_c": _int_or_none(smi[2]), "clock_events": smi[3],
-            "power_instant_w": _float_or_none(smi[4]) if len(smi) > 4 else None}
+    return {
+        "sm_clock_mhz": _int_or_none(smi[0]),
+        "power_w": _float_or_none(smi[1]),
+        "temperature_c": _int_or_none(smi[2]),
+        "clock_events": smi[3],
+        "power_instant_w": _float_or_none(smi[4]) if len(smi) > 4 else None,
+    }
 
 
 def power_limit_w() -> float | None:
@@ -135,7 +146,8 @@ def power_limit_w() -> float | None:
 
 @cache
 def _nvml_device() -> tuple[Any, Any] | None:
-    """(pynvml, handle of CUDA device 0, matched by UUID), or None without nvidia-ml-py, a driver or a GPU."""
+    """(pynvml, handle of CUDA device 0, matched by UUID), or None without nvidia-ml-py, a driver or
+    a GPU."""
     try:
         import pynvml
 
@@ -149,12 +161,17 @@ def _nvml_device() -> tuple[Any, Any] | None:
 
 
 def _nvml_state(pynvml: Any, handle: Any) -> dict[str, Any]:
-    reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
-    return {"sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-            "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
-            "temperature_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
-            "clock_events": f"0x{reasons(handle):016x}", "power_instant_w": _nvml_instant_power_w(pynvml, handle)}
+    reasons = (
+        getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    )
+    return {
+        "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+        "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
+        "temperature_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+        "clock_events": f"0x{reasons(handle):016x}",
+        "power_instant_w": _nvml_instant_power_w(pynvml, handle),
+    }
 
 
 # nvmlValueType_t -> the member of nvmlValue_t holding such a value
@@ -172,30 +189,39 @@ def _nvml_instant_power_w(pynvml: Any, handle: Any) -> float | None:
         return None
 
 
-# Clock-event reasons that mean the SM clock is held below what the load would get: a software power cap (0x4),
-# hardware slowdown (0x8), software and hardware thermal slowdown (0x20, 0x40), the hardware power brake (0x80).
+# Clock-event reasons that mean the SM clock is held below what the load would get: a software power
+# cap (0x4), hardware slowdown (0x8), software and hardware thermal slowdown (0x20, 0x40), the
+# hardware power brake (0x80).
 LIMITING_CLOCK_EVENTS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 
 
 class PowerSettle:
-    """When a step's warm-up may end early (``optbench.core.timing.measure(settled=...)``): once the GPU is not
-    held back.
+    """When a step's warm-up may end early (``optbench.core.timing.measure(settled=...)``): once the
+    GPU is not held back.
 
-    Called with the warm-up's elapsed ms after each warm-up call. True once two consecutive polls of GPU 0
-    (:func:`gpu_state`, in a background thread every ``poll_s``, so that the load has no gaps), both begun at least
-    ``min_ms`` into the warm-up, show no limiting clock event (:data:`LIMITING_CLOCK_EVENTS`) and a draw now
-    (``power_instant_w``: the average over the last second still holds the idle time before the warm-up) under
-    ``margin`` of the enforced power limit: a load that stays there runs at the clock it has now, so a longer
-    warm-up would not change its figure. A load at the cap or near it, or a GPU without those readings, is never
-    settled: its warm-up runs its full length. ``on_settled(elapsed_ms)`` is called once, where it ends early.
-    Polls stop once settled, or after ``max_s``."""
+    Called with the warm-up's elapsed ms after each warm-up call. True once two consecutive polls of
+    GPU 0 (:func:`gpu_state`, in a background thread every ``poll_s``, so that the load has no
+    gaps), both begun at least ``min_ms`` into the warm-up, show no limiting clock event
+    (:data:`LIMITING_CLOCK_EVENTS`) and a draw now (``power_instant_w``: the average over the last
+    second still holds the idle time before the warm-up) under ``margin`` of the enforced power
+    limit: a load that stays there runs at the clock it has now, so a longer warm-up would not
+    change its figure. A load at the cap or near it, or a GPU without those readings, is never
+    settled: its warm-up runs its full length. ``on_settled(elapsed_ms)`` is called once, where it
+    ends early. Polls stop once settled, or after ``max_s``."""
 
-    def __init__(self, min_ms: float = 500.0, poll_s: float = 0.15, margin: float = 0.85, max_s: float = 10.0,
-                 on_settled: Callable[[float], Any] | None = None):
+    def __init__(
+        self,
+        min_ms: float = 500.0,
+        poll_s: float = 0.15,
+        margin: float = 0.85,
+        max_s: float = 10.0,
+        on_settled: Callable[[float], Any] | None = None,
+    ):
         self.min_ms, self.poll_s, self.margin, self.max_s = min_ms, poll_s, margin, max_s
         self.on_settled = on_settled
         self._start: float | None = None  # perf_counter at the warm-up's start
-        self._polls: list[tuple[float, dict[str, Any] | None]] = []  # (ms into the warm-up at the poll's start, state)
+        # (ms into the warm-up at the poll's start, state)
+        self._polls: list[tuple[float, dict[str, Any] | None]] = []
         self._limit_w: float | None = None
         self._done = threading.Event()
         self.settled_ms: float | None = None
@@ -222,7 +248,10 @@ class PowerSettle:
             events = int(str(state.get("clock_events")), 16)
         except ValueError:
             return False
-        return not events & LIMITING_CLOCK_EVENTS and state["power_instant_w"] < self.margin * self._limit_w
+        return (
+            not events & LIMITING_CLOCK_EVENTS
+            and state["power_instant_w"] < self.margin * self._limit_w
+        )
 
     def _poll(self) -> None:
         self._limit_w = power_limit_w()
@@ -235,9 +264,9 @@ class PowerSettle:
 
 
 def host_id() -> str:
-    """A short id of this host, stable across reboots: the first :data:`HOST_ID_CHARS` hex digits of the
-    SHA-256 of the first non-empty file of :data:`MACHINE_ID_FILES` (systemd's machine id), else of the
-    host's name."""
+    """A short id of this host, stable across reboots: the first :data:`HOST_ID_CHARS` hex digits of
+    the SHA-256 of the first non-empty file of :data:`MACHINE_ID_FILES` (systemd's machine id), else
+    of the host's name."""
     for path in MACHINE_ID_FILES:
         try:
             with open(path) as f:
@@ -262,8 +291,11 @@ def machine_name(info: dict[str, Any] | None = None, emulate: str | None = None)
         name = hardware.key_for(info["gpu_name"])
     else:
         cpu = hardware.slugify(_CPU_NOISE.sub(" ", info.get("cpu") or ""))
-        name = "-".join(filter(None, ["cpu", cpu[:_CPU_SLUG_CHARS].rstrip("-") or "unknown",
-                                      info.get("host_id")]))
+        name = "-".join(
+            filter(
+                None, ["cpu", cpu[:_CPU_SLUG_CHARS].rstrip("-") or "unknown", info.get("host_id")]
+            )
+        )
     return f"{name}-emulating-{hardware.lookup(emulate).key}" if emulate else name
 
 
@@ -301,7 +333,8 @@ def _int_or_none(value: str) -> int | None:
 
 
 def _torch_driver() -> str | None:
-    """CUDA driver API version torch sees, e.g. 'cuda-driver 13.0' (not the NVIDIA driver version)."""
+    """CUDA driver API version torch sees, e.g. 'cuda-driver 13.0' (not the NVIDIA driver
+    version)."""
     get = getattr(torch._C, "_cuda_getDriverVersion", None)
     if get is None:
         return None

@@ -22,7 +22,8 @@ def peak_memory(fn: Callable[[], object], device: str | torch.device = "cpu") ->
     CPU: the peak of the running sum of the allocation/free events torch.profiler records (tensor
     memory only, all threads). If the profiler cannot run or its events cannot be read, falls back
     to the growth of the process's max RSS (resource.getrusage), which is coarse and only a lower
-    bound: it counts all memory, in pages, and misses peaks below the process's earlier high-water mark.
+    bound: it counts all memory, in pages, and misses peaks below the process's earlier high-water
+    mark.
     """
     dev = torch.device(device)
     if dev.type == "cuda":
@@ -32,7 +33,9 @@ def peak_memory(fn: Callable[[], object], device: str | torch.device = "cpu") ->
     rss_before = _max_rss_bytes()
     with contextlib.ExitStack() as stack:
         try:
-            prof = stack.enter_context(profile(activities=[ProfilerActivity.CPU], profile_memory=True))
+            prof = stack.enter_context(
+                profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            )
         except RuntimeError:  # e.g. another profiler is already active
             prof = None
         fn()
@@ -53,7 +56,9 @@ def _profiled_peak(prof: profile) -> int | None:
     """Peak of the running sum of host memory events, bytes; None if the events cannot be read."""
     try:
         events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-        host = sorted((e for e in events if e.device_type() in _HOST_DEVICES), key=lambda e: e.start_ns())
+        host = sorted(
+            (e for e in events if e.device_type() in _HOST_DEVICES), key=lambda e: e.start_ns()
+        )
         deltas = [e.nbytes() for e in host]
     except (AttributeError, RuntimeError):
         return None

@@ -1,21 +1,22 @@
 """``optbench merge SRC...``: fold results trees from other runs into ``results/``.
 
 A runner that starts from a clean copy of the repository (a lent GPU, a CI job) hands back its own
-``results/`` tree, or a tar of it; several such runs of one commit each hold part of the suite. Merging
-copies every file the destination lacks and, for the files that several runs share:
+``results/`` tree, or a tar of it; several such runs of one commit each hold part of the suite.
+Merging copies every file the destination lacks and, for the files that several runs share:
 
-- optbench's records: every run is kept (``ResultStore.add_run``): a run the destination lacks is added as it
-  is, two snapshots of one run are joined, and no stored record is replaced; a record that differs from the
-  stored one of its run is kept as a run of its own. Old-layout files (``<machine>/optbench/<commit>.jsonl``)
-  are read as their runs and added the same way.
+- optbench's records: every run is kept (``ResultStore.add_run``): a run the destination lacks is
+  added as it is, two snapshots of one run are joined, and no stored record is replaced; a record
+  that differs from the stored one of its run is kept as a run of its own. Old-layout files
+  (``<machine>/optbench/<commit>.jsonl``) are read as their runs and added the same way.
 - asv's results (``asv/<machine>/<commit>-<env>.json``): merged benchmark by benchmark and parameter
-  combination; a measured value replaces an unmeasured one (asv's null for a case skipped or not selected),
-  and where two runs measured the same case, the later source wins: asv keeps one median per commit, and
-  optbench's records keep every run's samples.
+  combination; a measured value replaces an unmeasured one (asv's null for a case skipped or not
+  selected), and where two runs measured the same case, the later source wins: asv keeps one median
+  per commit, and optbench's records keep every run's samples.
 
-``asv/benchmarks.json`` (asv's list of benchmarks) is taken from the last source that has one. A tree of the
-old layout, with asv's files beside optbench's (``<machine>/machine.json``, ``<machine>/<commit>-<env>.json``,
-``benchmarks.json`` at its root), has them merged into asv's tree (``asv/``) all the same.
+``asv/benchmarks.json`` (asv's list of benchmarks) is taken from the last source that has one. A
+tree of the old layout, with asv's files beside optbench's (``<machine>/machine.json``,
+``<machine>/<commit>-<env>.json``, ``benchmarks.json`` at its root), has them merged into asv's tree
+(``asv/``) all the same.
 """
 
 from __future__ import annotations
@@ -41,8 +42,17 @@ from optbench.core.store import (
     write_json_atomic,
 )
 
-ASV_VALUE_COLUMNS = ("result", "stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number",
-                     "stats_repeat", "samples", "profile")
+ASV_VALUE_COLUMNS = (
+    "result",
+    "stats_ci_99_a",
+    "stats_ci_99_b",
+    "stats_q_25",
+    "stats_q_75",
+    "stats_number",
+    "stats_repeat",
+    "samples",
+    "profile",
+)
 
 
 def _unmeasured(value: Any) -> bool:
@@ -50,12 +60,16 @@ def _unmeasured(value: Any) -> bool:
 
 
 def merge_asv_results(dest: dict[str, Any], src: dict[str, Any]) -> dict[str, Any]:
-    """asv results of one machine, commit and environment: ``src``'s measured values over ``dest``'s."""
+    """asv results of one machine, commit and environment: ``src``'s measured values over
+    ``dest``'s."""
     columns = dest["result_columns"]
     if src["result_columns"] != columns:
         raise ValueError(f"asv result columns differ: {columns} vs {src['result_columns']}")
-    merged = dict(dest, results=dict(dest["results"]), durations={**dest.get("durations", {}),
-                                                                   **src.get("durations", {})})
+    merged = dict(
+        dest,
+        results=dict(dest["results"]),
+        durations={**dest.get("durations", {}), **src.get("durations", {})},
+    )
     for name, row in src["results"].items():
         old = merged["results"].get(name)
         if old is None:
@@ -63,17 +77,19 @@ def merge_asv_results(dest: dict[str, Any], src: dict[str, Any]) -> dict[str, An
             continue
         a, b = dict(zip(columns, old)), dict(zip(columns, row))
         if a.get("params") != b.get("params") or a.get("version") != b.get("version"):
-            merged["results"][name] = row  # the benchmark changed: the newer definition stands alone
+            # the benchmark changed: the newer definition stands alone
+            merged["results"][name] = row
             continue
         for column in ASV_VALUE_COLUMNS:
             if isinstance(a.get(column), list) and isinstance(b.get(column), list):
                 a[column] = [y if not _unmeasured(y) else x for x, y in zip(a[column], b[column])]
-        merged["results"][name] = [a.get(c) for c in columns][:max(len(old), len(row))]
+        merged["results"][name] = [a.get(c) for c in columns][: max(len(old), len(row))]
     return merged
 
 
 def _records_file(rel: Path) -> tuple[str, str, str | None] | None:
-    """(machine, commit, run id or None for an old-layout file) of a records file's relative path, else None."""
+    """(machine, commit, run id or None for an old-layout file) of a records file's relative path,
+    else None."""
     if rel.suffix != ".jsonl" or len(rel.parts) < 3 or rel.parts[1] != RECORDS_DIR:
         return None
     if len(rel.parts) == 3:
@@ -82,9 +98,9 @@ def _records_file(rel: Path) -> tuple[str, str, str | None] | None:
 
 
 def _asv_file(rel: Path) -> Path | None:
-    """Where an asv file of a results tree (path relative to its root) belongs in a results root, else None:
-    asv's tree (``asv/``) as it is; asv's files of the old layout (the JSON files directly in a machine folder,
-    ``benchmarks.json`` at the root) moved into it."""
+    """Where an asv file of a results tree (path relative to its root) belongs in a results root,
+    else None: asv's tree (``asv/``) as it is; asv's files of the old layout (the JSON files
+    directly in a machine folder, ``benchmarks.json`` at the root) moved into it."""
     if rel.parts[0] == ASV_DIR:
         return rel
     if rel.suffix == ".json" and (len(rel.parts) == 2 or rel.parts == ("benchmarks.json",)):
@@ -93,7 +109,8 @@ def _asv_file(rel: Path) -> Path | None:
 
 
 def merge_tree(src: Path, dest: Path) -> list[str]:
-    """Merge the results root ``src`` into ``dest``; returns what changed (relative paths in ``dest``)."""
+    """Merge the results root ``src`` into ``dest``; returns what changed (relative paths in
+    ``dest``)."""
     changed = []
     store = ResultStore(dest)
     for path in sorted(p for p in src.rglob("*") if p.is_file()):
@@ -106,9 +123,13 @@ def merge_tree(src: Path, dest: Path) -> list[str]:
         where = _records_file(rel)
         if where is not None:
             machine, commit, run_id = where
-            runs = [StoredRun(machine, commit, run_id, read_records(path))] if run_id else \
-                ResultStore(src).runs(machine, commit)
-            if run_id is None and not target.exists():  # an old-layout file the destination lacks: as it is
+            runs = (
+                [StoredRun(machine, commit, run_id, read_records(path))]
+                if run_id
+                else ResultStore(src).runs(machine, commit)
+            )
+            # an old-layout file the destination lacks: as it is
+            if run_id is None and not target.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, target)
                 changed.append(str(rel))
@@ -116,7 +137,10 @@ def merge_tree(src: Path, dest: Path) -> list[str]:
             known = {r.run_id: r.records for r in store.runs(machine, commit)}
             for run in runs:
                 if known.get(run.run_id) != run.records:
-                    changed += [str(store.path(machine, commit, i).relative_to(dest)) for i in store.add_run(run)]
+                    changed += [
+                        str(store.path(machine, commit, i).relative_to(dest))
+                        for i in store.add_run(run)
+                    ]
         elif asv_file and target.exists() and len(rel.parts) == 3 and rel.name != "machine.json":
             # asv's results of one commit and environment on one machine
             merged = merge_asv_results(json.loads(target.read_text()), json.loads(path.read_text()))
@@ -130,7 +154,8 @@ def merge_tree(src: Path, dest: Path) -> list[str]:
 
 
 def _results_root(path: Path, scratch: Path) -> Path:
-    """A results root from a folder (the root itself, or a folder holding ``results/``) or a tar of one."""
+    """A results root from a folder (the root itself, or a folder holding ``results/``) or a tar of
+    one."""
     if path.is_file():
         with tarfile.open(path) as tar:
             tar.extractall(scratch, filter="data")
@@ -139,10 +164,20 @@ def _results_root(path: Path, scratch: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="optbench merge", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("sources", nargs="+", type=Path, help="results roots, or tars of them (e.g. results.tgz)")
-    p.add_argument("--into", type=Path, default=None, help="destination root (default $OPTBENCH_RESULTS or results/)")
+    p = argparse.ArgumentParser(
+        prog="optbench merge",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "sources", nargs="+", type=Path, help="results roots, or tars of them (e.g. results.tgz)"
+    )
+    p.add_argument(
+        "--into",
+        type=Path,
+        default=None,
+        help="destination root (default $OPTBENCH_RESULTS or results/)",
+    )
     args = p.parse_args(argv)
     dest = args.into or results_dir()
     missing = [str(s) for s in args.sources if not s.exists()]
@@ -159,21 +194,34 @@ def main(argv: list[str] | None = None) -> int:
         for rel in changed:
             print(f"  {rel}")
         for folder in ignored_folders(dest, changed):
-            print(f"optbench merge: {folder} is ignored by git (a machine with no committed results): "
-                  f"commit it on purpose with `git add -f {folder}`", file=sys.stderr)
+            print(
+                f"optbench merge: {folder} is ignored by git (a machine with no committed "
+                f"results): commit it on purpose with `git add -f {folder}`",
+                file=sys.stderr,
+            )
     return 0
 
 
 def ignored_folders(dest: Path, changed: list[str]) -> list[str]:
-    """The machine folders of ``changed`` (paths relative to ``dest``) that git ignores in ``dest``'s
-    repository, as git names them; none outside a repository."""
+    """The machine folders of ``changed`` (paths relative to ``dest``) that git ignores in
+    ``dest``'s repository, as git names them; none outside a repository."""
     import subprocess
 
-    folders = sorted({"/".join(Path(rel).parts[:2] if Path(rel).parts[0] == "asv" else Path(rel).parts[:1])
-                      for rel in changed})
+    folders = sorted(
+        {
+            "/".join(Path(rel).parts[:2] if Path(rel).parts[0] == "asv" else Path(rel).parts[:1])
+            for rel in changed
+        }
+    )
     if not folders:
         return []
-    out = subprocess.run(["git", "check-ignore", *[str(dest / f) for f in folders]], cwd=dest,
-                         capture_output=True, text=True)
-    return [str(Path(line).relative_to(dest.resolve().parent)) if Path(line).is_absolute() else line
-            for line in out.stdout.split()]
+    out = subprocess.run(
+        ["git", "check-ignore", *[str(dest / f) for f in folders]],
+        cwd=dest,
+        capture_output=True,
+        text=True,
+    )
+    return [
+        str(Path(line).relative_to(dest.resolve().parent)) if Path(line).is_absolute() else line
+        for line in out.stdout.split()
+    ]

@@ -1,28 +1,32 @@
-"""Live progress of an ``optbench run``: what runs, how many cases are done and left, elapsed time and ETA.
+"""Live progress of an ``optbench run``: what runs, how many cases are done and left, elapsed time
+and ETA.
 
-asv captures a benchmark process's output and prints it only once that process ends, and one process measures
-a whole suite (``setup_cache``), so its output cannot show progress. Instead every benchmark process appends one
-JSON line per event to the run's progress file (the setting ``progress``, ``$OPTBENCH_PROGRESS``; ``optbench
-run`` makes it ``results/<machine>/progress/<run id>.jsonl``), opened in append mode and flushed per line:
+asv captures a benchmark process's output and prints it only once that process ends, and one process
+measures a whole suite (``setup_cache``), so its output cannot show progress. Instead every
+benchmark process appends one JSON line per event to the run's progress file (the setting
+``progress``, ``$OPTBENCH_PROGRESS``; ``optbench run`` makes it ``results/<machine>/progress/<run
+id>.jsonl``), opened in append mode and flushed per line:
 
-- ``{"event": "process", "benchmark", "startup_seconds"}``: once per process, as its first case starts. The
-  start-up is the time from the process's start (``/proc/self/stat``, against ``/proc/uptime``: 10 ms ticks) to
-  that moment: the interpreter, asv's runner, the imports of the benchmark modules and torch, building the
-  grid's cases, the machine info. CUDA's context, made at the first allocation, falls in the first case's build.
-- ``{"event": "start", "key", "benchmark"}`` before a case and ``{"event": "end", "key", "status", "seconds",
-  "build_seconds", "check_seconds", "compile_seconds", ...}`` after it, whatever its outcome (status
-  ``interrupted`` where an interrupt stopped it; ``aborted`` where it raised past the runner's
-  handlers otherwise). A case that the run's time budget left out ends with ``"not_started": true``
-  and no seconds.
+- ``{"event": "process", "benchmark", "startup_seconds"}``: once per process, as its first case
+  starts. The start-up is the time from the process's start (``/proc/self/stat``, against
+  ``/proc/uptime``: 10 ms ticks) to that moment: the interpreter, asv's runner, the imports of the
+  benchmark modules and torch, building the grid's cases, the machine info. CUDA's context, made at
+  the first allocation, falls in the first case's build.
+- ``{"event": "start", "key", "benchmark"}`` before a case and ``{"event": "end", "key", "status",
+  "seconds", "build_seconds", "check_seconds", "compile_seconds", ...}`` after it, whatever its
+  outcome (status ``interrupted`` where an interrupt stopped it; ``aborted`` where it raised past
+  the runner's handlers otherwise). A case that the run's time budget left out ends with
+  ``"not_started": true`` and no seconds.
 
-Every event carries ``t`` (Unix time) and ``pid``. The ``optbench run`` process follows the file while asv
-runs (:class:`Follower`): on a terminal, a rich progress bar with the running case, done/total, elapsed time
-and ETA, and one line per finished case above it; elsewhere (CI logs) the line per finished case alone
-(:func:`case_line`). Done/total/ETA come from the events by one pure function, :func:`tally`: the ETA sums, over
-the cases left, how long each took on this machine before (:func:`expected_seconds`: the median of its stored
-records), and for a case never run here the mean seconds per finished case of this run (it leaves out each
-process's start-up and asv's own time). Before a run, :func:`estimate_note` says the same of the whole run and
-whether its time budget will likely cut cases.
+Every event carries ``t`` (Unix time) and ``pid``. The ``optbench run`` process follows the file
+while asv runs (:class:`Follower`): on a terminal, a rich progress bar with the running case,
+done/total, elapsed time and ETA, and one line per finished case above it; elsewhere (CI logs) the
+line per finished case alone (:func:`case_line`). Done/total/ETA come from the events by one pure
+function, :func:`tally`: the ETA sums, over the cases left, how long each took on this machine
+before (:func:`expected_seconds`: the median of its stored records), and for a case never run here
+the mean seconds per finished case of this run (it leaves out each process's start-up and asv's own
+time). Before a run, :func:`estimate_note` says the same of the whole run and whether its time
+budget will likely cut cases.
 """
 
 from __future__ import annotations
@@ -44,22 +48,32 @@ from typing import Any
 
 from optbench.core import settings
 
-# The fields of a case's record that its 'end' event carries (the phases of optbench.core.breakdown).
-PHASE_FIELDS = ("build_seconds", "build_compile_seconds", "check_seconds", "compile_seconds", "timing_seconds",
-                "timing_compile_seconds", "memory_seconds")
+# The fields of a case's record that its 'end' event carries (the phases of
+# optbench.core.breakdown).
+PHASE_FIELDS = (
+    "build_seconds",
+    "build_compile_seconds",
+    "check_seconds",
+    "compile_seconds",
+    "timing_seconds",
+    "timing_compile_seconds",
+    "memory_seconds",
+)
 ABORTED = "aborted"  # the end of a case whose measurement raised past the runner (not an interrupt)
 
 _warned = False
 
 
 def emit(event: str, **fields: Any) -> None:
-    """Append one event to the run's progress file (no-op where the run has none). A failing write warns once on
-    stderr and never stops a measurement."""
+    """Append one event to the run's progress file (no-op where the run has none). A failing write
+    warns once on stderr and never stops a measurement."""
     global _warned
     path = settings.current().progress
     if path is None:
         return
-    line = json.dumps({"event": event, "t": round(time.time(), 3), "pid": os.getpid(), **fields}, default=str)
+    line = json.dumps(
+        {"event": event, "t": round(time.time(), 3), "pid": os.getpid(), **fields}, default=str
+    )
     try:
         with open(path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
@@ -71,11 +85,13 @@ def emit(event: str, **fields: Any) -> None:
 
 
 def process_age() -> float | None:
-    """Seconds since this process started, by the kernel's clock (``/proc``: 10 ms ticks); None without /proc."""
+    """Seconds since this process started, by the kernel's clock (``/proc``: 10 ms ticks); None
+    without /proc."""
     try:
         stat = Path("/proc/self/stat").read_text()
         uptime = float(Path("/proc/uptime").read_text().split()[0])
-        ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # field 22, starttime (after pid, comm, state)
+        # field 22, starttime (after pid, comm, state)
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
         return max(uptime - ticks / os.sysconf("SC_CLK_TCK"), 0.0)
     except (OSError, ValueError, IndexError):
         return None
@@ -98,26 +114,48 @@ def case_started(key: str, benchmark: str) -> None:
     emit("start", key=key, benchmark=benchmark)
 
 
-def case_ended(key: str, benchmark: str, rec: Mapping[str, Any] | None, exc: BaseException | None = None,
-               measured: Mapping[str, Any] | None = None) -> None:
-    """The 'end' event of a case: status and reason from its record ``rec``, seconds and phases from what was
-    ``measured`` (the record as measured, before a cut-short case became a skip; default ``rec``). Without a
-    record (the measurement raised ``exc``), status :data:`ABORTED`; a case without seconds was not started."""
+def case_ended(
+    key: str,
+    benchmark: str,
+    rec: Mapping[str, Any] | None,
+    exc: BaseException | None = None,
+    measured: Mapping[str, Any] | None = None,
+) -> None:
+    """The 'end' event of a case: status and reason from its record ``rec``, seconds and phases from
+    what was ``measured`` (the record as measured, before a cut-short case became a skip; default
+    ``rec``). Without a record (the measurement raised ``exc``), status :data:`ABORTED`; a case
+    without seconds was not started."""
     timed = measured if measured is not None else rec or {}
-    status, reason = (rec.get("status"), str(rec.get("reason", ""))) if rec is not None else \
-        (ABORTED, f"{type(exc).__name__}: {exc}" if exc is not None else "")
-    emit("end", key=key, benchmark=benchmark, status=status, seconds=timed.get("seconds"), reason=reason[:300],
-         **({"not_started": True} if timed.get("seconds") is None and rec is not None else {}),
-         **{f: timed[f] for f in PHASE_FIELDS if timed.get(f) is not None})
+    status, reason = (
+        (rec.get("status"), str(rec.get("reason", "")))
+        if rec is not None
+        else (ABORTED, f"{type(exc).__name__}: {exc}" if exc is not None else "")
+    )
+    emit(
+        "end",
+        key=key,
+        benchmark=benchmark,
+        status=status,
+        seconds=timed.get("seconds"),
+        reason=reason[:300],
+        **({"not_started": True} if timed.get("seconds") is None and rec is not None else {}),
+        **{f: timed[f] for f in PHASE_FIELDS if timed.get(f) is not None},
+    )
 
 
 def planned_cases(benchmarks: Iterable[Any], suite: str, select: str | None = None) -> list[str]:
-    """Record keys of the cases of ``suite`` that report progress, in order: those of the grids (measured by
-    run_grid; the CPU suite's asv-timed classes, kind 'cpu', report none) that ``select`` matches where given.
-    ``benchmarks``: the catalog's entries (``optbench.suite.catalog.BENCHMARKS.values()``)."""
+    """Record keys of the cases of ``suite`` that report progress, in order: those of the grids
+    (measured by run_grid; the CPU suite's asv-timed classes, kind 'cpu', report none) that
+    ``select`` matches where given. ``benchmarks``: the catalog's entries
+    (``optbench.suite.catalog.BENCHMARKS.values()``)."""
     from optbench.core.store import record_key
 
-    keys = [record_key(b.name, params) for b in benchmarks if b.kind != "cpu" for params in b.cases(suite)]
+    keys = [
+        record_key(b.name, params)
+        for b in benchmarks
+        if b.kind != "cpu"
+        for params in b.cases(suite)
+    ]
     return [k for k in keys if not select or re.search(select, k)]
 
 
@@ -127,41 +165,55 @@ def asv_timed(benchmarks: Iterable[Any], suite: str) -> list[str]:
 
 
 def expected_seconds(runs: Iterable[Any], keys: Iterable[str]) -> dict[str, float]:
-    """Seconds per case of ``keys``, the median over every stored record of it that ran (ok, wrong or timeout)
-    in ``runs`` (``optbench.core.store.StoredRun``: one machine's, cold and warm caches alike); a case never run
-    there is absent."""
+    """Seconds per case of ``keys``, the median over every stored record of it that ran (ok, wrong
+    or timeout) in ``runs`` (``optbench.core.store.StoredRun``: one machine's, cold and warm caches
+    alike); a case never run there is absent."""
     wanted, seen = set(keys), {}
     for run in runs:
         for key, rec in run.results().items():
-            if key in wanted and rec.get("status") in ("ok", "wrong", "timeout") and rec.get("seconds"):
+            if (
+                key in wanted
+                and rec.get("status") in ("ok", "wrong", "timeout")
+                and rec.get("seconds")
+            ):
                 seen.setdefault(key, []).append(float(rec["seconds"]))
     return {key: statistics.median(seconds) for key, seconds in seen.items()}
 
 
-def estimate_note(planned: Sequence[str], expected: Mapping[str, float], budget_s: float | None,
-                  reserved_s: float) -> str:
-    """One line before a run: the seconds its ``planned`` cases took here before (:func:`expected_seconds`), how
-    many never ran here, and, with a time budget of ``budget_s`` of which ``reserved_s`` is kept for asv's
-    start and wrap-up, whether the budget will likely cut cases (those never run count as the median of the
-    others)."""
+def estimate_note(
+    planned: Sequence[str], expected: Mapping[str, float], budget_s: float | None, reserved_s: float
+) -> str:
+    """One line before a run: the seconds its ``planned`` cases took here before
+    (:func:`expected_seconds`), how many never ran here, and, with a time budget of ``budget_s`` of
+    which ``reserved_s`` is kept for asv's start and wrap-up, whether the budget will likely cut
+    cases (those never run count as the median of the others)."""
     known = [expected[k] for k in planned if k in expected]
     if not known:
-        return f"optbench: none of the {len(planned)} cases has run on this machine before: no estimate"
+        return (
+            f"optbench: none of the {len(planned)} cases has run on this machine before: "
+            "no estimate"
+        )
     unknown = len(planned) - len(known)
     total = sum(known) + unknown * statistics.median(known)
-    note = (f"optbench: expected ~{total:.0f} s of cases from this machine's stored runs ({len(known)} of "
-            f"{len(planned)} measured here before" + (f"; {unknown} never, counted at the median" if unknown else "")
-            + ")")
+    note = (
+        f"optbench: expected ~{total:.0f} s of cases from this machine's stored runs ({len(known)} "
+        f"of {len(planned)} measured here before"
+        + (f"; {unknown} never, counted at the median" if unknown else "")
+        + ")"
+    )
     if budget_s is not None and total > budget_s - reserved_s:
-        note += (f"; the time budget leaves {budget_s - reserved_s:.0f} s for cases once {reserved_s:.0f} s are "
-                 "kept for asv's start and wrap-up: it will likely cut some")
+        note += (
+            f"; the time budget leaves {budget_s - reserved_s:.0f} s for cases once "
+            f"{reserved_s:.0f} s are kept for asv's start and wrap-up: it will likely cut some"
+        )
     return note
 
 
 @dataclass(frozen=True)
 class Tally:
-    """Where a run stands: cases done of total, the one running (None between cases), seconds elapsed, the mean
-    seconds per finished case and the ETA (None while it has nothing to go on: :func:`tally`)."""
+    """Where a run stands: cases done of total, the one running (None between cases), seconds
+    elapsed, the mean seconds per finished case and the ETA (None while it has nothing to go on:
+    :func:`tally`)."""
 
     done: int
     total: int
@@ -176,13 +228,20 @@ class Tally:
         return self.total - self.done
 
 
-def tally(events: Iterable[Mapping[str, Any]], total: int, elapsed_s: float, planned: Sequence[str] = (),
-          expected: Mapping[str, float] | None = None, now: float | None = None) -> Tally:
-    """Done/total/ETA from a run's events in order. ``total``: the cases planned; cases seen beyond those count
-    too. The mean leaves out cases that the time budget did not start (no seconds). ETA: with ``planned`` (the
-    keys, in order) and ``expected`` (:func:`expected_seconds`), the sum over the planned cases not yet ended of
-    their expected seconds, a case without one at the mean (None while there is no mean), the running one less
-    the time it has run by ``now`` (Unix time); else the mean times the cases left."""
+def tally(
+    events: Iterable[Mapping[str, Any]],
+    total: int,
+    elapsed_s: float,
+    planned: Sequence[str] = (),
+    expected: Mapping[str, float] | None = None,
+    now: float | None = None,
+) -> Tally:
+    """Done/total/ETA from a run's events in order. ``total``: the cases planned; cases seen beyond
+    those count too. The mean leaves out cases that the time budget did not start (no seconds). ETA:
+    with ``planned`` (the keys, in order) and ``expected`` (:func:`expected_seconds`), the sum over
+    the planned cases not yet ended of their expected seconds, a case without one at the mean (None
+    while there is no mean), the running one less the time it has run by ``now`` (Unix time); else
+    the mean times the cases left."""
     finished: dict[str, Mapping[str, Any]] = {}
     running: str | None = None
     started: dict[str, float] = {}
@@ -209,8 +268,11 @@ def tally(events: Iterable[Mapping[str, Any]], total: int, elapsed_s: float, pla
         else:
             eta = 0.0
             for k in left:
-                eta += (max(expected.get(k, mean) - (now - started[k]), 0.0)
-                        if k == running and now is not None and k in started else expected.get(k, mean))
+                eta += (
+                    max(expected.get(k, mean) - (now - started[k]), 0.0)
+                    if k == running and now is not None and k in started
+                    else expected.get(k, mean)
+                )
     else:
         eta = None if mean is None else mean * (total - len(finished))
     return Tally(len(finished), total, running, elapsed_s, mean, eta, statuses)
@@ -228,9 +290,15 @@ def clock(seconds: float | None) -> str:
 def case_line(event: Mapping[str, Any], t: Tally) -> str:
     """The line of one finished case: key, status, seconds, done/total, elapsed, ETA."""
     took = "" if event.get("seconds") is None else f", {event['seconds']:.1f} s"
-    reason = f" ({event['reason'][:80]})" if event.get("status") not in ("ok", None) and event.get("reason") else ""
-    return (f"optbench: [{t.done}/{t.total}] {event.get('key')}: {event.get('status')}{reason}{took}; "
-            f"elapsed {clock(t.elapsed_s)}, ETA {clock(t.eta_s)}")
+    reason = (
+        f" ({event['reason'][:80]})"
+        if event.get("status") not in ("ok", None) and event.get("reason")
+        else ""
+    )
+    return (
+        f"optbench: [{t.done}/{t.total}] {event.get('key')}: {event.get('status')}{reason}{took}; "
+        f"elapsed {clock(t.elapsed_s)}, ETA {clock(t.eta_s)}"
+    )
 
 
 def parse_events(lines: Iterable[str | bytes]) -> list[dict[str, Any]]:
@@ -250,17 +318,27 @@ def read_events(path: Path) -> list[dict[str, Any]]:
 
 
 class Follower:
-    """Follows a run's progress file from the ``optbench run`` process while asv runs: a thread reads the lines
-    appended since its last look (every ``poll_s``) and shows them (``live``: rich's progress bar, with a line per
-    finished case printed above it; else that line alone, on stdout). :meth:`print` shows another line (asv's
-    output) without breaking the bar."""
+    """Follows a run's progress file from the ``optbench run`` process while asv runs: a thread
+    reads the lines appended since its last look (every ``poll_s``) and shows them (``live``: rich's
+    progress bar, with a line per finished case printed above it; else that line alone, on stdout).
+    :meth:`print` shows another line (asv's output) without breaking the bar."""
 
-    def __init__(self, path: Path, total: int, *, live: bool, console: Any = None, poll_s: float = 0.5,
-                 planned: Sequence[str] = (), expected: Mapping[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        total: int,
+        *,
+        live: bool,
+        console: Any = None,
+        poll_s: float = 0.5,
+        planned: Sequence[str] = (),
+        expected: Mapping[str, float] | None = None,
+    ) -> None:
         self.path, self.total, self.live, self.poll_s = Path(path), total, live, poll_s
         self.planned, self.expected = list(planned), expected  # for the ETA (tally)
         self.events: list[dict[str, Any]] = []
-        # From the file's end as it is now: a run id given again (OPTBENCH_RUN_ID) appends to an earlier file.
+        # From the file's end as it is now: a run id given again (OPTBENCH_RUN_ID) appends to an
+        # earlier file.
         self._offset, self._partial = (self.path.stat().st_size if self.path.exists() else 0), b""
         self._stop = threading.Event()
         self._lock, self._out = threading.Lock(), threading.Lock()
@@ -270,9 +348,16 @@ class Follower:
         if live:
             import rich.progress as rp
 
-            self._progress = rp.Progress(rp.SpinnerColumn(), rp.TextColumn("{task.description}"), rp.BarColumn(),
-                                         rp.MofNCompleteColumn(), rp.TextColumn("elapsed"), rp.TimeElapsedColumn(),
-                                         rp.TextColumn("ETA {task.fields[eta]}"), console=console)
+            self._progress = rp.Progress(
+                rp.SpinnerColumn(),
+                rp.TextColumn("{task.description}"),
+                rp.BarColumn(),
+                rp.MofNCompleteColumn(),
+                rp.TextColumn("elapsed"),
+                rp.TimeElapsedColumn(),
+                rp.TextColumn("ETA {task.fields[eta]}"),
+                console=console,
+            )
             self._task = self._progress.add_task("asv: starting", total=total or None, eta="?")
 
     def __enter__(self) -> Follower:
@@ -300,7 +385,8 @@ class Follower:
 
     def print(self, line: str) -> None:
         """Show one line of other output (above the bar where live)."""
-        with self._out:  # asv's lines (main thread) and case lines (following thread) whole, one at a time
+        # asv's lines (main thread) and case lines (following thread) whole, one at a time
+        with self._out:
             if self._progress is not None:
                 self._progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
             else:
@@ -312,8 +398,14 @@ class Follower:
             return self._tally()
 
     def _tally(self) -> Tally:
-        return tally(self.events, self.total, time.perf_counter() - self._started, self.planned, self.expected,
-                     time.time())
+        return tally(
+            self.events,
+            self.total,
+            time.perf_counter() - self._started,
+            self.planned,
+            self.expected,
+            time.time(),
+        )
 
     def _follow(self) -> None:
         while not self._stop.wait(self.poll_s):
@@ -329,10 +421,20 @@ class Follower:
                     self.print(case_line(event, self._tally()))
             if self._progress is not None:
                 t = self._tally()
-                between = "asv: after the grids" if t.total and t.done >= t.total else \
-                    "asv: between grids" if t.done else "asv: starting"
-                self._progress.update(self._task, completed=t.done, total=t.total or None, eta=clock(t.eta_s),
-                                      description=t.running or between)
+                between = (
+                    "asv: after the grids"
+                    if t.total and t.done >= t.total
+                    else "asv: between grids"
+                    if t.done
+                    else "asv: starting"
+                )
+                self._progress.update(
+                    self._task,
+                    completed=t.done,
+                    total=t.total or None,
+                    eta=clock(t.eta_s),
+                    description=t.running or between,
+                )
         return new
 
     def _read(self) -> list[dict[str, Any]]:
@@ -352,8 +454,10 @@ class Follower:
 STOP_GRACE_S = 20.0
 # Runs a command bound to the process that started it (``python -c BOUND <parent pid> command...``):
 # :func:`exec_bound`.
-BOUND = ("import sys; from optbench.core.progress import exec_bound; "
-         "exec_bound(int(sys.argv[1]), sys.argv[2:])")
+BOUND = (
+    "import sys; from optbench.core.progress import exec_bound; "
+    "exec_bound(int(sys.argv[1]), sys.argv[2:])"
+)
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -400,7 +504,7 @@ def alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return True  # no /proc: signal 0 is all there is to go on
-    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
 
 
 def _signal(pid: int, signum: int, group: bool = False) -> None:
@@ -416,8 +520,9 @@ def _wait_gone(pids: Iterable[int], until: float) -> None:
         time.sleep(0.05)
 
 
-def stop_processes(proc: subprocess.Popen, measuring: Iterable[int],
-                   grace_s: float = STOP_GRACE_S) -> None:
+def stop_processes(
+    proc: subprocess.Popen, measuring: Iterable[int], grace_s: float = STOP_GRACE_S
+) -> None:
     """End ``proc`` (asv, the leader of its own process group), its group and the processes
     ``measuring`` (those of the cases running): SIGTERM to ``measuring`` first, and as long as
     ``grace_s`` for them to record what they stopped and end; then SIGINT to ``proc``'s group (asv
@@ -437,10 +542,15 @@ def stop_processes(proc: subprocess.Popen, measuring: Iterable[int],
     proc.wait()
 
 
-def run_followed(command: Sequence[str], env: Mapping[str, str], follower: Follower, cwd: Path,
-                 grace_s: float = STOP_GRACE_S) -> int:
-    """Run ``command`` with its output (stdout and stderr, line by line) shown through ``follower`` while it
-    follows the progress file; the command's exit status.
+def run_followed(
+    command: Sequence[str],
+    env: Mapping[str, str],
+    follower: Follower,
+    cwd: Path,
+    grace_s: float = STOP_GRACE_S,
+) -> int:
+    """Run ``command`` with its output (stdout and stderr, line by line) shown through ``follower``
+    while it follows the progress file; the command's exit status.
 
     The command's processes end with this one. The command runs in a process group of its own, bound
     to this process (:func:`exec_bound`: SIGINT when this process ends, even by SIGKILL; a grid
@@ -451,10 +561,17 @@ def run_followed(command: Sequence[str], env: Mapping[str, str], follower: Follo
     from optbench.core.signals import Interrupted, interruptible
 
     with follower, interruptible():
-        proc = subprocess.Popen([sys.executable, "-c", BOUND, str(os.getpid()), *command], cwd=cwd,
-                                env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
-                                process_group=0)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", BOUND, str(os.getpid()), *command],
+            cwd=cwd,
+            env={**env, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            process_group=0,
+        )
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -462,8 +579,11 @@ def run_followed(command: Sequence[str], env: Mapping[str, str], follower: Follo
             return proc.wait()
         except KeyboardInterrupt as exc:
             follower.poll()
-            running = {key: pid for key, pid in running_cases(follower.events).items()
-                       if isinstance(pid, int) and alive(pid)}
+            running = {
+                key: pid
+                for key, pid in running_cases(follower.events).items()
+                if isinstance(pid, int) and alive(pid)
+            }
             stop_processes(proc, running.values(), grace_s)
             name = exc.signal if isinstance(exc, Interrupted) else "SIGINT"
             raise RunInterrupted(name, running) from exc

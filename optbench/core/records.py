@@ -1,8 +1,10 @@
-"""The one typed reader of stored records: what :mod:`optbench.core.runner` writes, read back by name.
+"""The one typed reader of stored records: what :mod:`optbench.core.runner` writes, read back by
+name.
 
-A record is a JSON object (one line of a run's file, :mod:`optbench.core.store`); :meth:`Record.of` views it
-without copying and tolerates records of any age: a missing field reads as empty, a clock stored as null (no
-device on a CPU) or absent (``device_warm`` before cold-L2 timing) reads as no timing.
+A record is a JSON object (one line of a run's file, :mod:`optbench.core.store`); :meth:`Record.of`
+views it without copying and tolerates records of any age: a missing field reads as empty, a clock
+stored as null (no device on a CPU) or absent (``device_warm`` before cold-L2 timing) reads as no
+timing.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ INTERRUPTED = "interrupted"
 
 @dataclass(frozen=True)
 class TimingView:
-    """One clock's timing of one metric (a ``Timing.to_dict()``), ms per call; the quartiles default to the
-    median and the samples to none where a record lacks them."""
+    """One clock's timing of one metric (a ``Timing.to_dict()``), ms per call; the quartiles default
+    to the median and the samples to none where a record lacks them."""
 
     median_ms: float
     q25_ms: float
@@ -31,8 +33,13 @@ class TimingView:
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> TimingView:
         median = data.get("median_ms", 0.0)
-        return cls(median, data.get("q25_ms", median), data.get("q75_ms", median),
-                   tuple(data.get("samples_ms", ())), data.get("method", ""))
+        return cls(
+            median,
+            data.get("q25_ms", median),
+            data.get("q75_ms", median),
+            tuple(data.get("samples_ms", ())),
+            data.get("method", ""),
+        )
 
     @property
     def iqr_ms(self) -> float:
@@ -42,9 +49,10 @@ class TimingView:
 
 @dataclass(frozen=True)
 class Record:
-    """One stored record. ``run`` is the run id ('' for records from before run ids), ``date`` the ISO 8601
-    time its run started; ``flops``/``bytes_moved`` map a metric to the work of one call (for the roofline);
-    ``compile_seconds``: torch.compile's seconds in the case's build and check (None in records without it)."""
+    """One stored record. ``run`` is the run id ('' for records from before run ids), ``date`` the
+    ISO 8601 time its run started; ``flops``/``bytes_moved`` map a metric to the work of one call
+    (for the roofline); ``compile_seconds``: torch.compile's seconds in the case's build and check
+    (None in records without it)."""
 
     key: str
     benchmark: str
@@ -63,12 +71,21 @@ class Record:
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> Record:
         """The view of one stored record (a dict as read from the store)."""
-        return cls(key=data.get("key", ""), benchmark=data.get("benchmark", ""), params=data.get("params") or {},
-                   status=data.get("status", ""), reason=data.get("reason", ""), info=data.get("info") or {},
-                   run=data.get("run") or "", date=data.get("date") or "", flops=data.get("flops") or {},
-                   bytes_moved=data.get("bytes") or {}, compile_seconds=data.get("compile_seconds"),
-                   _timings=data.get("metrics") or {},
-                   _peaks=data.get("peak_mem_bytes") or {})
+        return cls(
+            key=data.get("key", ""),
+            benchmark=data.get("benchmark", ""),
+            params=data.get("params") or {},
+            status=data.get("status", ""),
+            reason=data.get("reason", ""),
+            info=data.get("info") or {},
+            run=data.get("run") or "",
+            date=data.get("date") or "",
+            flops=data.get("flops") or {},
+            bytes_moved=data.get("bytes") or {},
+            compile_seconds=data.get("compile_seconds"),
+            _timings=data.get("metrics") or {},
+            _peaks=data.get("peak_mem_bytes") or {},
+        )
 
     @property
     def ok(self) -> bool:
@@ -82,7 +99,8 @@ class Record:
 
     @property
     def primary_clock(self) -> str:
-        """The clock the record's figure is read by: ``info.primary_clock``, device time where unset."""
+        """The clock the record's figure is read by: ``info.primary_clock``, device time where
+        unset."""
         return self.info.get("primary_clock", "device")
 
     @property
@@ -91,11 +109,13 @@ class Record:
         return tuple(self._timings)
 
     def clocks(self, metric: str) -> tuple[str, ...]:
-        """The clocks with a timing of ``metric`` ('device', 'device_warm', 'wall'), in stored order."""
+        """The clocks with a timing of ``metric`` ('device', 'device_warm', 'wall'), in stored
+        order."""
         return tuple(clock for clock, t in (self._timings.get(metric) or {}).items() if t)
 
     def timing(self, metric: str, clock: str) -> TimingView | None:
-        """``metric`` timed by ``clock``; None where it was not (a null or missing clock, a missing metric)."""
+        """``metric`` timed by ``clock``; None where it was not (a null or missing clock, a missing
+        metric)."""
         t = (self._timings.get(metric) or {}).get(clock)
         return TimingView.of(t) if t else None
 

@@ -1,5 +1,5 @@
-"""Roofline: how close a timed kernel gets to the compute and bandwidth ceilings of a device, and which
-times beat its floor (a measurement problem where the L2 was cold)."""
+"""Roofline: how close a timed kernel gets to the compute and bandwidth ceilings of a device, and
+which times beat its floor (a measurement problem where the L2 was cold)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ MATMUL_N = 8192  # the compute probe multiplies two N x N matrices
 class Ceilings:
     """Peak TFLOPS per dtype (None = unknown/unsupported) and peak bandwidth in GB/s (1e9 B/s).
 
-    The one lookup of a device's peaks: :meth:`peak` for TFLOP/s at a dtype, ``bandwidth_gbps`` for GB/s;
-    vendor peaks through :meth:`from_profile`, achievable ones through :func:`measure_ceilings`.
+    The one lookup of a device's peaks: :meth:`peak` for TFLOP/s at a dtype, ``bandwidth_gbps`` for
+    GB/s; vendor peaks through :meth:`from_profile`, achievable ones through
+    :func:`measure_ceilings`.
     """
 
     tflops: dict[str, float | None]
@@ -33,8 +34,8 @@ class Ceilings:
         return cls(dict(profile.peak_tflops), profile.mem_bw_gbps, f"profile:{profile.key}")
 
     def peak(self, dtype: str) -> float | None:
-        """Ceiling in TFLOPS for dtype ('fp32', 'tf32', 'bf16', 'fp16'); None if unknown or unsupported;
-        KeyError for any other dtype."""
+        """Ceiling in TFLOPS for dtype ('fp32', 'tf32', 'bf16', 'fp16'); None if unknown or
+        unsupported; KeyError for any other dtype."""
         if dtype not in DTYPES:
             raise KeyError(f"unknown dtype {dtype!r}; expected one of {DTYPES}")
         return self.tflops.get(dtype)
@@ -42,8 +43,9 @@ class Ceilings:
 
 @dataclass(frozen=True)
 class Probe:
-    """One ceiling probe: ``fn()`` runs its work once on the probe's device; ``flops`` and ``bytes_moved`` count
-    that work (the inputs of :func:`roofline`), in precision ``dtype`` (one of :data:`DTYPES`)."""
+    """One ceiling probe: ``fn()`` runs its work once on the probe's device; ``flops`` and
+    ``bytes_moved`` count that work (the inputs of :func:`roofline`), in precision ``dtype`` (one of
+    :data:`DTYPES`)."""
 
     fn: Callable[[], object]
     flops: float
@@ -52,17 +54,19 @@ class Probe:
 
 
 def copy_probe(device: str | torch.device, dtype: str = "fp32", nbytes: int = COPY_BYTES) -> Probe:
-    """Bandwidth probe: a device-to-device copy of ``nbytes`` of random ``dtype`` data into a preallocated
-    buffer; 0 FLOPs, bytes read plus written (2 x ``nbytes``, rounded down to whole elements)."""
+    """Bandwidth probe: a device-to-device copy of ``nbytes`` of random ``dtype`` data into a
+    preallocated buffer; 0 FLOPs, bytes read plus written (2 x ``nbytes``, rounded down to whole
+    elements)."""
     src = torch.rand(nbytes // torch_dtype(dtype).itemsize, device=device, dtype=torch_dtype(dtype))
     dst = torch.empty_like(src)
     return Probe(lambda: dst.copy_(src), 0.0, 2.0 * src.numel() * src.element_size(), dtype)
 
 
 def matmul_probe(dtype: str, device: str | torch.device, n: int = MATMUL_N) -> Probe:
-    """Compute probe: an n x n x n matmul of random matrices in ``dtype`` into a preallocated output; 2 n^3
-    FLOPs, and the bytes of both inputs read once and the output written once (3 n^2 elements). For 'tf32' the
-    caller enables TF32 matmuls while it times ``fn`` (:func:`measure_ceilings` does)."""
+    """Compute probe: an n x n x n matmul of random matrices in ``dtype`` into a preallocated
+    output; 2 n^3 FLOPs, and the bytes of both inputs read once and the output written once (3 n^2
+    elements). For 'tf32' the caller enables TF32 matmuls while it times ``fn``
+    (:func:`measure_ceilings` does)."""
     a, b = (torch.randn(n, n, device=device, dtype=torch_dtype(dtype)) for _ in range(2))
     out = torch.empty_like(a)
     return Probe(lambda: torch.mm(a, b, out=out), 2.0 * n**3, 3.0 * n * n * a.element_size(), dtype)
@@ -71,15 +75,20 @@ def matmul_probe(dtype: str, device: str | torch.device, n: int = MATMUL_N) -> P
 def measure_ceilings(device: str | torch.device = "cuda") -> Ceilings:
     """Achievable ceilings measured on a CUDA device (median device time, timing.measure).
 
-    Bandwidth: :func:`copy_probe` (1 GiB, bytes read plus written). Compute: :func:`matmul_probe` (8192^3) in
-    bf16, fp16, fp32 with TF32 and fp32 without TF32 (the TF32 flag is restored afterwards); dtypes the device
-    does not support natively are left None.
+    Bandwidth: :func:`copy_probe` (1 GiB, bytes read plus written). Compute: :func:`matmul_probe`
+    (8192^3) in bf16, fp16, fp32 with TF32 and fp32 without TF32 (the TF32 flag is restored
+    afterwards); dtypes the device does not support natively are left None.
     """
     dev = torch.device(device)
     if dev.type != "cuda":
         raise NotImplementedError(f"ceilings can only be measured on CUDA, not {dev.type!r}")
     profile = detect(dev)
-    supported = {"fp32": True, "tf32": profile.supports_tf32, "bf16": profile.supports_bf16, "fp16": True}
+    supported = {
+        "fp32": True,
+        "tf32": profile.supports_tf32,
+        "bf16": profile.supports_bf16,
+        "fp16": True,
+    }
     tflops = {dtype: _matmul_tflops(dtype, dev) if ok else None for dtype, ok in supported.items()}
     return Ceilings(tflops, _copy_gbps(dev), "measured")
 
@@ -108,7 +117,8 @@ def _matmul_tflops(dtype: str, dev: torch.device) -> float:
 
 @dataclass(frozen=True)
 class Roofline:
-    """Where one timed kernel sits under the ceilings; fields needing an unknown ceiling are None."""
+    """Where one timed kernel sits under the ceilings; fields needing an unknown ceiling are
+    None."""
 
     achieved_tflops: float
     achieved_gbps: float
@@ -122,7 +132,8 @@ class Roofline:
 def _floor_terms(
     flops: float, bytes_moved: float, ceilings: Ceilings, dtype: str
 ) -> tuple[float | None, float | None]:
-    """(compute ms, memory ms) lower bounds; a term is 0 without work, None if its ceiling is unknown."""
+    """(compute ms, memory ms) lower bounds; a term is 0 without work, None if its ceiling is
+    unknown."""
     if flops < 0 or bytes_moved < 0:
         raise ValueError(f"flops and bytes must be >= 0, got {flops}, {bytes_moved}")
     peak, bandwidth = ceilings.peak(dtype), ceilings.bandwidth_gbps
@@ -143,8 +154,11 @@ def floor_ms(flops: float, bytes_moved: float, ceilings: Ceilings, dtype: str) -
     return _floor(*_floor_terms(flops, bytes_moved, ceilings, dtype))
 
 
-def roofline(flops: float, bytes_moved: float, time_ms: float, ceilings: Ceilings, dtype: str) -> Roofline:
-    """Achieved TFLOPS and GB/s of a kernel doing flops and moving bytes_moved in time_ms, vs ceilings."""
+def roofline(
+    flops: float, bytes_moved: float, time_ms: float, ceilings: Ceilings, dtype: str
+) -> Roofline:
+    """Achieved TFLOPS and GB/s of a kernel doing flops and moving bytes_moved in time_ms, vs
+    ceilings."""
     if time_ms <= 0:
         raise ValueError(f"time_ms must be > 0, got {time_ms}")
     compute_ms, memory_ms = _floor_terms(flops, bytes_moved, ceilings, dtype)
@@ -164,6 +178,7 @@ def roofline(flops: float, bytes_moved: float, time_ms: float, ceilings: Ceiling
 
 
 def below_floor(floor_ratio: float | None) -> bool:
-    """Whether a time at ``floor_ratio`` x its roofline floor is at or under the floor. A cold-L2 device time
-    there is a measurement problem (its data comes from HBM); a warm-L2 one may be L2 bandwidth."""
+    """Whether a time at ``floor_ratio`` x its roofline floor is at or under the floor. A cold-L2
+    device time there is a measurement problem (its data comes from HBM); a warm-L2 one may be L2
+    bandwidth."""
     return floor_ratio is not None and floor_ratio <= 1.0

@@ -2,18 +2,19 @@
 
 A case that the machine cannot run is *skipped* with its reason; a wrong result is recorded as
 *wrong* and never timed; an out-of-memory error, a case over its time budget or any other error is
-recorded as such and the grid goes on; a case that the alarm cannot interrupt (blocked in C code) is stopped
-by a :func:`watchdog`, which ends the process if it must. A case that the run's time budget cuts short is not
-measured, and not stored. A case that leaves the CUDA context unusable (an illegal memory access) is recorded
-as *crashed*, and the cases after it as not measured: the grid returns what it measured, so that asv still
-reports the rest. An interrupt (SIGINT, or SIGTERM: Ctrl-C, a cancel, the end of the parent
-process, :func:`die_with_parent`) stops the grid: the case it stopped is recorded as *interrupted*,
-the run is marked partial (:meth:`optbench.core.store.ResultStore.mark_partial`) and the interrupt
-goes on up. Every record is saved to the result store as soon as it exists, so a run that dies keeps
-what it measured. A record holds the seconds of each phase of its case (``build_seconds`` with its
-``build_compile_seconds``, ``check_seconds``, ``compile_seconds``: torch.compile's seconds in the build and the
-check, what the case costs to compile; ``timing_seconds`` with its ``timing_compile_seconds``,
-``memory_seconds``); each case's start and end, with those seconds, also go to the run's progress file
+recorded as such and the grid goes on; a case that the alarm cannot interrupt (blocked in C code) is
+stopped by a :func:`watchdog`, which ends the process if it must. A case that the run's time budget
+cuts short is not measured, and not stored. A case that leaves the CUDA context unusable (an illegal
+memory access) is recorded as *crashed*, and the cases after it as not measured: the grid returns
+what it measured, so that asv still reports the rest. An interrupt (SIGINT, or SIGTERM: Ctrl-C, a
+cancel, the end of the parent process, :func:`die_with_parent`) stops the grid: the case it stopped
+is recorded as *interrupted*, the run is marked partial
+(:meth:`optbench.core.store.ResultStore.mark_partial`) and the interrupt goes on up. Every record is
+saved to the result store as soon as it exists, so a run that dies keeps what it measured. A record
+holds the seconds of each phase of its case (``build_seconds`` with its ``build_compile_seconds``,
+``check_seconds``, ``compile_seconds``: torch.compile's seconds in the build and the check, what the
+case costs to compile; ``timing_seconds`` with its ``timing_compile_seconds``, ``memory_seconds``);
+each case's start and end, with those seconds, also go to the run's progress file
 (:mod:`optbench.core.progress`), which ``optbench run`` follows.
 """
 
@@ -40,7 +41,14 @@ from typing import Any
 from optbench.core import progress, settings
 from optbench.core.records import INTERRUPTED
 from optbench.core.signals import Interrupted, interruptible
-from optbench.core.store import IN_PROGRESS, MACHINE_KEY, REPO_ROOT, ResultStore, current_run_id, record_key
+from optbench.core.store import (
+    IN_PROGRESS,
+    MACHINE_KEY,
+    REPO_ROOT,
+    ResultStore,
+    current_run_id,
+    record_key,
+)
 
 
 class WrongResult(AssertionError):
@@ -51,19 +59,20 @@ class WrongResult(AssertionError):
 class Work:
     """What one case measures once its inputs are built.
 
-    ``timed`` maps a metric name (e.g. ``"fwd"``, ``"fwdbwd"``, ``"step"``) to the callable timed for it;
-    ``rotation`` maps a metric to that callable over each of several input sets (``timed``'s first), which the
-    device time rotates over for a cold L2 (:func:`optbench.core.timing.measure`; the first set alone gives the
-    warm-L2 figure); a metric without one is timed on its one callable;
-    ``memory`` names the metrics whose peak extra memory is measured (after ``before_memory``, e.g. dropping
-    gradients so that their allocation counts, and with the bytes already allocated recorded beside it as
-    ``mem_base_bytes``, of which ``mem_before_bytes`` were allocated before the case was built: what earlier
-    cases of the process left); ``check`` runs before any timing
-    and raises :class:`WrongResult` when the result is wrong; ``flops``/``bytes`` per metric feed the
-    roofline (floor) at report time; ``info`` is free-form (dtype, tokens per call, ...); ``timing`` overrides
-    the timer's warm-up and sampling budgets per metric (:func:`optbench.core.timing.measure`);
-    ``measured`` maps a metric to a timing taken outside this process (a ``Measurement.to_dict()``, e.g. by the
-    ranks of a torchrun launch, ``optbench.suite.distributed``), stored as it is beside those of ``timed``.
+    ``timed`` maps a metric name (e.g. ``"fwd"``, ``"fwdbwd"``, ``"step"``) to the callable timed
+    for it; ``rotation`` maps a metric to that callable over each of several input sets (``timed``'s
+    first), which the device time rotates over for a cold L2 (:func:`optbench.core.timing.measure`;
+    the first set alone gives the warm-L2 figure); a metric without one is timed on its one
+    callable; ``memory`` names the metrics whose peak extra memory is measured (after
+    ``before_memory``, e.g. dropping gradients so that their allocation counts, and with the bytes
+    already allocated recorded beside it as ``mem_base_bytes``, of which ``mem_before_bytes`` were
+    allocated before the case was built: what earlier cases of the process left); ``check`` runs
+    before any timing and raises :class:`WrongResult` when the result is wrong; ``flops``/``bytes``
+    per metric feed the roofline (floor) at report time; ``info`` is free-form (dtype, tokens per
+    call, ...); ``timing`` overrides the timer's warm-up and sampling budgets per metric
+    (:func:`optbench.core.timing.measure`); ``measured`` maps a metric to a timing taken outside
+    this process (a ``Measurement.to_dict()``, e.g. by the ranks of a torchrun launch,
+    ``optbench.suite.distributed``), stored as it is beside those of ``timed``.
     """
 
     timed: dict[str, Callable[[], Any]]
@@ -74,9 +83,12 @@ class Work:
     info: dict[str, Any] = field(default_factory=dict)
     graph: bool = True
     before_memory: Callable[[], None] | None = None
-    timing: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> keywords of timing.measure
-    rotation: dict[str, tuple[Callable[[], Any], ...]] = field(default_factory=dict)  # metric -> one per set
-    measured: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> Measurement.to_dict()
+    # metric -> keywords of timing.measure
+    timing: dict[str, dict[str, float]] = field(default_factory=dict)
+    # metric -> one per set
+    rotation: dict[str, tuple[Callable[[], Any], ...]] = field(default_factory=dict)
+    # metric -> Measurement.to_dict()
+    measured: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -87,22 +99,30 @@ class Case:
     build: Callable[[], Work]
 
 
-# Paths whose changes leave the measured code as it was: results, docs and notes committed after a run.
+# Paths whose changes leave the measured code as it was: results, docs and notes committed after a
+# run.
 UNMEASURED_PATHS = ("results", "docs", "NOTES.md", "README.md")
 
 
 def measured_commit(ref: str = "HEAD", cwd: str | Path = REPO_ROOT) -> str:
-    """The newest commit at or before ``ref`` that changed anything outside :data:`UNMEASURED_PATHS`: the
-    commit whose code ``ref`` measures. Results are stored under it, so runs of one code state in several
-    sessions add up even where results or notes were committed between them."""
+    """The newest commit at or before ``ref`` that changed anything outside
+    :data:`UNMEASURED_PATHS`: the commit whose code ``ref`` measures. Results are stored under it,
+    so runs of one code state in several sessions add up even where results or notes were committed
+    between them."""
     excludes = [f":(exclude){path}" for path in UNMEASURED_PATHS]
-    out = subprocess.run(["git", "log", "-1", "--format=%H", ref, "--", ".", *excludes], cwd=cwd,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["git", "log", "-1", "--format=%H", ref, "--", ".", *excludes],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout.strip()
 
 
 def current_commit() -> str:
-    """The commit being measured: asv's ``ASV_COMMIT``, else :func:`measured_commit` of HEAD, else 'unknown'."""
+    """The commit being measured: asv's ``ASV_COMMIT``, else :func:`measured_commit` of HEAD, else
+    'unknown'."""
     if settings.current().asv_commit:
         return settings.current().asv_commit
     try:
@@ -112,8 +132,8 @@ def current_commit() -> str:
 
 
 def current_machine() -> str:
-    """Results-folder name of this machine: the run's (``optbench run`` sets it), else under a plain ``asv run``
-    asv's machine (:func:`asv_machine`), else detected."""
+    """Results-folder name of this machine: the run's (``optbench run`` sets it), else under a plain
+    ``asv run`` asv's machine (:func:`asv_machine`), else detected."""
     from optbench.core.machine import machine_name
 
     current = settings.current()
@@ -123,8 +143,9 @@ def current_machine() -> str:
 
 
 def asv_machine(path: Path | None = None) -> str | None:
-    """The machine a plain ``asv run`` stores under: the one machine of asv's machine file (``~/.asv-machine.json``),
-    so that optbench's records of that run sit beside asv's; None where the file names none or several."""
+    """The machine a plain ``asv run`` stores under: the one machine of asv's machine file
+    (``~/.asv-machine.json``), so that optbench's records of that run sit beside asv's; None where
+    the file names none or several."""
     import json
 
     path = path or Path.home() / ".asv-machine.json"
@@ -156,15 +177,20 @@ def _allocated(device: str) -> int | None:
 
 
 def _free_device_memory(baseline: int | None = None) -> None:
-    """Give back what a case left on the device. Reference counting has freed its acyclic garbage already; the
-    collector (a full pass costs 0.1-0.3 s in a process that has imported inductor) runs only where the bytes
-    allocated stay above ``baseline`` (those at the case's start; None: always), as when a cycle holds a model.
-    Then the allocator's cached blocks go back to the driver."""
+    """Give back what a case left on the device. Reference counting has freed its acyclic garbage
+    already; the collector (a full pass costs 0.1-0.3 s in a process that has imported inductor)
+    runs only where the bytes allocated stay above ``baseline`` (those at the case's start; None:
+    always), as when a cycle holds a model. Then the allocator's cached blocks go back to the
+    driver."""
     import gc
 
     import torch
 
-    if baseline is None or not torch.cuda.is_available() or torch.cuda.memory_allocated() > baseline:
+    if (
+        baseline is None
+        or not torch.cuda.is_available()
+        or torch.cuda.memory_allocated() > baseline
+    ):
         gc.collect()
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -174,9 +200,10 @@ def _free_device_memory(baseline: int | None = None) -> None:
 class CaseTimeout(BaseException):
     """A case ran past its time budget (raised from SIGALRM, wherever the case's Python code was).
 
-    A BaseException, as KeyboardInterrupt is, so that library code's ``except Exception`` does not swallow
-    it: inductor's max-autotune treats a failing choice as slow and goes on, so an Exception raised inside
-    its autotuning would only skip that choice and the compile would run on far past the budget."""
+    A BaseException, as KeyboardInterrupt is, so that library code's ``except Exception`` does not
+    swallow it: inductor's max-autotune treats a failing choice as slow and goes on, so an Exception
+    raised inside its autotuning would only skip that choice and the compile would run on far past
+    the budget."""
 
 
 _REFIRE_S = 5.0  # if library code swallows the first CaseTimeout, it is raised again this often
@@ -184,11 +211,16 @@ _REFIRE_S = 5.0  # if library code swallows the first CaseTimeout, it is raised 
 
 @contextmanager
 def deadline(seconds: float, what: str = "its budget") -> Iterator[None]:
-    """Raise :class:`CaseTimeout` in the code running inside once ``seconds`` have passed, and every few seconds
-    after, until it leaves. Interrupts Python-level work (compilation, autotuning, timing loops), not a kernel
-    already running nor a wait in C code (:func:`watchdog` stops those); a no-op off the main thread or without
-    ``setitimer``. An outer timer (e.g. a harness's own) is re-armed with what remains of it."""
-    if seconds <= 0 or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+    """Raise :class:`CaseTimeout` in the code running inside once ``seconds`` have passed, and every
+    few seconds after, until it leaves. Interrupts Python-level work (compilation, autotuning,
+    timing loops), not a kernel already running nor a wait in C code (:func:`watchdog` stops those);
+    a no-op off the main thread or without ``setitimer``. An outer timer (e.g. a harness's own) is
+    re-armed with what remains of it."""
+    if (
+        seconds <= 0
+        or not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
         yield
         return
 
@@ -208,23 +240,26 @@ def deadline(seconds: float, what: str = "its budget") -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, max(outer_left - (time.monotonic() - start), 1e-3))
 
 
-# How long past its budget a case may run before the watchdog kills this process's child processes, and as
-# long again before it ends the process. The alarm re-fires every few seconds, so a case still running this
-# long after its budget is blocked in C code (e.g. waiting on inductor's compile workers). Twice this is
-# the 60 s that ``optbench run --time-budget`` keeps after the run's deadline (cli.ASV_WRAP_UP_S), so that a
-# case cut by the run's deadline ends within the time budget even then.
+# How long past its budget a case may run before the watchdog kills this process's child processes,
+# and as long again before it ends the process. The alarm re-fires every few seconds, so a case
+# still running this long after its budget is blocked in C code (e.g. waiting on inductor's compile
+# workers). Twice this is the 60 s that ``optbench run --time-budget`` keeps after the run's
+# deadline (cli.ASV_WRAP_UP_S), so that a case cut by the run's deadline ends within the time budget
+# even then.
 HARD_STOP_GRACE_S = 30.0
-HARD_STOP_EXIT = 124  # the exit status of a process that the watchdog ended (coreutils' timeout uses it too)
+# the exit status of a process that the watchdog ended (coreutils' timeout uses it too)
+HARD_STOP_EXIT = 124
 WATCHDOG_THREAD = "optbench-watchdog"
 
 
 @contextmanager
 def watchdog(seconds: float, hard_stop: Callable[[], None]) -> Iterator[list[int]]:
-    """Hard stop of code that :func:`deadline`'s alarm cannot interrupt, as when the main thread waits in C on
-    inductor's compile workers. :data:`HARD_STOP_GRACE_S` after ``seconds`` a thread kills this process's child
-    processes (which unblocks a wait on them, so that the alarm lands); if the code is still running as long
-    after that, it calls ``hard_stop`` and ends the process with :data:`HARD_STOP_EXIT`. Yields the ids of the
-    processes it killed; the thread is stopped when the code leaves. A no-op for ``seconds <= 0``."""
+    """Hard stop of code that :func:`deadline`'s alarm cannot interrupt, as when the main thread
+    waits in C on inductor's compile workers. :data:`HARD_STOP_GRACE_S` after ``seconds`` a thread
+    kills this process's child processes (which unblocks a wait on them, so that the alarm lands);
+    if the code is still running as long after that, it calls ``hard_stop`` and ends the process
+    with :data:`HARD_STOP_EXIT`. Yields the ids of the processes it killed; the thread is stopped
+    when the code leaves. A no-op for ``seconds <= 0``."""
     killed: list[int] = []
     if seconds <= 0:
         yield killed
@@ -240,8 +275,12 @@ def watchdog(seconds: float, hard_stop: Callable[[], None]) -> Iterator[list[int
         try:
             hard_stop()
         finally:
-            print(f"optbench: ended the process: a case ran {2 * HARD_STOP_GRACE_S:g} s past its budget of "
-                  f"{seconds:g} s and the alarm could not interrupt it", file=sys.stderr, flush=True)
+            print(
+                f"optbench: ended the process: a case ran {2 * HARD_STOP_GRACE_S:g} s past its "
+                f"budget of {seconds:g} s and the alarm could not interrupt it",
+                file=sys.stderr,
+                flush=True,
+            )
             os._exit(HARD_STOP_EXIT)
 
     thread = threading.Thread(target=watch, name=WATCHDOG_THREAD, daemon=True)
@@ -254,11 +293,17 @@ def watchdog(seconds: float, hard_stop: Callable[[], None]) -> Iterator[list[int
 
 
 def _children(pid: int) -> list[int]:
-    """Ids of the child processes of ``pid``: from /proc, else (a kernel that does not list them) ``pgrep -P``."""
+    """Ids of the child processes of ``pid``: from /proc, else (a kernel that does not list them)
+    ``pgrep -P``."""
     listed = glob.glob(f"/proc/{pid}/task/*/children")
     if not listed:
         try:
-            return [int(c) for c in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True).stdout.split()]
+            return [
+                int(c)
+                for c in subprocess.run(
+                    ["pgrep", "-P", str(pid)], capture_output=True
+                ).stdout.split()
+            ]
         except OSError:
             return []
     children: list[int] = []
@@ -282,8 +327,8 @@ def _kill_child_processes() -> list[int]:
 
 
 def _restart_compile_workers() -> None:
-    """After the watchdog killed inductor's compile workers, whose pool then stays closed: have inductor start
-    new ones for later cases."""
+    """After the watchdog killed inductor's compile workers, whose pool then stays closed: have
+    inductor start new ones for later cases."""
     async_compile = sys.modules.get("torch._inductor.async_compile")
     if async_compile is not None:
         async_compile.shutdown_compile_workers()
@@ -292,9 +337,10 @@ def _restart_compile_workers() -> None:
 # Epoch seconds after which no case of this run starts and a running one is stopped (``optbench run
 # --time-budget``): the run ends in time for asv to write its results, inside a runner's job limit.
 RUN_DEADLINE_ENV = settings.VARIABLES["deadline"]
-# A case is not started with less than this (or its own budget, where smaller) left of the run's time budget:
-# cut short, it would show nothing. Small beside a case's budget (120-180 s), so that little of a run's budget
-# goes unused, and large enough for a kernel case or an eager step up to 1B on an H100.
+# A case is not started with less than this (or its own budget, where smaller) left of the run's
+# time budget: cut short, it would show nothing. Small beside a case's budget (120-180 s), so that
+# little of a run's budget goes unused, and large enough for a kernel case or an eager step up to 1B
+# on an H100.
 _MIN_CASE_S = 30.0
 
 
@@ -305,7 +351,8 @@ def run_time_left() -> float | None:
 
 
 def out_of_run_time(budget_s: float = math.inf) -> bool:
-    """Whether too little of the run's time budget is left to start a case of ``budget_s`` seconds: less than
+    """Whether too little of the run's time budget is left to start a case of ``budget_s`` seconds:
+    less than
     :data:`_MIN_CASE_S` or ``budget_s``, whichever is smaller."""
     left = run_time_left()
     return left is not None and left < min(budget_s, _MIN_CASE_S)
@@ -315,54 +362,81 @@ NOT_STARTED = "not measured: the run's time budget ended before this case"
 CUT_SHORT = "not measured: the run's time budget ended {seconds:.1f} s into this case"
 
 
-def measure_case(case: Case, *, device: str, budget_s: float, budget_name: str = "its budget",
-                 on_hard_stop: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
-    """Build, check, time and size one case within ``budget_s`` seconds; returns its record body (status,
-    metrics, ...). A case over its budget, even inside a compilation, is recorded as a timeout; where the
+def measure_case(
+    case: Case,
+    *,
+    device: str,
+    budget_s: float,
+    budget_name: str = "its budget",
+    on_hard_stop: Callable[[dict[str, Any]], Any] | None = None,
+) -> dict[str, Any]:
+    """Build, check, time and size one case within ``budget_s`` seconds; returns its record body
+    (status, metrics, ...). A case over its budget, even inside a compilation, is recorded as a
+    timeout; where the
     :func:`watchdog` must end the process, it first passes that record to ``on_hard_stop``."""
-    rec: dict[str, Any] = {"params": case.params, "status": "ok", "metrics": {}, "peak_mem_bytes": {},
-                           "mem_base_bytes": {}}
+    rec: dict[str, Any] = {
+        "params": case.params,
+        "status": "ok",
+        "metrics": {},
+        "peak_mem_bytes": {},
+        "mem_base_bytes": {},
+    }
     start = time.perf_counter()
 
     def hard_stop() -> None:
         if on_hard_stop is not None:
-            on_hard_stop({**rec, "status": "timeout", "seconds": round(time.perf_counter() - start, 3),
-                          "reason": f"over {budget_name} of {budget_s:g} s, and the alarm could not interrupt it: "
-                                    f"the process was ended {2 * HARD_STOP_GRACE_S:g} s after the budget"})
+            on_hard_stop(
+                {
+                    **rec,
+                    "status": "timeout",
+                    "seconds": round(time.perf_counter() - start, 3),
+                    "reason": f"over {budget_name} of {budget_s:g} s, and the alarm could not "
+                    f"interrupt it: the process was ended {2 * HARD_STOP_GRACE_S:g} s "
+                    "after the budget",
+                }
+            )
 
-    with watchdog(budget_s, hard_stop) as killed:  # outside the deadline, so that a late alarm cannot skip its stop
+    # outside the deadline, so that a late alarm cannot skip its stop
+    with watchdog(budget_s, hard_stop) as killed:
         try:
             with deadline(budget_s, budget_name):
                 _build_check_time(case, rec, device)
-        except CaseTimeout as exc:  # raised outside the body (a late alarm): recorded like any timeout
+        # raised outside the body (a late alarm): recorded like any timeout
+        except CaseTimeout as exc:
             rec.update(status="timeout", reason=str(exc))
     if killed:
         _restart_compile_workers()
-        rec["reason"] = (f"{rec.get('reason', rec['status'])}; the alarm could not interrupt it until its child "
-                         f"processes ({len(killed)}) were killed, {HARD_STOP_GRACE_S:g} s after the budget")
+        rec["reason"] = (
+            f"{rec.get('reason', rec['status'])}; the alarm could not interrupt it until its child "
+            f"processes ({len(killed)}) were killed, {HARD_STOP_GRACE_S:g} s after the budget"
+        )
     rec["seconds"] = round(time.perf_counter() - start, 3)
     return rec
 
 
 def compile_seconds() -> float | None:
-    """Seconds torch.compile has spent compiling in this process so far: dynamo's frame compiles (inductor's
-    forward graphs and their autotuning inside) and the backward graphs compiled at a first backward, by torch's
-    own timers (``torch._dynamo.utils.compilation_time_metrics``); 0 before dynamo is loaded, None where those
-    timers hold entries but none of these (a torch that names them otherwise)."""
+    """Seconds torch.compile has spent compiling in this process so far: dynamo's frame compiles
+    (inductor's forward graphs and their autotuning inside) and the backward graphs compiled at a
+    first backward, by torch's own timers (``torch._dynamo.utils.compilation_time_metrics``); 0
+    before dynamo is loaded, None where those timers hold entries but none of these (a torch that
+    names them otherwise)."""
     utils = sys.modules.get("torch._dynamo.utils")
     metrics = getattr(utils, "compilation_time_metrics", None)
     if not metrics:
         return 0.0
-    found = [sum(times) for name, times in list(metrics.items())
-             if name.endswith("compile_inner") or name.endswith("_backward_impl")]
+    found = [
+        sum(times)
+        for name, times in list(metrics.items())
+        if name.endswith("compile_inner") or name.endswith("_backward_impl")
+    ]
     return sum(found) if found else None
 
 
 @contextmanager
 def _phase(rec: dict[str, Any], field: str, compile_field: str | None = None) -> Iterator[None]:
     """Add the seconds the code inside takes to ``rec[field]`` (also where it raises), and where
-    ``compile_field`` is given, the seconds torch.compile spent compiling in it (:func:`compile_seconds`) to
-    ``rec[compile_field]``."""
+    ``compile_field`` is given, the seconds torch.compile spent compiling in it
+    (:func:`compile_seconds`) to ``rec[compile_field]``."""
     compiled, t0 = (compile_seconds() if compile_field else None), time.perf_counter()
     try:
         yield
@@ -379,23 +453,32 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str) -> None:
     from optbench.core.timing import measure
 
     work, phase, baseline = None, "build", _allocated(device)
-    if baseline is not None:  # what earlier cases of this process still hold: not this case's own memory
+    # what earlier cases of this process still hold: not this case's own memory
+    if baseline is not None:
         rec["mem_before_bytes"] = baseline
     try:
-        with _phase(rec, "build_seconds", compile_field="build_compile_seconds"):  # inputs, models, references
-            work = case.build()  # (a step captured in a CUDA graph compiles here, in its warm-up calls)
+        # inputs, models, references
+        with _phase(rec, "build_seconds", compile_field="build_compile_seconds"):
+            # (a step captured in a CUDA graph compiles here, in its warm-up calls)
+            work = case.build()
         rec["compile_seconds"] = rec.get("build_compile_seconds", 0.0)
         rec.update(flops=work.flops, bytes=work.bytes, info=work.info)
         if work.check is not None:
             phase = "check"
-            with _phase(rec, "check_seconds", compile_field="compile_seconds"):  # with compilation and autotuning
+            # with compilation and autotuning
+            with _phase(rec, "check_seconds", compile_field="compile_seconds"):
                 rec["check"] = dict(work.check())
         for name, fn in work.timed.items():
             phase = f"timing {name!r}"
             with _phase(rec, "timing_seconds", compile_field="timing_compile_seconds"):
-                rec["metrics"][name] = measure(work.rotation.get(name, fn), device=device, graph=work.graph,
-                                               **work.timing.get(name, {})).to_dict()
-                if str(device).startswith("cuda"):  # the clock, power and heat the figure was taken at
+                rec["metrics"][name] = measure(
+                    work.rotation.get(name, fn),
+                    device=device,
+                    graph=work.graph,
+                    **work.timing.get(name, {}),
+                ).to_dict()
+                # the clock, power and heat the figure was taken at
+                if str(device).startswith("cuda"):
                     rec.setdefault("gpu_state", {})[name] = gpu_state()
             if name in work.memory:
                 with _phase(rec, "memory_seconds"):
@@ -414,8 +497,11 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str) -> None:
         if _is_oom(exc):
             rec.update(status="oom", reason=str(exc).splitlines()[0][:300])
         else:
-            rec.update(status="error", reason=f"{type(exc).__name__}: {exc}"[:2000],
-                       traceback=traceback.format_exc()[-4000:])
+            rec.update(
+                status="error",
+                reason=f"{type(exc).__name__}: {exc}"[:2000],
+                traceback=traceback.format_exc()[-4000:],
+            )
     finally:
         del work
         try:
@@ -423,8 +509,13 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str) -> None:
         except CaseTimeout:
             raise
         except Exception as exc:  # noqa: BLE001 - e.g. an illegal memory access: the CUDA context is gone
-            rec.update(status="crashed", context_lost=True,
-                       reason=f"the CUDA context became unusable in this case: {type(exc).__name__}: {exc}"[:1000])
+            rec.update(
+                status="crashed",
+                context_lost=True,
+                reason=(
+                    f"the CUDA context became unusable in this case: {type(exc).__name__}: {exc}"
+                )[:1000],
+            )
 
 
 def interrupt_reason(exc: KeyboardInterrupt, key: str | None, seconds: float | None) -> str:
@@ -434,32 +525,59 @@ def interrupt_reason(exc: KeyboardInterrupt, key: str | None, seconds: float | N
     return f"{what} {seconds:.1f} s into {key}" if key is not None else f"{what} between cases"
 
 
-def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None,
-             budget_s: float = 120.0, store: ResultStore | None = None,
-             log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
-    """Measure every case of ``benchmark`` and save each record as it comes; returns records by key."""
+def run_grid(
+    benchmark: str,
+    cases: Iterable[Case],
+    *,
+    device: str | None = None,
+    budget_s: float = 120.0,
+    store: ResultStore | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, dict[str, Any]]:
+    """Measure every case of ``benchmark`` and save each record as it comes; returns records by
+    key."""
 
     from optbench.core.emulate import apply_emulation
     from optbench.core.machine import machine_info
 
     device = device or default_device()
     if str(device).startswith("cuda"):
-        apply_emulation()  # caps memory and features to an emulated target's (no-op without OPTBENCH_EMULATE)
+        # caps memory and features to an emulated target's (no-op without OPTBENCH_EMULATE)
+        apply_emulation()
     store = store or ResultStore()
     commit, machine = current_commit(), current_machine()
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     info = machine_info()
     info["emulate"] = settings.current().emulate
     run = current_run_id()
-    store.save(machine, commit, [{"key": MACHINE_KEY, "info": info, "date": now, "commit": commit, "run": run}])
+    store.save(
+        machine,
+        commit,
+        [{"key": MACHINE_KEY, "info": info, "date": now, "commit": commit, "run": run}],
+    )
     records: dict[str, dict[str, Any]] = {}
     running: list[tuple[str, float]] = []  # the case measured now (key, start), until it is stored
     try:
         with interruptible():
-            shared = {"benchmark": benchmark, "commit": commit, "machine": machine, "date": now,
-                      "run": run, "pid": os.getpid()}
-            _run_cases(benchmark, cases, shared=shared, device=device, budget_s=budget_s,
-                       store=store, log=log, records=records, running=running)
+            shared = {
+                "benchmark": benchmark,
+                "commit": commit,
+                "machine": machine,
+                "date": now,
+                "run": run,
+                "pid": os.getpid(),
+            }
+            _run_cases(
+                benchmark,
+                cases,
+                shared=shared,
+                device=device,
+                budget_s=budget_s,
+                store=store,
+                log=log,
+                records=records,
+                running=running,
+            )
     except KeyboardInterrupt as exc:
         key, seconds = None, None
         if running:
@@ -467,16 +585,29 @@ def run_grid(benchmark: str, cases: Iterable[Case], *, device: str | None = None
         reason = interrupt_reason(exc, key, seconds)
         store.mark_partial(machine, commit, reason, [key] if key is not None else [])
         if key is not None:
-            progress.case_ended(key, benchmark, {"status": INTERRUPTED, "reason": reason},
-                                measured={"seconds": round(seconds or 0.0, 3)})
+            progress.case_ended(
+                key,
+                benchmark,
+                {"status": INTERRUPTED, "reason": reason},
+                measured={"seconds": round(seconds or 0.0, 3)},
+            )
         log(f"{benchmark}: {reason}; the run is partial")
         raise
     return records
 
 
-def _run_cases(benchmark: str, cases: Iterable[Case], *, shared: dict[str, Any], device: str,
-               budget_s: float, store: ResultStore, log: Callable[[str], None],
-               records: dict[str, dict[str, Any]], running: list[tuple[str, float]]) -> None:
+def _run_cases(
+    benchmark: str,
+    cases: Iterable[Case],
+    *,
+    shared: dict[str, Any],
+    device: str,
+    budget_s: float,
+    store: ResultStore,
+    log: Callable[[str], None],
+    records: dict[str, dict[str, Any]],
+    running: list[tuple[str, float]],
+) -> None:
     """The loop of :func:`run_grid`: each case's record into ``records`` (``shared``: the fields
     every record of the grid shares); ``running`` holds the case whose record is not stored yet,
     with its start."""
@@ -486,25 +617,46 @@ def _run_cases(benchmark: str, cases: Iterable[Case], *, shared: dict[str, Any],
         key = record_key(benchmark, case.params)
         progress.process_started(benchmark)  # this process's start-up ends at its first case
         head = {"key": key, **shared}
-        if out_of_run_time(budget_s):  # not stored, as an unselected case is not: a later run measures it
-            records[key] = {**head, "params": case.params, "status": "skipped", "reason": NOT_STARTED}
+        # not stored, as an unselected case is not: a later run measures it
+        if out_of_run_time(budget_s):
+            records[key] = {
+                **head,
+                "params": case.params,
+                "status": "skipped",
+                "reason": NOT_STARTED,
+            }
             progress.case_ended(key, benchmark, records[key])
             log(f"{key}: skipped {NOT_STARTED}")
             continue
-        if lost_in is not None:  # stored, so that a later run of the grid (or a --select of it) can fill them in
-            rec = {**head, "params": case.params, "status": "crashed",
-                   "reason": f"not measured: the CUDA context was lost in {lost_in}"}
+        # stored, so that a later run of the grid (or a --select of it) can fill them in
+        if lost_in is not None:
+            rec = {
+                **head,
+                "params": case.params,
+                "status": "crashed",
+                "reason": f"not measured: the CUDA context was lost in {lost_in}",
+            }
             store.save(machine, commit, [rec])
             records[key] = rec
             progress.case_ended(key, benchmark, rec)
             continue
         running[:] = [(key, time.perf_counter())]
-        # Stays in the store only if the process dies inside this case (a CUDA illegal memory access cannot
-        # be caught and leaves the context unusable): the next reader sees which case and why the grid stopped.
-        # An interrupt replaces it (ResultStore.mark_partial).
-        store.save(machine, commit, [{**head, "params": case.params, "status": "crashed",
-                                      "reason": f"{IN_PROGRESS}; later cases of its grid were not measured in "
-                                                "that run"}])
+        # Stays in the store only if the process dies inside this case (a CUDA illegal memory access
+        # cannot be caught and leaves the context unusable): the next reader sees which case and why
+        # the grid stopped. An interrupt replaces it (ResultStore.mark_partial).
+        store.save(
+            machine,
+            commit,
+            [
+                {
+                    **head,
+                    "params": case.params,
+                    "status": "crashed",
+                    "reason": f"{IN_PROGRESS}; later cases of its grid were not measured in "
+                    "that run",
+                }
+            ],
+        )
         rec = _measure(benchmark, case, head, device=device, budget_s=budget_s, store=store)
         running.clear()
         records[key] = rec
@@ -513,8 +665,15 @@ def _run_cases(benchmark: str, cases: Iterable[Case], *, shared: dict[str, Any],
         log(f"{key}: {rec['status']} {rec.get('reason', '')[:120]}")
 
 
-def _measure(benchmark: str, case: Case, head: dict[str, Any], *, device: str, budget_s: float,
-             store: ResultStore) -> dict[str, Any]:
+def _measure(
+    benchmark: str,
+    case: Case,
+    head: dict[str, Any],
+    *,
+    device: str,
+    budget_s: float,
+    store: ResultStore,
+) -> dict[str, Any]:
     """Measure one case within ``budget_s`` (or what is left of the run's time budget, where less)
     and store its record (:func:`_keep`); its start and end go to the run's progress. An interrupt
     goes on up, with no 'end' event (:func:`run_grid` reports it); another exception past the
@@ -530,8 +689,13 @@ def _measure(benchmark: str, case: Case, head: dict[str, Any], *, device: str, b
     progress.case_started(key, benchmark)
     try:
         budget_name = "what was left of the run's time budget" if cut else "its budget"
-        body = measure_case(case, device=device, budget_s=left if cut else budget_s,
-                            on_hard_stop=hard_stop, budget_name=budget_name)
+        body = measure_case(
+            case,
+            device=device,
+            budget_s=left if cut else budget_s,
+            on_hard_stop=hard_stop,
+            budget_name=budget_name,
+        )
         rec = keep(body)
     except KeyboardInterrupt:
         raise
@@ -542,14 +706,20 @@ def _measure(benchmark: str, case: Case, head: dict[str, Any], *, device: str, b
     return rec
 
 
-def _keep(store: ResultStore, head: dict[str, Any], body: dict[str, Any], *, cut: bool) -> dict[str, Any]:
-    """Store the record of a measured case and return it. A timeout of a case that the run's time budget cut
-    short (``cut``) says nothing about the case: it is not stored, as a case not started is not (its placeholder
-    is removed), and is returned as skipped."""
+def _keep(
+    store: ResultStore, head: dict[str, Any], body: dict[str, Any], *, cut: bool
+) -> dict[str, Any]:
+    """Store the record of a measured case and return it. A timeout of a case that the run's time
+    budget cut short (``cut``) says nothing about the case: it is not stored, as a case not started
+    is not (its placeholder is removed), and is returned as skipped."""
     rec = {**head, **body}
     if cut and rec["status"] == "timeout":
         store.drop(head["machine"], head["commit"], [head["key"]])
-        return {**head, "params": rec["params"], "status": "skipped",
-                "reason": CUT_SHORT.format(seconds=rec["seconds"])}
+        return {
+            **head,
+            "params": rec["params"],
+            "status": "skipped",
+            "reason": CUT_SHORT.format(seconds=rec["seconds"]),
+        }
     store.save(head["machine"], head["commit"], [rec])
     return rec

@@ -1,9 +1,11 @@
-"""Run settings: one object, built by the CLI and passed to asv's processes through their environment.
+"""Run settings: one object, built by the CLI and passed to asv's processes through their
+environment.
 
-``optbench run`` makes a :class:`Settings`, turns it into environment variables (:meth:`Settings.env`) for the
-asv processes it starts, and every process reads them back here (:func:`current`), once per call: this module is
-the only reader of optbench's environment variables. Unset fields keep their defaults, so a plain ``asv run``
-(no CLI) measures the full suite with each case's default budget.
+``optbench run`` makes a :class:`Settings`, turns it into environment variables
+(:meth:`Settings.env`) for the asv processes it starts, and every process reads them back here
+(:func:`current`), once per call: this module is the only reader of optbench's environment
+variables. Unset fields keep their defaults, so a plain ``asv run`` (no CLI) measures the full suite
+with each case's default budget.
 """
 
 from __future__ import annotations
@@ -38,24 +40,31 @@ class Settings:
 
     suite: str = "auto"  # one of optbench.suite.catalog.SUITE_NAMES; auto: see from_env
     select: str | None = None  # regex on record keys: only the cases it matches run
-    skip_existing: str | None = None  # 'true': leave out the cases this commit has a record of on this machine
+    # 'true': leave out the cases this commit has a record of on this machine
+    skip_existing: str | None = None
     case_budget_s: float = 180.0  # seconds one case may take before it is recorded as a timeout
-    deadline: float | None = None  # Unix time after which no new case starts (the run's time budget)
+    # Unix time after which no new case starts (the run's time budget)
+    deadline: float | None = None
     results: Path | None = None  # results root (default: results/ of the repository)
     machine: str | None = None  # results-folder name of this machine (default: detected)
-    run_id: str | None = None  # the run every process of one ``optbench run`` shares (default: per process)
-    emulate: str | None = None  # hardware profile key to emulate on a larger GPU (optbench.core.emulate)
-    plant_slowdown: str = ""  # the gate's own check only: 'op/impl=fraction,...' (optbench.suite.workloads)
-    progress: Path | None = None  # file every benchmark process appends its case events to (optbench.core.progress)
+    # the run every process of one ``optbench run`` shares (default: per process)
+    run_id: str | None = None
+    # hardware profile key to emulate on a larger GPU (optbench.core.emulate)
+    emulate: str | None = None
+    # the gate's own check only: 'op/impl=fraction,...' (optbench.suite.workloads)
+    plant_slowdown: str = ""
+    # file every benchmark process appends its case events to (optbench.core.progress)
+    progress: Path | None = None
     asv_commit: str | None = None  # the commit asv says it measures (set by asv)
     asv: str | None = None  # 'true' in a process asv started (set by asv)
-    compile_cache: str | None = None  # what the run's compile caches started from (optbench.core.compile_cache)
+    # what the run's compile caches started from (optbench.core.compile_cache)
+    compile_cache: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """The settings an environment holds (``os.environ`` by default); empty variables count as unset. An
-        unset suite is 'full' where this machine has an NVIDIA GPU (its driver's device node) and 'cpu' where it
-        has none, so a plain ``asv run`` on a CPU runs the CPU suite."""
+        """The settings an environment holds (``os.environ`` by default); empty variables count as
+        unset. An unset suite is 'full' where this machine has an NVIDIA GPU (its driver's device
+        node) and 'cpu' where it has none, so a plain ``asv run`` on a CPU runs the CPU suite."""
         env = os.environ if env is None else env
         kind = {f.name: f.type for f in fields(cls)}
         values: dict = {}
@@ -69,7 +78,8 @@ class Settings:
         return cls(**values)
 
     def env(self) -> dict[str, str]:
-        """The environment variables that carry these settings to another process (unset fields left out)."""
+        """The environment variables that carry these settings to another process (unset fields left
+        out)."""
         out = {}
         for name, var in VARIABLES.items():
             value = getattr(self, name)
@@ -79,24 +89,31 @@ class Settings:
 
 
 def process_env(settings: Settings, code: Path, cache: Path) -> dict[str, str]:
-    """The environment of a benchmark process that runs the code of the work tree ``code`` (first on its import
-    path, also for the processes asv starts, which drop PYTHONPATH) with ``settings``, its compile caches
-    under ``cache`` (shared by every run and commit of a checkout): this process's environment plus those."""
+    """The environment of a benchmark process that runs the code of the work tree ``code`` (first on
+    its import path, also for the processes asv starts, which drop PYTHONPATH) with ``settings``,
+    its compile caches under ``cache`` (shared by every run and commit of a checkout): this
+    process's environment plus those."""
     env = dict(os.environ)
     env.update(settings.env())
-    env.update(TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH")])))
+    env.update(
+        TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
+        TRITON_CACHE_DIR=str(cache / "triton"),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH")])),
+    )
     env["ASV_PYTHONPATH"] = env["PYTHONPATH"]
     return env
 
 
 def has_nvidia_gpu(env: Mapping[str, str]) -> bool:
-    """Whether an NVIDIA GPU is visible, without importing torch: the driver's control node exists and
-    ``CUDA_VISIBLE_DEVICES`` does not hide every device."""
-    hidden = env.get("CUDA_VISIBLE_DEVICES") in ("", "-1") if "CUDA_VISIBLE_DEVICES" in env else False
+    """Whether an NVIDIA GPU is visible, without importing torch: the driver's control node exists
+    and ``CUDA_VISIBLE_DEVICES`` does not hide every device."""
+    hidden = (
+        env.get("CUDA_VISIBLE_DEVICES") in ("", "-1") if "CUDA_VISIBLE_DEVICES" in env else False
+    )
     return Path("/dev/nvidiactl").exists() and not hidden
 
 
 def current() -> Settings:
-    """The settings of this process (read from its environment on every call, so a test can set them)."""
+    """The settings of this process (read from its environment on every call, so a test can set
+    them)."""
     return Settings.from_env()

@@ -1,26 +1,30 @@
 """The result store: optbench's measurement records, one JSON-lines file per run, never replaced.
 
-Layout (asv's files in a tree of their own, :func:`asv_results_dir`, which holds only what asv can load: asv
-reads every folder of its results_dir that holds a .json file as a machine's)::
+Layout (asv's files in a tree of their own, :func:`asv_results_dir`, which holds only what asv can
+load: asv reads every folder of its results_dir that holds a .json file as a machine's)::
 
     results/asv/<machine>/machine.json                    asv's machine file
-    results/asv/<machine>/<commit[:8]>-<env>.json         asv's results (medians, for asv's HTML and history)
-    results/asv/benchmarks.json                           asv's list of benchmarks
-    results/<machine>/optbench/<commit>/<run id>.jsonl    optbench's records of one run: every sample, spread,
-                                                          check, error and the full machine info (this module)
-    results/<machine>/optbench/<commit>.jsonl             records of runs stored before run ids (read-only)
-    results/<machine>/<other>/                            profiles, anchors, pytest-benchmark runs, probe outputs
+    results/asv/<machine>/<commit[:8]>-<env>.json         asv's results (medians, for asv's HTML and
+    history) results/asv/benchmarks.json                           asv's list of benchmarks
+    results/<machine>/optbench/<commit>/<run id>.jsonl    optbench's records of one run: every
+    sample, spread,
+                                                          check, error and the full machine info
+                                                          (this module)
+    results/<machine>/optbench/<commit>.jsonl             records of runs stored before run ids
+    (read-only) results/<machine>/<other>/                            profiles, anchors,
+    pytest-benchmark runs, probe outputs
 
-A run is one ``optbench run`` (or one process where nothing set a run id): its records go to its own file, so
-a rerun, a merge or an interrupt of a later run never changes an earlier run's records; runs of one commit add
-up. Inside its own file a run replaces its records by ``key`` (``"<benchmark>|<param>=<value>|..."``: the
-placeholder a case leaves while it runs becomes its record); the record with key ``"__machine__"`` holds the
-machine info of that run. A run that an interrupt (SIGINT, SIGTERM) stopped is *partial*: the
-case it stopped has status ``interrupted`` and the record ``"__run__"`` says ``"partial": true``
-with the reason (:meth:`ResultStore.mark_partial`); the cases it never reached have no record.
-Files are rewritten atomically (temporary file + ``os.replace``), so a run that dies leaves every
-file whole. A file of the old layout holds the runs of one commit merged by key; its records are
-read back as one run per process (records that share their ``date``).
+A run is one ``optbench run`` (or one process where nothing set a run id): its records go to its own
+file, so a rerun, a merge or an interrupt of a later run never changes an earlier run's records;
+runs of one commit add up. Inside its own file a run replaces its records by ``key``
+(``"<benchmark>|<param>=<value>|..."``: the placeholder a case leaves while it runs becomes its
+record); the record with key ``"__machine__"`` holds the machine info of that run. A run that an
+interrupt (SIGINT, SIGTERM) stopped is *partial*: the case it stopped has status ``interrupted`` and
+the record ``"__run__"`` says ``"partial": true`` with the reason
+(:meth:`ResultStore.mark_partial`); the cases it never reached have no record. Files are rewritten
+atomically (temporary file + ``os.replace``), so a run that dies leaves every file whole. A file of
+the old layout holds the runs of one commit merged by key; its records are read back as one run per
+process (records that share their ``date``).
 """
 
 from __future__ import annotations
@@ -41,16 +45,20 @@ from typing import Any
 
 from optbench.core.records import INTERRUPTED
 
-REPO_ROOT = Path(__file__).resolve().parents[2]  # the work tree: results/, benchmarks/, asv.conf.json
+# the work tree: results/, benchmarks/, asv.conf.json
+REPO_ROOT = Path(__file__).resolve().parents[2]
 MACHINE_KEY = "__machine__"
 RUN_KEY = "__run__"  # a run as a whole: ``partial`` (and why) once an interrupt stopped it
 RECORDS_DIR = "optbench"
 ASV_DIR = "asv"  # asv's tree in the results root (asv.conf.json "results_dir": "results/asv")
-LEGACY_RUN = "legacy-"  # run ids of the records of an old-layout file: "legacy-<date, digits and T>"
-# What a kernel record's ``device`` clock measures (``info.device_clock``): graph replays over input sets rotated
-# through more than the L2. Kernel records without it hold warm-L2 replays of one set there.
+# run ids of the records of an old-layout file: "legacy-<date, digits and T>"
+LEGACY_RUN = "legacy-"
+# What a kernel record's ``device`` clock measures (``info.device_clock``): graph replays over input
+# sets rotated through more than the L2. Kernel records without it hold warm-L2 replays of one set
+# there.
 DEVICE_CLOCK = "cold-l2"
-# What a case's record says while the case runs; a later write of the same run replaces it (runner.run_grid).
+# What a case's record says while the case runs; a later write of the same run replaces it
+# (runner.run_grid).
 IN_PROGRESS = "the process died while measuring this case"
 
 
@@ -74,8 +82,9 @@ def unwritable(root: Path) -> str | None:
 
 
 def asv_results_dir(root: Path | str | None = None) -> Path:
-    """asv's own tree inside the results root ``root`` (machine files, results, ``benchmarks.json``). By default
-    the repository's, which asv.conf.json's ``results_dir`` names: asv writes there whatever the settings say."""
+    """asv's own tree inside the results root ``root`` (machine files, results,
+    ``benchmarks.json``). By default the repository's, which asv.conf.json's ``results_dir`` names:
+    asv writes there whatever the settings say."""
     return (Path(root) if root is not None else REPO_ROOT / "results") / ASV_DIR
 
 
@@ -85,7 +94,8 @@ def record_key(benchmark: str, params: Mapping[str, Any]) -> str:
 
 
 def new_run_id() -> str:
-    """A fresh run id: UTC start time (sortable) and a random suffix, e.g. ``20261124T190512Z-3fa1c2``."""
+    """A fresh run id: UTC start time (sortable) and a random suffix, e.g.
+    ``20261124T190512Z-3fa1c2``."""
     return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
 
 
@@ -95,7 +105,8 @@ def _process_run_id() -> str:
 
 
 def current_run_id() -> str:
-    """The run this process belongs to: ``$OPTBENCH_RUN_ID`` (one ``optbench run``), else one per process."""
+    """The run this process belongs to: ``$OPTBENCH_RUN_ID`` (one ``optbench run``), else one per
+    process."""
     from optbench.core.settings import current
 
     return current().run_id or _process_run_id()
@@ -108,7 +119,8 @@ def write_text_atomic(path: Path, text: str) -> None:
     umask = os.umask(0)
     os.umask(umask)
     try:
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; the file it replaces was an ordinary one
+        # mkstemp makes 0600; the file it replaces was an ordinary one
+        os.chmod(tmp, 0o666 & ~umask)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -125,19 +137,24 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 def read_records(path: Path) -> dict[str, dict]:
-    """Records of one JSON-lines file by key (a later line of a key wins). A line that is not a record (a file
-    cut short by a full disk or a copy) is skipped with a warning on stderr naming the file and line, as asv
-    skips a results file it cannot load."""
+    """Records of one JSON-lines file by key (a later line of a key wins). A line that is not a
+    record (a file cut short by a full disk or a copy) is skipped with a warning on stderr naming
+    the file and line, as asv skips a results file it cannot load."""
     records = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    for number, line in enumerate(
+        path.read_text(encoding="utf-8", errors="replace").splitlines(), 1
+    ):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
             records[rec["key"]] = rec
         except (ValueError, KeyError, TypeError) as exc:
-            print(f"optbench: skipping line {number} of {path}: not a record ({type(exc).__name__}: {exc})",
-                  file=sys.stderr)
+            print(
+                f"optbench: skipping line {number} of {path}: not a record ({type(exc).__name__}: "
+                f"{exc})",
+                file=sys.stderr,
+            )
     return records
 
 
@@ -162,8 +179,8 @@ class StoredRun:
 
     @property
     def date(self) -> str:
-        """When the run started (ISO 8601, UTC): its earliest record date (the machine record's if it has no
-        other)."""
+        """When the run started (ISO 8601, UTC): its earliest record date (the machine record's if
+        it has no other)."""
         dates = [r.get("date") or "" for k, r in self.records.items() if k != MACHINE_KEY]
         return min(dates, default=self.records.get(MACHINE_KEY, {}).get("date") or "")
 
@@ -177,7 +194,8 @@ class ResultStore:
 
     def __init__(self, root: Path | str | None = None) -> None:
         self.root = Path(root) if root is not None else results_dir()
-        self._runs: dict[tuple[str, str], list[StoredRun]] = {}  # read once per store; a write here clears it
+        # read once per store; a write here clears it
+        self._runs: dict[tuple[str, str], list[StoredRun]] = {}
 
     def _dir(self, machine: str) -> Path:
         return self.root / machine / RECORDS_DIR
@@ -208,27 +226,36 @@ class ResultStore:
         return found[0]
 
     def runs(self, machine: str, commit: str) -> list[StoredRun]:
-        """Every run of ``commit`` on ``machine`` that holds a record, oldest first (read once per store object)."""
+        """Every run of ``commit`` on ``machine`` that holds a record, oldest first (read once per
+        store object)."""
         if (machine, commit) not in self._runs:
             self._runs[(machine, commit)] = self._read_runs(machine, commit)
         return self._runs[(machine, commit)]
 
     def _read_runs(self, machine: str, commit: str) -> list[StoredRun]:
-        found = [StoredRun(machine, commit, p.stem, records) for p in (self._dir(machine) / commit).glob("*.jsonl")
-                 if (records := read_records(p))]
+        found = [
+            StoredRun(machine, commit, p.stem, records)
+            for p in (self._dir(machine) / commit).glob("*.jsonl")
+            if (records := read_records(p))
+        ]
         legacy = self.legacy_path(machine, commit)
         if legacy.exists():
             found += _split_legacy(machine, commit, read_records(legacy))
         return sorted(found, key=lambda r: (r.date, r.run_id))
 
     def load(self, machine: str, commit: str) -> dict[str, dict]:
-        """The latest record of each key over the runs of (machine, commit) ({} if none): one record per case
-        for readers that show one figure (an interrupted record only where no run gave the case a
-        verdict); :meth:`runs` gives every run."""
+        """The latest record of each key over the runs of (machine, commit) ({} if none): one record
+        per case for readers that show one figure (an interrupted record only where no run gave the
+        case a verdict); :meth:`runs` gives every run."""
         merged: dict[str, dict] = {}
         for run in self.runs(machine, commit):
-            merged.update({key: rec for key, rec in run.records.items()
-                           if rec.get("status") != INTERRUPTED or key not in merged})
+            merged.update(
+                {
+                    key: rec
+                    for key, rec in run.records.items()
+                    if rec.get("status") != INTERRUPTED or key not in merged
+                }
+            )
         return merged
 
     def measured_keys(self, machine: str, commit: str) -> set[str]:
@@ -238,19 +265,31 @@ class ResultStore:
         none stored gives the empty set."""
         if commit not in self.commits(machine):
             return set()
-        return {key for run in self.runs(machine, commit) for key, rec in run.results().items()
-                if rec.get("status") not in (None, "crashed", INTERRUPTED)}
+        return {
+            key
+            for run in self.runs(machine, commit)
+            for key, rec in run.results().items()
+            if rec.get("status") not in (None, "crashed", INTERRUPTED)
+        }
 
-    def save(self, machine: str, commit: str, records: Iterable[Mapping[str, Any]], run_id: str | None = None) -> None:
-        """Add ``records`` to one run's file (default: this process's run), replacing that run's records with the
-        same key. Other runs' files are never touched."""
+    def save(
+        self,
+        machine: str,
+        commit: str,
+        records: Iterable[Mapping[str, Any]],
+        run_id: str | None = None,
+    ) -> None:
+        """Add ``records`` to one run's file (default: this process's run), replacing that run's
+        records with the same key. Other runs' files are never touched."""
         path = self.path(machine, commit, run_id)
         merged = read_records(path) if path.exists() else {}
         for rec in records:
             merged[rec["key"]] = dict(rec)
         self._write(path, records_text(merged.values()))
 
-    def drop(self, machine: str, commit: str, keys: Iterable[str], run_id: str | None = None) -> None:
+    def drop(
+        self, machine: str, commit: str, keys: Iterable[str], run_id: str | None = None
+    ) -> None:
         """Remove the records with ``keys`` from one run's file (default: this process's run)."""
         path = self.path(machine, commit, run_id)
         if not path.exists():
@@ -260,8 +299,14 @@ class ResultStore:
         if len(kept) < len(records):
             self._write(path, records_text(kept))
 
-    def mark_partial(self, machine: str, commit: str, reason: str, stopped: Iterable[str] = (),
-                     run_id: str | None = None) -> list[str]:
+    def mark_partial(
+        self,
+        machine: str,
+        commit: str,
+        reason: str,
+        stopped: Iterable[str] = (),
+        run_id: str | None = None,
+    ) -> list[str]:
         """Record that an interrupt (``reason``: which, and where) stopped one run (default: this
         process's): its ``__run__`` record says ``partial``, and each case of ``stopped`` whose
         record is still the in-progress placeholder (its process was ended before it could say so
@@ -273,8 +318,11 @@ class ResultStore:
         records = read_records(path)
         marked = [key for key in stopped if key in records and _in_progress(records[key])]
         for key in marked:
-            records[key] = {**records[key], "status": INTERRUPTED,
-                            "reason": f"{reason}; not measured"}
+            records[key] = {
+                **records[key],
+                "status": INTERRUPTED,
+                "reason": f"{reason}; not measured",
+            }
         started = min((r["date"] for r in records.values() if r.get("date")), default=None)
         # dated as the run's first record: StoredRun.date is the earliest
         run = records.get(RUN_KEY, {"key": RUN_KEY, "date": started})
@@ -287,24 +335,29 @@ class ResultStore:
         write_text_atomic(path, text)
 
     def add_run(self, run: StoredRun) -> list[str]:
-        """Store a run from elsewhere (``optbench merge``) without changing any stored record; returns the run ids
-        whose files it wrote (none when every record was here already).
+        """Store a run from elsewhere (``optbench merge``) without changing any stored record;
+        returns the run ids whose files it wrote (none when every record was here already).
 
-        A new run id is copied as it is. Where the run id is here already (two snapshots of one run), records of
-        new keys join it and an in-progress placeholder gives way to the finished record (an older snapshot's
-        placeholder is not stored beside a finished record); any other record that
-        differs (or any record of a run read from an old-layout file, which is never rewritten) is stored as a
-        run of its own, ``<run id>~<hash of its records>``."""
-        known = next((r for r in self.runs(run.machine, run.commit) if r.run_id == run.run_id), None)
+        A new run id is copied as it is. Where the run id is here already (two snapshots of one
+        run), records of new keys join it and an in-progress placeholder gives way to the finished
+        record (an older snapshot's placeholder is not stored beside a finished record); any other
+        record that differs (or any record of a run read from an old-layout file, which is never
+        rewritten) is stored as a run of its own, ``<run id>~<hash of its records>``."""
+        known = next(
+            (r for r in self.runs(run.machine, run.commit) if r.run_id == run.run_id), None
+        )
         joinable = not run.run_id.startswith(LEGACY_RUN)
         if known is None and joinable:
-            self._write(self.path(run.machine, run.commit, run.run_id), records_text(run.records.values()))
+            self._write(
+                self.path(run.machine, run.commit, run.run_id), records_text(run.records.values())
+            )
             return [run.run_id]
         have = known.records if known is not None else {}
         joined, apart = dict(have), {}
         for key, rec in run.records.items():
             old = have.get(key)
-            if old == rec or (old is not None and _in_progress(rec)):  # an older snapshot's placeholder
+            # an older snapshot's placeholder
+            if old == rec or (old is not None and _in_progress(rec)):
                 continue
             if joinable and (old is None or _in_progress(old)):
                 joined[key] = rec
@@ -312,7 +365,9 @@ class ResultStore:
                 apart[key] = rec
         stored = []
         if joined != have:
-            self._write(self.path(run.machine, run.commit, run.run_id), records_text(joined.values()))
+            self._write(
+                self.path(run.machine, run.commit, run.run_id), records_text(joined.values())
+            )
             stored.append(run.run_id)
         if set(apart) - {MACHINE_KEY}:
             if MACHINE_KEY in run.records:
@@ -332,8 +387,8 @@ def _in_progress(rec: Mapping[str, Any]) -> bool:
 
 
 def _split_legacy(machine: str, commit: str, records: dict[str, dict]) -> list[StoredRun]:
-    """An old-layout file as runs: one per process (records sharing a ``date``), each with the file's
-    machine record."""
+    """An old-layout file as runs: one per process (records sharing a ``date``), each with the
+    file's machine record."""
     machine_rec = records.get(MACHINE_KEY)
     groups: dict[str, dict[str, dict]] = {}
     for key, rec in records.items():
@@ -345,5 +400,7 @@ def _split_legacy(machine: str, commit: str, records: dict[str, dict]) -> list[S
     for date, recs in groups.items():
         if machine_rec is not None:
             recs = {MACHINE_KEY: machine_rec, **recs}
-        runs.append(StoredRun(machine, commit, LEGACY_RUN + re.sub(r"[^0-9T]", "", date[:19]), recs))
+        runs.append(
+            StoredRun(machine, commit, LEGACY_RUN + re.sub(r"[^0-9T]", "", date[:19]), recs)
+        )
     return runs

@@ -1,5 +1,5 @@
-"""The one timing primitive of optbench: repeated wall-clock and device timings of a callable, or of a
-rotation of callables over input sets (one per set) for device times with a cold L2."""
+"""The one timing primitive of optbench: repeated wall-clock and device timings of a callable, or of
+a rotation of callables over input sets (one per set) for device times with a cold L2."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ _MAX_CALLS_PER_SAMPLE = 10_000  # ...but at most this many calls
 _REPLAY_MS = 0.5  # a graph replay holds enough calls to last about this long...
 _MAX_CALLS_PER_GRAPH = 1_000  # ...but at most this many calls
 _MARK = "optbench::measure-call"  # profiler range around one call in the profiler fallback
-_L2_MARGIN = 2  # a cold set: this many L2 sizes of other sets' data are read between two calls on it
+# a cold set: this many L2 sizes of other sets' data are read between two calls on it
+_L2_MARGIN = 2
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,11 @@ class Timing:
 class Measurement:
     """Device time and wall time of one callable (or rotation), ms per call.
 
-    ``device``: over the rotation (a cold L2 where the caller's input sets exceed it, :func:`rotation_sets`);
-    ``device_warm``: back-to-back calls on the first input set alone (its data warm in L2 where it fits; the
-    same timing as ``device`` for one set); ``wall``: synchronized perf_counter over the rotation.
-    ``device`` and ``device_warm`` are None on CPU; ``device_warm`` also with graph=False.
+    ``device``: over the rotation (a cold L2 where the caller's input sets exceed it,
+    :func:`rotation_sets`); ``device_warm``: back-to-back calls on the first input set alone (its
+    data warm in L2 where it fits; the same timing as ``device`` for one set); ``wall``:
+    synchronized perf_counter over the rotation. ``device`` and ``device_warm`` are None on CPU;
+    ``device_warm`` also with graph=False.
     """
 
     device: Timing | None
@@ -102,17 +104,27 @@ class Measurement:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form: {'device', 'device_warm', 'wall'}, a Timing dict or None each."""
-        return {clock: timing.to_dict() if timing else None
-                for clock, timing in (("device", self.device), ("device_warm", self.device_warm),
-                                      ("wall", self.wall))}
+        return {
+            clock: timing.to_dict() if timing else None
+            for clock, timing in (
+                ("device", self.device),
+                ("device_warm", self.device_warm),
+                ("wall", self.wall),
+            )
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
         """Inverse of to_dict (a dict without 'device_warm' gives None)."""
+
         def timing(clock: str) -> Timing | None:
             return Timing.from_dict(data[clock]) if data.get(clock) else None
 
-        return cls(device=timing("device"), wall=Timing.from_dict(data["wall"]), device_warm=timing("device_warm"))
+        return cls(
+            device=timing("device"),
+            wall=Timing.from_dict(data["wall"]),
+            device_warm=timing("device_warm"),
+        )
 
 
 def l2_cache_bytes(device: str | torch.device) -> int:
@@ -121,10 +133,12 @@ def l2_cache_bytes(device: str | torch.device) -> int:
 
 
 def rotation_sets(set_bytes: int, l2_bytes: int) -> int:
-    """How many input sets of ``set_bytes`` each a rotation needs for cold-L2 calls on an ``l2_bytes`` cache.
+    """How many input sets of ``set_bytes`` each a rotation needs for cold-L2 calls on an
+    ``l2_bytes`` cache.
 
-    Between two calls on one set the other sets are read, at least 2x the L2 in all: 1 + ceil(2 L2 / set).
-    One set where it alone is at least 2x the L2 (a call then evicts its own data before it reads it again).
+    Between two calls on one set the other sets are read, at least 2x the L2 in all: 1 + ceil(2 L2 /
+    set). One set where it alone is at least 2x the L2 (a call then evicts its own data before it
+    reads it again).
     """
     if set_bytes <= 0 or l2_bytes < 0:
         raise ValueError(f"need set_bytes > 0 and l2_bytes >= 0, got {set_bytes}, {l2_bytes}")
@@ -133,8 +147,8 @@ def rotation_sets(set_bytes: int, l2_bytes: int) -> int:
 
 
 class _Rotation:
-    """A callable that calls its callables in turn, one per call, and keeps each one's last output until its
-    next call, so that every input set writes its outputs to memory of its own."""
+    """A callable that calls its callables in turn, one per call, and keeps each one's last output
+    until its next call, so that every input set writes its outputs to memory of its own."""
 
     def __init__(self, fns: Sequence[Callable[[], object]]):
         if not fns:
@@ -196,23 +210,25 @@ def measure(
 ) -> Measurement:
     """Time fn: wall milliseconds per call always, device milliseconds per call on CUDA.
 
-    fn is one callable, or a rotation: one callable per input set, called in turn (the first set after the
-    last), each keeping its last output until its next call. With sets sized by :func:`rotation_sets`, every
-    call finds its inputs out of L2 and ``device`` is a cold-L2 time; ``device_warm`` times the first set alone.
-    The rotation is called at least 3 times, at least once per set, and until warmup_ms of wall time passed, or
-    until ``settled(elapsed_ms)``, asked after each warm-up call, says the device has reached its steady state
-    (:class:`optbench.core.machine.PowerSettle`: a clock no power cap or heat holds back).
-    A wall sample repeats it until it lasts about 1 ms (synchronizing CUDA around it, timed with `clock`,
-    seconds); samples are taken until rep_ms is spent, at least min_reps and at most max_reps of them.
-    Device time: with graph=True, replays of a CUDA graph of k back-to-back calls (k a multiple of the sets,
-    so that a replay lasts about 0.5 ms; one round for long calls) timed with CUDA events: no host launch gap
-    is in the figure. If the calls cannot be captured, the per-call sum of device-kernel durations from
-    torch.profiler, and if that fails, CUDA events around each eager call. Where the graph was timed, eager
-    calls over the same rotation timed by events are measured too and the faster median is kept (for long
-    calls the launch gaps the graph removes are negligible, and a graph may execute some operations, like
-    copies, differently). With graph=False (whole training steps, whose wall time is the primary figure)
-    each wall sample is also bracketed by CUDA events, so one set of calls gives both clocks.
-    Raises RuntimeError if a median comes out as 0 (nothing measurable was timed).
+    fn is one callable, or a rotation: one callable per input set, called in turn (the first set
+    after the last), each keeping its last output until its next call. With sets sized by
+    :func:`rotation_sets`, every call finds its inputs out of L2 and ``device`` is a cold-L2 time;
+    ``device_warm`` times the first set alone. The rotation is called at least 3 times, at least
+    once per set, and until warmup_ms of wall time passed, or until ``settled(elapsed_ms)``, asked
+    after each warm-up call, says the device has reached its steady state
+    (:class:`optbench.core.machine.PowerSettle`: a clock no power cap or heat holds back). A wall
+    sample repeats it until it lasts about 1 ms (synchronizing CUDA around it, timed with `clock`,
+    seconds); samples are taken until rep_ms is spent, at least min_reps and at most max_reps of
+    them. Device time: with graph=True, replays of a CUDA graph of k back-to-back calls (k a
+    multiple of the sets, so that a replay lasts about 0.5 ms; one round for long calls) timed with
+    CUDA events: no host launch gap is in the figure. If the calls cannot be captured, the per-call
+    sum of device-kernel durations from torch.profiler, and if that fails, CUDA events around each
+    eager call. Where the graph was timed, eager calls over the same rotation timed by events are
+    measured too and the faster median is kept (for long calls the launch gaps the graph removes are
+    negligible, and a graph may execute some operations, like copies, differently). With graph=False
+    (whole training steps, whose wall time is the primary figure) each wall sample is also bracketed
+    by CUDA events, so one set of calls gives both clocks. Raises RuntimeError if a median comes out
+    as 0 (nothing measurable was timed).
     """
     if min_reps < 1 or max_reps < min_reps:
         raise ValueError(f"need 1 <= min_reps <= max_reps, got {min_reps}, {max_reps}")
@@ -222,14 +238,18 @@ def measure(
     dev = torch.device(device)
     if dev.type == "cpu":
         estimate_ms = _warm_up(rotation, _no_sync, clock, warmup_ms, settled)
-        return Measurement(device=None, wall=_wall_timing(rotation, _no_sync, clock, estimate_ms, budget)[1])
+        return Measurement(
+            device=None, wall=_wall_timing(rotation, _no_sync, clock, estimate_ms, budget)[1]
+        )
     if dev.type != "cuda":
         raise ValueError(f"measure() supports cpu and cuda devices, not {dev.type!r}")
     with torch.cuda.device(dev):
         sync = torch.cuda.synchronize
         estimate_ms = _warm_up(rotation, sync, clock, warmup_ms, settled)
         if not graph:
-            device_timing, wall = _wall_timing(rotation, sync, clock, estimate_ms, budget, events=True)
+            device_timing, wall = _wall_timing(
+                rotation, sync, clock, estimate_ms, budget, events=True
+            )
             return Measurement(device=_nonzero(device_timing), wall=wall)
         # Device samples come right after the warm-up, as in triton's do_bench, and before the wall
         # samples, so that power-limited kernels are timed from a comparable thermal state.
@@ -240,14 +260,14 @@ def measure(
 
 
 def _device_timing(rotation: _Rotation, budget: _Budget, estimate_ms: float) -> Timing:
-    """Device ms per call of the rotation: graph replays, else the profiler; the faster of that and eager calls
-    timed by events, where the graph was timed or the profiler failed."""
+    """Device ms per call of the rotation: graph replays, else the profiler; the faster of that and
+    eager calls timed by events, where the graph was timed or the profiler failed."""
     timing = _graph_timing(rotation, budget)
     if timing is None:
         timing = _profiler_timing(rotation, budget.reps(estimate_ms))
     if timing is None or timing.method == "cuda-graph":
-        # A graph can run the same work differently (a device copy becomes a copy-engine node, which can be
-        # slower than the copy kernel eager calls launch): keep the faster of the two.
+        # A graph can run the same work differently (a device copy becomes a copy-engine node, which
+        # can be slower than the copy kernel eager calls launch): keep the faster of the two.
         events = Timing(tuple(_event_samples(rotation, budget.reps(estimate_ms), 1)), "cuda-events")
         if timing is None or events.median_ms < timing.median_ms:
             timing = events
@@ -262,24 +282,30 @@ def _no_sync() -> None:
 def _nonzero(timing: Timing) -> Timing:
     if timing.median_ms <= 0:
         raise RuntimeError(
-            f"median {timing.method} time is {timing.median_ms} ms: the callable did no measurable work"
+            f"median {timing.method} time is {timing.median_ms} ms: the callable did no measurable "
+            "work"
         )
     return timing
 
 
 def _warm_up(
-    rotation: _Rotation, sync: Callable[[], None], clock: Callable[[], float], warmup_ms: float,
+    rotation: _Rotation,
+    sync: Callable[[], None],
+    clock: Callable[[], float],
+    warmup_ms: float,
     settled: Callable[[float], bool] | None = None,
 ) -> float:
-    """Call the rotation (synchronized) >= 3 times, once per set at least, and for >= warmup_ms unless
-    ``settled(elapsed_ms)`` is true first; return the fastest call, ms."""
+    """Call the rotation (synchronized) >= 3 times, once per set at least, and for >= warmup_ms
+    unless ``settled(elapsed_ms)`` is true first; return the fastest call, ms."""
     sync()
     start = clock()
     calls, fastest_ms, now = 0, math.inf, start
 
     def warming() -> bool:
         elapsed_ms = (now - start) * 1e3
-        return elapsed_ms < warmup_ms and not (settled is not None and calls > 0 and settled(elapsed_ms))
+        return elapsed_ms < warmup_ms and not (
+            settled is not None and calls > 0 and settled(elapsed_ms)
+        )
 
     while calls < max(_WARMUP_CALLS, rotation.period) or warming():
         before = clock()
@@ -299,8 +325,8 @@ def _wall_timing(
     budget: _Budget,
     events: bool = False,
 ) -> tuple[Timing | None, Timing]:
-    """(device, wall) ms per call of samples that each repeat fn for about 1 ms between two syncs; the
-    device timing (CUDA events around the same calls) only with ``events``, else None."""
+    """(device, wall) ms per call of samples that each repeat fn for about 1 ms between two syncs;
+    the device timing (CUDA events around the same calls) only with ``events``, else None."""
     if estimate_ms > 0:
         calls = max(1, min(_MAX_CALLS_PER_SAMPLE, math.ceil(_WALL_SAMPLE_MS / estimate_ms)))
     else:
@@ -308,9 +334,13 @@ def _wall_timing(
     samples: list[float] = []
     marks: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
     spent_ms = 0.0
-    while len(samples) < budget.max_reps and (len(samples) < budget.min_reps or spent_ms < budget.rep_ms):
+    while len(samples) < budget.max_reps and (
+        len(samples) < budget.min_reps or spent_ms < budget.rep_ms
+    ):
         if events:
-            marks.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+            marks.append(
+                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            )
         sync()
         start = clock()
         if events:
@@ -323,7 +353,11 @@ def _wall_timing(
         elapsed_ms = (clock() - start) * 1e3
         samples.append(elapsed_ms / calls)
         spent_ms += elapsed_ms
-    device = Timing(tuple(a.elapsed_time(b) / calls for a, b in marks), "cuda-events") if events else None
+    device = (
+        Timing(tuple(a.elapsed_time(b) / calls for a, b in marks), "cuda-events")
+        if events
+        else None
+    )
     return device, _nonzero(Timing(tuple(samples), "perf-counter"))
 
 
@@ -336,27 +370,33 @@ def _event_samples(launch: Callable[[], object], reps: int, calls_per_launch: in
         launch()
         end.record()
     torch.cuda.synchronize()
-    return [start.elapsed_time(end) / calls_per_launch for start, end in zip(starts, ends, strict=True)]
+    return [
+        start.elapsed_time(end) / calls_per_launch for start, end in zip(starts, ends, strict=True)
+    ]
 
 
 _CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}
 
 
 def _capture_stream() -> torch.cuda.Stream:
-    """The side stream every capture on the current device uses: one per device for the process's lifetime.
+    """The side stream every capture on the current device uses: one per device for the process's
+    lifetime.
 
-    One stream, not one per capture: cuBLAS keeps a workspace per stream, so a stream per capture grows the
-    memory a process holds from case to case. Each capture still gets a private memory pool of its own
-    (:func:`_capture` passes none to share): captures that share a pool can fail after another capture, and
-    their timings then fall back to the profiler."""
+    One stream, not one per capture: cuBLAS keeps a workspace per stream, so a stream per capture
+    grows the memory a process holds from case to case. Each capture still gets a private memory
+    pool of its own (:func:`_capture` passes none to share): captures that share a pool can fail
+    after another capture, and their timings then fall back to the profiler."""
     device = torch.cuda.current_device()
     if device not in _CAPTURE_STREAMS:
         _CAPTURE_STREAMS[device] = torch.cuda.Stream()
     return _CAPTURE_STREAMS[device]
 
 
-def _capture(fn: Callable[[], object], calls: int, stream: torch.cuda.Stream) -> torch.cuda.CUDAGraph | None:
-    """A graph of `calls` back-to-back calls of fn, or None (and CUDA left usable) if capture fails."""
+def _capture(
+    fn: Callable[[], object], calls: int, stream: torch.cuda.Stream
+) -> torch.cuda.CUDAGraph | None:
+    """A graph of `calls` back-to-back calls of fn, or None (and CUDA left usable) if capture
+    fails."""
     generator = torch.cuda.default_generators[torch.cuda.current_device()]
     rng = generator.clone_state()
     graph: torch.cuda.CUDAGraph | None = torch.cuda.CUDAGraph()
@@ -369,8 +409,8 @@ def _capture(fn: Callable[[], object], calls: int, stream: torch.cuda.Stream) ->
     except Exception:  # host sync, CPU-side work, unsupported op: the caller falls back
         graph = None
     if graph is None:
-        # A capture that fails in capture_end leaves the default generator in capture mode, and every
-        # later eager RNG call raises: point the generator at a copy of its pre-capture state.
+        # A capture that fails in capture_end leaves the default generator in capture mode, and
+        # every later eager RNG call raises: point the generator at a copy of its pre-capture state.
         generator.graphsafe_set_state(rng)
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -378,8 +418,9 @@ def _capture(fn: Callable[[], object], calls: int, stream: torch.cuda.Stream) ->
 
 
 def graph_calls(round_ms: float, period: int) -> int:
-    """Calls in one captured graph: whole rounds of ``period`` calls (one per input set) lasting ``round_ms``
-    each, enough rounds for about 0.5 ms and at most about 1000 calls, one round at least."""
+    """Calls in one captured graph: whole rounds of ``period`` calls (one per input set) lasting
+    ``round_ms`` each, enough rounds for about 0.5 ms and at most about 1000 calls, one round at
+    least."""
     if period < 1:
         raise ValueError(f"need period >= 1, got {period}")
     wanted = math.ceil(_REPLAY_MS / round_ms) if round_ms > 0 else 1
@@ -387,8 +428,8 @@ def graph_calls(round_ms: float, period: int) -> int:
 
 
 def _graph_timing(rotation: _Rotation, budget: _Budget) -> Timing | None:
-    """Device ms per call from replays of a CUDA graph of whole rounds of the rotation, timed by events;
-    None if it cannot be captured."""
+    """Device ms per call from replays of a CUDA graph of whole rounds of the rotation, timed by
+    events; None if it cannot be captured."""
     stream = _capture_stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm up on the capture stream, as PyTorch requires
@@ -410,7 +451,8 @@ def _graph_timing(rotation: _Rotation, budget: _Budget) -> Timing | None:
 
 
 def _profiler_timing(fn: Callable[[], object], reps: int) -> Timing | None:
-    """Per-call sums of device activity (kernels, memcpy, memset) durations, ms; None if unavailable.
+    """Per-call sums of device activity (kernels, memcpy, memset) durations, ms; None if
+    unavailable.
 
     Each call is synchronized inside its own profiler range, so a device event belongs to the call
     whose host range contains its start. Work on concurrent streams is summed, not overlapped.

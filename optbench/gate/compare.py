@@ -74,8 +74,18 @@ from optbench.core.store import REPO_ROOT, ResultStore, StoredRun
 from optbench.suite.catalog import GATE_THRESHOLDS, gate_threshold
 
 MISSING = "missing"
-COLUMNS = ("benchmark", "params", "metric", "clock", "base", "head", "head/base", "runs",
-           "detectable", "verdict")
+COLUMNS = (
+    "benchmark",
+    "params",
+    "metric",
+    "clock",
+    "base",
+    "head",
+    "head/base",
+    "runs",
+    "detectable",
+    "verdict",
+)
 ALPHA = 1e-3  # one-sided false-alarm rate of one metric's verdict
 MIN_DF = 3  # degrees of freedom of A/A runs on one GPU a metric's noise estimate needs
 COLD_CACHE = "cold"  # info.compile_cache of a run whose compile seconds are compared
@@ -166,8 +176,12 @@ def git_commit(ref: str) -> str | None:
     """Full hash of a commit-ish in the repository of this file, or None where git cannot resolve
     it."""
     try:
-        out = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-                             cwd=REPO_ROOT, capture_output=True, text=True)
+        out = subprocess.run(
+            ["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+        )
     except OSError:
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -276,21 +290,30 @@ def _latest(runs: Sequence[StoredRun], key: str) -> Record | None:
     return next((r for r in reversed(found) if not r.interrupted), found[-1] if found else None)
 
 
-def _limit(rec: Record, quantity: str, clock: str | None, threshold: float | None,
-           metric: str = "") -> float | None:
+def _limit(
+    rec: Record, quantity: str, clock: str | None, threshold: float | None, metric: str = ""
+) -> float | None:
     """The threshold of a metric: ``threshold`` where given, else its class's; None where the
     catalog does not gate the metric."""
     limit = gate_threshold(rec.benchmark, rec.params, quantity, clock, metric)
     return None if limit is None else (limit if threshold is None else threshold)
 
 
-def compare_runs(base: Sequence[StoredRun], head: Sequence[StoredRun], noise: NoiseModel,
-                 threshold: float | None = None) -> list[Change]:
+def compare_runs(
+    base: Sequence[StoredRun],
+    head: Sequence[StoredRun],
+    noise: NoiseModel,
+    threshold: float | None = None,
+) -> list[Change]:
     """Every change of every record from the runs ``base`` to the runs ``head`` of one machine: on
     each GPU that ran the record at both commits, else across GPUs (not gated). ``threshold``
     replaces the catalog's class thresholds of the gated metrics."""
-    where = {"machine": (head or base)[0].machine, "base_commit": base[0].commit if base else "",
-             "head_commit": head[0].commit if head else ""}
+    where = {
+        "machine": (head or base)[0].machine,
+        "base_commit": base[0].commit if base else "",
+        "head_commit": head[0].commit if head else "",
+    }
+
     def device(run: StoredRun) -> tuple[str, str | None]:  # one GPU in two folders: not alike
         return run.machine, gpu_of(run)
 
@@ -301,16 +324,29 @@ def compare_runs(base: Sequence[StoredRun], head: Sequence[StoredRun], noise: No
         new = [r for r in head if key in r.records]
         common = sorted(d for d in {device(r) for r in old} & {device(r) for r in new} if d[1])
         for machine, gpu in common:
-            changes += _record_changes([r for r in old if device(r) == (machine, gpu)],
-                                       [r for r in new if device(r) == (machine, gpu)], key, where,
-                                       noise, threshold, gpu)
+            changes += _record_changes(
+                [r for r in old if device(r) == (machine, gpu)],
+                [r for r in new if device(r) == (machine, gpu)],
+                key,
+                where,
+                noise,
+                threshold,
+                gpu,
+            )
         if not common:
             changes += _record_changes(old, new, key, where, noise, threshold, None)
     return changes
 
 
-def _record_changes(base: Sequence[StoredRun], head: Sequence[StoredRun], key: str, where: dict,
-                    noise: NoiseModel, threshold: float | None, gpu: str | None) -> list[Change]:
+def _record_changes(
+    base: Sequence[StoredRun],
+    head: Sequence[StoredRun],
+    key: str,
+    where: dict,
+    noise: NoiseModel,
+    threshold: float | None,
+    gpu: str | None,
+) -> list[Change]:
     """The changes of one record between runs of one GPU (``gpu``) or of different GPUs (None)."""
     b, h = _latest(base, key), _latest(head, key)
     rec = h or b
@@ -321,15 +357,44 @@ def _record_changes(base: Sequence[StoredRun], head: Sequence[StoredRun], key: s
         if sb == sh == "skipped":
             return []
         if INTERRUPTED in (sb, sh):  # an interrupt stopped the case: no verdict on it
-            return [Change(**common, metric="", quantity="status", clock=None, base=None, head=None,
-                           ratio=None, significant=False, regression=False, improvement=False,
-                           base_status=sb, head_status=sh, gated=False, reason=INTERRUPTED_RUN)]
+            return [
+                Change(
+                    **common,
+                    metric="",
+                    quantity="status",
+                    clock=None,
+                    base=None,
+                    head=None,
+                    ratio=None,
+                    significant=False,
+                    regression=False,
+                    improvement=False,
+                    base_status=sb,
+                    head_status=sh,
+                    gated=False,
+                    reason=INTERRUPTED_RUN,
+                )
+            ]
         significant = sb != sh and MISSING not in (sb, sh)
         judged = significant and gpu is not None
-        return [Change(**common, metric="", quantity="status", clock=None, base=None, head=None,
-                       ratio=None, significant=significant, regression=judged and sb == OK,
-                       improvement=judged and sh == OK, base_status=sb, head_status=sh,
-                       gated=gpu is not None, reason="" if gpu is not None else CROSS_GPU)]
+        return [
+            Change(
+                **common,
+                metric="",
+                quantity="status",
+                clock=None,
+                base=None,
+                head=None,
+                ratio=None,
+                significant=significant,
+                regression=judged and sb == OK,
+                improvement=judged and sh == OK,
+                base_status=sb,
+                head_status=sh,
+                gated=gpu is not None,
+                reason="" if gpu is not None else CROSS_GPU,
+            )
+        ]
     assert b is not None and h is not None
     changes = []
     medians = [[run_medians(r) for r in side] for side in (base, head)]
@@ -341,30 +406,62 @@ def _record_changes(base: Sequence[StoredRun], head: Sequence[StoredRun], key: s
             if tb is None:
                 other = b.timing(metric, "device")
                 if clock == "device" and other:  # base measured another thing under it
-                    changes.append(Change(**common, metric=metric, quantity="time", clock=clock,
-                                          base=_summary(other), head=_summary(th), ratio=None,
-                                          significant=False, regression=False, improvement=False,
-                                          method_changed=True, gated=False, reason=NOT_GATED))
+                    changes.append(
+                        Change(
+                            **common,
+                            metric=metric,
+                            quantity="time",
+                            clock=clock,
+                            base=_summary(other),
+                            head=_summary(th),
+                            ratio=None,
+                            significant=False,
+                            regression=False,
+                            improvement=False,
+                            method_changed=True,
+                            gated=False,
+                            reason=NOT_GATED,
+                        )
+                    )
                 continue
-            change = _noise_change(common, (key, metric, clock), medians, noise, threshold, h,
-                                   "time", _summary(tb), _summary(th))
+            change = _noise_change(
+                common,
+                (key, metric, clock),
+                medians,
+                noise,
+                threshold,
+                h,
+                "time",
+                _summary(tb),
+                _summary(th),
+            )
             if change is not None:
                 changes.append(change)
-    seconds = [[m[(key, *COMPILE_SERIES)] for m in side if (key, *COMPILE_SERIES) in m]
-               for side in medians]
+    seconds = [
+        [m[(key, *COMPILE_SERIES)] for m in side if (key, *COMPILE_SERIES) in m] for side in medians
+    ]
     if seconds[0] and seconds[1]:
         summaries = [Summary(*[statistics.median(side)] * 3) for side in seconds]
-        change = _noise_change(common, (key, *COMPILE_SERIES), medians, noise, threshold, h,
-                               "compile", *summaries)
+        change = _noise_change(
+            common, (key, *COMPILE_SERIES), medians, noise, threshold, h, "compile", *summaries
+        )
         if change is not None:
             changes.append(dataclasses.replace(change, metric="", clock=None))
     changes += _median_changes(base, head, key, common, "peak memory", _peaks, threshold)
     return changes
 
 
-def _noise_change(common: dict, series: Series, medians: list[list[dict[Series, float]]],
-                  noise: NoiseModel, threshold: float | None, rec: Record, quantity: str,
-                  base: Summary, head: Summary) -> Change | None:
+def _noise_change(
+    common: dict,
+    series: Series,
+    medians: list[list[dict[Series, float]]],
+    noise: NoiseModel,
+    threshold: float | None,
+    rec: Record,
+    quantity: str,
+    base: Summary,
+    head: Summary,
+) -> Change | None:
     """The change of one series (a time, or compile seconds) between the runs' values
     ``medians`` (base's, head's), judged against its A/A noise on the comparison's GPU; None where
     a side lacks it."""
@@ -385,23 +482,41 @@ def _noise_change(common: dict, series: Series, medians: list[list[dict[Series, 
         reason = "" if limit is not None else NOT_GATED
     significant = detectable is not None and abs(diff) > math.log1p(detectable)
     gated = not reason
-    return Change(**common, metric=metric, quantity=quantity, clock=clock, base=base, head=head,
-                  ratio=math.exp(diff), significant=significant,
-                  regression=gated and significant and diff > 0,
-                  improvement=gated and significant and diff < 0,
-                  runs=(len(logs[0]), len(logs[1])), noise=model, detectable=detectable,
-                  gated=gated, reason=reason)
+    return Change(
+        **common,
+        metric=metric,
+        quantity=quantity,
+        clock=clock,
+        base=base,
+        head=head,
+        ratio=math.exp(diff),
+        significant=significant,
+        regression=gated and significant and diff > 0,
+        improvement=gated and significant and diff < 0,
+        runs=(len(logs[0]), len(logs[1])),
+        noise=model,
+        detectable=detectable,
+        gated=gated,
+        reason=reason,
+    )
 
 
 def _peaks(run: StoredRun, rec: Record) -> dict[str, float]:
     return rec.peaks()
 
 
-def _median_changes(base: Sequence[StoredRun], head: Sequence[StoredRun], key: str, common: dict,
-                    quantity: str, values: Callable[[StoredRun, Record], dict[str, float]],
-                    threshold: float | None) -> list[Change]:
+def _median_changes(
+    base: Sequence[StoredRun],
+    head: Sequence[StoredRun],
+    key: str,
+    common: dict,
+    quantity: str,
+    values: Callable[[StoredRun, Record], dict[str, float]],
+    threshold: float | None,
+) -> list[Change]:
     """Changes of a quantity with one deterministic value per run and metric (peak memory): of the
     median over runs, beyond the class threshold."""
+
     def found(runs: Sequence[StoredRun]) -> dict[str, list[float]]:
         by_metric: dict[str, list[float]] = defaultdict(list)
         for run in runs:
@@ -424,12 +539,24 @@ def _median_changes(base: Sequence[StoredRun], head: Sequence[StoredRun], key: s
         significant = limit is not None and abs(h - b) > limit * abs(b)
         gated = gpu is not None and limit is not None
         reason = "" if gated else (CROSS_GPU if gpu is None else NOT_GATED)
-        changes.append(Change(**common, metric=metric, quantity=quantity, clock=None,
-                              base=Summary(b, b, b), head=Summary(h, h, h), ratio=ratio,
-                              significant=significant, regression=gated and significant and h > b,
-                              improvement=gated and significant and h < b,
-                              runs=(len(pb[metric]), len(ph[metric])), detectable=limit,
-                              gated=gated, reason=reason))
+        changes.append(
+            Change(
+                **common,
+                metric=metric,
+                quantity=quantity,
+                clock=None,
+                base=Summary(b, b, b),
+                head=Summary(h, h, h),
+                ratio=ratio,
+                significant=significant,
+                regression=gated and significant and h > b,
+                improvement=gated and significant and h < b,
+                runs=(len(pb[metric]), len(ph[metric])),
+                detectable=limit,
+                gated=gated,
+                reason=reason,
+            )
+        )
     return changes
 
 
@@ -445,10 +572,16 @@ def select_runs(runs: Sequence[StoredRun], wanted: Sequence[str] | None) -> list
     return [r for r in runs if any(r.run_id.startswith(w) for w in wanted)]
 
 
-def compare(store: ResultStore, base: str, head: str, machines: Iterable[str] | None = None,
-            threshold: float | None = None, base_runs: Sequence[str] | None = None,
-            head_runs: Sequence[str] | None = None,
-            base_machine: str | None = None) -> list[Change]:
+def compare(
+    store: ResultStore,
+    base: str,
+    head: str,
+    machines: Iterable[str] | None = None,
+    threshold: float | None = None,
+    base_runs: Sequence[str] | None = None,
+    head_runs: Sequence[str] | None = None,
+    base_machine: str | None = None,
+) -> list[Change]:
     """Every change from ``base`` to ``head`` (commit-ish or stored prefix, :func:`resolve`) on each
     machine with both, the noise fitted on every stored run of the machine
     (``base_runs``/``head_runs``: run id prefixes to keep; with ``base == head``, two sets of runs
@@ -478,8 +611,15 @@ def compare(store: ResultStore, base: str, head: str, machines: Iterable[str] | 
 def cross_machine(change: Change, base_machine: str) -> Change:
     """``change`` of a comparison whose base ran on ``base_machine``: labelled, reported, not
     gated."""
-    return dataclasses.replace(change, base_machine=base_machine, gpu=None, gated=False,
-                               regression=False, improvement=False, reason=CROSS_GPU)
+    return dataclasses.replace(
+        change,
+        base_machine=base_machine,
+        gpu=None,
+        gated=False,
+        regression=False,
+        improvement=False,
+        reason=CROSS_GPU,
+    )
 
 
 def verdict(c: Change) -> str:
@@ -493,8 +633,11 @@ def verdict(c: Change) -> str:
     if c.reason in (NO_NOISE, INTERRUPTED_RUN):
         return c.reason
     if c.significant and not c.gated:
-        what = "status changed" if c.quantity == "status" else \
-            ("slower" if (c.ratio or 1) > 1 else "faster")
+        what = (
+            "status changed"
+            if c.quantity == "status"
+            else ("slower" if (c.ratio or 1) > 1 else "faster")
+        )
         return f"{what} ({c.reason})"
     return ""
 
@@ -513,12 +656,21 @@ def rows(changes: Iterable[Change]) -> list[tuple[str, ...]]:
     """Table cells (see COLUMNS) of changes: medians of the latest runs with their quartiles, MiB
     for memory, seconds for compile; the ratio of the runs' geometric means; the runs per side; the
     smallest change the comparison detects."""
-    return [(c.benchmark, " ".join(c.key.split("|")[1:]),
-             c.metric if c.quantity == "time" else f"{c.metric} {c.quantity}".strip(),
-             c.clock or "", _format(c, c.base, c.base_status), _format(c, c.head, c.head_status),
-             "" if c.ratio is None else f"{c.ratio:.3f}×",
-             "" if c.quantity == "status" else "{}/{}".format(*c.runs),
-             "" if c.detectable is None else f"±{c.detectable:.1%}", verdict(c)) for c in changes]
+    return [
+        (
+            c.benchmark,
+            " ".join(c.key.split("|")[1:]),
+            c.metric if c.quantity == "time" else f"{c.metric} {c.quantity}".strip(),
+            c.clock or "",
+            _format(c, c.base, c.base_status),
+            _format(c, c.head, c.head_status),
+            "" if c.ratio is None else f"{c.ratio:.3f}×",
+            "" if c.quantity == "status" else "{}/{}".format(*c.runs),
+            "" if c.detectable is None else f"±{c.detectable:.1%}",
+            verdict(c),
+        )
+        for c in changes
+    ]
 
 
 def compared(c: Change) -> bool:
@@ -529,15 +681,20 @@ def compared(c: Change) -> bool:
 def shown(c: Change) -> bool:
     """Whether a change belongs in the default table: beyond what the comparison detects, or failing
     at head, or interrupted on a side."""
-    return (c.significant or c.head_status not in (OK, "skipped", MISSING)
-            or c.reason == INTERRUPTED_RUN)
+    return (
+        c.significant
+        or c.head_status not in (OK, "skipped", MISSING)
+        or c.reason == INTERRUPTED_RUN
+    )
 
 
 def _title(c: Change) -> str:
     span = f"{c.base_commit[:12]} → {c.head_commit[:12]}"
     if c.base_machine:
-        return f"{CROSS_GPU}, not gated: {c.base_machine} {c.base_commit[:12]} → {c.machine} " \
-               f"{c.head_commit[:12]}"
+        return (
+            f"{CROSS_GPU}, not gated: {c.base_machine} {c.base_commit[:12]} → {c.machine} "
+            f"{c.head_commit[:12]}"
+        )
     if c.gpu is None:
         return f"{CROSS_GPU}, not gated: {c.machine}: {span} (no GPU ran these records at both)"
     return f"{c.machine} on {c.gpu}: {span}"
@@ -548,26 +705,44 @@ def main(argv: list[str] | None = None) -> int:
     nothing comparable."""
     from optbench.core.console import console, table
 
-    p = argparse.ArgumentParser(prog="optbench compare", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="optbench compare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("base", help="base commit-ish or stored hash prefix")
     p.add_argument("head", help="head commit-ish or stored hash prefix")
-    p.add_argument("--machine", action="append",
-                   help="machine folder to compare (repeatable; default all)")
+    p.add_argument(
+        "--machine", action="append", help="machine folder to compare (repeatable; default all)"
+    )
     classes = ", ".join(f"{k} {v:.0%}%" for k, v in GATE_THRESHOLDS.items())  # argparse: %%
-    p.add_argument("--threshold", type=float,
-                   help="relative change below which nothing fails, for every gated metric "
-                        f"(default: its class's: {classes})")
-    p.add_argument("--base-run", action="append",
-                   help="only the base runs whose id starts with this (repeatable)")
-    p.add_argument("--head-run", action="append",
-                   help="only the head runs whose id starts with this (repeatable)")
-    p.add_argument("--results", type=Path,
-                   help="results root (default $OPTBENCH_RESULTS or results/)")
-    p.add_argument("--all", action="store_true",
-                   help="list every compared metric, not only the changed")
-    p.add_argument("--base-machine", help="take BASE's runs from this machine folder: a "
-                                          "cross-machine comparison, reported, never gated")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        help="relative change below which nothing fails, for every gated metric "
+        f"(default: its class's: {classes})",
+    )
+    p.add_argument(
+        "--base-run",
+        action="append",
+        help="only the base runs whose id starts with this (repeatable)",
+    )
+    p.add_argument(
+        "--head-run",
+        action="append",
+        help="only the head runs whose id starts with this (repeatable)",
+    )
+    p.add_argument(
+        "--results", type=Path, help="results root (default $OPTBENCH_RESULTS or results/)"
+    )
+    p.add_argument(
+        "--all", action="store_true", help="list every compared metric, not only the changed"
+    )
+    p.add_argument(
+        "--base-machine",
+        help="take BASE's runs from this machine folder: a "
+        "cross-machine comparison, reported, never gated",
+    )
     args = p.parse_args(argv)
 
     store = ResultStore(args.results)
@@ -575,8 +750,11 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.base_run or args.head_run):
         code = {code_commit(args.base) or args.base, code_commit(args.head) or args.head}
         if len(code) == 1:
-            out.print(f"same code: {args.base} and {args.head} both measure {code.pop()[:12]}: "
-                      "nothing to compare", style="green")
+            out.print(
+                f"same code: {args.base} and {args.head} both measure {code.pop()[:12]}: "
+                "nothing to compare",
+                style="green",
+            )
             return 0
     machines = args.machine or store.machines()
     found: dict[str, list[str]] = {args.base: [], args.head: []}  # ref -> machines with runs of it
@@ -590,18 +768,34 @@ def main(argv: list[str] | None = None) -> int:
         if b and h:
             same |= b == h
             if b != h or args.base_run or args.head_run:
-                changes += compare(store, b, h, [machine], args.threshold, args.base_run,
-                                   args.head_run, args.base_machine)
+                changes += compare(
+                    store,
+                    b,
+                    h,
+                    [machine],
+                    args.threshold,
+                    args.base_run,
+                    args.head_run,
+                    args.base_machine,
+                )
     for ref, where in found.items():
         if not where:
-            on = ", ".join(machines) if ref != args.base or not args.base_machine \
+            on = (
+                ", ".join(machines)
+                if ref != args.base or not args.base_machine
                 else args.base_machine
-            print(f"optbench compare: nothing to compare: {ref!r} has no stored runs on {on} "
-                  f"(results in {store.root})", file=sys.stderr)
+            )
+            print(
+                f"optbench compare: nothing to compare: {ref!r} has no stored runs on {on} "
+                f"(results in {store.root})",
+                file=sys.stderr,
+            )
             return 2
     if same and not changes:
-        out.print(f"same code: {args.base} and {args.head} measure the same commit: nothing to "
-                  "compare", style="green")
+        out.print(
+            f"same code: {args.base} and {args.head} measure the same commit: nothing to compare",
+            style="green",
+        )
         return 0
     for title in dict.fromkeys(map(_title, changes)):
         mine = [c for c in changes if _title(c) == title]
@@ -609,18 +803,24 @@ def main(argv: list[str] | None = None) -> int:
         if listed:
             out.print(table(COLUMNS, rows(listed), title=title, marks=[verdict(c) for c in listed]))
         else:
-            out.print(f"{title}: no change beyond what each metric lets the comparison detect, in "
-                      f"{len(mine)} metrics")
+            out.print(
+                f"{title}: no change beyond what each metric lets the comparison detect, in "
+                f"{len(mine)} metrics"
+            )
         _notes(out, mine)
     if not same and not any(c.gpu is not None and compared(c) for c in changes):
-        print(f"optbench compare: nothing comparable: no GPU ran a record at both {args.base} "
-              f"(stored on {', '.join(found[args.base])}) and {args.head} (stored on "
-              f"{', '.join(found[args.head])}); changes across GPUs are reported, never gated",
-              file=sys.stderr)
+        print(
+            f"optbench compare: nothing comparable: no GPU ran a record at both {args.base} "
+            f"(stored on {', '.join(found[args.base])}) and {args.head} (stored on "
+            f"{', '.join(found[args.head])}); changes across GPUs are reported, never gated",
+            file=sys.stderr,
+        )
         return 2
     regressions = [c for c in changes if c.regression]
-    out.print(f"{len(regressions)} regressions beyond their class threshold and noise",
-              style="bold red" if regressions else "green")
+    out.print(
+        f"{len(regressions)} regressions beyond their class threshold and noise",
+        style="bold red" if regressions else "green",
+    )
     return 1 if regressions else 0
 
 
@@ -629,22 +829,30 @@ def _notes(out: Any, mine: Sequence[Change]) -> None:
     where = f"{mine[0].machine} on {mine[0].gpu}" if mine[0].gpu else mine[0].machine
     changed = sum(c.method_changed for c in mine)
     if changed:
-        out.print(f"note: {changed} time metrics are not compared on {where}: their clock measures "
-                  "another thing at head (e.g. cold-L2 kernel device time, `info.device_clock`)")
+        out.print(
+            f"note: {changed} time metrics are not compared on {where}: their clock measures "
+            "another thing at head (e.g. cold-L2 kernel device time, `info.device_clock`)"
+        )
     times = [c for c in mine if c.quantity == "time" and c.detectable is not None and c.gpu]
     if times:
-        out.print(f"{where}: {len(times)} time metrics judged; smallest detectable change: median "
-                  f"{statistics.median(c.detectable for c in times):.1%}, ≤ 10% in "
-                  f"{sum(c.detectable <= 0.10 for c in times)}")
+        out.print(
+            f"{where}: {len(times)} time metrics judged; smallest detectable change: median "
+            f"{statistics.median(c.detectable for c in times):.1%}, ≤ 10% in "
+            f"{sum(c.detectable <= 0.10 for c in times)}"
+        )
     blind = sum(c.reason == NO_NOISE for c in mine)
     if blind:
-        out.print(f"note: {blind} time metrics on {where}: {NO_NOISE} (fewer than {MIN_DF} "
-                  "degrees of freedom of A/A runs, runs of one commit on it): reported (--all), "
-                  "not gated")
+        out.print(
+            f"note: {blind} time metrics on {where}: {NO_NOISE} (fewer than {MIN_DF} "
+            "degrees of freedom of A/A runs, runs of one commit on it): reported (--all), "
+            "not gated"
+        )
     stopped = sum(c.reason == INTERRUPTED_RUN for c in mine)
     if stopped:
-        out.print(f"note: {stopped} records on {where} were interrupted (partial runs): reported, "
-                  "not gated")
+        out.print(
+            f"note: {stopped} records on {where} were interrupted (partial runs): reported, "
+            "not gated"
+        )
     lost = sum(c.base_status == OK and c.head_status == MISSING for c in mine)
     if lost:
         out.print(f"note: {lost} results of the base commit are missing at head on {where}")

@@ -74,8 +74,11 @@ def planted(run: StoredRun, factor: float) -> StoredRun:
 
 def aa_pairs(runs: Sequence[StoredRun]) -> list[tuple[StoredRun, StoredRun]]:
     """Every pair of ``runs`` (oldest first) of one commit on one GPU, the earlier run first."""
-    return [(a, b) for a, b in combinations(runs, 2)
-            if a.commit == b.commit and gpu_of(a) is not None and gpu_of(a) == gpu_of(b)]
+    return [
+        (a, b)
+        for a, b in combinations(runs, 2)
+        if a.commit == b.commit and gpu_of(a) is not None and gpu_of(a) == gpu_of(b)
+    ]
 
 
 def _class(c: Change) -> str | None:
@@ -119,8 +122,9 @@ def _required(c: Change, factor: float, spread: float) -> bool:
 
 def audit(store: ResultStore, machine: str, spread: float = 0.05) -> Audit:
     """The held-out A/A pairs of ``machine`` and their plants (see the module docstring)."""
-    result = Audit(machine, planted={f: Counter() for f in PLANTS},
-                   caught={f: Counter() for f in PLANTS})
+    result = Audit(
+        machine, planted={f: Counter() for f in PLANTS}, caught={f: Counter() for f in PLANTS}
+    )
     everything = machine_runs(store, machine)
     for base, head in aa_pairs(everything):
         held = {base.run_id, head.run_id}
@@ -150,18 +154,23 @@ def _fraction(part: int, whole: int) -> str:
 
 def report(a: Audit, spread: float) -> list[str]:
     """The lines ``optbench noisecheck`` prints for one machine."""
-    lines = [f"{a.machine}: {a.pairs} held-out A/A pairs of runs of one commit on one GPU "
-             f"({len(a.gpus)} GPUs)",
-             f"  A/A: {len(a.false_alarms)} false alarms in {a.aa_judged} gated verdicts",
-             "  not judged, no noise estimate on the GPU without the pair: "
-             + (", ".join(f"{cls} {n}" for cls, n in sorted(a.blind.items())) or "none")]
+    lines = [
+        f"{a.machine}: {a.pairs} held-out A/A pairs of runs of one commit on one GPU "
+        f"({len(a.gpus)} GPUs)",
+        f"  A/A: {len(a.false_alarms)} false alarms in {a.aa_judged} gated verdicts",
+        "  not judged, no noise estimate on the GPU without the pair: "
+        + (", ".join(f"{cls} {n}" for cls, n in sorted(a.blind.items())) or "none"),
+    ]
     for factor, classes in PLANTS.items():
-        caught = ", ".join(f"{cls} {_fraction(a.caught[factor][cls], a.planted[factor][cls])}"
-                           for cls in classes)
+        caught = ", ".join(
+            f"{cls} {_fraction(a.caught[factor][cls], a.planted[factor][cls])}" for cls in classes
+        )
         lines.append(f"  planted {factor:g}x, caught: {caught}")
-    lines.append(f"  required: 1.15x in every judged time metric with an A/A spread under "
-                 f"{spread:.0%} and every peak memory, 1.05x in every judged device-bound time; "
-                 f"missed: {len(a.missed)}")
+    lines.append(
+        f"  required: 1.15x in every judged time metric with an A/A spread under "
+        f"{spread:.0%} and every peak memory, 1.05x in every judged device-bound time; "
+        f"missed: {len(a.missed)}"
+    )
     lines += [f"  false alarm: {x}" for x in a.false_alarms]
     lines += [f"  missed {x}" for x in a.missed]
     return lines
@@ -169,26 +178,39 @@ def report(a: Audit, spread: float) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``optbench noisecheck``: exit 0 all held-out checks pass, 1 one fails, 2 nothing checked."""
-    p = argparse.ArgumentParser(prog="optbench noisecheck", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="optbench noisecheck",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--machine", action="append", help="machine folder (repeatable; default all)")
-    p.add_argument("--spread", type=float, default=0.05,
-                   help="A/A spread under which a time metric's 1.15x plant must be caught")
-    p.add_argument("--results", type=Path,
-                   help="results root (default $OPTBENCH_RESULTS or results/)")
+    p.add_argument(
+        "--spread",
+        type=float,
+        default=0.05,
+        help="A/A spread under which a time metric's 1.15x plant must be caught",
+    )
+    p.add_argument(
+        "--results", type=Path, help="results root (default $OPTBENCH_RESULTS or results/)"
+    )
     args = p.parse_args(argv)
     store = ResultStore(args.results)
     unknown = [m for m in args.machine or () if m not in store.machines()]
     if unknown:
-        print(f"optbench noisecheck: no stored runs of machine {', '.join(unknown)} in "
-              f"{store.root}", file=sys.stderr)
+        print(
+            f"optbench noisecheck: no stored runs of machine {', '.join(unknown)} in {store.root}",
+            file=sys.stderr,
+        )
         return 2
     audits = [audit(store, machine, args.spread) for machine in args.machine or store.machines()]
     for a in audits:
         print("\n".join(report(a, args.spread)))
     if not any(a.pairs for a in audits):
-        print(f"optbench noisecheck: nothing checked: no machine in {store.root} holds two runs of "
-              "one commit on one GPU", file=sys.stderr)
+        print(
+            f"optbench noisecheck: nothing checked: no machine in {store.root} holds two runs of "
+            "one commit on one GPU",
+            file=sys.stderr,
+        )
         return 2
     return 0 if all(a.ok for a in audits) else 1
 

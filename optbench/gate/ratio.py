@@ -1,21 +1,24 @@
-"""head/base of one metric from two sets of runs, with its confidence interval, and the gate's verdict on it.
+"""head/base of one metric from two sets of runs, with its confidence interval, and the gate's
+verdict on it.
 
-Each run (one process) gives one value of a metric (its median over many samples); the runs of each side are
-the evidence, never the samples inside one run. The shift of log values from base to head is estimated with
-the Hodges-Lehmann estimator (the median of every pairwise difference ``log h_j - log b_i``) and bounded by the
-interval the Mann-Whitney U test gives it: the shifts ``d`` for which the exact two-sided test of ``log h - d``
-against ``log b`` does not reject at ``1 - confidence`` (Hollander & Wolfe, *Nonparametric Statistical
-Methods*, section 4.3; asv's ``_stats`` and Chromium's pinpoint rank runs the same way). The interval's ends
-are pairwise differences; it assumes nothing about the distribution of a run's value and one outlying run
-moves it by one order statistic. With few runs the test cannot reject anything (4 runs a side are the fewest
-whose exact two-sided test reaches 5%), and the interval is unbounded.
+Each run (one process) gives one value of a metric (its median over many samples); the runs of each
+side are the evidence, never the samples inside one run. The shift of log values from base to head
+is estimated with the Hodges-Lehmann estimator (the median of every pairwise difference ``log h_j -
+log b_i``) and bounded by the interval the Mann-Whitney U test gives it: the shifts ``d`` for which
+the exact two-sided test of ``log h - d`` against ``log b`` does not reject at ``1 - confidence``
+(Hollander & Wolfe, *Nonparametric Statistical Methods*, section 4.3; asv's ``_stats`` and
+Chromium's pinpoint rank runs the same way). The interval's ends are pairwise differences; it
+assumes nothing about the distribution of a run's value and one outlying run moves it by one order
+statistic. With few runs the test cannot reject anything (4 runs a side are the fewest whose exact
+two-sided test reaches 5%), and the interval is unbounded.
 
 Verdicts against a metric's threshold ``t`` (the catalog's ``GATE_THRESHOLDS``):
 
 - ``regression``: the whole interval lies above ``1 + t``: slower by more than the threshold, at the
   interval's confidence;
 - ``improvement``: the whole interval lies below ``1 / (1 + t)``;
-- ``no change``: the whole interval lies inside ``(1 / (1 + t), 1 + t)``: any change is under the threshold;
+- ``no change``: the whole interval lies inside ``(1 / (1 + t), 1 + t)``: any change is under the
+  threshold;
 - ``inconclusive``: the interval reaches past a bound: more runs would narrow it.
 """
 
@@ -26,13 +29,18 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE = "regression", "improvement", "no change", "inconclusive"
+REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE = (
+    "regression",
+    "improvement",
+    "no change",
+    "inconclusive",
+)
 
 
 @dataclass(frozen=True)
 class Ratio:
-    """head/base: the Hodges-Lehmann estimate and its interval (``low``, ``high``; infinite ends where the runs
-    are too few to bound it), from ``n_base`` and ``n_head`` runs."""
+    """head/base: the Hodges-Lehmann estimate and its interval (``low``, ``high``; infinite ends
+    where the runs are too few to bound it), from ``n_base`` and ``n_head`` runs."""
 
     estimate: float
     low: float
@@ -41,7 +49,8 @@ class Ratio:
     n_head: int
 
     def verdict(self, threshold: float) -> str:
-        """The gate's verdict on this ratio for a metric of relative ``threshold`` (module docstring)."""
+        """The gate's verdict on this ratio for a metric of relative ``threshold`` (module
+        docstring)."""
         bound = 1 + threshold
         if self.low > bound:
             return REGRESSION
@@ -53,7 +62,8 @@ class Ratio:
 
 
 def _accepts(base: Sequence[float], head: Sequence[float], shift: float, alpha: float) -> bool:
-    """Whether the exact two-sided Mann-Whitney test keeps ``shift`` (of ``head`` over ``base``) at ``alpha``."""
+    """Whether the exact two-sided Mann-Whitney test keeps ``shift`` (of ``head`` over ``base``) at
+    ``alpha``."""
     from scipy.stats import mannwhitneyu
 
     moved = [h - shift for h in head]
@@ -62,7 +72,8 @@ def _accepts(base: Sequence[float], head: Sequence[float], shift: float, alpha: 
 
 def ratio(base: Sequence[float], head: Sequence[float], confidence: float = 0.95) -> Ratio:
     """head/base of the positive values ``base`` and ``head`` (one per run), with its interval at
-    ``confidence`` (module docstring). ValueError where a side is empty or a value is not positive."""
+    ``confidence`` (module docstring). ValueError where a side is empty or a value is not
+    positive."""
     if not base or not head:
         raise ValueError("a ratio needs at least one run on each side")
     if min(*base, *head) <= 0:
@@ -71,12 +82,15 @@ def ratio(base: Sequence[float], head: Sequence[float], confidence: float = 0.95
     pairs = [h - b for h in lh for b in lb]
     estimate = statistics.median(pairs)
     ends = sorted(set(pairs))
-    # The accepted shifts form an interval whose ends are pairwise differences: test one shift strictly between
-    # each two neighbouring differences (no tie across the sides there) and one beyond each extreme.
+    # The accepted shifts form an interval whose ends are pairwise differences: test one shift
+    # strictly between each two neighbouring differences (no tie across the sides there) and one
+    # beyond each extreme.
     probes = [ends[0] - 1.0, *((a + b) / 2 for a, b in zip(ends, ends[1:])), ends[-1] + 1.0]
     kept = [i for i, d in enumerate(probes) if _accepts(lb, lh, d, 1 - confidence)]
     if not kept:  # identical values on both sides: the shift is known exactly
-        return Ratio(math.exp(estimate), math.exp(estimate), math.exp(estimate), len(base), len(head))
+        return Ratio(
+            math.exp(estimate), math.exp(estimate), math.exp(estimate), len(base), len(head)
+        )
     first, last = kept[0], kept[-1]
     low = -math.inf if first == 0 else ends[first - 1]
     high = math.inf if last == len(probes) - 1 else ends[last]

@@ -1,5 +1,5 @@
-"""Running torch.profiler on a training step: the capture that every figure of a report is read from, the
-step's tensor bytes and, on CUDA, a memory snapshot of one more step."""
+"""Running torch.profiler on a training step: the capture that every figure of a report is read
+from, the step's tensor bytes and, on CUDA, a memory snapshot of one more step."""
 
 from __future__ import annotations
 
@@ -28,29 +28,43 @@ def nbytes(tensors: Iterable[torch.Tensor]) -> int:
 
 
 def step_tensors(step: TrainStep) -> dict[str, int]:
-    """Bytes of the step's weights, gradients and optimizer state (AdamW's step counters included, host
-    scalars unless the optimizer is capturable or fused)."""
-    state = [v for s in step.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
-    return {"weights_bytes": nbytes(step.params),
-            "gradients_bytes": nbytes(p.grad for p in step.params if p.grad is not None),
-            "optimizer_state_bytes": nbytes(state)}
+    """Bytes of the step's weights, gradients and optimizer state (AdamW's step counters included,
+    host scalars unless the optimizer is capturable or fused)."""
+    state = [
+        v for s in step.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)
+    ]
+    return {
+        "weights_bytes": nbytes(step.params),
+        "gradients_bytes": nbytes(p.grad for p in step.params if p.grad is not None),
+        "optimizer_state_bytes": nbytes(state),
+    }
 
 
 def allocated_bytes(step: TrainStep) -> int:
-    """Bytes allocated on the step's device now: the CUDA allocator's count; on a CPU the step's own tensors
-    (weights, gradients, optimizer state, buffers, batch), as the host allocator keeps no total."""
+    """Bytes allocated on the step's device now: the CUDA allocator's count; on a CPU the step's own
+    tensors (weights, gradients, optimizer state, buffers, batch), as the host allocator keeps no
+    total."""
     if step.device.type == "cuda":
         return torch.cuda.memory_allocated(step.device)
-    return sum(step_tensors(step).values()) + nbytes(step.model.buffers()) + nbytes((step.idx, step.targets))
+    return (
+        sum(step_tensors(step).values())
+        + nbytes(step.model.buffers())
+        + nbytes((step.idx, step.targets))
+    )
 
 
 def capture(step: TrainStep, steps: int, warmup: int) -> Capture:
-    """Run ``warmup`` steps, the last one under the profiler's warm-up, then profile ``steps`` steps."""
+    """Run ``warmup`` steps, the last one under the profiler's warm-up, then profile ``steps``
+    steps."""
     cuda = step.device.type == "cuda"
     wait, warm = max(warmup - 1, 0), min(warmup, 1)
-    with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])],
-                 schedule=schedule(wait=wait, warmup=warm, active=steps, repeat=1), record_shapes=False,
-                 profile_memory=True, with_stack=False) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])],
+        schedule=schedule(wait=wait, warmup=warm, active=steps, repeat=1),
+        record_shapes=False,
+        profile_memory=True,
+        with_stack=False,
+    ) as prof:
         for i in range(wait + warm + steps):
             if cuda and i == wait + warm:
                 torch.cuda.reset_peak_memory_stats(step.device)
@@ -61,7 +75,8 @@ def capture(step: TrainStep, steps: int, warmup: int) -> Capture:
 
 
 def dump_memory_snapshot(step: TrainStep, path: Path) -> None:
-    """One more step under the CUDA allocator's history (Python stacks of allocations), saved to ``path``."""
+    """One more step under the CUDA allocator's history (Python stacks of allocations), saved to
+    ``path``."""
     torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python")
     try:
         step()

@@ -9,8 +9,15 @@ import numpy as np
 
 from optbench.profiling.timeline import MemoryCurve, Timeline
 
-COLORS = {"forward": "tab:blue", "backward": "tab:orange", "optimizer": "tab:green",
-          "data_movement": "tab:red", "other": "tab:gray", "unattributed": "tab:purple", "idle": "whitesmoke"}
+COLORS = {
+    "forward": "tab:blue",
+    "backward": "tab:orange",
+    "optimizer": "tab:green",
+    "data_movement": "tab:red",
+    "other": "tab:gray",
+    "unattributed": "tab:purple",
+    "idle": "whitesmoke",
+}
 
 
 def pyplot() -> Any:
@@ -28,14 +35,23 @@ def plot_time_split(time: dict[str, Any], path: Path) -> None:
     plt = pyplot()
     bars = {"host": time["host_ms"]}
     if time["device_ms"] is not None:
-        bars["device"] = {**time["device_ms"], "idle": max(time["wall_ms"] - time["device_busy_ms"], 0.0)}
+        bars["device"] = {
+            **time["device_ms"],
+            "idle": max(time["wall_ms"] - time["device_busy_ms"], 0.0),
+        }
     fig, ax = plt.subplots(figsize=(9, 1.4 + 0.5 * len(bars)))
     labelled: set[str] = set()
     for row, parts in bars.items():
         lefts = np.cumsum([0.0, *parts.values()])[:-1]
         for (phase, ms), left in zip(parts.items(), lefts):
-            ax.barh(row, ms, left=left, color=COLORS[phase], edgecolor="white",
-                    label=None if phase in labelled else phase.replace("_", " "))
+            ax.barh(
+                row,
+                ms,
+                left=left,
+                color=COLORS[phase],
+                edgecolor="white",
+                label=None if phase in labelled else phase.replace("_", " "),
+            )
             labelled.add(phase)
     ax.axvline(time["wall_ms"], color="black", linestyle="--", linewidth=1, label="wall")
     ax.set_xlabel("ms per step")
@@ -62,8 +78,10 @@ def plot_memory(curve: MemoryCurve, line: Timeline, path: Path) -> None:
     ax.set_xlabel("ms since the first profiled step")
     ax.set_ylabel("allocated MiB")
     phases = dict.fromkeys(phase for *_, phase in line.segments)
-    ax.legend(handles=[Patch(color=COLORS[p], alpha=0.3, label=p) for p in phases], fontsize=8,
-              loc="upper right")
+    ax.legend(
+        handles=[Patch(color=COLORS[p], alpha=0.3, label=p) for p in phases],
+        fontsize=8,
+        loc="upper right",
+    )
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
-

@@ -1,5 +1,5 @@
-"""``optbench profile --diff A B``: every scalar figure of two reports side by side, and the operators that
-appeared, disappeared or changed."""
+"""``optbench profile --diff A B``: every scalar figure of two reports side by side, and the
+operators that appeared, disappeared or changed."""
 
 from __future__ import annotations
 
@@ -50,39 +50,60 @@ def figure_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, An
     return rows
 
 
-def op_changes(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, dict | None, dict | None]]:
-    """(operator, 'appeared' | 'disappeared' | 'changed', A's row, B's row): operators of one side only, and
-    those of either side's top lists whose calls, or whose time by more than NOISE of A's wall time, changed
-    by more than CHANGED."""
+def op_changes(
+    a: dict[str, Any], b: dict[str, Any]
+) -> list[tuple[str, str, dict | None, dict | None]]:
+    """(operator, 'appeared' | 'disappeared' | 'changed', A's row, B's row): operators of one side
+    only, and those of either side's top lists whose calls, or whose time by more than NOISE of A's
+    wall time, changed by more than CHANGED."""
     ra, rb = ({r["name"]: r for r in x["ops"]["all"]} for x in (a, b))
-    tops = {r["name"] for x in (a, b) for key in ("top_host", "top_device") for r in x["ops"][key] or []}
+    tops = {
+        r["name"] for x in (a, b) for key in ("top_host", "top_device") for r in x["ops"][key] or []
+    }
     floor = NOISE * a["time"]["wall_ms"]
 
     def changed(x: dict, y: dict) -> bool:
         return abs(y["calls"] - x["calls"]) > CHANGED * x["calls"] or any(
-            abs(y[k] - x[k]) > max(CHANGED * x[k], floor) for k in ("host_ms", "device_ms"))
+            abs(y[k] - x[k]) > max(CHANGED * x[k], floor) for k in ("host_ms", "device_ms")
+        )
 
-    out = [(name, "disappeared" if name in ra else "appeared", ra.get(name), rb.get(name))
-           for name in dict.fromkeys([*ra, *rb]) if (name in ra) != (name in rb)]
-    out += [(name, "changed", ra[name], rb[name]) for name in sorted(tops)
-            if name in ra and name in rb and changed(ra[name], rb[name])]
+    out = [
+        (name, "disappeared" if name in ra else "appeared", ra.get(name), rb.get(name))
+        for name in dict.fromkeys([*ra, *rb])
+        if (name in ra) != (name in rb)
+    ]
+    out += [
+        (name, "changed", ra[name], rb[name])
+        for name in sorted(tops)
+        if name in ra and name in rb and changed(ra[name], rb[name])
+    ]
     return sorted(out, key=lambda c: -max(r["host_ms"] + r["device_ms"] for r in c[2:] if r))
 
 
 def diff_markdown(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str]) -> str:
     """The diff of two reports as Markdown: every scalar figure, then the operators that changed."""
-    rows = [[key, fmt(x, key), fmt(y, key), fmt(d, key), "—" if r is None else f"{r:.3f}×"]
-            for key, x, y, d, r in figure_rows(a, b)]
+    rows = [
+        [key, fmt(x, key), fmt(y, key), fmt(d, key), "—" if r is None else f"{r:.3f}×"]
+        for key, x, y, d, r in figure_rows(a, b)
+    ]
     cols = ("calls", "host_ms", "device_ms")
-    ops = [[short(name), what, *(fmt(row[k]) if row else "—" for row in (ra, rb) for k in cols)]
-           for name, what, ra, rb in op_changes(a, b)]
-    return to_markdown([
-        ("h", 1, f"Profile diff: A = {names[0]}, B = {names[1]}"),
-        ("table", ["figure", "A", "B", "B − A", "B / A"], rows),
-        ("h", 2, f"Operators that appeared, disappeared or changed by more than {CHANGED:.0%} "
-                 f"(times: and by more than {NOISE:.0%} of A's wall time)"),
-        ("table", ["operator", "change", *(f"{side} {c}" for side in "AB" for c in cols)], ops),
-    ])
+    ops = [
+        [short(name), what, *(fmt(row[k]) if row else "—" for row in (ra, rb) for k in cols)]
+        for name, what, ra, rb in op_changes(a, b)
+    ]
+    return to_markdown(
+        [
+            ("h", 1, f"Profile diff: A = {names[0]}, B = {names[1]}"),
+            ("table", ["figure", "A", "B", "B − A", "B / A"], rows),
+            (
+                "h",
+                2,
+                f"Operators that appeared, disappeared or changed by more than {CHANGED:.0%} "
+                f"(times: and by more than {NOISE:.0%} of A's wall time)",
+            ),
+            ("table", ["operator", "change", *(f"{side} {c}" for side in "AB" for c in cols)], ops),
+        ]
+    )
 
 
 def run_diff(paths: list[str], out: str | None) -> int:
@@ -97,4 +118,3 @@ def run_diff(paths: list[str], out: str | None) -> int:
     terminal.print(Markdown(text))
     terminal.print(f"written: {target}")
     return 0
-

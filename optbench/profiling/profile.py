@@ -1,24 +1,26 @@
 """``optbench profile``: a profiling report of the training step, with the figures users read off
-torch.profiler by hand (time split, memory split, top operators, launches, host syncs and other smells);
-``--diff`` compares two reports.
+torch.profiler by hand (time split, memory split, top operators, launches, host syncs and other
+smells); ``--diff`` compares two reports.
 
 Usage::
 
-    optbench profile --size 100M [--variant fused-ce | --options key=value ...] [--steps 3] [--warmup 2]
+    optbench profile --size 100M [--variant fused-ce | --options key=value ...] [--steps 3]
+    [--warmup 2]
                      [--name NAME] [--out DIR] [--device cuda|cpu] [--fp8-ceiling-tflops X]
     optbench profile --diff A B [--out DIR]        A, B: report folders or their report.json
 
-A report runs ``--warmup`` steps (the last one under the profiler's own warm-up), then ``--steps`` steps
-under torch.profiler (CPU and CUDA activities, memory events, no shapes, no stacks). Every figure is per
-step, averaged over the profiled steps. It writes report.json (all figures), report.md and report.html (the
-same content), trace.json.gz (Chrome trace), time_split.png, memory_timeline.png and, on CUDA,
-memory_snapshot.pickle (one more step recorded by ``torch.cuda.memory._record_memory_history``, for
-pytorch.org/memory_viz) into ``results/<machine>/profiles/<commit[:12]>-<size>-<name>/`` or ``--out``. The
-folder is built under a temporary name and renamed into place, so a crash leaves no half report.
+A report runs ``--warmup`` steps (the last one under the profiler's own warm-up), then ``--steps``
+steps under torch.profiler (CPU and CUDA activities, memory events, no shapes, no stacks). Every
+figure is per step, averaged over the profiled steps. It writes report.json (all figures), report.md
+and report.html (the same content), trace.json.gz (Chrome trace), time_split.png,
+memory_timeline.png and, on CUDA, memory_snapshot.pickle (one more step recorded by
+``torch.cuda.memory._record_memory_history``, for pytorch.org/memory_viz) into
+``results/<machine>/profiles/<commit[:12]>-<size>-<name>/`` or ``--out``. The folder is built under
+a temporary name and renamed into place, so a crash leaves no half report.
 
 The parts: ``capture`` runs the profiler on the step, ``timeline`` splits its events into phases,
-``breakdown`` and ``kernel_classes`` compute the figures, ``charts`` and ``report`` render and write them,
-``diff`` compares two reports.
+``breakdown`` and ``kernel_classes`` compute the figures, ``charts`` and ``report`` render and write
+them, ``diff`` compares two reports.
 """
 
 from __future__ import annotations
@@ -41,10 +43,13 @@ from optbench.profiling.diff import run_diff
 from optbench.profiling.report import fmt, staging, write_report
 from optbench.profiling.timeline import Parsed
 
-# --- options ------------------------------------------------------------------------------------------------
+# --- options
+# ------------------------------------------------------------------------------------------------
+
 
 def parse_options(pairs: Iterable[str]) -> dict[str, Any]:
-    """``key=value`` strings to StepOptions overrides, typed by the field's annotation ('none' is None)."""
+    """``key=value`` strings to StepOptions overrides, typed by the field's annotation ('none' is
+    None)."""
     hints = get_type_hints(StepOptions)
     overrides: dict[str, Any] = {}
     for pair in pairs:
@@ -62,33 +67,54 @@ def parse_options(pairs: Iterable[str]) -> dict[str, Any]:
     return overrides
 
 
-def step_options_for(size: str, variant: str | None, overrides: dict[str, Any], device: str) -> StepOptions:
-    """The profiled step's options: the variant's candidate, or the device's baseline with ``overrides``."""
+def step_options_for(
+    size: str, variant: str | None, overrides: dict[str, Any], device: str
+) -> StepOptions:
+    """The profiled step's options: the variant's candidate, or the device's baseline with
+    ``overrides``."""
     from optbench.suite.workloads import step_options
 
     return step_options(size, variant or "eager", device)[1].replace(**overrides)
 
 
-# --- main ---------------------------------------------------------------------------------------------------
+# --- main
+# -------------------------------------------------------------------------------------------------
+
 
 def summary(report: dict[str, Any], folder: Path) -> None:
     """A short rich table of the headline figures."""
-    m, t, s, mem, kc = report["meta"], report["time"], report["smells"], report["memory"], report["kernel_classes"]
-    rows = [("wall ms", fmt(t["wall_ms"])), ("tokens/s", fmt(t["tokens_per_s"])),
-            *((f"host {p} ms", fmt(v)) for p, v in t["host_ms"].items()),
-            ("GPU busy", fmt(t["gpu_busy_fraction"], "fraction")),
-            ("kernel launches" if t["device_ms"] is not None else "aten ops",
-             fmt(report["launches"]["per_step"])),
-            ("host syncs", fmt(s["host_syncs"])),
-            ("aten::copy_ calls", fmt(s["copy_calls"]["aten::copy_"])),
-            ("small kernels", fmt(s["small_kernels"])),
-            ("activations", fmt(mem["activations_bytes"], "bytes")),
-            ("peak during backward", fmt(mem["peak_backward_bytes"], "bytes")),
-            *(((f"device {k} ms", fmt(v)) for k, v in kc["ms"].items()) if kc else ()),
-            *((("FP8 GEMM TFLOP/s", fmt(kc["matmul"]["gemm_fp8_tflops_achieved"])),) if kc else ())]
+    m, t, s, mem, kc = (
+        report["meta"],
+        report["time"],
+        report["smells"],
+        report["memory"],
+        report["kernel_classes"],
+    )
+    rows = [
+        ("wall ms", fmt(t["wall_ms"])),
+        ("tokens/s", fmt(t["tokens_per_s"])),
+        *((f"host {p} ms", fmt(v)) for p, v in t["host_ms"].items()),
+        ("GPU busy", fmt(t["gpu_busy_fraction"], "fraction")),
+        (
+            "kernel launches" if t["device_ms"] is not None else "aten ops",
+            fmt(report["launches"]["per_step"]),
+        ),
+        ("host syncs", fmt(s["host_syncs"])),
+        ("aten::copy_ calls", fmt(s["copy_calls"]["aten::copy_"])),
+        ("small kernels", fmt(s["small_kernels"])),
+        ("activations", fmt(mem["activations_bytes"], "bytes")),
+        ("peak during backward", fmt(mem["peak_backward_bytes"], "bytes")),
+        *(((f"device {k} ms", fmt(v)) for k, v in kc["ms"].items()) if kc else ()),
+        *((("FP8 GEMM TFLOP/s", fmt(kc["matmul"]["gemm_fp8_tflops_achieved"])),) if kc else ()),
+    ]
     terminal = console()
-    terminal.print(table(("figure", "per step"), rows,
-                         title=f"optbench profile: {m['size']} {m['name']} on {m['device']}"))
+    terminal.print(
+        table(
+            ("figure", "per step"),
+            rows,
+            title=f"optbench profile: {m['size']} {m['name']} on {m['device']}",
+        )
+    )
     terminal.print(f"report: {folder}")
 
 
@@ -99,18 +125,34 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="optbench profile", description=__doc__.split("\n\n")[0])
     p.add_argument("--size", choices=list(CONFIGS), help="model size")
     pick = p.add_mutually_exclusive_group()
-    pick.add_argument("--variant", choices=["eager", *VARIANTS], help="profile this variant's candidate step")
-    pick.add_argument("--options", nargs="+", default=[], metavar="KEY=VALUE",
-                      help="StepOptions overrides of the baseline, e.g. item_sync=false grad_stats=foreach")
+    pick.add_argument(
+        "--variant", choices=["eager", *VARIANTS], help="profile this variant's candidate step"
+    )
+    pick.add_argument(
+        "--options",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="StepOptions overrides of the baseline, e.g. item_sync=false grad_stats=foreach",
+    )
     p.add_argument("--steps", type=int, default=3, help="profiled steps")
     p.add_argument("--warmup", type=int, default=2, help="steps before them")
-    p.add_argument("--name", help="report name (default: the variant, 'custom' with --options, else 'eager')")
-    p.add_argument("--out", help="report folder (default results/<machine>/profiles/<commit>-<size>-<name>); "
-                                 "with --diff, the folder of diff.md (default: B's)")
+    p.add_argument(
+        "--name", help="report name (default: the variant, 'custom' with --options, else 'eager')"
+    )
+    p.add_argument(
+        "--out",
+        help="report folder (default results/<machine>/profiles/<commit>-<size>-<name>); "
+        "with --diff, the folder of diff.md (default: B's)",
+    )
     p.add_argument("--device", help="cuda or cpu (default: cuda where available)")
-    p.add_argument("--fp8-ceiling-tflops", type=float, metavar="X",
-                   help="the measured FP8 matmul ceiling (TFLOP/s, scripts/probes/fp8_matmul_ceiling.py): the report "
-                        "gives the FP8 GEMMs' fraction of it")
+    p.add_argument(
+        "--fp8-ceiling-tflops",
+        type=float,
+        metavar="X",
+        help="the measured FP8 matmul ceiling (TFLOP/s, scripts/probes/fp8_matmul_ceiling.py): "
+        "the report gives the FP8 GEMMs' fraction of it",
+    )
     p.add_argument("--diff", nargs=2, metavar=("A", "B"), help="compare two reports")
     return p
 
@@ -127,9 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     if args.diff:
-        missing = [d for d in args.diff if not (Path(d).is_file() or (Path(d) / "report.json").is_file())]
+        missing = [
+            d for d in args.diff if not (Path(d).is_file() or (Path(d) / "report.json").is_file())
+        ]
         if missing:
-            p.error(f"--diff takes two profile folders or their report.json; no such report: {', '.join(missing)}")
+            p.error(
+                "--diff takes two profile folders or their report.json; no such report: "
+                f"{', '.join(missing)}"
+            )
         return run_diff(args.diff, args.out)
     if not args.size or args.steps < 1 or args.warmup < 0:
         p.error("--size is required, --steps must be at least 1 and --warmup at least 0")
@@ -137,19 +184,38 @@ def main(argv: list[str] | None = None) -> int:
     options = step_options_for(args.size, args.variant, parse_options(args.options), device)
     name = args.name or args.variant or ("custom" if args.options else "eager")
     try:
-        step = build_step(CONFIGS[args.size], options, device,
-                          profile=detect(device) if device.startswith("cuda") else None)
+        step = build_step(
+            CONFIGS[args.size],
+            options,
+            device,
+            profile=detect(device) if device.startswith("cuda") else None,
+        )
     except UnsupportedOptions as exc:
-        print(f"optbench profile: cannot run {name} at {args.size} on {device}: {exc}", file=sys.stderr)
+        print(
+            f"optbench profile: cannot run {name} at {args.size} on {device}: {exc}",
+            file=sys.stderr,
+        )
         return 2
     commit, machine = current_commit(), current_machine()
-    folder = Path(args.out or results_dir() / machine / "profiles" / f"{commit[:12]}-{args.size}-{name}")
-    meta = {"commit": commit, "machine": machine, "size": args.size, "name": name, "variant": args.variant,
-            "device": str(step.device), "torch": torch.__version__, "options": dataclasses.asdict(options),
-            "warmup": args.warmup, "tokens_per_step": step.tokens_per_step,
-            "flops_per_step": step.flops_per_step,
-            "params": sum(t.numel() for t in step.params), "machine_info": machine_info(),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    folder = Path(
+        args.out or results_dir() / machine / "profiles" / f"{commit[:12]}-{args.size}-{name}"
+    )
+    meta = {
+        "commit": commit,
+        "machine": machine,
+        "size": args.size,
+        "name": name,
+        "variant": args.variant,
+        "device": str(step.device),
+        "torch": torch.__version__,
+        "options": dataclasses.asdict(options),
+        "warmup": args.warmup,
+        "tokens_per_step": step.tokens_per_step,
+        "flops_per_step": step.flops_per_step,
+        "params": sum(t.numel() for t in step.params),
+        "machine_info": machine_info(),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
     with staging(folder) as tmp:
         cap = capture(step, args.steps, args.warmup)
         parsed = Parsed.of(cap, step.device)

@@ -1,12 +1,12 @@
-"""The profiled steps' events, split once: the host phases of each step, the device activity and the memory
-curve.
+"""The profiled steps' events, split once: the host phases of each step, the device activity and the
+memory curve.
 
-Time split: the profiler's ``ProfilerStep#k`` ranges bound each step on the host, and ranges that torch
-emits itself cut it into contiguous phases: optimizer (``Optimizer.zero_grad#...``), forward (up to the
-first ``autograd::engine::evaluate_function`` event: forward and loss), backward (first to last of those
-events, on whichever thread autograd runs them: the caller's on a CPU, a device thread on CUDA), optimizer
-(up to the end of the last ``Optimizer.step#...`` range: unscaling, gradient statistics, clipping, AdamW)
-and other (the loss copy, ``loss.item()``, the harness).
+Time split: the profiler's ``ProfilerStep#k`` ranges bound each step on the host, and ranges that
+torch emits itself cut it into contiguous phases: optimizer (``Optimizer.zero_grad#...``), forward
+(up to the first ``autograd::engine::evaluate_function`` event: forward and loss), backward (first
+to last of those events, on whichever thread autograd runs them: the caller's on a CPU, a device
+thread on CUDA), optimizer (up to the end of the last ``Optimizer.step#...`` range: unscaling,
+gradient statistics, clipping, AdamW) and other (the loss copy, ``loss.item()``, the harness).
 """
 
 from __future__ import annotations
@@ -38,33 +38,58 @@ Segment = tuple[float, float, str]  # (start us, end us, phase) on the profiler'
 
 
 def step_segments(events: list[FunctionEvent], start: float, end: float) -> list[Segment]:
-    """Contiguous phases of one step's host time (see the module's doc); all 'other' without a backward."""
+    """Contiguous phases of one step's host time (see the module's doc); all 'other' without a
+    backward."""
     inside = [e for e in events if start <= e.time_range.start < end]
     backward = [e for e in inside if e.name.startswith(BACKWARD)]
     if not backward:
         return [(start, end, "other")]
     b0 = min(e.time_range.start for e in backward)
     b1 = min(max(e.time_range.end for e in backward), end)
-    f0 = max((e.time_range.end for e in inside if e.name.startswith(ZERO_GRAD) and e.time_range.end <= b0),
-             default=start)
-    o1 = min(max((e.time_range.end for e in inside
-                  if e.name.startswith(OPTIMIZER_STEP) and e.time_range.start >= b1), default=b1), end)
-    bounds = [(start, f0, "optimizer"), (f0, b0, "forward"), (b0, b1, "backward"), (b1, o1, "optimizer"),
-              (o1, end, "other")]
+    f0 = max(
+        (
+            e.time_range.end
+            for e in inside
+            if e.name.startswith(ZERO_GRAD) and e.time_range.end <= b0
+        ),
+        default=start,
+    )
+    o1 = min(
+        max(
+            (
+                e.time_range.end
+                for e in inside
+                if e.name.startswith(OPTIMIZER_STEP) and e.time_range.start >= b1
+            ),
+            default=b1,
+        ),
+        end,
+    )
+    bounds = [
+        (start, f0, "optimizer"),
+        (f0, b0, "forward"),
+        (b0, b1, "backward"),
+        (b1, o1, "optimizer"),
+        (o1, end, "other"),
+    ]
     return [s for s in bounds if s[1] > s[0]]
 
 
 @dataclasses.dataclass
 class Timeline:
-    """The profiled steps on the host: their ranges and phase segments (us on the profiler's clock)."""
+    """The profiled steps on the host: their ranges and phase segments (us on the profiler's
+    clock)."""
 
     ranges: list[tuple[float, float]]
     segments: list[Segment]
 
     @classmethod
     def of(cls, host: list[FunctionEvent]) -> Timeline:
-        ranges = sorted((e.time_range.start, e.time_range.end) for e in host
-                        if e.name.startswith("ProfilerStep"))
+        ranges = sorted(
+            (e.time_range.start, e.time_range.end)
+            for e in host
+            if e.name.startswith("ProfilerStep")
+        )
         if not ranges:
             raise RuntimeError("the profile holds no ProfilerStep range: no step was profiled")
         return cls(ranges, [s for a, b in ranges for s in step_segments(host, a, b)])
@@ -89,7 +114,8 @@ class Timeline:
 
 @dataclasses.dataclass
 class MemoryCurve:
-    """Bytes allocated on the step's device after each allocator event (times in us, the profiler's clock)."""
+    """Bytes allocated on the step's device after each allocator event (times in us, the profiler's
+    clock)."""
 
     times: np.ndarray
     levels: np.ndarray
@@ -97,12 +123,16 @@ class MemoryCurve:
 
     @classmethod
     def of(cls, prof: profile, device: torch.device, end_bytes: int) -> MemoryCurve:
-        """From the profiler's memory events, anchored so that the last level is ``end_bytes`` (a CPU profile
-        misses frees of blocks allocated before it started: anchored at the end, the curve is exact from the
-        first step's zero_grad on)."""
+        """From the profiler's memory events, anchored so that the last level is ``end_bytes`` (a
+        CPU profile misses frees of blocks allocated before it started: anchored at the end, the
+        curve is exact from the first step's zero_grad on)."""
         results = prof.profiler.kineto_results
         cuda = device.type == "cuda"
-        index = (torch.cuda.current_device() if device.index is None else device.index) if cuda else None
+        index = (
+            (torch.cuda.current_device() if device.index is None else device.index)
+            if cuda
+            else None
+        )
 
         def mine(e: Any) -> bool:
             if cuda:
@@ -110,8 +140,11 @@ class MemoryCurve:
             return e.device_type() in HOST_MEMORY
 
         t0 = results.trace_start_ns()
-        mem = sorted(((e.start_ns() - t0) / 1e3, e.nbytes()) for e in results.events()
-                     if e.name() == "[memory]" and mine(e))
+        mem = sorted(
+            ((e.start_ns() - t0) / 1e3, e.nbytes())
+            for e in results.events()
+            if e.name() == "[memory]" and mine(e)
+        )
         levels = np.cumsum([b for _, b in mem], dtype=float)
         offset = end_bytes - (levels[-1] if len(levels) else 0.0)
         return cls(np.array([t for t, _ in mem], dtype=float), levels + offset, offset)
@@ -127,8 +160,9 @@ class MemoryCurve:
 
 @dataclasses.dataclass
 class Parsed:
-    """A capture's events, split once: host events within the steps, device activity (kernels, memcpys,
-    memsets; not the device-side spans of record_function ranges), the timeline and the memory curve."""
+    """A capture's events, split once: host events within the steps, device activity (kernels,
+    memcpys, memsets; not the device-side spans of record_function ranges), the timeline and the
+    memory curve."""
 
     host: list[FunctionEvent]
     device: list[FunctionEvent]
@@ -140,10 +174,18 @@ class Parsed:
         events = list(cap.prof.events())
         host = [e for e in events if e.device_type == DeviceType.CPU]
         line = Timeline.of(host)
-        return cls([e for e in host if line.phase_at(e.time_range.start)],
-                   [e for e in events if e.device_type != DeviceType.CPU and not e.is_user_annotation
-                    and e.name not in NOT_DEVICE_WORK],
-                   line, MemoryCurve.of(cap.prof, device, cap.end_bytes))
+        return cls(
+            [e for e in host if line.phase_at(e.time_range.start)],
+            [
+                e
+                for e in events
+                if e.device_type != DeviceType.CPU
+                and not e.is_user_annotation
+                and e.name not in NOT_DEVICE_WORK
+            ],
+            line,
+            MemoryCurve.of(cap.prof, device, cap.end_bytes),
+        )
 
 
 def union_us(intervals: Iterable[tuple[float, float]]) -> float:
@@ -154,4 +196,3 @@ def union_us(intervals: Iterable[tuple[float, float]]) -> float:
             total += b - max(a, reach)
             reach = b
     return total
-

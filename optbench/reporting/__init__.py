@@ -1,1 +1,2 @@
-"""Reports from stored results: tables, charts and the HTML site. Imports the core and the catalog."""
+"""Reports from stored results: tables, charts and the HTML site. Imports the core and the
+catalog."""

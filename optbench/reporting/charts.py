@@ -1,6 +1,8 @@
-"""The report's matplotlib figures, drawn from :mod:`optbench.reporting.data` (figures only: no files, no HTML).
+"""The report's matplotlib figures, drawn from :mod:`optbench.reporting.data` (figures only: no
+files, no HTML).
 
-Every function returns a :class:`matplotlib.figure.Figure` (no pyplot state) whose title names the machine.
+Every function returns a :class:`matplotlib.figure.Figure` (no pyplot state) whose title names the
+machine.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from matplotlib.figure import Figure
 from optbench.gate.compare import Change, verdict
 from optbench.reporting.data import FloorRatio, TimeHistory
 
-VERDICT_COLORS = {"REGRESSION": "tab:red", "improvement": "tab:green"}  # other verdicts (not gated): gray
+# other verdicts (not gated): gray
+VERDICT_COLORS = {"REGRESSION": "tab:red", "improvement": "tab:green"}
 CHANGE_POINT_COLOR = "tab:purple"
 
 
-def _figure(title: str, n: int, ncols: int = 2, width: float = 7.5,
-            height: float = 4.2) -> tuple[Figure, list[Axes]]:
+def _figure(
+    title: str, n: int, ncols: int = 2, width: float = 7.5, height: float = 4.2
+) -> tuple[Figure, list[Axes]]:
     """A figure of n panels of ``width`` x ``height`` inches, ncols to a row."""
     ncols = min(ncols, n)
     nrows = math.ceil(n / ncols)
@@ -46,9 +50,16 @@ def _transpose(data: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]
     return dict(out)
 
 
-def _bars(ax: Axes, data: dict[str, dict[str, float]], title: str, ylabel: str, ref: float | None = None,
-         log: bool = False) -> None:
-    """Grouped bars: a group per outer key of data, a bar (and legend entry) per inner key; NaN draws no bar."""
+def _bars(
+    ax: Axes,
+    data: dict[str, dict[str, float]],
+    title: str,
+    ylabel: str,
+    ref: float | None = None,
+    log: bool = False,
+) -> None:
+    """Grouped bars: a group per outer key of data, a bar (and legend entry) per inner key; NaN
+    draws no bar."""
     groups = list(data)
     series = list(dict.fromkeys(s for inner in data.values() for s in inner))
     width = 0.8 / len(series)
@@ -62,15 +73,20 @@ def _bars(ax: Axes, data: dict[str, dict[str, float]], title: str, ylabel: str, 
     ax.legend(fontsize="small")
 
 
-def step_bars(title: str, by_column: dict[str, dict[str, float]], ylabel: str, ref: float | None = None) -> Figure:
-    """A group of bars per optimization (the inner keys of ``by_column``), a bar per column ('size @ commit')."""
+def step_bars(
+    title: str, by_column: dict[str, dict[str, float]], ylabel: str, ref: float | None = None
+) -> Figure:
+    """A group of bars per optimization (the inner keys of ``by_column``), a bar per column ('size @
+    commit')."""
     data = _transpose(by_column)
     fig, (ax,) = _figure(title, 1, width=_bar_width(data))
     _bars(ax, data, "", ylabel, ref=ref)
     return fig
 
 
-def throughput(title: str, tokens: dict[str, dict[str, float]], util: dict[str, dict[str, float]]) -> Figure:
+def throughput(
+    title: str, tokens: dict[str, dict[str, float]], util: dict[str, dict[str, float]]
+) -> Figure:
     """Tokens/s (log scale) and, where any, MFU in % per optimization, a bar per 'size @ commit'."""
     fig, axes = _figure(title, 2 if util else 1, ncols=1, width=_bar_width(tokens))
     _bars(axes[0], tokens, "tokens/s (wall clock)", "tokens/s", log=True)
@@ -80,8 +96,8 @@ def throughput(title: str, tokens: dict[str, dict[str, float]], util: dict[str, 
 
 
 def _floor_panel(ax: Axes, shapes: dict[str, dict[str, FloorRatio]], title: str) -> None:
-    """Bars of cold-L2 time / floor per shape and implementation; suspect ones as ✗ at 1× instead; warm-L2
-    ratios as dashes; shapes whose input set fits in L2 say so."""
+    """Bars of cold-L2 time / floor per shape and implementation; suspect ones as ✗ at 1× instead;
+    warm-L2 ratios as dashes; shapes whose input set fits in L2 say so."""
     groups = list(shapes)
     impls = list(dict.fromkeys(impl for by_impl in shapes.values() for impl in by_impl))
     width = 0.8 / len(impls)
@@ -89,15 +105,31 @@ def _floor_panel(ax: Axes, shapes: dict[str, dict[str, FloorRatio]], title: str)
     for i, impl in enumerate(impls):
         xs = [g + (i - (len(impls) - 1) / 2) * width for g in range(len(groups))]
         cases = [shapes[g].get(impl) for g in groups]
-        ax.bar(xs, [math.nan if r is None or r.suspect else r.cold for r in cases], width, label=impl)
+        ax.bar(
+            xs, [math.nan if r is None or r.suspect else r.cold for r in cases], width, label=impl
+        )
         for x, r in zip(xs, cases):
             if r is not None and r.suspect:
                 label = "cold ≤ floor: measurement problem"
-                ax.plot(x, 1.0, "x", color="red", markersize=9, label=None if label in labelled else label)
+                ax.plot(
+                    x,
+                    1.0,
+                    "x",
+                    color="red",
+                    markersize=9,
+                    label=None if label in labelled else label,
+                )
                 labelled.add(label)
             if r is not None and r.warm is not None:
                 label = "warm L2"
-                ax.plot(x, r.warm, "_", color="black", markersize=12, label=None if label in labelled else label)
+                ax.plot(
+                    x,
+                    r.warm,
+                    "_",
+                    color="black",
+                    markersize=12,
+                    label=None if label in labelled else label,
+                )
                 labelled.add(label)
     ticks = [f"{g}\nfits L2" if any(r.fits_l2 for r in shapes[g].values()) else g for g in groups]
     ax.set_xticks(range(len(groups)), ticks, rotation=25 if len(groups) > 3 else 0, ha="right")
@@ -107,7 +139,8 @@ def _floor_panel(ax: Axes, shapes: dict[str, dict[str, FloorRatio]], title: str)
 
 
 def roofline(title: str, panels: Sequence[tuple[str, dict[str, dict[str, FloorRatio]]]]) -> Figure:
-    """A :func:`_floor_panel` per (panel title, ratios by shape and implementation), three to a row."""
+    """A :func:`_floor_panel` per (panel title, ratios by shape and implementation), three to a
+    row."""
     fig, axes = _figure(title, len(panels), ncols=3)
     for ax, (name, shapes) in zip(axes, panels):
         _floor_panel(ax, shapes, name)
@@ -115,11 +148,15 @@ def roofline(title: str, panels: Sequence[tuple[str, dict[str, dict[str, FloorRa
 
 
 def changes(title: str, labels: Sequence[str], found: Sequence[Change]) -> Figure:
-    """Horizontal bars of head/base − 1 in % of each change (finite, positive ratios), colored by its verdict."""
+    """Horizontal bars of head/base − 1 in % of each change (finite, positive ratios), colored by
+    its verdict."""
     fig = Figure(figsize=(12, 1.5 + 0.28 * len(found)), layout="constrained")
     ax = fig.subplots()
-    ax.barh(labels, [100 * (c.ratio - 1) for c in found],
-            color=[VERDICT_COLORS.get(verdict(c), "tab:gray") for c in found])
+    ax.barh(
+        labels,
+        [100 * (c.ratio - 1) for c in found],
+        color=[VERDICT_COLORS.get(verdict(c), "tab:gray") for c in found],
+    )
     ax.axvline(0.0, color="black", linewidth=0.8)
     ax.invert_yaxis()
     ax.set_xlabel("head / base − 1 (%)")
@@ -128,13 +165,15 @@ def changes(title: str, labels: Sequence[str], found: Sequence[Change]) -> Figur
     return fig
 
 
-def history_grid(title: str, series: Sequence[TimeHistory], commits: Sequence[str], ncols: int = 4) -> Figure:
-    """Small multiples, one panel per series, over ``commits`` (x, oldest first; each series' commits among
-    them): each run's median ms as a point with its samples' IQR as an error bar, a line through each commit's
-    geometric mean of run medians, a band at each commit with a verdict (red: regression, green:
-    improvement, gray: not gated) labelled with head/base − 1, and a hatched purple band over the
-    commit range of each change point (its last commit before to its first after) labelled with
-    after/before − 1 at the bottom."""
+def history_grid(
+    title: str, series: Sequence[TimeHistory], commits: Sequence[str], ncols: int = 4
+) -> Figure:
+    """Small multiples, one panel per series, over ``commits`` (x, oldest first; each series'
+    commits among them): each run's median ms as a point with its samples' IQR as an error bar, a
+    line through each commit's geometric mean of run medians, a band at each commit with a verdict
+    (red: regression, green: improvement, gray: not gated) labelled with head/base − 1, and a
+    hatched purple band over the commit range of each change point (its last commit before to its
+    first after) labelled with after/before − 1 at the bottom."""
     fig, axes = _figure(title, len(series), ncols=ncols, width=3.8, height=2.7)
     x = {commit: i for i, commit in enumerate(commits)}
     for ax, s in zip(axes, series):
@@ -146,24 +185,58 @@ def history_grid(title: str, series: Sequence[TimeHistory], commits: Sequence[st
                 ys.append(run.median_ms)
                 low.append(run.median_ms - run.q25_ms)
                 high.append(run.q75_ms - run.median_ms)
-        ax.errorbar(xs, ys, yerr=[low, high], fmt="o", markersize=3, elinewidth=0.8, color="tab:blue")
-        ax.plot([x[p.commit] for p in s.commits],
-                [statistics.geometric_mean(r.median_ms for r in p.runs) for p in s.commits],
-                color="tab:blue", linewidth=0.8, alpha=0.6)
+        ax.errorbar(
+            xs, ys, yerr=[low, high], fmt="o", markersize=3, elinewidth=0.8, color="tab:blue"
+        )
+        ax.plot(
+            [x[p.commit] for p in s.commits],
+            [statistics.geometric_mean(r.median_ms for r in p.runs) for p in s.commits],
+            color="tab:blue",
+            linewidth=0.8,
+            alpha=0.6,
+        )
         for point in s.flagged:
             i = x[point.commit]
-            ax.axvspan(i - 0.4, i + 0.4, color=VERDICT_COLORS.get(point.verdict, "tab:gray"), alpha=0.2, linewidth=0)
+            ax.axvspan(
+                i - 0.4,
+                i + 0.4,
+                color=VERDICT_COLORS.get(point.verdict, "tab:gray"),
+                alpha=0.2,
+                linewidth=0,
+            )
             if point.ratio is not None:
-                ax.annotate(f"{point.ratio - 1:+.0%}", (i, 1.0), xycoords=("data", "axes fraction"), ha="center",
-                            va="top", fontsize="x-small", color=VERDICT_COLORS.get(point.verdict, "tab:gray"))
+                ax.annotate(
+                    f"{point.ratio - 1:+.0%}",
+                    (i, 1.0),
+                    xycoords=("data", "axes fraction"),
+                    ha="center",
+                    va="top",
+                    fontsize="x-small",
+                    color=VERDICT_COLORS.get(point.verdict, "tab:gray"),
+                )
         for cp in s.change_points:
             start, end = x[cp.before], x[cp.after]
-            ax.axvspan(start, end, facecolor="none", edgecolor=CHANGE_POINT_COLOR, hatch="//",
-                       alpha=0.5, linewidth=0)
-            ax.annotate(f"{cp.ratio - 1:+.0%}", ((start + end) / 2, 0.0),
-                        xycoords=("data", "axes fraction"), ha="center", va="bottom",
-                        fontsize="x-small", color=CHANGE_POINT_COLOR)
-        ax.set_xticks(range(len(commits)), [c[:7] for c in commits], rotation=90, fontsize="x-small")
+            ax.axvspan(
+                start,
+                end,
+                facecolor="none",
+                edgecolor=CHANGE_POINT_COLOR,
+                hatch="//",
+                alpha=0.5,
+                linewidth=0,
+            )
+            ax.annotate(
+                f"{cp.ratio - 1:+.0%}",
+                ((start + end) / 2, 0.0),
+                xycoords=("data", "axes fraction"),
+                ha="center",
+                va="bottom",
+                fontsize="x-small",
+                color=CHANGE_POINT_COLOR,
+            )
+        ax.set_xticks(
+            range(len(commits)), [c[:7] for c in commits], rotation=90, fontsize="x-small"
+        )
         ax.set_xlim(-0.5, len(commits) - 0.5)
         ax.set_title(s.label, fontsize="small")
         ax.set_ylabel(f"ms ({s.clock})", fontsize="small")

@@ -1,12 +1,14 @@
-"""What the report shows, read from the store: each machine's runs and the figures derived from them.
+"""What the report shows, read from the store: each machine's runs and the figures derived from
+them.
 
-A :class:`Run` is the latest record of each case over one commit's runs on one machine. From it: training-step
-speedups, each against the variant's own reference measured in the same run (``models.variants.reference``), and
-the leave-one-out ablation of best-kernels; tokens/s and MFU; peak memory; kernel speedups vs the op's baseline
-(device time, cold L2) and kernel times over their roofline floor; x HF (the HF anchor's step over our fastest).
-A commit's run may hold part of the suite only: :func:`fullest` picks, per size or kernel, the run that measured
-the most of it, the newest of those. :func:`time_histories` gives every metric's run medians over commits with
-the regression gate's verdicts (:mod:`optbench.gate.compare`) and its change points
+A :class:`Run` is the latest record of each case over one commit's runs on one machine. From it:
+training-step speedups, each against the variant's own reference measured in the same run
+(``models.variants.reference``), and the leave-one-out ablation of best-kernels; tokens/s and MFU;
+peak memory; kernel speedups vs the op's baseline (device time, cold L2) and kernel times over their
+roofline floor; x HF (the HF anchor's step over our fastest). A commit's run may hold part of the
+suite only: :func:`fullest` picks, per size or kernel, the run that measured the most of it, the
+newest of those. :func:`time_histories` gives every metric's run medians over commits with the
+regression gate's verdicts (:mod:`optbench.gate.compare`) and its change points
 (:mod:`optbench.core.changepoints`).
 """
 
@@ -66,8 +68,11 @@ class Run:
     def label(self) -> str:
         """Machine, GPU and '(emulated)' where the run emulated another profile."""
         gpu = self.info.get("gpu_name") or "CPU"
-        return f"{self.machine} — {self.info['emulate']} on {gpu} (emulated)" if self.emulated else \
-            f"{self.machine} — {gpu}"
+        return (
+            f"{self.machine} — {self.info['emulate']} on {gpu} (emulated)"
+            if self.emulated
+            else f"{self.machine} — {gpu}"
+        )
 
     def profile(self) -> HardwareProfile | None:
         """Hardware profile of the run (the emulated one where emulating); None if unknown."""
@@ -80,13 +85,22 @@ class Run:
 
 
 def runs(store: ResultStore) -> dict[str, list[Run]]:
-    """Each machine's commits (the latest record of each case over the commit's runs), oldest first by the date
-    of the commit's first run (a later rerun of an old commit does not make it the newest); real GPUs, then
-    emulated, then CPUs."""
-    found = {m: [Run(m, c, {k: Record.of(r) for k, r in store.load(m, c).items()}) for c in store.commits(m)]
-             for m in store.machines()}
-    return dict(sorted(((m, h) for m, h in found.items() if h),
-                       key=lambda mh: (not mh[1][-1].info.get("gpu_name"), mh[1][-1].emulated, mh[0])))
+    """Each machine's commits (the latest record of each case over the commit's runs), oldest first
+    by the date of the commit's first run (a later rerun of an old commit does not make it the
+    newest); real GPUs, then emulated, then CPUs."""
+    found = {
+        m: [
+            Run(m, c, {k: Record.of(r) for k, r in store.load(m, c).items()})
+            for c in store.commits(m)
+        ]
+        for m in store.machines()
+    }
+    return dict(
+        sorted(
+            ((m, h) for m, h in found.items() if h),
+            key=lambda mh: (not mh[1][-1].info.get("gpu_name"), mh[1][-1].emulated, mh[0]),
+        )
+    )
 
 
 def size_order(size: str) -> float:
@@ -96,8 +110,8 @@ def size_order(size: str) -> float:
 
 
 def _step_grid(run: Run, role: str) -> dict[str, dict[str, Record]]:
-    """ok records of the step grids of ``role`` (``optbench.suite.catalog.Benchmark.role``) with a wall time, by
-    size (smallest first), then variant."""
+    """ok records of the step grids of ``role`` (``optbench.suite.catalog.Benchmark.role``) with a
+    wall time, by size (smallest first), then variant."""
     found: dict[str, dict[str, Record]] = defaultdict(dict)
     for rec in run.records.values():
         entry = catalog.BENCHMARKS.get(rec.benchmark)
@@ -107,12 +121,14 @@ def _step_grid(run: Run, role: str) -> dict[str, dict[str, Record]]:
 
 
 def steps(run: Run) -> dict[str, dict[str, Record]]:
-    """ok training-step records of the variant grids with a wall time by size ('tiny', '100M', ...), variant."""
+    """ok training-step records of the variant grids with a wall time by size ('tiny', '100M', ...),
+    variant."""
     return _step_grid(run, "variants")
 
 
 def ablations(run: Run) -> dict[str, dict[str, Record]]:
-    """ok records of the leave-one-out ablation grids (bench_step.Ablation*) by size, then variant."""
+    """ok records of the leave-one-out ablation grids (bench_step.Ablation*) by size, then
+    variant."""
     return _step_grid(run, "ablation")
 
 
@@ -127,20 +143,26 @@ def step_iqr_ms(rec: Record) -> float:
 
 
 def step_reference(variant: str) -> str | None:
-    """The variant a step variant is timed against (models.variants.reference); None where the variant is no
-    longer defined (its reference unknown)."""
+    """The variant a step variant is timed against (models.variants.reference); None where the
+    variant is no longer defined (its reference unknown)."""
     return reference(variant) if variant == "eager" or variant in VARIANTS else None
 
 
 def step_speedups(run: Run) -> dict[str, dict[str, float | None]]:
-    """Speedup of each variant vs its own reference measured in the same run (reference median ms / variant
-    median ms, wall clock) by size, then variant; None (n/a) where that reference was not measured there or is
-    unknown, or measured in another run of the commit. Variants that are their own reference (eager, qknorm) have
-    no entry."""
-    found = {size: {v: step_ms(by_v[ref]) / step_ms(rec)
-                    if (ref := step_reference(v)) in by_v and run_of(by_v[ref]) == run_of(rec) else None
-                    for v, rec in by_v.items() if step_reference(v) != v}
-             for size, by_v in steps(run).items()}
+    """Speedup of each variant vs its own reference measured in the same run (reference median ms /
+    variant median ms, wall clock) by size, then variant; None (n/a) where that reference was not
+    measured there or is unknown, or measured in another run of the commit. Variants that are their
+    own reference (eager, qknorm) have no entry."""
+    found = {
+        size: {
+            v: step_ms(by_v[ref]) / step_ms(rec)
+            if (ref := step_reference(v)) in by_v and run_of(by_v[ref]) == run_of(rec)
+            else None
+            for v, rec in by_v.items()
+            if step_reference(v) != v
+        }
+        for size, by_v in steps(run).items()
+    }
     return {size: speedups for size, speedups in found.items() if speedups}
 
 
@@ -151,15 +173,18 @@ def vs_label(variant: str) -> str:
 
 def named_speedups(run: Run) -> dict[str, dict[str, float]]:
     """step_speedups keyed '<variant> vs <reference>', NaN (no bar) for n/a."""
-    return {size: {vs_label(v): math.nan if x is None else x for v, x in speedups.items()}
-            for size, speedups in step_speedups(run).items()}
+    return {
+        size: {vs_label(v): math.nan if x is None else x for v, x in speedups.items()}
+        for size, speedups in step_speedups(run).items()
+    }
 
 
 def ablation_rows(by_variant: dict[str, Record]) -> list[list[str]]:
-    """One size's leave-one-out table (ABLATION_HEADER): best-kernels, best-kernels without each switch (and what
-    needs it), eager, then best-kernels with each switch of ADDED; ms per step as median [IQR]; worth = ms without
-    / ms of best-kernels, and for an added switch ms of best-kernels / ms with it (either way >1: the switch
-    helps), n/a where either was not measured or they come from different runs."""
+    """One size's leave-one-out table (ABLATION_HEADER): best-kernels, best-kernels without each
+    switch (and what needs it), eager, then best-kernels with each switch of ADDED; ms per step as
+    median [IQR]; worth = ms without / ms of best-kernels, and for an added switch ms of
+    best-kernels / ms with it (either way >1: the switch helps), n/a where either was not measured
+    or they come from different runs."""
     best = by_variant.get(ABLATED)
 
     def row(variant: str, label: str, added: bool = False) -> list[str]:
@@ -167,33 +192,51 @@ def ablation_rows(by_variant: dict[str, Record]) -> list[list[str]]:
         if rec is None:
             return [label, "not measured", "n/a"]
         same = best is not None and run_of(best) == run_of(rec)
-        ratio = (step_ms(best) / step_ms(rec) if added else step_ms(rec) / step_ms(best)) if same else None
+        ratio = (
+            (step_ms(best) / step_ms(rec) if added else step_ms(rec) / step_ms(best))
+            if same
+            else None
+        )
         worth = "—" if variant == ABLATED else f"{ratio:.2f}×" if ratio is not None else "n/a"
         return [label, f"{step_ms(rec):.1f} [{step_iqr_ms(rec):.1f}]", worth]
 
-    return [row(ABLATED, f"{ABLATED} (every switch)"),
-            *(row(v, ablation_note(v).removeprefix(f"{ABLATED} ")) for v in ABLATION),
-            row("eager", "eager (no switch)"),
-            *(row(v, added_note(v).removeprefix(f"{ABLATED} "), added=True) for v in ADDED)]
+    return [
+        row(ABLATED, f"{ABLATED} (every switch)"),
+        *(row(v, ablation_note(v).removeprefix(f"{ABLATED} ")) for v in ABLATION),
+        row("eager", "eager (no switch)"),
+        *(row(v, added_note(v).removeprefix(f"{ABLATED} "), added=True) for v in ADDED),
+    ]
 
 
-ABLATION_HEADER = ["step", "ms per step [IQR]", f"worth inside {ABLATED} (ms without / ms of {ABLATED})"]
-ABLATION_CAPTION = (f"wall clock, median ms per optimizer step [IQR], every row from one run; worth: the step "
-                    f"without the switch over {ABLATED}, >1× means the switch helps; eager's: all of them; a 'with' "
-                    f"row: {ABLATED} over the step with that switch added (it changes the numerics on purpose: "
-                    f"the convergence check judges it)")
+ABLATION_HEADER = [
+    "step",
+    "ms per step [IQR]",
+    f"worth inside {ABLATED} (ms without / ms of {ABLATED})",
+]
+ABLATION_CAPTION = (
+    "wall clock, median ms per optimizer step [IQR], every row from one run; worth: the step "
+    f"without the switch over {ABLATED}, >1× means the switch helps; eager's: all of them; a "
+    f"'with' row: {ABLATED} over the step with that switch added (it changes the numerics on "
+    "purpose: the convergence check judges it)"
+)
 
 
 def step_peaks(run: Run) -> dict[str, dict[str, float]]:
     """Peak device memory of one training step, GiB, by size, then variant."""
-    found = {size: {v: rec.peak_bytes("step") / GiB for v, rec in variants.items()
-                    if rec.peak_bytes("step") is not None}
-             for size, variants in steps(run).items()}
+    found = {
+        size: {
+            v: rec.peak_bytes("step") / GiB
+            for v, rec in variants.items()
+            if rec.peak_bytes("step") is not None
+        }
+        for size, variants in steps(run).items()
+    }
     return {size: peaks for size, peaks in found.items() if peaks}
 
 
 def peak_dtype(rec: Record) -> str:
-    """Peak key of a record: info['precision'] ('bf16', ...), info['dtype'] ('torch.bfloat16'), else bf16."""
+    """Peak key of a record: info['precision'] ('bf16', ...), info['dtype'] ('torch.bfloat16'), else
+    bf16."""
     from optbench.core.hardware import DTYPES, dtype_name
 
     info = rec.info
@@ -209,13 +252,15 @@ def tokens_per_s(rec: Record) -> float | None:
 
 
 def peak_profile(run: Run) -> HardwareProfile | None:
-    """The profile whose peaks the run's times may be divided by (MFU, roofline): the run's own; None for an
-    emulated run, whose times are the real GPU's and whose profile is the emulated card's."""
+    """The profile whose peaks the run's times may be divided by (MFU, roofline): the run's own;
+    None for an emulated run, whose times are the real GPU's and whose profile is the emulated
+    card's."""
     return None if run.emulated else run.profile()
 
 
 def mfu(rec: Record, profile: HardwareProfile | None) -> float | None:
-    """Model FLOPs utilization of a step: flops['step'] / wall seconds / the profile's peak at its dtype."""
+    """Model FLOPs utilization of a step: flops['step'] / wall seconds / the profile's peak at its
+    dtype."""
     peak = Ceilings.from_profile(profile).peak(peak_dtype(rec)) if profile else None
     flops = rec.flops.get("step")
     return flops / (step_ms(rec) / 1e3) / (peak * 1e12) if peak and flops else None
@@ -227,13 +272,17 @@ def kernel_metric(rec: Record) -> str:
 
 
 def kernels(run: Run) -> dict[tuple[str, str], dict[str, Record]]:
-    """ok kernel records with a device time measured with a cold L2 (``info.device_clock``; older records timed
-    warm-L2 replays and, in full grids, a torch.compile baseline compiled for another shape), by (op, shape) and
-    implementation."""
+    """ok kernel records with a device time measured with a cold L2 (``info.device_clock``; older
+    records timed warm-L2 replays and, in full grids, a torch.compile baseline compiled for another
+    shape), by (op, shape) and implementation."""
     found: dict[tuple[str, str], dict[str, Record]] = defaultdict(dict)
     for rec in run.records.values():
-        if catalog.kind(rec.benchmark) == "kernel" and rec.ok and rec.info.get("device_clock") == DEVICE_CLOCK \
-                and rec.timing(kernel_metric(rec), "device"):
+        if (
+            catalog.kind(rec.benchmark) == "kernel"
+            and rec.ok
+            and rec.info.get("device_clock") == DEVICE_CLOCK
+            and rec.timing(kernel_metric(rec), "device")
+        ):
             op = rec.benchmark.split(".", 1)[1]
             found[op, rec.params["shape"]][rec.params["impl"]] = rec
     return dict(found)
@@ -244,10 +293,13 @@ def _device_ms(rec: Record, metric: str) -> float:
 
 
 def kernel_speedups(run: Run) -> dict[str, dict[str, list[float]]]:
-    """Per op and implementation, speedups vs the op's baseline (eager, or loop) over shapes (device time)."""
+    """Per op and implementation, speedups vs the op's baseline (eager, or loop) over shapes (device
+    time)."""
     found: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for (op, _), impls in kernels(run).items():
-        baseline = catalog.KERNELS[catalog.benchmark(next(iter(impls.values())).benchmark).op].impls[0]
+        baseline = catalog.KERNELS[
+            catalog.benchmark(next(iter(impls.values())).benchmark).op
+        ].impls[0]
         base = impls.get(baseline)
         for impl, rec in impls.items():
             if base is not None and rec is not base:
@@ -258,8 +310,9 @@ def kernel_speedups(run: Run) -> dict[str, dict[str, list[float]]]:
 
 @dataclass(frozen=True)
 class FloorRatio:
-    """One kernel case's device time / its roofline floor: with a cold L2 (clock ``device``) and a warm one
-    (``device_warm``; None where not stored), and whether one input set fits in the L2 (None: not recorded)."""
+    """One kernel case's device time / its roofline floor: with a cold L2 (clock ``device``) and a
+    warm one (``device_warm``; None where not stored), and whether one input set fits in the L2
+    (None: not recorded)."""
 
     cold: float
     warm: float | None
@@ -274,8 +327,8 @@ class FloorRatio:
 
 
 def floor_ratios(run: Run) -> dict[str, dict[str, dict[str, FloorRatio]]]:
-    """Time / roofline floor by 'op metric', shape and implementation ({} without known ceilings, and for an
-    emulated run: :func:`peak_profile`)."""
+    """Time / roofline floor by 'op metric', shape and implementation ({} without known ceilings,
+    and for an emulated run: :func:`peak_profile`)."""
     from optbench.core.roofline import Ceilings, floor_ms
 
     profile = peak_profile(run)
@@ -293,19 +346,22 @@ def floor_ratios(run: Run) -> dict[str, dict[str, dict[str, FloorRatio]]]:
                 if floor:
                     warm = rec.timing(metric, "device_warm")
                     found[f"{op} {metric}"][shape][impl] = FloorRatio(
-                        _device_ms(rec, metric) / floor, warm.median_ms / floor if warm else None,
-                        rec.info.get("fits_l2"))
+                        _device_ms(rec, metric) / floor,
+                        warm.median_ms / floor if warm else None,
+                        rec.info.get("fits_l2"),
+                    )
     return {panel: dict(shapes) for panel, shapes in found.items()}
 
 
 def _entries(value: dict) -> int:
-    """Measured entries of a value: its items, or the items of its items (implementations x shapes)."""
+    """Measured entries of a value: its items, or the items of its items (implementations x
+    shapes)."""
     return sum(len(v) if isinstance(v, (dict, list)) else 1 for v in value.values())
 
 
 def fullest(history: list[Run], extract: Callable[[Run], dict]) -> dict[str, tuple[Run, dict]]:
-    """Each key that extract gives for some run (history is oldest first), with the run whose value for it
-    has the most entries (:func:`_entries`), the newest of those, and that value."""
+    """Each key that extract gives for some run (history is oldest first), with the run whose value
+    for it has the most entries (:func:`_entries`), the newest of those, and that value."""
     found: dict[str, tuple[Run, dict]] = {}
     for run in history:
         for key, value in extract(run).items():
@@ -326,8 +382,11 @@ def by_size(found: dict[str, tuple[Run, object]]) -> list[tuple[str, Run, object
 
 def anchor_steps(run: Run) -> dict[str, Record]:
     """ok HF anchor records (optbench.suite.anchors) with a wall time, by size."""
-    return {rec.params["size"]: rec for rec in run.records.values()
-            if rec.benchmark == ANCHOR_BENCHMARK and rec.ok and rec.timing("step", "wall")}
+    return {
+        rec.params["size"]: rec
+        for rec in run.records.values()
+        if rec.benchmark == ANCHOR_BENCHMARK and rec.ok and rec.timing("step", "wall")
+    }
 
 
 def run_of(rec: Record) -> str:
@@ -336,17 +395,22 @@ def run_of(rec: Record) -> str:
 
 
 def hf_ratio(run: Run, size: str) -> tuple[float, str, str] | None:
-    """(x HF, our variant, where) at ``size`` in ``run``: the HF anchor's median wall ms per step over that of our
-    fastest variant; where: 'same run' where both records come from one optbench run, else 'another run, same
-    day' or 'another run of the commit'. None where ``run`` has no anchor or none of our steps at ``size``."""
+    """(x HF, our variant, where) at ``size`` in ``run``: the HF anchor's median wall ms per step
+    over that of our fastest variant; where: 'same run' where both records come from one optbench
+    run, else 'another run, same day' or 'another run of the commit'. None where ``run`` has no
+    anchor or none of our steps at ``size``."""
     anchor, ours = anchor_steps(run).get(size), steps(run).get(size, {})
     if anchor is None or not ours:
         return None
     variant = min(ours, key=lambda v: step_ms(ours[v]))
     rec = ours[variant]
-    where = "same run" if run_of(rec) == run_of(anchor) else \
-        "another run, same day" if rec.date[:10] == anchor.date[:10] else \
-        "another run of the commit"
+    where = (
+        "same run"
+        if run_of(rec) == run_of(anchor)
+        else "another run, same day"
+        if rec.date[:10] == anchor.date[:10]
+        else "another run of the commit"
+    )
     return step_ms(anchor) / step_ms(rec), variant, where
 
 
@@ -365,9 +429,9 @@ class RunTime:
 
 @dataclass(frozen=True)
 class CommitTimes:
-    """A metric's runs at one commit, and the gate's verdict (:func:`optbench.gate.compare.verdict`: 'REGRESSION',
-    'improvement', '... (not gated)'; '' for none) with its head/base ratio, on the change from the machine's
-    previous commit to this one."""
+    """A metric's runs at one commit, and the gate's verdict (:func:`optbench.gate.compare.verdict`:
+    'REGRESSION', 'improvement', '... (not gated)'; '' for none) with its head/base ratio, on the
+    change from the machine's previous commit to this one."""
 
     commit: str
     runs: tuple[RunTime, ...]
@@ -377,9 +441,9 @@ class CommitTimes:
 
 @dataclass(frozen=True)
 class TimeHistory:
-    """One record's metric by one clock (a clock by method: :func:`optbench.gate.compare.series_clock`) over the
-    commits that measured it, oldest first, and its change points
-    (:func:`optbench.core.changepoints.change_points` of :meth:`unit_runs`)."""
+    """One record's metric by one clock (a clock by method:
+    :func:`optbench.gate.compare.series_clock`) over the commits that measured it, oldest first, and
+    its change points (:func:`optbench.core.changepoints.change_points` of :meth:`unit_runs`)."""
 
     key: str
     metric: str
@@ -404,8 +468,10 @@ class TimeHistory:
     def unit_runs(self) -> list[tuple[str, list[RunMedian]]]:
         """(commit, run medians with their unit) in commit order, without the runs of no known
         unit: the input of :func:`optbench.core.changepoints.change_points`."""
-        return [(c.commit, [RunMedian(r.unit, r.median_ms) for r in c.runs if r.unit is not None])
-                for c in self.commits]
+        return [
+            (c.commit, [RunMedian(r.unit, r.median_ms) for r in c.runs if r.unit is not None])
+            for c in self.commits
+        ]
 
     def searched_units(self) -> int:
         """How many units (GPUs) measured this metric at enough commits to be searched for change
@@ -414,17 +480,20 @@ class TimeHistory:
         return sum(len(commits) >= MIN_COMMITS for commits in series.values())
 
 
-def time_histories(store: ResultStore, machine: str, min_commits: int = 2,
-                   threshold: float | None = None) -> list[TimeHistory]:
-    """Each ok record's metrics on ``machine`` by the record's primary clock (wall where that has no timing), with
-    every run's median and quartiles per commit and the unit it ran on, in the store's commit order
-    (by the date of each commit's first run); only metrics measured at ``min_commits`` commits or
-    more. Verdicts: ``compare(store, previous, commit, [machine], threshold)`` for each commit after
-    the first, on time metrics only (a status change is no time). Change points:
+def time_histories(
+    store: ResultStore, machine: str, min_commits: int = 2, threshold: float | None = None
+) -> list[TimeHistory]:
+    """Each ok record's metrics on ``machine`` by the record's primary clock (wall where that has no
+    timing), with every run's median and quartiles per commit and the unit it ran on, in the store's
+    commit order (by the date of each commit's first run); only metrics measured at ``min_commits``
+    commits or more. Verdicts: ``compare(store, previous, commit, [machine], threshold)`` for each
+    commit after the first, on time metrics only (a status change is no time). Change points:
     :func:`optbench.core.changepoints.change_points` of each metric's runs, each GPU on its own;
     verdicts beyond what each comparison detects (none without a noise estimate on its GPU)."""
     commits = store.commits(machine)
-    found: dict[tuple[str, str, str], dict[str, list[RunTime]]] = defaultdict(lambda: defaultdict(list))
+    found: dict[tuple[str, str, str], dict[str, list[RunTime]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
     for commit in commits:
         for run in store.runs(machine, commit):
             unit = unit_of(run.info, machine)
@@ -437,8 +506,11 @@ def time_histories(store: ResultStore, machine: str, min_commits: int = 2,
                     t = rec.timing(metric, clock)
                     if t is not None:
                         found[key, metric, series_clock(rec, clock)][commit].append(
-                            RunTime(run.run_id, t.median_ms, t.q25_ms, t.q75_ms, unit))
-    kept = {series: by_commit for series, by_commit in found.items() if len(by_commit) >= min_commits}
+                            RunTime(run.run_id, t.median_ms, t.q25_ms, t.q75_ms, unit)
+                        )
+    kept = {
+        series: by_commit for series, by_commit in found.items() if len(by_commit) >= min_commits
+    }
     if not kept:
         return []
     verdicts: dict[tuple[str, str, str, str], tuple[str, float | None]] = {}
@@ -448,9 +520,13 @@ def time_histories(store: ResultStore, machine: str, min_commits: int = 2,
                 verdicts[c.key, c.metric, c.clock, head] = (verdict(c), c.ratio)
     histories = []
     for series, by_commit in kept.items():
-        history = TimeHistory(*series, tuple(
-            CommitTimes(commit, tuple(times), *verdicts.get((*series, commit), ("", None)))
-            for commit, times in by_commit.items()))
+        history = TimeHistory(
+            *series,
+            tuple(
+                CommitTimes(commit, tuple(times), *verdicts.get((*series, commit), ("", None)))
+                for commit, times in by_commit.items()
+            ),
+        )
         found_points = tuple(change_points(history.unit_runs()))
         histories.append(dataclasses.replace(history, change_points=found_points))
     return histories

@@ -1,10 +1,11 @@
-"""The headline page, docs/results.md: Markdown tables of each real GPU machine's newest figures (``optbench report
---headline``), generated whole; README links to it.
+"""The headline page, docs/results.md: Markdown tables of each real GPU machine's newest figures
+(``optbench report --headline``), generated whole; README links to it.
 
-Per machine: the training-step table (each variant vs its own reference, from one run; the HF anchor and x HF
-where measured), the leave-one-out ablation of best-kernels per size, and kernel speedups vs the op's baseline
-(device time, geometric mean over shapes). Each size and kernel comes from the run that measured the most of it
-(:func:`optbench.reporting.data.fullest`); the commits and dates used close the section.
+Per machine: the training-step table (each variant vs its own reference, from one run; the HF anchor
+and x HF where measured), the leave-one-out ablation of best-kernels per size, and kernel speedups
+vs the op's baseline (device time, geometric mean over shapes). Each size and kernel comes from the
+run that measured the most of it (:func:`optbench.reporting.data.fullest`); the commits and dates
+used close the section.
 """
 
 from __future__ import annotations
@@ -41,12 +42,17 @@ HEADLINE_PAGE = "docs/results.md"
 
 
 def _step_rows(found: list[tuple[str, Run, object]]) -> list[list[str]]:
-    """The step table's rows, a column per (size, run) of found: variants that are their own reference (eager
-    first), ms per step [IQR]; then each other variant vs its reference (named in its row): the speedup and its
-    ms per step, 'n/a' where the reference was not measured in that run, '–' where the variant was not."""
-    measured = [(steps(run).get(size, {}), step_speedups(run).get(size, {})) for size, run, _ in found]
-    variants = sorted(dict.fromkeys(v for by_v, _ in measured for v in by_v),
-                      key=lambda v: (v != "eager", step_reference(v) != v))
+    """The step table's rows, a column per (size, run) of found: variants that are their own
+    reference (eager first), ms per step [IQR]; then each other variant vs its reference (named in
+    its row): the speedup and its ms per step, 'n/a' where the reference was not measured in that
+    run, '–' where the variant was not."""
+    measured = [
+        (steps(run).get(size, {}), step_speedups(run).get(size, {})) for size, run, _ in found
+    ]
+    variants = sorted(
+        dict.fromkeys(v for by_v, _ in measured for v in by_v),
+        key=lambda v: (v != "eager", step_reference(v) != v),
+    )
 
     def cell(variant: str, by_v: dict[str, Record], speedups: dict[str, float | None]) -> str:
         if variant not in by_v:
@@ -57,15 +63,24 @@ def _step_rows(found: list[tuple[str, Run, object]]) -> list[list[str]]:
         x = speedups[variant]
         return f"{'n/a' if x is None else f'{x:.2f}×'} ({step_ms(rec):.1f} ms)"
 
-    return [[f"{v} (ms per step [IQR])" if step_reference(v) == v else vs_label(v),
-             *(cell(v, by_v, speedups) for by_v, speedups in measured)] for v in variants]
+    return [
+        [
+            f"{v} (ms per step [IQR])" if step_reference(v) == v else vs_label(v),
+            *(cell(v, by_v, speedups) for by_v, speedups in measured),
+        ]
+        for v in variants
+    ]
 
 
 def _ablation_markdown(history: list[Run]) -> tuple[list[str], dict[str, str]]:
-    """Markdown leave-one-out tables per size (:func:`ablation_rows`) and the {commit: date} they come from."""
+    """Markdown leave-one-out tables per size (:func:`ablation_rows`) and the {commit: date} they
+    come from."""
     found = by_size(fullest(history, ablations))
-    parts = [f"Leave-one-out ablation of {ABLATED} at {size} @ `{run.commit[:8]}` ({ABLATION_CAPTION}):\n\n"
-             + table(ABLATION_HEADER, ablation_rows(by_v), "markdown") for size, run, by_v in found]
+    parts = [
+        f"Leave-one-out ablation of {ABLATED} at {size} @ `{run.commit[:8]}` "
+        f"({ABLATION_CAPTION}):\n\n" + table(ABLATION_HEADER, ablation_rows(by_v), "markdown")
+        for size, run, by_v in found
+    ]
     return parts, {run.commit: run.date for _, run, _ in found}
 
 
@@ -77,50 +92,77 @@ def _x_hf_cell(ratio: tuple[float, str, str] | None) -> str:
 
 
 def _hf_rows(found: list[tuple[str, Run, object]]) -> tuple[list[list[str]], str]:
-    """The step table's HF rows (the anchor's ms per step, x HF) per column, and the note naming the HF setup;
-    ([], '') where no column's run measured the anchor."""
+    """The step table's HF rows (the anchor's ms per step, x HF) per column, and the note naming the
+    HF setup; ([], '') where no column's run measured the anchor."""
     anchors = [anchor_steps(run).get(size) for size, run, _ in found]
     if not any(anchors):
         return [], ""
     ratios = [hf_ratio(run, size) for size, run, _ in found]
-    hf = ["HF + torch.compile (ms per step [IQR])",
-          *(f"{step_ms(a):.1f} ms [{step_iqr_ms(a):.1f}]" if a else "n/a" for a in anchors)]
+    hf = [
+        "HF + torch.compile (ms per step [IQR])",
+        *(f"{step_ms(a):.1f} ms [{step_iqr_ms(a):.1f}]" if a else "n/a" for a in anchors),
+    ]
     x_hf = ["× HF (HF ms / our fastest's ms)", *map(_x_hf_cell, ratios)]
-    setups = dict.fromkeys(f"{a.info.get('setup')} (transformers {a.info.get('transformers')})"
-                           for a in anchors if a)
-    note = (f"× HF: the median wall-clock ms per step of `{ANCHOR_BENCHMARK}` ({'; '.join(setups)}) over that of "
-            "our fastest variant at the size, named in the cell: both of the column's commit, from one run unless the "
-            "cell says otherwise; n/a where the anchor was not measured at that commit.")
+    setups = dict.fromkeys(
+        f"{a.info.get('setup')} (transformers {a.info.get('transformers')})" for a in anchors if a
+    )
+    note = (
+        f"× HF: the median wall-clock ms per step of `{ANCHOR_BENCHMARK}` ({'; '.join(setups)}) "
+        "over that of our fastest variant at the size, named in the cell: both of the column's "
+        "commit, from one run unless the cell says otherwise; n/a where the anchor was not "
+        "measured at that commit."
+    )
     return [hf, x_hf], note
 
 
 def _headline(history: list[Run]) -> str:
-    """Step and kernel tables of one machine, each size and kernel from the run measuring the most of it."""
+    """Step and kernel tables of one machine, each size and kernel from the run measuring the most
+    of it."""
     parts, used = [f"**{history[-1].label}**"], {}
     found = by_size(fullest(history, steps))
     if found:
         body = _step_rows(found)
         hf_rows, hf_note = _hf_rows(found)
-        parts += ["Training-step speedup of each variant vs its own reference, named in its row (the best-* "
-                  "combinations vs eager), reference median / variant median from one run, and ms per optimizer "
-                  "step (wall clock; n/a: the reference was not measured in that run; a host-bound eager step, as "
-                  "at 100M, moves within and between runs, see its IQR: there compare the optimized steps' own "
-                  "times):",
-                  table(["optimization", *(f"{size} @ `{run.commit[:8]}`" for size, run, _ in found)],
-                        body + hf_rows, "markdown"), *([hf_note] if hf_note else [])]
+        parts += [
+            "Training-step speedup of each variant vs its own reference, named in its row (the "
+            "best-* combinations vs eager), reference median / variant median from one run, and "
+            "ms per optimizer step (wall clock; n/a: the reference was not measured in that run; "
+            "a host-bound eager step, as at 100M, moves within and between runs, see its IQR: "
+            "there compare the optimized steps' own times):",
+            table(
+                ["optimization", *(f"{size} @ `{run.commit[:8]}`" for size, run, _ in found)],
+                body + hf_rows,
+                "markdown",
+            ),
+            *([hf_note] if hf_note else []),
+        ]
         used.update((run.commit, run.date) for _, run, _ in found)
     ablation, ablation_used = _ablation_markdown(history)
     parts += ablation
     used.update(ablation_used)
     ops = fullest(history, kernel_speedups)
     if ops:
-        body = [[op, impl, f"{statistics.geometric_mean(v):.2f}×", f"{min(v):.2f}–{max(v):.2f}×",
-                 str(len(v)), f"`{run.commit[:8]}`"]
-                for op, (run, impls) in ops.items() for impl, v in impls.items()]
-        parts += ["Kernel speedup vs eager (device time, forward+backward where the kernel has one; "
-                  "geometric mean over shapes):",
-                  table(["kernel", "implementation", "speedup", "range over shapes", "shapes", "commit"],
-                        body, "markdown")]
+        body = [
+            [
+                op,
+                impl,
+                f"{statistics.geometric_mean(v):.2f}×",
+                f"{min(v):.2f}–{max(v):.2f}×",
+                str(len(v)),
+                f"`{run.commit[:8]}`",
+            ]
+            for op, (run, impls) in ops.items()
+            for impl, v in impls.items()
+        ]
+        parts += [
+            "Kernel speedup vs eager (device time, forward+backward where the kernel has one; "
+            "geometric mean over shapes):",
+            table(
+                ["kernel", "implementation", "speedup", "range over shapes", "shapes", "commit"],
+                body,
+                "markdown",
+            ),
+        ]
         used.update((run.commit, run.date) for run, _ in ops.values())
     dated = sorted(used.items(), key=lambda commit_date: commit_date[1])
     parts.append("Measured at " + ", ".join(f"`{c[:12]}` ({d})" for c, d in dated) + ".")
@@ -128,11 +170,14 @@ def _headline(history: list[Run]) -> str:
 
 
 def headline_table(store: ResultStore, machine: str | None = None) -> str:
-    """Markdown headline of each real GPU machine (or of ``machine``), from its newest runs: step speedup of
-    each variant vs its own reference per size (wall clock) with the HF anchor's step and x HF where measured
-    (:func:`hf_ratio`), kernel speedups vs eager (device time)."""
-    chosen = [h for m, h in runs(store).items()
-              if (m == machine if machine else h[-1].info.get("gpu_name") and not h[-1].emulated)]
+    """Markdown headline of each real GPU machine (or of ``machine``), from its newest runs: step
+    speedup of each variant vs its own reference per size (wall clock) with the HF anchor's step and
+    x HF where measured (:func:`hf_ratio`), kernel speedups vs eager (device time)."""
+    chosen = [
+        h
+        for m, h in runs(store).items()
+        if (m == machine if machine else h[-1].info.get("gpu_name") and not h[-1].emulated)
+    ]
     if not chosen:
         return "_No GPU results yet._"
     return "\n\n".join(_headline(h) for h in chosen)
@@ -140,6 +185,9 @@ def headline_table(store: ResultStore, machine: str | None = None) -> str:
 
 def write_headline(path: Path | str, store: ResultStore | None = None) -> None:
     """Write the headline page ``path`` whole: a title, how it is made, :func:`headline_table`."""
-    text = ("# Headline figures\n\nGenerated by `optbench report --headline` from the stored results (do not edit "
-            "by hand); each figure names its run, commit and machine.\n\n" + headline_table(store or ResultStore()))
+    text = (
+        "# Headline figures\n\nGenerated by `optbench report --headline` from the stored results "
+        "(do not edit by hand); each figure names its run, commit and machine.\n\n"
+        + headline_table(store or ResultStore())
+    )
     write_text_atomic(Path(path), text + "\n")

@@ -19,7 +19,9 @@ from optbench.core.store import REPO_ROOT as ROOT
 
 
 def git(*args: str, cwd: Path = ROOT) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def commits_in(rev_range: str) -> list[str]:
@@ -42,8 +44,20 @@ def run_commit(commit: str, run_args: list[str]) -> int:
         for shared in ("results", ".cache"):
             shutil.rmtree(tree / shared, ignore_errors=True)
             (tree / shared).symlink_to(ROOT / shared, target_is_directory=True)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])))
-        cmd = [sys.executable, "-m", "optbench.cli", "run", "--commit", commit, "--no-html", *run_args]
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])),
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "optbench.cli",
+            "run",
+            "--commit",
+            commit,
+            "--no-html",
+            *run_args,
+        ]
         return subprocess.run(cmd, cwd=tree, env=env).returncode
     finally:
         git("worktree", "remove", "--force", str(tree))
@@ -52,9 +66,11 @@ def run_commit(commit: str, run_args: list[str]) -> int:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="optbench history", description=__doc__.splitlines()[0])
     p.add_argument("range", help="A..B (commits after A up to B) or one commit")
-    p.add_argument("run_args", nargs=argparse.REMAINDER,
-                   help="passed to `optbench run` (e.g. --suite quick); --no-html: publish no HTML "
-                        "at the end")
+    p.add_argument(
+        "run_args",
+        nargs=argparse.REMAINDER,
+        help="passed to `optbench run` (e.g. --suite quick); --no-html: publish no HTML at the end",
+    )
     args = p.parse_args(argv)
     try:
         commits = commits_in(args.range)

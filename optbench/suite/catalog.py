@@ -1,16 +1,19 @@
 """Everything optbench measures, in one place: plain data, importable without torch.
 
-- :data:`KERNELS`: each kernel op with its shapes (those of the 100M/500M/1B configs, tokens = batch 8 x
-  sequence 1024), its implementations (the first is the baseline), the shape the full suite measures (the 1B
-  config's) and whether the quick suite measures it there too.
+- :data:`KERNELS`: each kernel op with its shapes (those of the 100M/500M/1B configs, tokens = batch
+  8 x sequence 1024), its implementations (the first is the baseline), the shape the full suite
+  measures (the 1B config's) and whether the quick suite measures it there too.
 - :data:`STEP_GRIDS`: which training-step variants (``models.variants``) each step grid measures.
 - :data:`CONVERGENCE`: which variants the convergence check (``optbench.suite.convergence``) trains.
-- :data:`BENCHMARKS`: every asv benchmark (name, kind, parameters per suite, metrics), built from the two above.
-- :data:`SUITES`: which benchmarks ``optbench run --suite S`` runs; :data:`METRICS`: what each metric measures.
+- :data:`BENCHMARKS`: every asv benchmark (name, kind, parameters per suite, metrics), built from
+  the two above.
+- :data:`SUITES`: which benchmarks ``optbench run --suite S`` runs; :data:`METRICS`: what each
+  metric measures.
 
-asv's classes (``benchmarks/``), the pytest-benchmark twin, the plan, the report and the CLI read this module;
-``tests/test_catalog.py`` fails where any of them names a benchmark this catalog lacks, and where an asv class and
-its entry differ. What to touch to add a kernel benchmark, a step variant or a suite: docs/architecture.md.
+asv's classes (``benchmarks/``), the pytest-benchmark twin, the plan, the report and the CLI read
+this module; ``tests/test_catalog.py`` fails where any of them names a benchmark this catalog lacks,
+and where an asv class and its entry differ. What to touch to add a kernel benchmark, a step variant
+or a suite: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -21,45 +24,50 @@ from dataclasses import dataclass, field
 
 from models.variants import ABLATED, ABLATION, ADDED, VARIANTS, switches
 
-#: metric -> what it measures and in what unit. Times are ms per call (kernels) or per optimizer step; every
-#: kernel time has three clocks: ``device`` (CUDA-graph replays over input sets larger than the L2: a cold
-#: L2), ``device_warm`` (one input set back-to-back) and ``wall`` (synchronized host time, reported, not gated).
+#: metric -> what it measures and in what unit. Times are ms per call (kernels) or per optimizer
+#: step; every kernel time has three clocks: ``device`` (CUDA-graph replays over input sets larger
+#: than the L2: a cold L2), ``device_warm`` (one input set back-to-back) and ``wall`` (synchronized
+#: host time, reported, not gated).
 METRICS: dict[str, str] = {
     "fwd": "forward call, ms",
     "fwdbwd": "forward + backward call, ms; peak extra device memory, MiB",
-    "step": "one optimizer step (forward, loss, backward, clip, optimizer), ms: wall (primary) and device; "
-            "peak device memory, MiB",
+    "step": "one optimizer step (forward, loss, backward, clip, optimizer), ms: wall (primary) "
+    "and device; peak device memory, MiB",
     "forward": "forward + loss, wall ms",
     "mm": "one N^3 matrix product, device ms",
-    "compile": "a training step's compile: torch.compile's seconds in its case's build and check (dynamo, "
-               "AOTAutograd, inductor, autotuning), with the compile caches its run started from (the machine "
-               "record's info.compile_cache: cold, restored or local); 0 for a step that compiles nothing",
+    "compile": "a training step's compile: torch.compile's seconds in its case's build and check "
+    "(dynamo, AOTAutograd, inductor, autotuning), with the compile caches its run "
+    "started from (the machine record's info.compile_cache: cold, restored or local); "
+    "0 for a step that compiles nothing",
     "cpu": "one call on the CPU, s (asv's own timer)",
-    "loss": "convergence: training loss over the last tenth of the steps, nats; the curve's largest deviation "
-            "from the eager seeds' mean curve, nats, and that over its tolerance",
+    "loss": "convergence: training loss over the last tenth of the steps, nats; the curve's "
+    "largest deviation from the eager seeds' mean curve, nats, and that over its tolerance",
 }
 SUITE_NAMES = ("cpu", "quick", "full", "sweep", "ablation", "convergence", "multigpu")
 #: What each suite is for, and what it costs (goals on one H100, cold caches).
 SUITE_DOCS: dict[str, str] = {
     "cpu": "the tiny config and the CPU classes: what a machine without a GPU runs",
-    "quick": "every commit, at most 3 minutes: best-kernels and each of its switches alone at 100M; four kernel ops "
-             "at their 1B shapes; the matmul ceilings",
-    "full": "every commit, at most 10 minutes: at 100M every switch against its reference, four best combinations, "
-            "torch.compile whole and regional, FP8; eager, best-regional and best-kernels at 1B; every kernel op "
-            "at its 1B shape; the precision modes; the matmul ceilings",
-    "sweep": "the whole matrix: every variant at 100M, 500M and 1B, every kernel shape, every compile mode "
-             "(max-autotune too), the HF + torch.compile anchor at each size; about 45 minutes on an H100, run in "
-             "parts: optbench run --suite sweep --skip-existing --time-budget S, until nothing is left",
+    "quick": "every commit, at most 3 minutes: best-kernels and each of its switches alone at "
+    "100M; four kernel ops at their 1B shapes; the matmul ceilings",
+    "full": "every commit, at most 10 minutes: at 100M every switch against its reference, four "
+    "best combinations, torch.compile whole and regional, FP8; eager, best-regional and "
+    "best-kernels at 1B; every kernel op at its 1B shape; the precision modes; the matmul "
+    "ceilings",
+    "sweep": "the whole matrix: every variant at 100M, 500M and 1B, every kernel shape, every "
+    "compile mode (max-autotune too), the HF + torch.compile anchor at each size; about "
+    "45 minutes on an H100, run in parts: optbench run --suite sweep --skip-existing "
+    "--time-budget S, until nothing is left",
     "ablation": "best-kernels with each of its switches left out in turn, at each size",
-    "convergence": "a few hundred steps of training of the variants that change the numerics on purpose",
+    "convergence": "a few hundred steps of training of the variants that change the numerics on "
+    "purpose",
     "multigpu": "DDP and FSDP2 at 1, 2 and 4 GPUs of one host",
 }
 
 
 @dataclass(frozen=True)
 class KernelOp:
-    """A kernel op: ``shapes`` label -> dimensions, ``impls`` (baseline first), the shape of the 1B config (the
-    one the full suite measures) and whether the quick suite measures it."""
+    """A kernel op: ``shapes`` label -> dimensions, ``impls`` (baseline first), the shape of the 1B
+    config (the one the full suite measures) and whether the quick suite measures it."""
 
     name: str
     benchmark: str  # asv class in benchmarks/bench_kernels.py
@@ -70,91 +78,238 @@ class KernelOp:
     backward: bool = True  # measured forward+backward too (fwdbwd), not only forward
 
 
-def _labelled(fmt: str, keys: tuple[str, ...], rows: list[tuple[int, ...]]) -> dict[str, dict[str, int]]:
+def _labelled(
+    fmt: str, keys: tuple[str, ...], rows: list[tuple[int, ...]]
+) -> dict[str, dict[str, int]]:
     return {fmt.format(*row): dict(zip(keys, row)) for row in rows}
 
 
 _HEADS = ("tokens", "q_heads", "kv_heads", "head_dim")
-_ATTENTION = [(8192, 12, 4, 64), (8192, 16, 4, 96), (8192, 32, 4, 64)]  # 100M, 500M, 1B (B=8, S=1024)
+# 100M, 500M, 1B (B=8, S=1024)
+_ATTENTION = [(8192, 12, 4, 64), (8192, 16, 4, 96), (8192, 32, 4, 64)]
 
-KERNELS: dict[str, KernelOp] = {op.name: op for op in [
-    KernelOp("rmsnorm", "bench_kernels.RMSNorm",
-             _labelled("{}x{}", ("rows", "hidden"), [(8192, 768), (8192, 1536), (8192, 2048), (16384, 768),
-                                                     (16384, 2048), (16384, 4096)]),
-             ("eager", "compile", "liger", "triton"), "8192x2048"),
-    # The residual add and the norm after it: x fp32 (the stream), y in the op's dtype.
-    KernelOp("add_rmsnorm", "bench_kernels.AddRMSNorm",
-             _labelled("{}x{}", ("rows", "hidden"), [(8192, 768), (8192, 1536), (8192, 2048)]),
-             ("eager", "compile", "triton"), "8192x2048", quick=True),
-    KernelOp("swiglu", "bench_kernels.SwiGLU",
-             _labelled("{}x{}", ("rows", "inter"), [(8192, 2048), (8192, 4096), (8192, 5632), (8192, 14336)]),
-             ("eager", "compile", "liger", "triton"), "8192x5632", quick=True),
-    KernelOp("qknorm", "bench_kernels.QKNorm", _labelled("{}x{}+{}x{}", _HEADS, _ATTENTION),
-             ("eager", "compile", "triton"), "8192x32+4x64"),
-    # RoPE of the packed q/k/v projection.
-    KernelOp("qkv_rope", "bench_kernels.QKVRope", _labelled("{}x{}+{}x{}", _HEADS, _ATTENTION),
-             ("eager", "compile", "triton"), "8192x32+4x64", quick=True),
-    KernelOp("linear_ce", "bench_kernels.LinearCrossEntropy",
-             _labelled("{}x{}x{}", ("tokens", "hidden", "vocab"),
-                       [(8192, 768, 32000), (8192, 1536, 32000), (8192, 2048, 32000), (8192, 2048, 128256)]),
-             ("eager", "compile", "chunked", "triton-ce", "triton", "liger-ce", "liger"),
-             "8192x2048x32000", quick=True),
-    KernelOp("grad_stats", "bench_kernels.GradStats",
-             {"100M": {"size_m": 100}, "500M": {"size_m": 500}, "1B": {"size_m": 1000}},
-             ("loop", "foreach"), "1B", backward=False),
-]}
+KERNELS: dict[str, KernelOp] = {
+    op.name: op
+    for op in [
+        KernelOp(
+            "rmsnorm",
+            "bench_kernels.RMSNorm",
+            _labelled(
+                "{}x{}",
+                ("rows", "hidden"),
+                [
+                    (8192, 768),
+                    (8192, 1536),
+                    (8192, 2048),
+                    (16384, 768),
+                    (16384, 2048),
+                    (16384, 4096),
+                ],
+            ),
+            ("eager", "compile", "liger", "triton"),
+            "8192x2048",
+        ),
+        # The residual add and the norm after it: x fp32 (the stream), y in the op's dtype.
+        KernelOp(
+            "add_rmsnorm",
+            "bench_kernels.AddRMSNorm",
+            _labelled("{}x{}", ("rows", "hidden"), [(8192, 768), (8192, 1536), (8192, 2048)]),
+            ("eager", "compile", "triton"),
+            "8192x2048",
+            quick=True,
+        ),
+        KernelOp(
+            "swiglu",
+            "bench_kernels.SwiGLU",
+            _labelled(
+                "{}x{}",
+                ("rows", "inter"),
+                [(8192, 2048), (8192, 4096), (8192, 5632), (8192, 14336)],
+            ),
+            ("eager", "compile", "liger", "triton"),
+            "8192x5632",
+            quick=True,
+        ),
+        KernelOp(
+            "qknorm",
+            "bench_kernels.QKNorm",
+            _labelled("{}x{}+{}x{}", _HEADS, _ATTENTION),
+            ("eager", "compile", "triton"),
+            "8192x32+4x64",
+        ),
+        # RoPE of the packed q/k/v projection.
+        KernelOp(
+            "qkv_rope",
+            "bench_kernels.QKVRope",
+            _labelled("{}x{}+{}x{}", _HEADS, _ATTENTION),
+            ("eager", "compile", "triton"),
+            "8192x32+4x64",
+            quick=True,
+        ),
+        KernelOp(
+            "linear_ce",
+            "bench_kernels.LinearCrossEntropy",
+            _labelled(
+                "{}x{}x{}",
+                ("tokens", "hidden", "vocab"),
+                [
+                    (8192, 768, 32000),
+                    (8192, 1536, 32000),
+                    (8192, 2048, 32000),
+                    (8192, 2048, 128256),
+                ],
+            ),
+            ("eager", "compile", "chunked", "triton-ce", "triton", "liger-ce", "liger"),
+            "8192x2048x32000",
+            quick=True,
+        ),
+        KernelOp(
+            "grad_stats",
+            "bench_kernels.GradStats",
+            {"100M": {"size_m": 100}, "500M": {"size_m": 500}, "1B": {"size_m": 1000}},
+            ("loop", "foreach"),
+            "1B",
+            backward=False,
+        ),
+    ]
+}
 
-# The single switches, each reference that is not eager right before the switches measured against it.
+# The single switches, each reference that is not eager right before the switches measured against
+# it.
 SWITCHES = [
-    "triton-norm", "liger-norm", "triton-swiglu", "liger-swiglu", "qknorm", "triton-qknorm",
-    "chunked-ce", "fused-ce", "liger-flce", "checkpoint", "foreach-stats", "foreach-adamw", "fused-adamw",
-    "adamw-8bit", "master-adamw", "no-item-sync", "cached-mask", "sdpa-causal", "fused-proj", "triton-rope",
-    "graph-prereqs", "cuda-graph",
+    "triton-norm",
+    "liger-norm",
+    "triton-swiglu",
+    "liger-swiglu",
+    "qknorm",
+    "triton-qknorm",
+    "chunked-ce",
+    "fused-ce",
+    "liger-flce",
+    "checkpoint",
+    "foreach-stats",
+    "foreach-adamw",
+    "fused-adamw",
+    "adamw-8bit",
+    "master-adamw",
+    "no-item-sync",
+    "cached-mask",
+    "sdpa-causal",
+    "fused-proj",
+    "triton-rope",
+    "graph-prereqs",
+    "cuda-graph",
 ]
 # 'best' last: a lost CUDA context ends its grid.
-BEST = ["best-inductor", "best-graph", "best-compile-graph", "best-master", "best-fused", "best-kernels",
-        "best-regional", "best"]
+BEST = [
+    "best-inductor",
+    "best-graph",
+    "best-compile-graph",
+    "best-master",
+    "best-fused",
+    "best-kernels",
+    "best-regional",
+    "best",
+]
 # The max-autotune modes last: their autotuning can take minutes on a cold cache.
-COMPILE_MODES = ["compile-default", "compile-regional", "compile-reduce-overhead", "compile-max-autotune",
-                 "compile-max-autotune-no-cudagraphs"]
-# FP8 matmuls (torchao float8 training), at the end of a grid: new, and a lost CUDA context ends its grid.
-FP8 = ["fp8-tensorwise", "fp8-rowwise", "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise",
-       "best-kernels-fp8-tensorwise-fast-accum"]
+COMPILE_MODES = [
+    "compile-default",
+    "compile-regional",
+    "compile-reduce-overhead",
+    "compile-max-autotune",
+    "compile-max-autotune-no-cudagraphs",
+]
+# FP8 matmuls (torchao float8 training), at the end of a grid: new, and a lost CUDA context ends its
+# grid.
+FP8 = [
+    "fp8-tensorwise",
+    "fp8-rowwise",
+    "best-kernels-fp8-tensorwise",
+    "best-kernels-fp8-rowwise",
+    "best-kernels-fp8-tensorwise-fast-accum",
+]
 
 STEP_GRIDS: dict[str, list[str]] = {
     # What a CPU runs (Triton through the interpreter is too slow for a timed step).
-    "tiny": ["eager", "chunked-ce", "checkpoint", "foreach-stats", "foreach-adamw", "no-item-sync",
-             "cached-mask", "sdpa-causal", "fused-proj"],
-    # The quick suite: best-kernels and each of its switches alone (with cuda-graph's reference). best-kernels
-    # compiles the model (around our kernels); the other whole-model and regional compiles are the full suite's:
-    # each costs 20-40 s of cold compile at 100M.
-    "quick": ["eager", "triton-norm", "triton-swiglu", "fused-ce", "foreach-stats", "fused-adamw", "master-adamw",
-              "no-item-sync", "sdpa-causal", "fused-proj", "graph-prereqs", "cuda-graph", "best-kernels"],
-    # The full suite at 100M: every switch against its reference, the best combinations with the fewest compiles,
-    # torch.compile whole and regional, torchao's FP8. A whole-model compile costs 20-45 s cold, each: the rest of
-    # BEST, the other compile modes and the FP8 combinations are the sweep's.
-    "full100M": ["eager", *SWITCHES, "best-graph", "best-regional", "best-compile-graph", "best-kernels",
-                 "compile-default", "compile-regional", "fp8-tensorwise", "fp8-rowwise"],
-    # The full suite at 1B: where the step is device-bound, eager and our two cheapest-to-compile best steps.
+    "tiny": [
+        "eager",
+        "chunked-ce",
+        "checkpoint",
+        "foreach-stats",
+        "foreach-adamw",
+        "no-item-sync",
+        "cached-mask",
+        "sdpa-causal",
+        "fused-proj",
+    ],
+    # The quick suite: best-kernels and each of its switches alone (with cuda-graph's reference).
+    # best-kernels compiles the model (around our kernels); the other whole-model and regional
+    # compiles are the full suite's: each costs 20-40 s of cold compile at 100M.
+    "quick": [
+        "eager",
+        "triton-norm",
+        "triton-swiglu",
+        "fused-ce",
+        "foreach-stats",
+        "fused-adamw",
+        "master-adamw",
+        "no-item-sync",
+        "sdpa-causal",
+        "fused-proj",
+        "graph-prereqs",
+        "cuda-graph",
+        "best-kernels",
+    ],
+    # The full suite at 100M: every switch against its reference, the best combinations with the
+    # fewest compiles, torch.compile whole and regional, torchao's FP8. A whole-model compile costs
+    # 20-45 s cold, each: the rest of BEST, the other compile modes and the FP8 combinations are the
+    # sweep's.
+    "full100M": [
+        "eager",
+        *SWITCHES,
+        "best-graph",
+        "best-regional",
+        "best-compile-graph",
+        "best-kernels",
+        "compile-default",
+        "compile-regional",
+        "fp8-tensorwise",
+        "fp8-rowwise",
+    ],
+    # The full suite at 1B: where the step is device-bound, eager and our two cheapest-to-compile
+    # best steps.
     "full1B": ["eager", "best-regional", "best-kernels"],
     "100M": ["eager", *SWITCHES, *BEST, *COMPILE_MODES, *FP8],
     "500M": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST, *FP8],
     "1B": ["eager", *SWITCHES, "compile-default", "compile-regional", *BEST, *FP8],
     # fp32 with TF32 off/on, bf16 autocast (the baseline), fp16 autocast + GradScaler.
     "precision": ["fp32", "tf32", "eager", "fp16-scaler"],
-    # best-kernels, each of its switches left out in turn (models.variants.ABLATION), and eager; last, FP8 added
-    # to it (models.variants.ADDED: new, and a lost CUDA context ends a grid).
+    # best-kernels, each of its switches left out in turn (models.variants.ABLATION), and eager;
+    # last, FP8 added to it (models.variants.ADDED: new, and a lost CUDA context ends a grid).
     "ablation": ["eager", ABLATED, *ABLATION, *ADDED],
 }
-# The convergence check: eager (its seeds give the tolerance), every variant that changes the numerics on purpose
-# (models.variants.numerics), and best-kernels, an exact one that must pass too.
-CONVERGENCE = ["eager", "adamw-8bit", "master-adamw", "fp8-tensorwise", "fp8-rowwise", "best-kernels",
-               "best-kernels-fp8-tensorwise", "best-kernels-fp8-rowwise", "best-kernels-fp8-tensorwise-fast-accum"]
-# Multi-GPU training steps (optbench.suite.distributed): DDP and FSDP2 over the eager step and over 'best'
-# (no CUDA graphs), each at 1, 2 and 4 GPUs of one host; the multigpu suite only. Each variant -> (its wrapper,
-# the single-GPU step variant of models.variants it wraps).
-DISTRIBUTED_VARIANTS: dict[str, tuple[str, str]] = {"ddp": ("ddp", "eager"), "fsdp2": ("fsdp2", "eager"),
-                                                    "ddp-best": ("ddp", "best"), "fsdp2-best": ("fsdp2", "best")}
+# The convergence check: eager (its seeds give the tolerance), every variant that changes the
+# numerics on purpose (models.variants.numerics), and best-kernels, an exact one that must pass too.
+CONVERGENCE = [
+    "eager",
+    "adamw-8bit",
+    "master-adamw",
+    "fp8-tensorwise",
+    "fp8-rowwise",
+    "best-kernels",
+    "best-kernels-fp8-tensorwise",
+    "best-kernels-fp8-rowwise",
+    "best-kernels-fp8-tensorwise-fast-accum",
+]
+# Multi-GPU training steps (optbench.suite.distributed): DDP and FSDP2 over the eager step and over
+# 'best' (no CUDA graphs), each at 1, 2 and 4 GPUs of one host; the multigpu suite only. Each
+# variant -> (its wrapper, the single-GPU step variant of models.variants it wraps).
+DISTRIBUTED_VARIANTS: dict[str, tuple[str, str]] = {
+    "ddp": ("ddp", "eager"),
+    "fsdp2": ("fsdp2", "eager"),
+    "ddp-best": ("ddp", "best"),
+    "fsdp2-best": ("fsdp2", "best"),
+}
 DISTRIBUTED = list(DISTRIBUTED_VARIANTS)
 WORLD_SIZES = ["1", "2", "4"]
 ANCHOR_SIZES = ["100M", "500M", "1B"]  # HF + torch.compile step sizes
@@ -163,7 +318,8 @@ MATMUL_N, MATMUL_MODES = "8192", ["fp32", "tf32", "bf16", "fp16"]
 
 @dataclass(frozen=True)
 class Benchmark:
-    """One asv benchmark: ``params`` per suite it belongs to (asv's ``params``, one list per ``param_names``)."""
+    """One asv benchmark: ``params`` per suite it belongs to (asv's ``params``, one list per
+    ``param_names``)."""
 
     name: str  # '<module>.<class>' as asv names it, without the track method
     kind: str  # 'kernel', 'step', 'anchor', 'matmul', 'cpu', 'convergence' or 'distributed'
@@ -176,120 +332,219 @@ class Benchmark:
     doc: str = field(default="", compare=False)
 
     def cases(self, suite: str) -> list[dict[str, str]]:
-        """Every parameter combination of this benchmark in ``suite`` (none where it is not in it)."""
+        """Every parameter combination of this benchmark in ``suite`` (none where it is not in
+        it)."""
         import itertools
 
         grid = self.params.get(suite, [])
-        return [dict(zip(self.param_names, combo)) for combo in itertools.product(*grid)] if grid else []
+        return (
+            [dict(zip(self.param_names, combo)) for combo in itertools.product(*grid)]
+            if grid
+            else []
+        )
 
     def grid(self, suite: str) -> list[list[str]]:
-        """asv's ``params`` in ``suite``; outside the suites it belongs to, those of its widest one (asv needs
-        a grid to list the benchmark)."""
-        return self.params.get(suite) or max(self.params.values(), key=lambda g: len(g[0]) * len(g[-1]))
+        """asv's ``params`` in ``suite``; outside the suites it belongs to, those of its widest one
+        (asv needs a grid to list the benchmark)."""
+        return self.params.get(suite) or max(
+            self.params.values(), key=lambda g: len(g[0]) * len(g[-1])
+        )
 
 
 def _kernel(op: KernelOp) -> Benchmark:
     one = [[op.shape_1b], list(op.impls)]
-    params = {"full": one, "sweep": [list(op.shapes), list(op.impls)], **({"quick": one} if op.quick else {})}
-    return Benchmark(op.benchmark, "kernel", ("shape", "impl"), params,
-                     ("fwd", "fwdbwd") if op.backward else ("fwd",), op=op.name)
+    params = {
+        "full": one,
+        "sweep": [list(op.shapes), list(op.impls)],
+        **({"quick": one} if op.quick else {}),
+    }
+    return Benchmark(
+        op.benchmark,
+        "kernel",
+        ("shape", "impl"),
+        params,
+        ("fwd", "fwdbwd") if op.backward else ("fwd",),
+        op=op.name,
+    )
 
 
-def _step(name: str, size: str, suites: dict[str, str], role: str = "variants", doc: str = "") -> Benchmark:
-    return Benchmark(name, "step", ("variant",), {s: [STEP_GRIDS[g]] for s, g in suites.items()},
-                     ("step", "forward"), size=size, role=role, doc=doc)
+def _step(
+    name: str, size: str, suites: dict[str, str], role: str = "variants", doc: str = ""
+) -> Benchmark:
+    return Benchmark(
+        name,
+        "step",
+        ("variant",),
+        {s: [STEP_GRIDS[g]] for s, g in suites.items()},
+        ("step", "forward"),
+        size=size,
+        role=role,
+        doc=doc,
+    )
 
 
-BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
-    *(_kernel(op) for op in KERNELS.values()),
-    # The anchors before our steps: a run cut by its time budget keeps the reference its speedups divide by.
-    Benchmark("bench_anchors.HFCompileStep", "anchor", ("size",), {"sweep": [ANCHOR_SIZES]},
-              ("step", "forward"),
-              doc="HF Llama + torch.compile, fused AdamW, bf16 autocast"),
-    _step("bench_step.StepTiny", "tiny", {"cpu": "tiny"}, doc="the tiny config (B=2, S=128): what a CPU runs"),
-    _step("bench_step.Step100M", "100M", {"full": "full100M", "sweep": "100M", "quick": "quick"}),
-    # Right after Step100M: its grid reuses the 100M reference (optbench.suite.workloads), and a run cut by its
-    # time budget loses the larger sizes' cases first.
-    _step("bench_precision.Step100M", "100M", {"full": "precision", "sweep": "precision"}, "precision",
-          "precision modes of the 100M step"),
-    _step("bench_step.Step500M", "500M", {"sweep": "500M"}),
-    _step("bench_step.Step1B", "1B", {"full": "full1B", "sweep": "1B"}),
-    *(_step(f"bench_step.Ablation{size}", size, {"ablation": "ablation"}, "ablation", f"leave-one-out of {ABLATED}")
-      for size in ("100M", "500M", "1B")),
-    Benchmark("bench_precision.Matmul", "matmul", ("n", "mode"), {s: [[MATMUL_N], MATMUL_MODES]
-                                                                  for s in ("full", "sweep", "quick")}, ("mm",)),
-    Benchmark("bench_convergence.Convergence100M", "convergence", ("variant",), {"convergence": [CONVERGENCE]},
-              ("loss",), size="100M", doc="loss curves of a few hundred steps on a synthetic language against "
-                                          "the spread of eager seeds"),
-    Benchmark("bench_distributed.DistributedStep1B", "distributed", ("variant", "world_size"),
-              {"multigpu": [DISTRIBUTED, WORLD_SIZES]}, ("step",), size="1B",
-              doc="the 1B step under torchrun: DDP or FSDP2 (fully_shard), per rank; the slowest rank's figure"),
-    Benchmark("bench_cpu.MLP", "cpu", ("impl",), {"cpu": [["eager", "compile"]]}, ("cpu",)),
-    Benchmark("bench_cpu.GradStats", "cpu", ("impl",), {"cpu": [["loop", "foreach"]]}, ("cpu",)),
-]}
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in [
+        *(_kernel(op) for op in KERNELS.values()),
+        # The anchors before our steps: a run cut by its time budget keeps the reference its
+        # speedups divide by.
+        Benchmark(
+            "bench_anchors.HFCompileStep",
+            "anchor",
+            ("size",),
+            {"sweep": [ANCHOR_SIZES]},
+            ("step", "forward"),
+            doc="HF Llama + torch.compile, fused AdamW, bf16 autocast",
+        ),
+        _step(
+            "bench_step.StepTiny",
+            "tiny",
+            {"cpu": "tiny"},
+            doc="the tiny config (B=2, S=128): what a CPU runs",
+        ),
+        _step(
+            "bench_step.Step100M", "100M", {"full": "full100M", "sweep": "100M", "quick": "quick"}
+        ),
+        # Right after Step100M: its grid reuses the 100M reference (optbench.suite.workloads), and a
+        # run cut by its time budget loses the larger sizes' cases first.
+        _step(
+            "bench_precision.Step100M",
+            "100M",
+            {"full": "precision", "sweep": "precision"},
+            "precision",
+            "precision modes of the 100M step",
+        ),
+        _step("bench_step.Step500M", "500M", {"sweep": "500M"}),
+        _step("bench_step.Step1B", "1B", {"full": "full1B", "sweep": "1B"}),
+        *(
+            _step(
+                f"bench_step.Ablation{size}",
+                size,
+                {"ablation": "ablation"},
+                "ablation",
+                f"leave-one-out of {ABLATED}",
+            )
+            for size in ("100M", "500M", "1B")
+        ),
+        Benchmark(
+            "bench_precision.Matmul",
+            "matmul",
+            ("n", "mode"),
+            {s: [[MATMUL_N], MATMUL_MODES] for s in ("full", "sweep", "quick")},
+            ("mm",),
+        ),
+        Benchmark(
+            "bench_convergence.Convergence100M",
+            "convergence",
+            ("variant",),
+            {"convergence": [CONVERGENCE]},
+            ("loss",),
+            size="100M",
+            doc="loss curves of a few hundred steps on a synthetic language against "
+            "the spread of eager seeds",
+        ),
+        Benchmark(
+            "bench_distributed.DistributedStep1B",
+            "distributed",
+            ("variant", "world_size"),
+            {"multigpu": [DISTRIBUTED, WORLD_SIZES]},
+            ("step",),
+            size="1B",
+            doc="the 1B step under torchrun: DDP or FSDP2 (fully_shard), per rank; the slowest "
+            "rank's figure",
+        ),
+        Benchmark("bench_cpu.MLP", "cpu", ("impl",), {"cpu": [["eager", "compile"]]}, ("cpu",)),
+        Benchmark(
+            "bench_cpu.GradStats", "cpu", ("impl",), {"cpu": [["loop", "foreach"]]}, ("cpu",)
+        ),
+    ]
+}
 ANCHOR_BENCHMARK = "bench_anchors.HFCompileStep"
-SUITES: dict[str, list[str]] = {s: [b.name for b in BENCHMARKS.values() if s in b.params] for s in SUITE_NAMES}
+SUITES: dict[str, list[str]] = {
+    s: [b.name for b in BENCHMARKS.values() if s in b.params] for s in SUITE_NAMES
+}
 
 
 def benchmark(name: str) -> Benchmark:
-    """The catalog entry of an asv benchmark name ('bench_kernels.RMSNorm'); KeyError if it has none."""
+    """The catalog entry of an asv benchmark name ('bench_kernels.RMSNorm'); KeyError if it has
+    none."""
     return BENCHMARKS[name]
 
 
 def kind(name: str) -> str | None:
-    """'kernel', 'step', 'anchor', 'matmul', 'cpu', 'convergence' or 'distributed' of a benchmark name; None if
-    the catalog lacks it."""
+    """'kernel', 'step', 'anchor', 'matmul', 'cpu', 'convergence' or 'distributed' of a benchmark
+    name; None if the catalog lacks it."""
     entry = BENCHMARKS.get(name)
     return entry.kind if entry else None
 
 
 def suite_cases(suite: str) -> list[tuple[str, dict[str, str]]]:
-    """(benchmark, params) of every case ``optbench run --suite suite`` runs, in the catalog's order."""
+    """(benchmark, params) of every case ``optbench run --suite suite`` runs, in the catalog's
+    order."""
     return [(b.name, params) for b in BENCHMARKS.values() for params in b.cases(suite)]
 
 
 def asv_pattern(suite: str) -> str:
-    """asv's ``--bench`` regex selecting the benchmarks of ``suite`` (every track method of each)."""
+    """asv's ``--bench`` regex selecting the benchmarks of ``suite`` (every track method of
+    each)."""
     return "^(" + "|".join(re.escape(name) for name in SUITES[suite]) + r")\."
 
 
-#: The cases ``optbench ab`` measures by default (a regex on case keys, in the full suite): a kernel with
-#: its eager baseline at its 1B shape, and the device-bound best-kernels steps at 100M and 1B, about a minute
-#: a round on an H100 (a pull request's gate: 4 judged rounds a side in under 10 minutes).
-GATE_SELECT = (r"^bench_kernels\.SwiGLU\|shape=8192x5632\|impl=(eager|triton)$"
-               r"|^bench_step\.Step(100M|1B)\|variant=best-kernels$")
+#: The cases ``optbench ab`` measures by default (a regex on case keys, in the full suite): a kernel
+#: with its eager baseline at its 1B shape, and the device-bound best-kernels steps at 100M and 1B,
+#: about a minute a round on an H100 (a pull request's gate: 4 judged rounds a side in under 10
+#: minutes).
+GATE_SELECT = (
+    r"^bench_kernels\.SwiGLU\|shape=8192x5632\|impl=(eager|triton)$"
+    r"|^bench_step\.Step(100M|1B)\|variant=best-kernels$"
+)
 GATE_SUITE = "full"
 
-#: The regression gate's threshold per metric class: the smallest relative growth of head over base that fails
-#: a commit. Device-bound times (kernel device times, the matmul, CUDA-graphed steps, steps at 1B) move by well
-#: under 1% between processes of one GPU, so 3% is a change; host-bound steps (launch-bound eager steps at 100M
-#: and 500M, their forward) move by several percent between processes, so 10%; peak memory is deterministic:
-#: any growth over 1%; compile time 15% (the rule PyTorch's HUD applies to compilation latency).
-GATE_THRESHOLDS: dict[str, float] = {"device-bound": 0.03, "host-bound": 0.10, "memory": 0.01, "compile": 0.15}
-_GRAPHED_COMPILE_MODES = ("reduce-overhead", "max-autotune")  # inductor captures CUDA graphs in these
+#: The regression gate's threshold per metric class: the smallest relative growth of head over base
+#: that fails a commit. Device-bound times (kernel device times, the matmul, CUDA-graphed steps,
+#: steps at 1B) move by well under 1% between processes of one GPU, so 3% is a change; host-bound
+#: steps (launch-bound eager steps at 100M and 500M, their forward) move by several percent between
+#: processes, so 10%; peak memory is deterministic: any growth over 1%; compile time 15% (the rule
+#: PyTorch's HUD applies to compilation latency).
+GATE_THRESHOLDS: dict[str, float] = {
+    "device-bound": 0.03,
+    "host-bound": 0.10,
+    "memory": 0.01,
+    "compile": 0.15,
+}
+# inductor captures CUDA graphs in these
+_GRAPHED_COMPILE_MODES = ("reduce-overhead", "max-autotune")
 
 
 def graphed(variant: str) -> bool:
-    """Whether a step variant replays CUDA graphs (its own capture, or a compile mode that captures): the host
-    no longer sets its pace."""
+    """Whether a step variant replays CUDA graphs (its own capture, or a compile mode that
+    captures): the host no longer sets its pace."""
     if variant not in VARIANTS and variant != "eager":
         return False
     options = switches(variant)
     return bool(options.get("cuda_graph")) or options.get("compile") in _GRAPHED_COMPILE_MODES
 
 
-def metric_class(benchmark: str, params: Mapping[str, str], quantity: str, clock: str | None = None,
-                 metric: str = "") -> str | None:
-    """The :data:`GATE_THRESHOLDS` class of one metric of one case, or None where the metric is not gated.
+def metric_class(
+    benchmark: str,
+    params: Mapping[str, str],
+    quantity: str,
+    clock: str | None = None,
+    metric: str = "",
+) -> str | None:
+    """The :data:`GATE_THRESHOLDS` class of one metric of one case, or None where the metric is not
+    gated.
 
-    ``quantity`` is 'time' (with its ``clock``: 'device', 'device_warm' or 'wall'), 'peak memory' or 'compile'.
-    A kernel's or the matmul's wall time is host launch overhead: reported, never gated (its device times gate).
-    Compile seconds are gated for training steps (ours and the anchor's), where a compile mode's cost matters to
-    the user choosing it; a kernel's compile (a fraction of a second) is not.
-    A step (ours, the anchor's, a distributed one) is device-bound at 1B or when it replays CUDA graphs, host-bound
-    otherwise, by every clock; a graphed step's ``forward`` runs eagerly (its graph replays the whole step) and
-    moves by several percent between processes at every size, so it is host-bound. Convergence losses and the CPU
-    suite's classes are not gated here.
+    ``quantity`` is 'time' (with its ``clock``: 'device', 'device_warm' or 'wall'), 'peak memory' or
+    'compile'. A kernel's or the matmul's wall time is host launch overhead: reported, never gated
+    (its device times gate). Compile seconds are gated for training steps (ours and the anchor's),
+    where a compile mode's cost matters to the user choosing it; a kernel's compile (a fraction of a
+    second) is not. A step (ours, the anchor's, a distributed one) is device-bound at 1B or when it
+    replays CUDA graphs, host-bound otherwise, by every clock; a graphed step's ``forward`` runs
+    eagerly (its graph replays the whole step) and moves by several percent between processes at
+    every size, so it is host-bound. Convergence losses and the CPU suite's classes are not gated
+    here.
     """
     if quantity == "peak memory":
         return "memory"
@@ -306,8 +561,14 @@ def metric_class(benchmark: str, params: Mapping[str, str], quantity: str, clock
     return "device-bound" if size == "1B" else "host-bound"
 
 
-def gate_threshold(benchmark: str, params: Mapping[str, str], quantity: str,
-                   clock: str | None = None, metric: str = "") -> float | None:
-    """The gate's threshold of one metric (:func:`metric_class`, :data:`GATE_THRESHOLDS`); None: not gated."""
+def gate_threshold(
+    benchmark: str,
+    params: Mapping[str, str],
+    quantity: str,
+    clock: str | None = None,
+    metric: str = "",
+) -> float | None:
+    """The gate's threshold of one metric (:func:`metric_class`, :data:`GATE_THRESHOLDS`); None: not
+    gated."""
     cls = metric_class(benchmark, params, quantity, clock, metric)
     return None if cls is None else GATE_THRESHOLDS[cls]

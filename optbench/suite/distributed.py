@@ -8,52 +8,58 @@ Run under torchrun (one process per GPU; ``--standalone`` picks a free rendezvou
 Several hosts: the same command on each, with c10d rendezvous in place of ``--standalone``
 (:func:`torchrun_args`; ``docs/runners.md``, "Several hosts").
 
-Every rank builds the same training step (``models.step.build_step``: same seed, same init) with this machine's
-baseline options for the size (``optbench.suite.baseline.base_options``; per-rank batch as a single GPU's step has
-it: weak scaling, the global batch is world size x that), then
+Every rank builds the same training step (``models.step.build_step``: same seed, same init) with
+this machine's baseline options for the size (``optbench.suite.baseline.base_options``; per-rank
+batch as a single GPU's step has it: weak scaling, the global batch is world size x that), then
 
-- ``ddp``: wraps the model in ``torch.nn.parallel.DistributedDataParallel`` (gradients all-reduced, averaged,
-  in buckets during the backward);
-- ``fsdp2``: ``torch.distributed.fsdp.fully_shard`` on every block, then on the root (parameters, gradients and
-  optimizer states sharded: DTensors; fp32 parameters, reduced in fp32, under the step's bf16 autocast: no
-  ``MixedPrecisionPolicy``), and builds the optimizer on the sharded parameters;
-- ``ddp-best`` / ``fsdp2-best``: the same on top of the ``best`` single-GPU combination (``models.variants``:
-  Triton RMSNorm and SwiGLU, our fused linear cross-entropy, foreach gradient statistics, fused AdamW, no
-  per-step ``.item()``, SDPA ``is_causal``, torch.compile 'default'). Not ``best-kernels``: that one captures
-  the whole step in a CUDA graph (collectives inside a captured graph need NCCL's graph-safe setup, and the
-  graphed step rebuilds its optimizer state in place), and its master-weight AdamW (Triton, bf16 weights)
-  takes neither DTensor parameters (FSDP2) nor sharded states. ``best`` never used CUDA graphs.
+- ``ddp``: wraps the model in ``torch.nn.parallel.DistributedDataParallel`` (gradients all-reduced,
+  averaged, in buckets during the backward);
+- ``fsdp2``: ``torch.distributed.fsdp.fully_shard`` on every block, then on the root (parameters,
+  gradients and optimizer states sharded: DTensors; fp32 parameters, reduced in fp32, under the
+  step's bf16 autocast: no ``MixedPrecisionPolicy``), and builds the optimizer on the sharded
+  parameters;
+- ``ddp-best`` / ``fsdp2-best``: the same on top of the ``best`` single-GPU combination
+  (``models.variants``: Triton RMSNorm and SwiGLU, our fused linear cross-entropy, foreach gradient
+  statistics, fused AdamW, no per-step ``.item()``, SDPA ``is_causal``, torch.compile 'default').
+  Not ``best-kernels``: that one captures the whole step in a CUDA graph (collectives inside a
+  captured graph need NCCL's graph-safe setup, and the graphed step rebuilds its optimizer state in
+  place), and its master-weight AdamW (Triton, bf16 weights) takes neither DTensor parameters
+  (FSDP2) nor sharded states. ``best`` never used CUDA graphs.
 
-1. The check, before any timing: one global batch (world size x ``check_batch`` sequences, drawn from the seed
-   on every rank) is split, rank r taking its r-th shard; each rank runs forward and backward of its shard
-   through the wrapper (with its gradient reduction), and the gradients (FSDP2: ``full_tensor()`` of the
-   DTensor gradients, an all-gather) and the mean loss over ranks are compared on rank 0 with a
-   single-process step of the same options on the whole global batch (run first on rank 0). The gradients are
-   the raw ones, before clipping (clipping to a norm would hide a gradient scaled by the world size). Relative
-   error is ``kernels.numerics.rel_err``, per parameter, the worst one compared with :data:`GRAD_TOLERANCE`:
-   fp32 (a CPU): 1e-4, what summing the same products in another order can change (the shards' means averaged
-   against one mean: rounding of ~2^-24 per addition over a few thousand terms gives ~1e-6; 100x margin).
-   bf16 autocast: 0.15. Both the distributed and the single-process step round their matmuls to bf16 (the
-   weight gradient of a shard is rounded before the all-reduce, the global one once), so each is a bf16 step
-   off the exact gradient by what a bf16 step is: up to 4.4e-2 at 1B (``models.step``'s note on
-   CHECK_CEILING). Two independent such errors differ by up to sqrt(2) x 4.4e-2 = 6.2e-2; 2.5x that
-   (``models.step.CHECK_FACTOR``, the factor the step check allows over the eager step's own error) is 0.16,
-   rounded down to 0.15. The bugs it is there for are larger: a gradient scaled by the world size is off by
-   (N - 1) (1.0 at N=2); a skipped all-reduce leaves each rank its own shard's gradient, on the tiny config
-   1.04 off the global mean at its worst parameter (fp32, 2 ranks; ``tests/test_distributed.py``). A failing
-   check writes the result with status 'wrong', each rank exits with :data:`WRONG_EXIT` (torchrun then fails);
-   nothing is timed.
-2. The timing: every rank runs the same number of steps (collectives pair them up): 3 steps to estimate a
-   step's time, whose slowest rank's figure sizes the warm-up (``warmup_ms`` of steps) and the samples (one
-   optimizer step each, ``rep_ms`` of them, at least ``min_reps``); each sample is the wall time of one step
-   between two device synchronizations (perf_counter) and the CUDA-event time of the same step.
-3. Rank 0 writes one JSON file (``--out``): every rank's samples and medians (``ranks``), the slowest rank's
-   timing as the figure (``step``: the rank with the largest wall median; a step ends when its slowest rank's
-   does), tokens per step per GPU, tokens/s per GPU at the slowest rank's median, world size, the check.
+1. The check, before any timing: one global batch (world size x ``check_batch`` sequences, drawn
+   from the seed on every rank) is split, rank r taking its r-th shard; each rank runs forward and
+   backward of its shard through the wrapper (with its gradient reduction), and the gradients
+   (FSDP2: ``full_tensor()`` of the DTensor gradients, an all-gather) and the mean loss over ranks
+   are compared on rank 0 with a single-process step of the same options on the whole global batch
+   (run first on rank 0). The gradients are the raw ones, before clipping (clipping to a norm would
+   hide a gradient scaled by the world size). Relative error is ``kernels.numerics.rel_err``, per
+   parameter, the worst one compared with :data:`GRAD_TOLERANCE`: fp32 (a CPU): 1e-4, what summing
+   the same products in another order can change (the shards' means averaged against one mean:
+   rounding of ~2^-24 per addition over a few thousand terms gives ~1e-6; 100x margin). bf16
+   autocast: 0.15. Both the distributed and the single-process step round their matmuls to bf16 (the
+   weight gradient of a shard is rounded before the all-reduce, the global one once), so each is a
+   bf16 step off the exact gradient by what a bf16 step is: up to 4.4e-2 at 1B (``models.step``'s
+   note on CHECK_CEILING). Two independent such errors differ by up to sqrt(2) x 4.4e-2 = 6.2e-2;
+   2.5x that (``models.step.CHECK_FACTOR``, the factor the step check allows over the eager step's
+   own error) is 0.16, rounded down to 0.15. The bugs it is there for are larger: a gradient scaled
+   by the world size is off by (N - 1) (1.0 at N=2); a skipped all-reduce leaves each rank its own
+   shard's gradient, on the tiny config 1.04 off the global mean at its worst parameter (fp32, 2
+   ranks; ``tests/test_distributed.py``). A failing check writes the result with status 'wrong',
+   each rank exits with :data:`WRONG_EXIT` (torchrun then fails); nothing is timed.
+2. The timing: every rank runs the same number of steps (collectives pair them up): 3 steps to
+   estimate a step's time, whose slowest rank's figure sizes the warm-up (``warmup_ms`` of steps)
+   and the samples (one optimizer step each, ``rep_ms`` of them, at least ``min_reps``); each sample
+   is the wall time of one step between two device synchronizations (perf_counter) and the
+   CUDA-event time of the same step.
+3. Rank 0 writes one JSON file (``--out``): every rank's samples and medians (``ranks``), the
+   slowest rank's timing as the figure (``step``: the rank with the largest wall median; a step ends
+   when its slowest rank's does), tokens per step per GPU, tokens/s per GPU at the slowest rank's
+   median, world size, the check.
 
-The asv side (``benchmarks/bench_distributed.py``) launches this through :func:`launch` and stores one record
-per (variant, world size): the world size is a parameter of the record key, so a comparison across commits
-(``optbench.gate.compare``) only ever sets a 2-GPU figure beside a 2-GPU figure, never beside a 1-GPU one.
+The asv side (``benchmarks/bench_distributed.py``) launches this through :func:`launch` and stores
+one record per (variant, world size): the world size is a parameter of the record key, so a
+comparison across commits (``optbench.gate.compare``) only ever sets a 2-GPU figure beside a 2-GPU
+figure, never beside a 1-GPU one.
 """
 
 from __future__ import annotations
@@ -76,14 +82,17 @@ from optbench.core.store import REPO_ROOT
 from optbench.suite.catalog import DISTRIBUTED_VARIANTS
 
 WRAPPERS = ("ddp", "fsdp2")
-GRAD_TOLERANCE = {"fp32": 1e-4, "tf32": 0.15, "bf16": 0.15, "fp16": 0.15}  # see the module docstring
+# see the module docstring
+GRAD_TOLERANCE = {"fp32": 1e-4, "tf32": 0.15, "bf16": 0.15, "fp16": 0.15}
 PLANTS = ("none", "no-sync", "loss-scale")  # bugs planted for the check's own tests
 WRONG_EXIT = 3
 SKIP_EXIT = 4
 RDZV_ID = "optbench"  # the c10d rendezvous id every node of one launch passes
 
 
-# --- inside each rank ---------------------------------------------------------------------------------------
+# --- inside each rank
+# ---------------------------------------------------------------------------------------
+
 
 def _dist():
     import torch.distributed as dist
@@ -92,8 +101,8 @@ def _dist():
 
 
 def _wrap(step: Any, wrapper: str, device: Any, plant: str) -> Callable[[], None]:
-    """Wrap ``step.model`` for ``wrapper`` in place of its forward + loss; returns a function that turns the
-    gradient reduction off (the 'no-sync' plant), else a no-op."""
+    """Wrap ``step.model`` for ``wrapper`` in place of its forward + loss; returns a function that
+    turns the gradient reduction off (the 'no-sync' plant), else a no-op."""
     import torch
 
     from models.step import _adamw, _model_loss
@@ -109,11 +118,14 @@ def _wrap(step: Any, wrapper: str, device: Any, plant: str) -> Callable[[], None
         ddp = DistributedDataParallel(step.model, device_ids=ids)
         step.ddp = ddp
 
-        def ddp_loss(model, loss, idx, targets):  # ``model`` is step.model: the forward goes through DDP
+        # ``model`` is step.model: the forward goes through DDP
+        def ddp_loss(model, loss, idx, targets):
             hidden = ddp(idx).flatten(0, 1)
             return loss(hidden, ddp.module.lm_head.weight, targets.flatten()) * scale
 
-        step._model_loss_fn = torch.compile(ddp_loss, mode=step.options.compile) if compile_model else ddp_loss
+        step._model_loss_fn = (
+            torch.compile(ddp_loss, mode=step.options.compile) if compile_model else ddp_loss
+        )
 
         def no_sync() -> None:
             ddp.require_backward_grad_sync = False  # what DDP.no_sync() sets inside its block
@@ -129,10 +141,13 @@ def _wrap(step: Any, wrapper: str, device: Any, plant: str) -> Callable[[], None
     step.params = list(step.model.parameters())  # DTensors now: the optimizer takes the shards
     step.optimizer = _adamw(step.model, step.options.optimizer, step.options.cuda_graph, step.hyper)
     if scale != 1.0:
+
         def scaled_loss(model, loss, idx, targets):
             return _model_loss(model, loss, idx, targets) * scale
 
-        step._model_loss_fn = torch.compile(scaled_loss, mode=step.options.compile) if compile_model else scaled_loss
+        step._model_loss_fn = (
+            torch.compile(scaled_loss, mode=step.options.compile) if compile_model else scaled_loss
+        )
 
     def no_sync_fsdp() -> None:
         step.model.set_requires_gradient_sync(False)
@@ -146,14 +161,17 @@ def _full(t: Any) -> Any:
 
 
 def _raw_grads(step: Any) -> tuple[Any, dict[str, Any]]:
-    """Forward and backward of the step's current batch (no clipping, no optimizer step): (loss, gradients by
-    parameter name, whole tensors on the host)."""
+    """Forward and backward of the step's current batch (no clipping, no optimizer step): (loss,
+    gradients by parameter name, whole tensors on the host)."""
     step.optimizer.zero_grad(set_to_none=True)
     with step._matmul_precision():
         loss = step._forward_loss()
         loss.backward()
-    grads = {name: _full(p.grad).detach().float().cpu() for name, p in step.model.named_parameters()
-             if p.grad is not None}
+    grads = {
+        name: _full(p.grad).detach().float().cpu()
+        for name, p in step.model.named_parameters()
+        if p.grad is not None
+    }
     step.optimizer.zero_grad(set_to_none=True)
     return loss.detach().float(), grads
 
@@ -165,9 +183,11 @@ def _global_batch(config: Any, rows: int, seq_len: int, seed: int, device: Any) 
     return torch.randint(0, config.vocab_size, (rows, seq_len + 1), generator=gen, device=device)
 
 
-def check(step: Any, config: Any, options: Any, device: Any, seed: int, check_batch: int) -> dict[str, Any]:
-    """The gradient check of the module docstring, on every rank; returns its record (on every rank), with
-    ``ok``."""
+def check(
+    step: Any, config: Any, options: Any, device: Any, seed: int, check_batch: int
+) -> dict[str, Any]:
+    """The gradient check of the module docstring, on every rank; returns its record (on every
+    rank), with ``ok``."""
     import torch
 
     from kernels.numerics import rel_err
@@ -177,7 +197,8 @@ def check(step: Any, config: Any, options: Any, device: Any, seed: int, check_ba
     rank, world = dist.get_rank(), dist.get_world_size()
     tokens = _global_batch(config, world * check_batch, options.seq_len, seed, device)
     ref_loss, ref_grads = None, {}
-    if rank == 0:  # the single-process step on the whole global batch, first (its memory freed after)
+    # the single-process step on the whole global batch, first (its memory freed after)
+    if rank == 0:
         ref = build_step(config, options.replace(batch_size=world * check_batch), device, seed)
         ref.idx, ref.targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
         ref_loss, ref_grads = _raw_grads(ref)
@@ -185,7 +206,7 @@ def check(step: Any, config: Any, options: Any, device: Any, seed: int, check_ba
         if device.type == "cuda":
             torch.cuda.empty_cache()
     dist.barrier()
-    shard = tokens[rank * check_batch:(rank + 1) * check_batch]
+    shard = tokens[rank * check_batch : (rank + 1) * check_batch]
     idx, targets = step.idx, step.targets
     step.idx, step.targets = shard[:, :-1].contiguous(), shard[:, 1:].contiguous()
     try:
@@ -194,18 +215,32 @@ def check(step: Any, config: Any, options: Any, device: Any, seed: int, check_ba
         step.idx, step.targets = idx, targets
     dist.all_reduce(loss, op=dist.ReduceOp.SUM)
     loss = loss / world
-    record: dict[str, Any] = {"ok": True, "check_batch_per_rank": check_batch, "global_batch": world * check_batch,
-                              "precision": options.precision, "tolerance": GRAD_TOLERANCE[options.precision],
-                              "reference": "single process, same options, whole global batch (rank 0)"}
+    record: dict[str, Any] = {
+        "ok": True,
+        "check_batch_per_rank": check_batch,
+        "global_batch": world * check_batch,
+        "precision": options.precision,
+        "tolerance": GRAD_TOLERANCE[options.precision],
+        "reference": "single process, same options, whole global batch (rank 0)",
+    }
     if rank == 0:
-        per_param = {name: rel_err(grads[name], ref_grads[name]) for name in ref_grads} if \
-            grads.keys() == ref_grads.keys() else {}
+        per_param = (
+            {name: rel_err(grads[name], ref_grads[name]) for name in ref_grads}
+            if grads.keys() == ref_grads.keys()
+            else {}
+        )
         worst = max(per_param, key=per_param.__getitem__) if per_param else None
-        record.update(loss_error=rel_err(loss.cpu(), ref_loss.cpu()),
-                      grad_error=per_param[worst] if worst else math.inf, worst_param=worst,
-                      missing=sorted(grads.keys() ^ ref_grads.keys()))
-        record["ok"] = bool(record["grad_error"] <= record["tolerance"]
-                            and record["loss_error"] <= record["tolerance"] and not record["missing"])
+        record.update(
+            loss_error=rel_err(loss.cpu(), ref_loss.cpu()),
+            grad_error=per_param[worst] if worst else math.inf,
+            worst_param=worst,
+            missing=sorted(grads.keys() ^ ref_grads.keys()),
+        )
+        record["ok"] = bool(
+            record["grad_error"] <= record["tolerance"]
+            and record["loss_error"] <= record["tolerance"]
+            and not record["missing"]
+        )
     shared = [record]
     dist.broadcast_object_list(shared, src=0)
     return shared[0]
@@ -224,8 +259,11 @@ def _time_steps(step: Any, device: Any, count: int) -> tuple[list[float], list[f
 
     wall, events = [], []
     for _ in range(count):
-        marks = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) \
-            if device.type == "cuda" else None
+        marks = (
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            if device.type == "cuda"
+            else None
+        )
         _sync(device)
         start = time.perf_counter()
         if marks:
@@ -240,9 +278,11 @@ def _time_steps(step: Any, device: Any, count: int) -> tuple[list[float], list[f
     return wall, events
 
 
-def time_step(step: Any, device: Any, warmup_ms: float, rep_ms: float, min_reps: int,
-              max_reps: int = 1000) -> dict[str, Any]:
-    """Timing of the module docstring on every rank: a ``Measurement.to_dict()`` of this rank's samples."""
+def time_step(
+    step: Any, device: Any, warmup_ms: float, rep_ms: float, min_reps: int, max_reps: int = 1000
+) -> dict[str, Any]:
+    """Timing of the module docstring on every rank: a ``Measurement.to_dict()`` of this rank's
+    samples."""
     import torch
 
     from optbench.core.timing import Measurement, Timing
@@ -260,13 +300,22 @@ def time_step(step: Any, device: Any, warmup_ms: float, rep_ms: float, min_reps:
     return Measurement(device=device_timing, wall=Timing(tuple(wall), "perf-counter")).to_dict()
 
 
-def _options(size: str, step_variant: str, device: Any, precision: str | None, batch_size: int | None,
-             seq_len: int | None) -> Any:
+def _options(
+    size: str,
+    step_variant: str,
+    device: Any,
+    precision: str | None,
+    batch_size: int | None,
+    seq_len: int | None,
+) -> Any:
     from optbench.suite.workloads import step_options
 
     options = step_options(size, step_variant, str(device))[1]
-    changes = {k: v for k, v in {"precision": precision, "batch_size": batch_size, "seq_len": seq_len}.items()
-               if v is not None}
+    changes = {
+        k: v
+        for k, v in {"precision": precision, "batch_size": batch_size, "seq_len": seq_len}.items()
+        if v is not None
+    }
     return options.replace(**changes)
 
 
@@ -281,8 +330,10 @@ def _join(device_kind: str, backend: str | None) -> tuple[Any, int]:
         device = torch.device("cuda", local)
     else:
         device = torch.device("cpu")
-    _dist().init_process_group(backend or ("nccl" if device.type == "cuda" else "gloo"),
-                               device_id=device if device.type == "cuda" else None)
+    _dist().init_process_group(
+        backend or ("nccl" if device.type == "cuda" else "gloo"),
+        device_id=device if device.type == "cuda" else None,
+    )
     return device, local
 
 
@@ -294,14 +345,27 @@ def _timed(step: Any, device: Any, local: int, args: argparse.Namespace) -> dict
     rank, world = dist.get_rank(), dist.get_world_size()
     mine = time_step(step, device, args.warmup_ms, args.rep_ms, args.min_reps)
     ranks: list[Any] = [None] * world
-    dist.all_gather_object(ranks, {"rank": rank, "host": os.uname().nodename, "local_rank": local,
-                                   "node": int(os.environ.get("GROUP_RANK", "0")), "step": mine})
+    dist.all_gather_object(
+        ranks,
+        {
+            "rank": rank,
+            "host": os.uname().nodename,
+            "local_rank": local,
+            "node": int(os.environ.get("GROUP_RANK", "0")),
+            "step": mine,
+        },
+    )
     medians = [r["step"]["wall"]["median_ms"] for r in ranks]
     slowest = max(range(world), key=medians.__getitem__)
-    return {"status": "ok", "ranks": ranks, "wall_median_ms": medians,
-            "device_median_ms": [(r["step"]["device"] or {}).get("median_ms") for r in ranks],
-            "slowest_rank": slowest, "step": ranks[slowest]["step"],
-            "tokens_per_s_per_gpu": step.tokens_per_step / (medians[slowest] / 1e3)}
+    return {
+        "status": "ok",
+        "ranks": ranks,
+        "wall_median_ms": medians,
+        "device_median_ms": [(r["step"]["device"] or {}).get("median_ms") for r in ranks],
+        "slowest_rank": slowest,
+        "step": ranks[slowest]["step"],
+        "tokens_per_s_per_gpu": step.tokens_per_step / (medians[slowest] / 1e3),
+    }
 
 
 def rank_main(args: argparse.Namespace) -> int:
@@ -316,18 +380,30 @@ def rank_main(args: argparse.Namespace) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     wrapper, step_variant = DISTRIBUTED_VARIANTS[args.variant]
     step_variant = args.step_variant or step_variant
-    result: dict[str, Any] = {"variant": args.variant, "wrapper": wrapper, "step_variant": step_variant,
-                              "size": args.size, "world_size": world, "backend": dist.get_backend(),
-                              "device": device.type, "plant": args.plant}
+    result: dict[str, Any] = {
+        "variant": args.variant,
+        "wrapper": wrapper,
+        "step_variant": step_variant,
+        "size": args.size,
+        "world_size": world,
+        "backend": dist.get_backend(),
+        "device": device.type,
+        "plant": args.plant,
+    }
     code = 0
     try:
-        reason = step_skip_reason(machine_profile(str(device)), args.size, step_variant) \
-            if args.precision is None else None
+        reason = (
+            step_skip_reason(machine_profile(str(device)), args.size, step_variant)
+            if args.precision is None
+            else None
+        )
         if reason:
             result.update(status="skipped", reason=reason)
             code = SKIP_EXIT
             return code
-        options = _options(args.size, step_variant, device, args.precision, args.batch_size, args.seq_len)
+        options = _options(
+            args.size, step_variant, device, args.precision, args.batch_size, args.seq_len
+        )
         config = CONFIGS[args.size]
         try:
             step = build_step(config, options, device, args.seed)
@@ -338,16 +414,25 @@ def rank_main(args: argparse.Namespace) -> int:
         no_sync = _wrap(step, wrapper, device, args.plant)
         if args.plant == "no-sync":
             no_sync()
-        result.update(options={k: getattr(options, k) for k in options.__dataclass_fields__},
-                      tokens_per_step_per_gpu=step.tokens_per_step, global_batch=world * options.batch_size,
-                      flops_per_step_per_gpu=float(step.flops_per_step),
-                      params=sum(p.numel() for p in step.model.parameters()) if wrapper == "ddp" else
-                      sum(_full(p).numel() for p in step.model.parameters()))
-        checked = check(step, config, options, device, args.seed, min(options.batch_size, args.check_batch))
+        result.update(
+            options={k: getattr(options, k) for k in options.__dataclass_fields__},
+            tokens_per_step_per_gpu=step.tokens_per_step,
+            global_batch=world * options.batch_size,
+            flops_per_step_per_gpu=float(step.flops_per_step),
+            params=sum(p.numel() for p in step.model.parameters())
+            if wrapper == "ddp"
+            else sum(_full(p).numel() for p in step.model.parameters()),
+        )
+        checked = check(
+            step, config, options, device, args.seed, min(options.batch_size, args.check_batch)
+        )
         result["check"] = checked
         if not checked["ok"]:
-            result.update(status="wrong", reason=f"{args.variant} at world size {world}: gradients or loss off "
-                          f"the single-process step's: {checked}")
+            result.update(
+                status="wrong",
+                reason=f"{args.variant} at world size {world}: gradients or loss off "
+                f"the single-process step's: {checked}",
+            )
             code = WRONG_EXIT
             return code
         result.update(_timed(step, device, local, args))
@@ -359,23 +444,36 @@ def rank_main(args: argparse.Namespace) -> int:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m optbench.suite.distributed",
-                                description=plain(__doc__.split("\n")[0]))
+    p = argparse.ArgumentParser(
+        prog="python -m optbench.suite.distributed", description=plain(__doc__.split("\n")[0])
+    )
     p.add_argument("--size", default="1B")
     p.add_argument("--variant", choices=list(DISTRIBUTED_VARIANTS), default="ddp")
     p.add_argument("--out", help="the result JSON, written by rank 0")
-    p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda where there is one")
+    p.add_argument(
+        "--device", choices=["cuda", "cpu"], default=None, help="default: cuda where there is one"
+    )
     p.add_argument("--backend", default=None, help="default: nccl on GPUs, gloo on a CPU")
     p.add_argument("--precision", default=None, help="override the baseline's (e.g. fp32 on a CPU)")
-    p.add_argument("--batch-size", type=int, default=None, help="per rank; default: the size's single-GPU batch")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="per rank; default: the size's single-GPU batch",
+    )
     p.add_argument("--seq-len", type=int, default=None)
-    p.add_argument("--check-batch", type=int, default=2, help="sequences per rank in the gradient check")
+    p.add_argument(
+        "--check-batch", type=int, default=2, help="sequences per rank in the gradient check"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup-ms", type=float, default=2000.0)
     p.add_argument("--rep-ms", type=float, default=1000.0)
     p.add_argument("--min-reps", type=int, default=10)
-    p.add_argument("--step-variant", default=None,
-                   help="wrap this models.variants step instead of the variant's own (e.g. foreach-stats)")
+    p.add_argument(
+        "--step-variant",
+        default=None,
+        help="wrap this models.variants step instead of the variant's own (e.g. foreach-stats)",
+    )
     p.add_argument("--plant", choices=PLANTS, default="none", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.device is None:
@@ -385,10 +483,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-# --- the launcher (the asv side) ----------------------------------------------------------------------------
+# --- the launcher (the asv side)
+# ----------------------------------------------------------------------------
 
-def torchrun_args(nproc_per_node: int, nnodes: int = 1, node_rank: int = 0,
-                  endpoint: str | None = None, rdzv_id: str = RDZV_ID) -> list[str]:
+
+def torchrun_args(
+    nproc_per_node: int,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    endpoint: str | None = None,
+    rdzv_id: str = RDZV_ID,
+) -> list[str]:
     """torchrun's launch arguments for ``nproc_per_node`` ranks on this host, one of ``nnodes``
     nodes.
 
@@ -402,33 +507,62 @@ def torchrun_args(nproc_per_node: int, nnodes: int = 1, node_rank: int = 0,
     if nnodes == 1:
         return ["--standalone", f"--nproc-per-node={nproc_per_node}"]
     if endpoint is None or not 0 <= node_rank < nnodes:
-        raise ValueError(f"{nnodes} nodes need a rendezvous endpoint and a node rank in "
-                         f"[0, {nnodes}): got {endpoint!r}, {node_rank}")
-    return [f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
-            f"--rdzv-conf=is_host={int(node_rank == 0)}"]
+        raise ValueError(
+            f"{nnodes} nodes need a rendezvous endpoint and a node rank in "
+            f"[0, {nnodes}): got {endpoint!r}, {node_rank}"
+        )
+    return [
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc_per_node}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={rdzv_id}",
+        f"--rdzv-conf=is_host={int(node_rank == 0)}",
+    ]
 
 
-def torchrun_command(nproc_per_node: int, out: str | Path, *args: str, nnodes: int = 1,
-                     node_rank: int = 0, endpoint: str | None = None, rdzv_id: str = RDZV_ID
-                     ) -> list[str]:
+def torchrun_command(
+    nproc_per_node: int,
+    out: str | Path,
+    *args: str,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    endpoint: str | None = None,
+    rdzv_id: str = RDZV_ID,
+) -> list[str]:
     """The torchrun command of ``nproc_per_node`` ranks on this host, node ``node_rank`` of
     ``nnodes`` (:func:`torchrun_args`), rank 0 writing ``out``; ``args`` go to the entry point."""
-    return [sys.executable, "-m", "torch.distributed.run",
-            *torchrun_args(nproc_per_node, nnodes, node_rank, endpoint, rdzv_id),
-            "-m", "optbench.suite.distributed", "--out", str(out), *args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *torchrun_args(nproc_per_node, nnodes, node_rank, endpoint, rdzv_id),
+        "-m",
+        "optbench.suite.distributed",
+        "--out",
+        str(out),
+        *args,
+    ]
 
 
-def launch(world: int, *args: str, timeout_s: float | None = None, env: dict[str, str] | None = None
-           ) -> tuple[int, dict[str, Any] | None, str]:
-    """Run the entry point under torchrun with ``world`` ranks; (exit status, rank 0's result or None, the
-    output's tail). The launch is its own process group, killed whole where this is interrupted (a case's
-    timeout: ``optbench.core.runner.CaseTimeout``) or runs past ``timeout_s``."""
+def launch(
+    world: int, *args: str, timeout_s: float | None = None, env: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any] | None, str]:
+    """Run the entry point under torchrun with ``world`` ranks; (exit status, rank 0's result or
+    None, the output's tail). The launch is its own process group, killed whole where this is
+    interrupted (a case's timeout: ``optbench.core.runner.CaseTimeout``) or runs past
+    ``timeout_s``."""
     with tempfile.TemporaryDirectory(prefix="optbench-dist-") as tmp:
         out = Path(tmp) / "result.json"
-        proc = subprocess.Popen(torchrun_command(world, out, *args), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                                env={**os.environ, **(env or {})}, cwd=REPO_ROOT)
+        proc = subprocess.Popen(
+            torchrun_command(world, out, *args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+            cwd=REPO_ROOT,
+        )
         try:
             output, _ = proc.communicate(timeout=timeout_s)
         except BaseException:
@@ -442,31 +576,43 @@ def launch(world: int, *args: str, timeout_s: float | None = None, env: dict[str
         return proc.returncode, result, output[-4000:]
 
 
-# A case launches torchrun, starts every rank (torch, CUDA, NCCL), builds the step and its single-process
-# reference, compiles ('-best': twice, the reference and the wrapped step) and times ~3 s of steps: more than
-# a single-GPU case's budget (optbench.core.settings' case_budget_s, 180 s) on a cold compile cache.
+# A case launches torchrun, starts every rank (torch, CUDA, NCCL), builds the step and its
+# single-process reference, compiles ('-best': twice, the reference and the wrapped step) and times
+# ~3 s of steps: more than a single-GPU case's budget (optbench.core.settings' case_budget_s, 180 s)
+# on a cold compile cache.
 CASE_BUDGET_S = 600.0
 
 
-def distributed_work(size: str, variant: str, world: int, device: str, one_gpu: dict[str, float] | None = None,
-                     extra: tuple[str, ...] = (), timeout_s: float | None = None) -> Any:
-    """The case of ``variant`` at ``world`` GPUs: launches torchrun (the check and the timing run in its ranks)
-    and returns a Work whose ``measured`` step is the slowest rank's timing (nothing is timed in this process);
-    every rank's timing, tokens/s per GPU and the scaling efficiency go to its ``info``. ``one_gpu`` maps a
-    variant to its tokens/s at world size 1 measured earlier in this run (filled in here at world size 1):
-    the efficiency at N is tokens/s per GPU at N over that, None where this run has no 1-GPU figure.
-    Skips (NotImplementedError) where this machine has fewer GPUs than ``world``."""
+def distributed_work(
+    size: str,
+    variant: str,
+    world: int,
+    device: str,
+    one_gpu: dict[str, float] | None = None,
+    extra: tuple[str, ...] = (),
+    timeout_s: float | None = None,
+) -> Any:
+    """The case of ``variant`` at ``world`` GPUs: launches torchrun (the check and the timing run in
+    its ranks) and returns a Work whose ``measured`` step is the slowest rank's timing (nothing is
+    timed in this process); every rank's timing, tokens/s per GPU and the scaling efficiency go to
+    its ``info``. ``one_gpu`` maps a variant to its tokens/s at world size 1 measured earlier in
+    this run (filled in here at world size 1): the efficiency at N is tokens/s per GPU at N over
+    that, None where this run has no 1-GPU figure. Skips (NotImplementedError) where this machine
+    has fewer GPUs than ``world``."""
     import torch
 
     from optbench.core.runner import Work, WrongResult
 
-    if "--device" in extra and extra[extra.index("--device") + 1] == "cpu":  # gloo ranks on the CPU (tests)
+    # gloo ranks on the CPU (tests)
+    if "--device" in extra and extra[extra.index("--device") + 1] == "cpu":
         gpus = world
     else:
         gpus = torch.cuda.device_count() if str(device).startswith("cuda") else 0
     if gpus < world:
         raise NotImplementedError(f"needs {world} GPU{'s' * (world > 1)}, this machine has {gpus}")
-    code, result, tail = launch(world, "--size", size, "--variant", variant, *extra, timeout_s=timeout_s)
+    code, result, tail = launch(
+        world, "--size", size, "--variant", variant, *extra, timeout_s=timeout_s
+    )
     if result is None:
         raise RuntimeError(f"torchrun with {world} ranks exited {code} without a result: {tail}")
     if result["status"] == "skipped":
@@ -474,23 +620,49 @@ def distributed_work(size: str, variant: str, world: int, device: str, one_gpu: 
     if result["status"] == "wrong":
         raise WrongResult(result["reason"])
     if result["status"] != "ok" or code != 0:
-        raise RuntimeError(f"torchrun with {world} ranks exited {code}, status {result['status']}: {tail}")
+        raise RuntimeError(
+            f"torchrun with {world} ranks exited {code}, status {result['status']}: {tail}"
+        )
     rate = result["tokens_per_s_per_gpu"]
     one_gpu = {} if one_gpu is None else one_gpu
     if world == 1:
         one_gpu[variant] = rate
     base = one_gpu.get(variant)
-    info = {key: result[key] for key in ("world_size", "backend", "wrapper", "step_variant", "options",
-                                         "global_batch", "params", "slowest_rank", "wall_median_ms",
-                                         "device_median_ms", "ranks", "tokens_per_s_per_gpu")}
-    info.update(tokens=result["tokens_per_step_per_gpu"], primary_clock="wall",
-                precision=result["options"]["precision"], batch_size=result["options"]["batch_size"],
-                seq_len=result["options"]["seq_len"],
-                scaling_efficiency=None if base is None else rate / base,
-                scaling_note=None if base is not None else "no 1-GPU figure of this variant in this run")
+    info = {
+        key: result[key]
+        for key in (
+            "world_size",
+            "backend",
+            "wrapper",
+            "step_variant",
+            "options",
+            "global_batch",
+            "params",
+            "slowest_rank",
+            "wall_median_ms",
+            "device_median_ms",
+            "ranks",
+            "tokens_per_s_per_gpu",
+        )
+    }
+    info.update(
+        tokens=result["tokens_per_step_per_gpu"],
+        primary_clock="wall",
+        precision=result["options"]["precision"],
+        batch_size=result["options"]["batch_size"],
+        seq_len=result["options"]["seq_len"],
+        scaling_efficiency=None if base is None else rate / base,
+        scaling_note=None if base is not None else "no 1-GPU figure of this variant in this run",
+    )
     checked = result["check"]
-    return Work(timed={}, check=lambda: checked, measured={"step": result["step"]},
-                flops={"step": result["flops_per_step_per_gpu"]}, graph=False, info=info)
+    return Work(
+        timed={},
+        check=lambda: checked,
+        measured={"step": result["step"]},
+        flops={"step": result["flops_per_step_per_gpu"]},
+        graph=False,
+        info=info,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,16 +1,19 @@
-"""Every grid case of a suite, measured in two processes: the training steps in one, the rest in the other.
+"""Every grid case of a suite, measured in two processes: the training steps in one, the rest in the
+other.
 
 asv keys a ``setup_cache`` by the line that defines it: every grid class inherits one of two
-(``benchmarks/common.py``), so asv starts two processes per run, and each calls :func:`measure_suite` for its
-kinds (:data:`PROCESSES`): torch, CUDA, inductor and Liger-Kernel are imported once per process, the steps'
-high-precision references are built once per size (``optbench.suite.workloads``) and the GPU stays warm between
-grids. Each asv track process then reads one metric of one case from what :func:`measure_suite` kept.
+(``benchmarks/common.py``), so asv starts two processes per run, and each calls
+:func:`measure_suite` for its kinds (:data:`PROCESSES`): torch, CUDA, inductor and Liger-Kernel are
+imported once per process, the steps' high-precision references are built once per size
+(``optbench.suite.workloads``) and the GPU stays warm between grids. Each asv track process then
+reads one metric of one case from what :func:`measure_suite` kept.
 
-The training steps have a process of their own, which has done nothing else when they start: host-bound steps
-(eager, ~60-80 ms of launches at 100M) read about 1.3x slower in a process that measured the kernel grids first.
-The price of sharing is isolation: a case that ends its process (the watchdog's hard stop, a crash in C) ends that
-process's remaining grids too (every record measured before it is stored), and one that leaves the CUDA context
-unusable marks the rest of them not measured (``optbench.core.runner.run_grid``).
+The training steps have a process of their own, which has done nothing else when they start:
+host-bound steps (eager, ~60-80 ms of launches at 100M) read about 1.3x slower in a process that
+measured the kernel grids first. The price of sharing is isolation: a case that ends its process
+(the watchdog's hard stop, a crash in C) ends that process's remaining grids too (every record
+measured before it is stored), and one that leaves the CUDA context unusable marks the rest of them
+not measured (``optbench.core.runner.run_grid``).
 """
 
 from __future__ import annotations
@@ -30,13 +33,14 @@ if TYPE_CHECKING:
 GRID_KINDS = ("kernel", "matmul", "step", "anchor", "convergence", "distributed")
 #: The kinds each grid process measures: our training steps, and everything else.
 PROCESSES = {"steps": ("step",), "other": tuple(k for k in GRID_KINDS if k != "step")}
-#: The fields of a record that asv's track methods read (samples stay in the store: asv reads the kept records
-#: once per track call).
+#: The fields of a record that asv's track methods read (samples stay in the store: asv reads the
+#: kept records once per track call).
 KEPT_FIELDS = ("status", "reason", "metrics", "peak_mem_bytes", "summary", "compile_seconds")
 
 
 def cases(name: str, grid: list[list[str]], device: str) -> list[Case]:
-    """The cases of benchmark ``name`` over asv's ``grid`` (one list per parameter, in its param_names' order)."""
+    """The cases of benchmark ``name`` over asv's ``grid`` (one list per parameter, in its
+    param_names' order)."""
     from optbench.core.runner import Case
 
     entry = catalog.benchmark(name)
@@ -44,7 +48,9 @@ def cases(name: str, grid: list[list[str]], device: str) -> list[Case]:
     if entry.kind == "kernel":
         from optbench.suite.workloads import kernel_work
 
-        return [Case(p, partial(kernel_work, entry.op, p["shape"], p["impl"], device)) for p in combos]
+        return [
+            Case(p, partial(kernel_work, entry.op, p["shape"], p["impl"], device)) for p in combos
+        ]
     if entry.kind == "matmul":
         from optbench.suite.workloads import matmul_work
 
@@ -60,13 +66,27 @@ def cases(name: str, grid: list[list[str]], device: str) -> list[Case]:
     if entry.kind == "convergence":
         from optbench.suite.convergence import convergence_work
 
-        return [Case(p, partial(convergence_work, entry.size, p["variant"], device)) for p in combos]
+        return [
+            Case(p, partial(convergence_work, entry.size, p["variant"], device)) for p in combos
+        ]
     if entry.kind == "distributed":
         from optbench.suite.distributed import distributed_work
 
         one_gpu: dict[str, float] = {}  # variant -> tokens/s at 1 GPU, as this run measures it
-        return [Case(p, partial(distributed_work, entry.size, p["variant"], int(p["world_size"]), device, one_gpu))
-                for p in combos]
+        return [
+            Case(
+                p,
+                partial(
+                    distributed_work,
+                    entry.size,
+                    p["variant"],
+                    int(p["world_size"]),
+                    device,
+                    one_gpu,
+                ),
+            )
+            for p in combos
+        ]
     raise ValueError(f"{name}: a {entry.kind!r} benchmark has no grid cases")
 
 
@@ -74,15 +94,18 @@ def _skips(keys: list[str], reason: str) -> dict[str, dict[str, Any]]:
     return dict.fromkeys(keys, {"status": "skipped", "reason": reason})
 
 
-def measure_suite(names: list[str] | None = None, kinds: tuple[str, ...] = GRID_KINDS) -> dict[str, dict[str, Any]]:
+def measure_suite(
+    names: list[str] | None = None, kinds: tuple[str, ...] = GRID_KINDS
+) -> dict[str, dict[str, Any]]:
     """Measure, in this process, every case of this run's suite (``optbench.core.settings``) that
-    ``$OPTBENCH_SELECT`` selects (less, with ``$OPTBENCH_SKIP_EXISTING``, those measured in an earlier run of
-    this commit on this machine), grid after grid in the catalog's order, and return what asv's track methods
-    read (:data:`KEPT_FIELDS`) by record key, for every case of ``names`` (default: every grid benchmark of the
-    catalog of one of ``kinds``; asv lists them all): a case outside the suite, unselected, or not
-    started before the run's time budget ended is a skip with its reason. Imports nothing heavy
-    where nothing is selected. Once something is, the process gets SIGTERM when its parent ends
-    (``signals.die_with_parent``): an interrupt, which the runner records as such."""
+    ``$OPTBENCH_SELECT`` selects (less, with ``$OPTBENCH_SKIP_EXISTING``, those measured in an
+    earlier run of this commit on this machine), grid after grid in the catalog's order, and return
+    what asv's track methods read (:data:`KEPT_FIELDS`) by record key, for every case of ``names``
+    (default: every grid benchmark of the catalog of one of ``kinds``; asv lists them all): a case
+    outside the suite, unselected, or not started before the run's time budget ended is a skip with
+    its reason. Imports nothing heavy where nothing is selected. Once something is, the process gets
+    SIGTERM when its parent ends (``signals.die_with_parent``): an interrupt, which the runner
+    records as such."""
     from optbench.core.store import record_key
 
     settings = current()
@@ -94,9 +117,16 @@ def measure_suite(names: list[str] | None = None, kinds: tuple[str, ...] = GRID_
     for name in names:
         entry = catalog.benchmark(name)
         grid = entry.grid(suite)
-        keys = [record_key(name, dict(zip(entry.param_names, combo))) for combo in itertools.product(*grid)]
+        keys = [
+            record_key(name, dict(zip(entry.param_names, combo)))
+            for combo in itertools.product(*grid)
+        ]
         if name not in catalog.SUITES[suite]:  # a plain `asv run` lists every class
-            kept.update(_skips(keys, f"not in the {suite!r} suite (optbench run --suite, or OPTBENCH_SUITE)"))
+            kept.update(
+                _skips(
+                    keys, f"not in the {suite!r} suite (optbench run --suite, or OPTBENCH_SUITE)"
+                )
+            )
             continue
         chosen = [k for k in keys if (not select or re.search(select, k)) and k not in existing]
         kept.update(_skips(keys, f"not selected in this run (OPTBENCH_SELECT={_short(select)})"))
@@ -116,23 +146,26 @@ def _short(select: str | None, width: int = 80) -> str | None:
     """``select`` cut to ``width`` characters (a shard's selection names every key it holds)."""
     if select is None or len(select) <= width:
         return select
-    return f"{select[:width - 20]}... ({len(select)} chars)"
+    return f"{select[: width - 20]}... ({len(select)} chars)"
 
 
 SKIPPED_EXISTING = "measured in an earlier run of this commit on this machine (--skip-existing)"
 
 
 def _existing() -> set[str]:
-    """Keys of the cases this commit has a record of on this machine (``ResultStore.measured_keys``)."""
+    """Keys of the cases this commit has a record of on this machine
+    (``ResultStore.measured_keys``)."""
     from optbench.core.runner import current_commit, current_machine
     from optbench.core.store import ResultStore
 
     return ResultStore(current().results).measured_keys(current_machine(), current_commit())
 
 
-def _measure_grid(name: str, grid: list[list[str]], chosen: list[str], device: str) -> dict[str, dict[str, Any]]:
-    """The kept records of the ``chosen`` keys of one grid (skips, without building anything, where the run's
-    time budget has ended)."""
+def _measure_grid(
+    name: str, grid: list[list[str]], chosen: list[str], device: str
+) -> dict[str, dict[str, Any]]:
+    """The kept records of the ``chosen`` keys of one grid (skips, without building anything, where
+    the run's time budget has ended)."""
     from optbench.core import progress
     from optbench.core.runner import NOT_STARTED, out_of_run_time, run_grid
     from optbench.core.store import record_key
@@ -153,7 +186,9 @@ def _measure_grid(name: str, grid: list[list[str]], chosen: list[str], device: s
     kept = {}
     for key, rec in records.items():
         kept[key] = {f: rec.get(f) for f in KEPT_FIELDS}
-        kept[key]["metrics"] = {m: _without_samples(t) for m, t in (rec.get("metrics") or {}).items()}
+        kept[key]["metrics"] = {
+            m: _without_samples(t) for m, t in (rec.get("metrics") or {}).items()
+        }
     if entry.kind == "convergence":  # the figures this process measured, for the track methods
         from optbench.suite.convergence import summary
 
@@ -163,8 +198,11 @@ def _measure_grid(name: str, grid: list[list[str]], chosen: list[str], device: s
 
 
 def _without_samples(measurement: Any) -> Any:
-    """A stored measurement (clock -> timing) without its samples: what a track method reads of it."""
+    """A stored measurement (clock -> timing) without its samples: what a track method reads of
+    it."""
     if not isinstance(measurement, dict):
         return measurement
-    return {clock: ({k: v for k, v in t.items() if k != "samples_ms"} if isinstance(t, dict) else t)
-            for clock, t in measurement.items()}
+    return {
+        clock: ({k: v for k, v in t.items() if k != "samples_ms"} if isinstance(t, dict) else t)
+        for clock, t in measurement.items()
+    }

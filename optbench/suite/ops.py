@@ -30,10 +30,13 @@ class Op:
 
     ``make_inputs(dims, dtype, device, gen)`` returns the inputs (leaves that need gradients have
     ``requires_grad``); ``impl(name, dims)`` returns ``fn(*inputs) -> Tensor`` (or a tuple of them);
-    ``flops``/``bytes`` give the fewest FLOPs / bytes for ``fwd`` and ``fwdbwd`` at dims and element size.
+    ``flops``/``bytes`` give the fewest FLOPs / bytes for ``fwd`` and ``fwdbwd`` at dims and element
+    size.
     """
 
-    name: str  # its entry in optbench.suite.catalog.KERNELS: shapes, implementations, whether it has a backward
+    # its entry in optbench.suite.catalog.KERNELS: shapes, implementations, whether it has a
+    # backward
+    name: str
     make_inputs: Callable[[dict[str, int], torch.dtype, str, torch.Generator], Inputs]
     impl: Callable[[str, dict[str, int]], Callable[..., Tensor]]
     flops: Callable[[dict[str, int]], dict[str, float]]
@@ -54,8 +57,14 @@ class Op:
         return KERNELS[self.name].backward
 
 
-def _randn(shape: Sequence[int], dtype: torch.dtype, device: str, gen: torch.Generator,
-           scale: float = 1.0, grad: bool = True) -> Tensor:
+def _randn(
+    shape: Sequence[int],
+    dtype: torch.dtype,
+    device: str,
+    gen: torch.Generator,
+    scale: float = 1.0,
+    grad: bool = True,
+) -> Tensor:
     t = torch.randn(*shape, generator=gen, device=device, dtype=torch.float32) * scale
     return t.to(dtype).requires_grad_(grad)
 
@@ -66,66 +75,95 @@ COMPILE_BACKEND: str | Callable = "inductor"
 
 def compile_for_shape(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     """``torch.compile(fn)`` as a user compiles a model for its one input shape: sizes static
-    (``dynamic=False``) and a code object of its own, so no other shape's graph is reused or recompiled
-    with symbolic sizes, and other shapes' compilations never count against dynamo's per-code-object
-    recompile limit (past which it runs the function eagerly). Call the result with one shape only."""
+    (``dynamic=False``) and a code object of its own, so no other shape's graph is reused or
+    recompiled with symbolic sizes, and other shapes' compilations never count against dynamo's
+    per-code-object recompile limit (past which it runs the function eagerly). Call the result with
+    one shape only."""
+
     def call(*args: Tensor) -> Tensor:
         return fn(*args)
 
-    own = types.FunctionType(call.__code__.replace(), call.__globals__, call.__name__, None, call.__closure__)
+    own = types.FunctionType(
+        call.__code__.replace(), call.__globals__, call.__name__, None, call.__closure__
+    )
     return torch.compile(own, dynamic=False, backend=COMPILE_BACKEND)
 
 
-def _pick(table: dict[str, Callable[[], Callable[..., Tensor]]]
-          ) -> Callable[[str, dict[str, int]], Callable[..., Tensor]]:
+def _pick(
+    table: dict[str, Callable[[], Callable[..., Tensor]]],
+) -> Callable[[str, dict[str, int]], Callable[..., Tensor]]:
     """impl(name, dims) from builders of each implementation; every call builds a fresh one (so a
     ``compile`` implementation is compiled for the shape it is called with)."""
+
     def impl(name: str, dims: dict[str, int]) -> Callable[..., Tensor]:
         if name not in table:
             raise NotImplementedError(f"no {name!r} implementation")
         return table[name]()
+
     return impl
 
 
 # --- RMSNorm: y = x * rsqrt(mean(x^2) + eps) * w over rows of width H -------------------------
 
+
 def _rmsnorm_impls() -> Callable[[str], Callable[..., Tensor]]:
     def eager():
         from kernels.rmsnorm import rms_norm_eager
+
         return rms_norm_eager
 
     def liger():
         from kernels.liger import liger
+
         return lambda x, w: liger("ops.rms_norm").LigerRMSNormFunction.apply(x, w, 1e-6)
 
     def triton():
         from kernels.rmsnorm import rms_norm
+
         return rms_norm
 
-    return _pick({"eager": eager, "compile": lambda: compile_for_shape(eager()), "liger": liger, "triton": triton})
+    return _pick(
+        {
+            "eager": eager,
+            "compile": lambda: compile_for_shape(eager()),
+            "liger": liger,
+            "triton": triton,
+        }
+    )
 
 
 RMSNORM = Op(
     name="rmsnorm",
-    make_inputs=lambda d, dt, dev, g: (_randn((d["rows"], d["hidden"]), dt, dev, g),
-                                       _randn((d["hidden"],), dt, dev, g)),
+    make_inputs=lambda d, dt, dev, g: (
+        _randn((d["rows"], d["hidden"]), dt, dev, g),
+        _randn((d["hidden"],), dt, dev, g),
+    ),
     impl=_rmsnorm_impls(),
-    flops=lambda d: {"fwd": 4.0 * d["rows"] * d["hidden"], "fwdbwd": 13.0 * d["rows"] * d["hidden"]},
+    flops=lambda d: {
+        "fwd": 4.0 * d["rows"] * d["hidden"],
+        "fwdbwd": 13.0 * d["rows"] * d["hidden"],
+    },
     # fwd: read x, write y (+ w, rstd); fwd+bwd adds: read dy, x, write dx (+ dw partials).
-    bytes=lambda d, s: {"fwd": 2.0 * d["rows"] * d["hidden"] * s,
-                        "fwdbwd": 5.0 * d["rows"] * d["hidden"] * s},
+    bytes=lambda d, s: {
+        "fwd": 2.0 * d["rows"] * d["hidden"] * s,
+        "fwdbwd": 5.0 * d["rows"] * d["hidden"] * s,
+    },
 )
 
 
-# --- Residual add + RMSNorm: h = x + y, out = RMSNorm(h), as between a pre-norm model's blocks -----------
+# --- Residual add + RMSNorm: h = x + y, out = RMSNorm(h), as between a pre-norm model's blocks
+# -----------
+
 
 def _add_rmsnorm_impls() -> Callable[[str], Callable[..., Tensor]]:
     def eager():  # out in y's dtype, as autocast would cast it for the next matmul
         from kernels.rmsnorm import add_rms_norm_eager
+
         return lambda x, y, w: add_rms_norm_eager(x, y, w, out_dtype=y.dtype)
 
     def triton():
         from kernels.rmsnorm import add_rms_norm
+
         return lambda x, y, w: add_rms_norm(x, y, w, out_dtype=y.dtype)
 
     return _pick({"eager": eager, "compile": lambda: compile_for_shape(eager()), "triton": triton})
@@ -133,57 +171,82 @@ def _add_rmsnorm_impls() -> Callable[[str], Callable[..., Tensor]]:
 
 ADD_RMSNORM = Op(
     name="add_rmsnorm",
-    make_inputs=lambda d, dt, dev, g: (_randn((d["rows"], d["hidden"]), torch.float32, dev, g),
-                                       _randn((d["rows"], d["hidden"]), dt, dev, g),
-                                       _randn((d["hidden"],), torch.float32, dev, g)),
+    make_inputs=lambda d, dt, dev, g: (
+        _randn((d["rows"], d["hidden"]), torch.float32, dev, g),
+        _randn((d["rows"], d["hidden"]), dt, dev, g),
+        _randn((d["hidden"],), torch.float32, dev, g),
+    ),
     impl=_add_rmsnorm_impls(),
-    flops=lambda d: {"fwd": 5.0 * d["rows"] * d["hidden"], "fwdbwd": 15.0 * d["rows"] * d["hidden"]},
-    # x, h, dh, dx fp32 (4 bytes), y, out, dout, dy in the op's dtype (s): fwd reads x, y, writes h, out;
-    # bwd reads dout, h, dh, writes dx, dy (+ w, dw, rstd).
-    bytes=lambda d, s: {"fwd": (8.0 + 2 * s) * d["rows"] * d["hidden"],
-                        "fwdbwd": (20.0 + 4 * s) * d["rows"] * d["hidden"]},
+    flops=lambda d: {
+        "fwd": 5.0 * d["rows"] * d["hidden"],
+        "fwdbwd": 15.0 * d["rows"] * d["hidden"],
+    },
+    # x, h, dh, dx fp32 (4 bytes), y, out, dout, dy in the op's dtype (s): fwd reads x, y, writes h,
+    # out; bwd reads dout, h, dh, writes dx, dy (+ w, dw, rstd).
+    bytes=lambda d, s: {
+        "fwd": (8.0 + 2 * s) * d["rows"] * d["hidden"],
+        "fwdbwd": (20.0 + 4 * s) * d["rows"] * d["hidden"],
+    },
 )
 
 
 # --- SwiGLU: silu(a) * b, elementwise over (rows, I) ------------------------------------------
 
+
 def _swiglu_impls() -> Callable[[str], Callable[..., Tensor]]:
     def eager():
         from kernels.swiglu import swiglu_eager
+
         return swiglu_eager
 
     def liger():
         from kernels.liger import liger
+
         return liger("ops.swiglu").LigerSiLUMulFunction.apply
 
     def triton():
         from kernels.swiglu import swiglu
+
         return swiglu
 
-    return _pick({"eager": eager, "compile": lambda: compile_for_shape(eager()), "liger": liger, "triton": triton})
+    return _pick(
+        {
+            "eager": eager,
+            "compile": lambda: compile_for_shape(eager()),
+            "liger": liger,
+            "triton": triton,
+        }
+    )
 
 
 SWIGLU = Op(
     name="swiglu",
-    make_inputs=lambda d, dt, dev, g: (_randn((d["rows"], d["inter"]), dt, dev, g),
-                                       _randn((d["rows"], d["inter"]), dt, dev, g)),
+    make_inputs=lambda d, dt, dev, g: (
+        _randn((d["rows"], d["inter"]), dt, dev, g),
+        _randn((d["rows"], d["inter"]), dt, dev, g),
+    ),
     impl=_swiglu_impls(),
     flops=lambda d: {"fwd": 5.0 * d["rows"] * d["inter"], "fwdbwd": 15.0 * d["rows"] * d["inter"]},
     # fwd: read a, b, write y; bwd: read dy, a, b, write da, db.
-    bytes=lambda d, s: {"fwd": 3.0 * d["rows"] * d["inter"] * s,
-                        "fwdbwd": 8.0 * d["rows"] * d["inter"] * s},
+    bytes=lambda d, s: {
+        "fwd": 3.0 * d["rows"] * d["inter"] * s,
+        "fwdbwd": 8.0 * d["rows"] * d["inter"] * s,
+    },
 )
 
 
 # --- QK-norm: RMSNorm over head_dim of every head of q (B,S,Hq,D) and k (B,S,Hkv,D) -------------
 
+
 def _qknorm_impls() -> Callable[[str], Callable[..., Tensor]]:
     def eager():
         from kernels.qknorm import qk_norm_eager
+
         return qk_norm_eager
 
     def triton():
         from kernels.qknorm import qk_norm
+
         return qk_norm
 
     return _pick({"eager": eager, "compile": lambda: compile_for_shape(eager()), "triton": triton})
@@ -198,15 +261,24 @@ QKNORM = Op(
     make_inputs=lambda d, dt, dev, g: (
         _randn((8, d["tokens"] // 8, d["q_heads"], d["head_dim"]), dt, dev, g),
         _randn((8, d["tokens"] // 8, d["kv_heads"], d["head_dim"]), dt, dev, g),
-        _randn((d["head_dim"],), dt, dev, g), _randn((d["head_dim"],), dt, dev, g)),
+        _randn((d["head_dim"],), dt, dev, g),
+        _randn((d["head_dim"],), dt, dev, g),
+    ),
     impl=_qknorm_impls(),
-    flops=lambda d: {"fwd": 4.0 * _qk_rows(d) * d["head_dim"], "fwdbwd": 13.0 * _qk_rows(d) * d["head_dim"]},
-    bytes=lambda d, s: {"fwd": 2.0 * _qk_rows(d) * d["head_dim"] * s,
-                        "fwdbwd": 5.0 * _qk_rows(d) * d["head_dim"] * s},
+    flops=lambda d: {
+        "fwd": 4.0 * _qk_rows(d) * d["head_dim"],
+        "fwdbwd": 13.0 * _qk_rows(d) * d["head_dim"],
+    },
+    bytes=lambda d, s: {
+        "fwd": 2.0 * _qk_rows(d) * d["head_dim"] * s,
+        "fwdbwd": 5.0 * _qk_rows(d) * d["head_dim"] * s,
+    },
 )
 
 
-# --- RoPE of a packed q/k/v projection: q, k rotated by position, v split off, T tokens of D-wide heads -----
+# --- RoPE of a packed q/k/v projection: q, k rotated by position, v split off, T tokens of D-wide
+# heads -----
+
 
 def _rope_impl(name: str, dims: dict[str, int]) -> Callable[..., Tensor]:
     """The shape's head split is part of the function: (qkv, cos, sin) -> (q, k, v)."""
@@ -218,8 +290,13 @@ def _rope_impl(name: str, dims: dict[str, int]) -> Callable[..., Tensor]:
         # q, k in the projection's dtype, as autocast casts them for SDPA
         return tuple(t.to(qkv.dtype) for t in qkv_rope_eager(qkv, cos, sin, *heads))
 
-    return _pick({"eager": lambda: eager, "compile": lambda: compile_for_shape(eager),
-                  "triton": lambda: lambda qkv, cos, sin: qkv_rope(qkv, cos, sin, *heads)})(name, dims)
+    return _pick(
+        {
+            "eager": lambda: eager,
+            "compile": lambda: compile_for_shape(eager),
+            "triton": lambda: lambda qkv, cos, sin: qkv_rope(qkv, cos, sin, *heads),
+        }
+    )(name, dims)
 
 
 def _rope_inputs(d: dict[str, int], dt: torch.dtype, dev: str, g: torch.Generator) -> Inputs:
@@ -243,12 +320,15 @@ QKV_ROPE = Op(
     # 3 FLOPs per rotated element (x1 c - x2 s) each way; v is only moved.
     flops=lambda d: {"fwd": 3.0 * _rope_elems(d, 1), "fwdbwd": 6.0 * _rope_elems(d, 1)},
     # fwd: read and write q, k (v may stay a view); bwd: read dq, dk, dv, write the packed gradient.
-    bytes=lambda d, s: {"fwd": 2.0 * _rope_elems(d, 1) * s,
-                        "fwdbwd": 2.0 * (_rope_elems(d, 1) + _rope_elems(d)) * s},
+    bytes=lambda d, s: {
+        "fwd": 2.0 * _rope_elems(d, 1) * s,
+        "fwdbwd": 2.0 * (_rope_elems(d, 1) + _rope_elems(d)) * s,
+    },
 )
 
 
 # --- LM head + cross-entropy: loss(h @ W^T, y) over N tokens, vocabulary V ----------------------
+
 
 def _linear_ce_impls() -> Callable[[str], Callable[..., Tensor]]:
     def eager():
@@ -256,34 +336,49 @@ def _linear_ce_impls() -> Callable[[str], Callable[..., Tensor]]:
 
     def chunked():
         from kernels.cross_entropy import chunked_cross_entropy
+
         return lambda h, w, y: chunked_cross_entropy(h, w, y)
 
     def triton_ce():
         from kernels.cross_entropy import cross_entropy
+
         return lambda h, w, y: cross_entropy(h @ w.t(), y)
 
     def triton():
         from kernels.fused_linear_ce import fused_linear_cross_entropy
+
         return fused_linear_cross_entropy
 
     def liger_ce():
         from kernels.liger import liger
+
         loss = liger("transformers").LigerCrossEntropyLoss()
         return lambda h, w, y: loss(h @ w.t(), y)
 
     def liger():
         from kernels.liger import liger
+
         loss = liger("transformers").LigerFusedLinearCrossEntropyLoss()
         return lambda h, w, y: loss(w, h, y)
 
-    return _pick({"eager": eager, "compile": lambda: compile_for_shape(eager()), "chunked": chunked,
-                  "triton-ce": triton_ce, "triton": triton, "liger-ce": liger_ce, "liger": liger})
+    return _pick(
+        {
+            "eager": eager,
+            "compile": lambda: compile_for_shape(eager()),
+            "chunked": chunked,
+            "triton-ce": triton_ce,
+            "triton": triton,
+            "liger-ce": liger_ce,
+            "liger": liger,
+        }
+    )
 
 
 def _linear_ce_bytes(d: dict[str, int], s: int) -> dict[str, float]:
     n, h, v = d["tokens"], d["hidden"], d["vocab"]
     io = (n * h + v * h) * s  # read hidden and weight once
-    return {"fwd": float(io), "fwdbwd": float(2 * io + (n * h + v * h) * s)}  # + write both gradients
+    # + write both gradients
+    return {"fwd": float(io), "fwdbwd": float(2 * io + (n * h + v * h) * s)}
 
 
 LINEAR_CE = Op(
@@ -291,11 +386,14 @@ LINEAR_CE = Op(
     make_inputs=lambda d, dt, dev, g: (
         _randn((d["tokens"], d["hidden"]), dt, dev, g),
         _randn((d["vocab"], d["hidden"]), dt, dev, g, scale=0.02),
-        torch.randint(0, d["vocab"], (d["tokens"],), generator=g, device=dev)),
+        torch.randint(0, d["vocab"], (d["tokens"],), generator=g, device=dev),
+    ),
     impl=_linear_ce_impls(),
     # One GEMM forward, two more backward: 2*N*H*V FLOPs each (the softmax terms are negligible).
-    flops=lambda d: {"fwd": 2.0 * d["tokens"] * d["hidden"] * d["vocab"],
-                     "fwdbwd": 6.0 * d["tokens"] * d["hidden"] * d["vocab"]},
+    flops=lambda d: {
+        "fwd": 2.0 * d["tokens"] * d["hidden"] * d["vocab"],
+        "fwdbwd": 6.0 * d["tokens"] * d["hidden"] * d["vocab"],
+    },
     bytes=_linear_ce_bytes,
     loss_like=True,
 )
@@ -303,31 +401,40 @@ LINEAR_CE = Op(
 
 # --- Gradient statistics + clipping over a model's parameters ------------------------------------
 
+
 def _grad_stats_impls() -> Callable[[str], Callable[..., Tensor]]:
     def loop():
         from kernels.grad_stats import clip_grad_norm_loop, grad_stats_loop
+
         return _stats_then_clip(grad_stats_loop, lambda params, s: clip_grad_norm_loop(params, 1.0))
 
     def foreach():
         from kernels.grad_stats import clip_grad_norm_foreach, grad_stats_foreach
-        return _stats_then_clip(grad_stats_foreach,
-                                lambda params, s: clip_grad_norm_foreach(params, 1.0, s["grad_norm"]))
+
+        return _stats_then_clip(
+            grad_stats_foreach,
+            lambda params, s: clip_grad_norm_foreach(params, 1.0, s["grad_norm"]),
+        )
 
     return _pick({"loop": loop, "foreach": foreach})
 
 
 def _stats_then_clip(stats: Callable, clip: Callable) -> Callable[..., Tensor]:
-    """Gradient norm, parameter norm, then clipping at 1.0: what a logging training loop does (the loop
-    implementation takes the gradient norm again to clip; the foreach one clips with the norm it has)."""
+    """Gradient norm, parameter norm, then clipping at 1.0: what a logging training loop does (the
+    loop implementation takes the gradient norm again to clip; the foreach one clips with the norm
+    it has)."""
+
     def run(*params: Tensor) -> Tensor:
         s = stats(params)
         total = clip(params, s)
         return torch.stack([s["grad_norm"], s["param_norm"], total])
+
     return run
 
 
 def _size(d: dict[str, int]) -> str:
-    """The models.config.CONFIGS name of a grad_stats shape's model size (``size_m``, millions of parameters)."""
+    """The models.config.CONFIGS name of a grad_stats shape's model size (``size_m``, millions of
+    parameters)."""
     return {100: "100M", 500: "500M", 1000: "1B"}[d["size_m"]]
 
 
@@ -351,6 +458,7 @@ def _grad_stats_inputs(d: dict[str, int], dt: torch.dtype, dev: str, g: torch.Ge
 
 def _n_params(d: dict[str, int]) -> int:
     from models.config import CONFIGS, param_count
+
     return param_count(CONFIGS[_size(d)])
 
 
@@ -365,4 +473,6 @@ GRAD_STATS = Op(
     dtype=torch.float32,
 )
 
-OPS: dict[str, Op] = {op.name: op for op in (RMSNORM, ADD_RMSNORM, SWIGLU, QKNORM, QKV_ROPE, LINEAR_CE, GRAD_STATS)}
+OPS: dict[str, Op] = {
+    op.name: op for op in (RMSNORM, ADD_RMSNORM, SWIGLU, QKNORM, QKV_ROPE, LINEAR_CE, GRAD_STATS)
+}

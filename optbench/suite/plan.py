@@ -1,17 +1,18 @@
 """What a machine can run: one decision for ``optbench plan`` and for the workloads at run time.
 
-``optbench plan --gpu t4`` lists every case of the asv suite (benchmark x params) with 'run' or 'skip',
-the reason, and its *datasheet floor*: the roofline lower bound from the profile's datasheet peaks
-(``optbench.core.roofline.floor_ms``), never a measurement. The workloads call the same ``*_skip_reason``
-functions with the profile they run under (``optbench.core.emulate.active_profile``), so a plan and a run agree.
+``optbench plan --gpu t4`` lists every case of the asv suite (benchmark x params) with 'run' or
+'skip', the reason, and its *datasheet floor*: the roofline lower bound from the profile's datasheet
+peaks (``optbench.core.roofline.floor_ms``), never a measurement. The workloads call the same
+``*_skip_reason`` functions with the profile they run under
+(``optbench.core.emulate.active_profile``), so a plan and a run agree.
 
-Skip reasons read '<category>: <detail>'; categories: no CUDA, no bf16, no TF32, no Triton, no FP8 (FP8
-matmuls without FP8 tensor cores: T4, A100, a CPU), same as eager, unsupported (``models.step.validate``),
-memory. A convergence case (``optbench.suite.convergence``) skips where its variant's step or the eager step
-would.
+Skip reasons read '<category>: <detail>'; categories: no CUDA, no bf16, no TF32, no Triton, no FP8
+(FP8 matmuls without FP8 tensor cores: T4, A100, a CPU), same as eager, unsupported
+(``models.step.validate``), memory. A convergence case (``optbench.suite.convergence``) skips where
+its variant's step or the eager step would.
 
-The memory estimates behind the 'memory' skips are ``optbench.suite.memory_estimate``'s; the step baseline
-each variant builds on is ``optbench.suite.baseline``'s.
+The memory estimates behind the 'memory' skips are ``optbench.suite.memory_estimate``'s; the step
+baseline each variant builds on is ``optbench.suite.baseline``'s.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ GPU_ALIASES = {"h100": "h100-sxm"}
 
 @dataclass(frozen=True)
 class PlanRow:
-    """One case of the suite on one machine; floor_ms is the datasheet floor (None if skipped or unknown)."""
+    """One case of the suite on one machine; floor_ms is the datasheet floor (None if skipped or
+    unknown)."""
 
     benchmark: str
     params: dict[str, str]
@@ -57,7 +59,11 @@ class PlanRow:
 
 
 def _sm(profile: HardwareProfile) -> str:
-    return "sm" + "".join(map(str, profile.compute_capability)) if profile.compute_capability else "no CUDA"
+    return (
+        "sm" + "".join(map(str, profile.compute_capability))
+        if profile.compute_capability
+        else "no CUDA"
+    )
 
 
 def _device(profile: HardwareProfile) -> str:
@@ -65,7 +71,11 @@ def _device(profile: HardwareProfile) -> str:
 
 
 def _cuda_reason(profile: HardwareProfile, what: str) -> str | None:
-    return None if profile.compute_capability else f"no CUDA: {what} needs a CUDA GPU, not a {profile.name}"
+    return (
+        None
+        if profile.compute_capability
+        else f"no CUDA: {what} needs a CUDA GPU, not a {profile.name}"
+    )
 
 
 def _precision_reason(profile: HardwareProfile, precision: str, what: str) -> str | None:
@@ -80,8 +90,10 @@ def _fp8_reason(profile: HardwareProfile, options: StepOptions, what: str) -> st
     """FP8 matmuls (torchao float8 training) on a device without FP8 tensor cores (sm89+)."""
     if options.fp8 == "off" or profile.fp8:
         return None
-    return (f"no FP8: {what} runs FP8 matmuls (torchao float8, {options.fp8} scaling); {_device(profile)} has no "
-            "FP8 tensor cores (sm89+)")
+    return (
+        f"no FP8: {what} runs FP8 matmuls (torchao float8, {options.fp8} scaling); "
+        f"{_device(profile)} has no FP8 tensor cores (sm89+)"
+    )
 
 
 def _triton_reason(profile: HardwareProfile, users: list[str]) -> str | None:
@@ -95,7 +107,9 @@ def _first(*reasons: str | None) -> str | None:
     return next((r for r in reasons if r), None)
 
 
-# --- kernels ------------------------------------------------------------------------------------------------
+# --- kernels
+# ------------------------------------------------------------------------------------------------
+
 
 def _kernel_memory_reason(profile: HardwareProfile, op: str, shape: str, impl: str) -> str | None:
     usable = usable_bytes(profile)
@@ -105,8 +119,8 @@ def _kernel_memory_reason(profile: HardwareProfile, op: str, shape: str, impl: s
 
 
 def kernel_dtype(profile: HardwareProfile, op: str) -> torch.dtype:
-    """The dtype ``op`` is measured in on ``profile``: its own (bf16 for the model's kernels), or fp16 where
-    the GPU has no bf16 (a T4), as the step's baseline does there."""
+    """The dtype ``op`` is measured in on ``profile``: its own (bf16 for the model's kernels), or
+    fp16 where the GPU has no bf16 (a T4), as the step's baseline does there."""
     dtype = OPS[op].dtype
     return torch.float16 if dtype == torch.bfloat16 and not profile.supports_bf16 else dtype
 
@@ -114,20 +128,27 @@ def kernel_dtype(profile: HardwareProfile, op: str) -> torch.dtype:
 def kernel_skip_reason(profile: HardwareProfile, op: str, shape: str, impl: str) -> str | None:
     """Why ``op`` at ``shape`` with ``impl`` cannot run on ``profile``; None if it can."""
     what = f"{op}/{impl}"
-    needs_triton = impl == "compile" or impl.startswith(("triton", "liger"))  # inductor, ours, Liger-Kernel
+    # inductor, ours, Liger-Kernel
+    needs_triton = impl == "compile" or impl.startswith(("triton", "liger"))
     dtype = dtype_name(kernel_dtype(profile, op))
-    return _first(_cuda_reason(profile, what), _precision_reason(profile, dtype, what),
-                  _triton_reason(profile, [what] if needs_triton else []),
-                  _kernel_memory_reason(profile, op, shape, impl))
+    return _first(
+        _cuda_reason(profile, what),
+        _precision_reason(profile, dtype, what),
+        _triton_reason(profile, [what] if needs_triton else []),
+        _kernel_memory_reason(profile, op, shape, impl),
+    )
 
 
 def matmul_skip_reason(profile: HardwareProfile, mode: str) -> str | None:
-    """Why the matmul in precision ``mode`` ('fp32', 'tf32', 'bf16', 'fp16') cannot run on ``profile``."""
+    """Why the matmul in precision ``mode`` ('fp32', 'tf32', 'bf16', 'fp16') cannot run on
+    ``profile``."""
     what = f"the {mode} matmul"
     return _first(_cuda_reason(profile, what), _precision_reason(profile, mode, what))
 
 
-# --- training steps -----------------------------------------------------------------------------------------
+# --- training steps
+# -----------------------------------------------------------------------------------------
+
 
 def _step_memory_reason(profile: HardwareProfile, size: str, options: StepOptions) -> str | None:
     cfg, usable = CONFIGS[size], usable_bytes(profile)
@@ -135,14 +156,21 @@ def _step_memory_reason(profile: HardwareProfile, size: str, options: StepOption
     if usable is None or need <= usable:
         return None
     states = gb(STATE_BYTES * param_count(cfg))
-    return (f"memory: {size} at B={options.batch_size}, S={options.seq_len} ({options.precision}), with "
-            f"{states} of fp32 weights, grads and AdamW states, needs {over_usable(need, usable, profile)}; "
-            f"{memory_remedy(cfg, options, usable)}")
+    return (
+        f"memory: {size} at B={options.batch_size}, S={options.seq_len} ({options.precision}), "
+        f"with {states} of fp32 weights, grads and AdamW states, needs "
+        f"{over_usable(need, usable, profile)}; {memory_remedy(cfg, options, usable)}"
+    )
 
 
 def _triton_users(options: StepOptions) -> list[str]:
     """The switches of ``options`` that run Triton kernels (ours, Liger-Kernel's, inductor's)."""
-    switches = {"norm": options.norm, "mlp": options.mlp, "qk_norm": options.qk_norm, "loss": options.loss}
+    switches = {
+        "norm": options.norm,
+        "mlp": options.mlp,
+        "qk_norm": options.qk_norm,
+        "loss": options.loss,
+    }
     users = [f"{k}={v}" for k, v in switches.items() if v in ("triton", "liger", "fused")]
     return users + ([f"compile={options.compile}"] if options.compile else [])
 
@@ -158,48 +186,64 @@ def _validate_reason(profile: HardwareProfile, *options: StepOptions) -> str | N
 
 
 def step_skip_reason(profile: HardwareProfile, size: str, variant: str) -> str | None:
-    """Why the training step of ``size`` with ``variant`` cannot run on ``profile``; None if it can."""
+    """Why the training step of ``size`` with ``variant`` cannot run on ``profile``; None if it
+    can."""
     reference_options, candidate = step_pair(profile, size, variant)
     what = f"{size}/{variant}"
     same = reference(variant) != variant and candidate == reference_options
-    return _first(_precision_reason(profile, reference_options.precision, f"{what}'s reference"),
-                  _precision_reason(profile, candidate.precision, what),
-                  _triton_reason(profile, _triton_users(candidate)),
-                  _fp8_reason(profile, candidate, what),
-                  f"same as eager: {variant} changes nothing on this machine's baseline" if same else None,
-                  _validate_reason(profile, reference_options, candidate),
-                  _step_memory_reason(profile, size, reference_options),
-                  _step_memory_reason(profile, size, candidate))
+    return _first(
+        _precision_reason(profile, reference_options.precision, f"{what}'s reference"),
+        _precision_reason(profile, candidate.precision, what),
+        _triton_reason(profile, _triton_users(candidate)),
+        _fp8_reason(profile, candidate, what),
+        f"same as eager: {variant} changes nothing on this machine's baseline" if same else None,
+        _validate_reason(profile, reference_options, candidate),
+        _step_memory_reason(profile, size, reference_options),
+        _step_memory_reason(profile, size, candidate),
+    )
 
 
 def distributed_step_variant(variant: str) -> str:
-    """The single-GPU step variant (models.variants) that the distributed ``variant`` wraps: 'ddp-best' -> 'best'."""
+    """The single-GPU step variant (models.variants) that the distributed ``variant`` wraps:
+    'ddp-best' -> 'best'."""
     return catalog.DISTRIBUTED_VARIANTS[variant][1]
 
 
-def distributed_skip_reason(profile: HardwareProfile, size: str, variant: str, world: int) -> str | None:
-    """Why the ``world``-GPU step of the distributed ``variant`` cannot run on ``profile``: where its single-GPU
-    step cannot (a profile does not say how many GPUs a machine has: the case itself skips where it has
-    fewer than ``world``), or on a CPU (the suite launches one process per GPU)."""
-    return _first(_cuda_reason(profile, f"the {world}-GPU step of {size}/{variant}"),
-                  step_skip_reason(profile, size, distributed_step_variant(variant)))
+def distributed_skip_reason(
+    profile: HardwareProfile, size: str, variant: str, world: int
+) -> str | None:
+    """Why the ``world``-GPU step of the distributed ``variant`` cannot run on ``profile``: where
+    its single-GPU step cannot (a profile does not say how many GPUs a machine has: the case itself
+    skips where it has fewer than ``world``), or on a CPU (the suite launches one process per
+    GPU)."""
+    return _first(
+        _cuda_reason(profile, f"the {world}-GPU step of {size}/{variant}"),
+        step_skip_reason(profile, size, distributed_step_variant(variant)),
+    )
 
 
 def convergence_skip_reason(profile: HardwareProfile, size: str, variant: str) -> str | None:
-    """Why the convergence check of ``variant`` at ``size`` cannot run on ``profile``: where its step, or the
-    eager step whose seeds it is compared with, cannot (optbench.suite.convergence); a model larger than tiny
-    (what a CPU runs) needs a GPU to train for hundreds of steps."""
+    """Why the convergence check of ``variant`` at ``size`` cannot run on ``profile``: where its
+    step, or the eager step whose seeds it is compared with, cannot (optbench.suite.convergence); a
+    model larger than tiny (what a CPU runs) needs a GPU to train for hundreds of steps."""
     what = f"the convergence check of {size}/{variant}"
-    return _first(_cuda_reason(profile, what) if size != "tiny" else None, step_skip_reason(profile, size, "eager"),
-                  step_skip_reason(profile, size, variant))
+    return _first(
+        _cuda_reason(profile, what) if size != "tiny" else None,
+        step_skip_reason(profile, size, "eager"),
+        step_skip_reason(profile, size, variant),
+    )
 
 
 def anchor_skip_reason(profile: HardwareProfile, size: str) -> str | None:
-    """Why the HF + torch.compile anchor of ``size`` (optbench.suite.anchors) cannot run on ``profile``: it needs CUDA
-    and bf16, and what our compiled step of the size needs (Triton, memory at the baseline's batch)."""
+    """Why the HF + torch.compile anchor of ``size`` (optbench.suite.anchors) cannot run on
+    ``profile``: it needs CUDA and bf16, and what our compiled step of the size needs (Triton,
+    memory at the baseline's batch)."""
     what = f"the HF anchor at {size}"
-    return _first(_cuda_reason(profile, what), _precision_reason(profile, "bf16", what),
-                  step_skip_reason(profile, size, "compile-default"))
+    return _first(
+        _cuda_reason(profile, what),
+        _precision_reason(profile, "bf16", what),
+        step_skip_reason(profile, size, "compile-default"),
+    )
 
 
 def _step_note(profile: HardwareProfile, size: str, variant: str) -> str:
@@ -209,12 +253,17 @@ def _step_note(profile: HardwareProfile, size: str, variant: str) -> str:
     return ""
 
 
-# --- floors and the plan ------------------------------------------------------------------------------------
+# --- floors and the plan
+# ------------------------------------------------------------------------------------
 
-def expected_floor_ms(profile: HardwareProfile, benchmark: str, params: dict[str, str]) -> float | None:
-    """Datasheet floor in ms (roofline from the profile's datasheet peaks; not a measurement) of the case's
-    lead metric: fwd+bwd for kernels with a backward, else fwd; the matmul; one optimizer step (its model
-    FLOPs, models.config.flops_per_token, at the step's precision). None where a peak is unknown."""
+
+def expected_floor_ms(
+    profile: HardwareProfile, benchmark: str, params: dict[str, str]
+) -> float | None:
+    """Datasheet floor in ms (roofline from the profile's datasheet peaks; not a measurement) of the
+    case's lead metric: fwd+bwd for kernels with a backward, else fwd; the matmul; one optimizer
+    step (its model FLOPs, models.config.flops_per_token, at the step's precision). None where a
+    peak is unknown."""
     ceilings, entry = Ceilings.from_profile(profile), catalog.benchmark(benchmark)
     if entry.kind in ("cpu", "convergence"):  # untimed, or not a time
         return None
@@ -235,7 +284,8 @@ def expected_floor_ms(profile: HardwareProfile, benchmark: str, params: dict[str
 
 
 def skip_reason(profile: HardwareProfile, benchmark: str, params: dict[str, str]) -> str | None:
-    """Why one case of the suite cannot run on ``profile``, by its benchmark's kind; None if it can."""
+    """Why one case of the suite cannot run on ``profile``, by its benchmark's kind; None if it
+    can."""
     entry = catalog.benchmark(benchmark)
     if entry.kind == "kernel":
         return kernel_skip_reason(profile, entry.op, params["shape"], params["impl"])
@@ -248,7 +298,9 @@ def skip_reason(profile: HardwareProfile, benchmark: str, params: dict[str, str]
     if entry.kind == "convergence":
         return convergence_skip_reason(profile, entry.size, params["variant"])
     if entry.kind == "distributed":
-        return distributed_skip_reason(profile, entry.size, params["variant"], int(params["world_size"]))
+        return distributed_skip_reason(
+            profile, entry.size, params["variant"], int(params["world_size"])
+        )
     return step_skip_reason(profile, entry.size, params["variant"])
 
 
@@ -262,7 +314,9 @@ def plan(profile: HardwareProfile, suite: str = "full") -> list[PlanRow]:
             continue
         entry = catalog.benchmark(benchmark)
         note = _step_note(profile, entry.size, params["variant"]) if entry.kind == "step" else ""
-        rows.append(PlanRow(benchmark, params, "run", note, expected_floor_ms(profile, benchmark, params)))
+        rows.append(
+            PlanRow(benchmark, params, "run", note, expected_floor_ms(profile, benchmark, params))
+        )
     return rows
 
 
@@ -271,7 +325,9 @@ def skip_counts(rows: list[PlanRow]) -> Counter[str]:
     return Counter(row.reason.split(":", 1)[0] for row in rows if row.action == "skip")
 
 
-# --- command line -------------------------------------------------------------------------------------------
+# --- command line
+# -------------------------------------------------------------------------------------------
+
 
 def _describe(profile: HardwareProfile) -> str:
     memory = f", {profile.mem_gb:g} GB" if profile.mem_gb else ""
@@ -279,7 +335,8 @@ def _describe(profile: HardwareProfile) -> str:
 
 
 def _baseline_lines(profile: HardwareProfile, rows: list[PlanRow]) -> list[str]:
-    """One line per model size in the plan: its step baseline and why it departs from the default."""
+    """One line per model size in the plan: its step baseline and why it departs from the
+    default."""
     steps = (catalog.benchmark(r.benchmark) for r in rows)
     sizes = dict.fromkeys(b.size for b in steps if b.kind == "step")
     lines = []
@@ -294,29 +351,63 @@ def _baseline_lines(profile: HardwareProfile, rows: list[PlanRow]) -> list[str]:
 
 def _summary(profile: HardwareProfile, suite: str, rows: list[PlanRow]) -> list[str]:
     skips = skip_counts(rows)
-    head = (f"{_describe(profile)}, {suite} suite: {len(rows)} cases, {len(rows) - skips.total()} run, "
-            f"{skips.total()} skip")
-    return [head, *(f"skip ({category}): {n}" for category, n in skips.most_common()),
-            *(f"step baseline {line}" for line in _baseline_lines(profile, rows)),
-            *([f"kernels in fp16: {profile.name} has no bf16"] if profile.compute_capability
-              and not profile.supports_bf16 and any(catalog.kind(r.benchmark) == "kernel" for r in rows) else [])]
+    head = (
+        f"{_describe(profile)}, {suite} suite: {len(rows)} cases, {len(rows) - skips.total()} run, "
+        f"{skips.total()} skip"
+    )
+    return [
+        head,
+        *(f"skip ({category}): {n}" for category, n in skips.most_common()),
+        *(f"step baseline {line}" for line in _baseline_lines(profile, rows)),
+        *(
+            [f"kernels in fp16: {profile.name} has no bf16"]
+            if profile.compute_capability
+            and not profile.supports_bf16
+            and any(catalog.kind(r.benchmark) == "kernel" for r in rows)
+            else []
+        ),
+    ]
 
 
 def _markdown(profile: HardwareProfile, suite: str, rows: list[PlanRow]) -> str:
     head, *rest = _summary(profile, suite, rows)
-    skipped = [(r.benchmark, ", ".join(r.params.values()), r.reason) for r in rows if r.action == "skip"]
-    details = ["", f"<details><summary>{len(skipped)} skipped cases</summary>", "",
-               table(("benchmark", "params", "skip reason"), skipped, "markdown"), "", "</details>"]
-    return "\n".join([f"**{head}**", "", *(f"- {line}" for line in rest), *(details if skipped else [])])
+    skipped = [
+        (r.benchmark, ", ".join(r.params.values()), r.reason) for r in rows if r.action == "skip"
+    ]
+    details = [
+        "",
+        f"<details><summary>{len(skipped)} skipped cases</summary>",
+        "",
+        table(("benchmark", "params", "skip reason"), skipped, "markdown"),
+        "",
+        "</details>",
+    ]
+    return "\n".join(
+        [f"**{head}**", "", *(f"- {line}" for line in rest), *(details if skipped else [])]
+    )
 
 
 def _print_table(profile: HardwareProfile, suite: str, rows: list[PlanRow]) -> None:
     floor = "datasheet floor ms"
-    cells = [(r.benchmark, ", ".join(r.params.values()), r.action, r.reason,
-              "-" if r.floor_ms is None else f"{r.floor_ms:.3g}") for r in rows]
+    cells = [
+        (
+            r.benchmark,
+            ", ".join(r.params.values()),
+            r.action,
+            r.reason,
+            "-" if r.floor_ms is None else f"{r.floor_ms:.3g}",
+        )
+        for r in rows
+    ]
     out = console()
-    out.print(table(("benchmark", "params", "plan", "reason / note", floor), cells,
-                    title=f"optbench plan: {_describe(profile)}, {suite} suite", right=(floor,)))
+    out.print(
+        table(
+            ("benchmark", "params", "plan", "reason / note", floor),
+            cells,
+            title=f"optbench plan: {_describe(profile)}, {suite} suite",
+            right=(floor,),
+        )
+    )
     out.print("\n".join(_summary(profile, suite, rows)))
     out.print("Floors are datasheet floors: roofline bounds from vendor peaks, not measurements.")
 
@@ -324,9 +415,14 @@ def _print_table(profile: HardwareProfile, suite: str, rows: list[PlanRow]) -> N
 def main(argv: list[str] | None = None) -> int:
     """``optbench plan``: what each case of the suite does on a GPU (default: this machine's)."""
     p = argparse.ArgumentParser(prog="optbench plan", description=plain(main.__doc__))
-    p.add_argument("--gpu", choices=sorted({*GPU_ALIASES, *PROFILES}),
-                   help="hardware profile ('h100' = 'h100-sxm'); default: this machine, or what it emulates")
-    p.add_argument("--suite", choices=["quick", "full", "sweep", "ablation", "convergence"], default="full")
+    p.add_argument(
+        "--gpu",
+        choices=sorted({*GPU_ALIASES, *PROFILES}),
+        help="hardware profile ('h100' = 'h100-sxm'); default: this machine, or what it emulates",
+    )
+    p.add_argument(
+        "--suite", choices=["quick", "full", "sweep", "ablation", "convergence"], default="full"
+    )
     p.add_argument("--markdown", action="store_true", help="summary and skipped cases as Markdown")
     args = p.parse_args(argv)
     if args.gpu:

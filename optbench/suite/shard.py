@@ -78,8 +78,15 @@ def pattern(keys: Sequence[str]) -> str:
     return "^(?:" + "|".join(map(re.escape, keys)) + ")$" if keys else "(?!)"
 
 
-def shard_select(shard: tuple[int, int], suite: str, select: str | None, store: ResultStore,
-                 machine: str, commit: str, out: IO[str] | None = None) -> str:
+def shard_select(
+    shard: tuple[int, int],
+    suite: str,
+    select: str | None,
+    store: ResultStore,
+    machine: str,
+    commit: str,
+    out: IO[str] | None = None,
+) -> str:
     """The selection (:func:`pattern`) of shard ``shard`` (I, N) of the cases of ``suite`` that
     ``select`` matches; says on ``out`` (default stdout) how many cases it holds and their expected
     seconds, beside every shard's. The runs in ``store`` of ``machine``, but for those of
@@ -95,10 +102,13 @@ def shard_select(shard: tuple[int, int], suite: str, select: str | None, store: 
     weight = weights(planned, seconds)
     totals = [sum(weight[k] for k in s) for s in shards]
     mine = shards[index - 1]
-    print(f"optbench: shard {index}/{count}: {len(mine)} of {len(planned)} cases, expected "
-          f"~{totals[index - 1]:.0f} s (every shard: {', '.join(f'{t:.0f}' for t in totals)} s; "
-          f"{len(planned) - len(seconds)} cases never run here counted at the median)",
-          file=out or sys.stdout, flush=True)
+    print(
+        f"optbench: shard {index}/{count}: {len(mine)} of {len(planned)} cases, expected "
+        f"~{totals[index - 1]:.0f} s (every shard: {', '.join(f'{t:.0f}' for t in totals)} s; "
+        f"{len(planned) - len(seconds)} cases never run here counted at the median)",
+        file=out or sys.stdout,
+        flush=True,
+    )
     return pattern(mine)
 
 
@@ -140,12 +150,19 @@ def cuda_device_count() -> int:
     return torch.cuda.device_count()
 
 
-def run_on_gpus(argv: Sequence[str], spec: str, *, emulate: str | None = None,
-                publish: Callable[[], Any] | None = None,
-                device_count: Callable[[], int] | None = None,
-                start: Callable[..., Any] = subprocess.Popen,
-                env: Mapping[str, str] | None = None, root: Path | None = None,
-                machine: str | None = None, new_run_id: Callable[[], str] | None = None) -> int:
+def run_on_gpus(
+    argv: Sequence[str],
+    spec: str,
+    *,
+    emulate: str | None = None,
+    publish: Callable[[], Any] | None = None,
+    device_count: Callable[[], int] | None = None,
+    start: Callable[..., Any] = subprocess.Popen,
+    env: Mapping[str, str] | None = None,
+    root: Path | None = None,
+    machine: str | None = None,
+    new_run_id: Callable[[], str] | None = None,
+) -> int:
     """``optbench run ARGV`` with ``--gpus SPEC``: one shard per GPU that ``spec`` names
     (:func:`gpu_indices`), each ``python -m optbench run ARGV --shard i/N --no-html`` (``ARGV``
     less ``--gpus``) started by ``start`` (Popen's signature) in ``root`` (default the
@@ -177,8 +194,16 @@ def run_on_gpus(argv: Sequence[str], spec: str, *, emulate: str | None = None,
     for n, gpu in enumerate(gpus, 1):
         run_id = (new_run_id or store.new_run_id)()
         log = logs / f"{run_id}.log"
-        command = [sys.executable, "-m", "optbench", "run", *without_option(argv, "--gpus"),
-                   "--shard", f"{n}/{len(gpus)}", "--no-html"]
+        command = [
+            sys.executable,
+            "-m",
+            "optbench",
+            "run",
+            *without_option(argv, "--gpus"),
+            "--shard",
+            f"{n}/{len(gpus)}",
+            "--no-html",
+        ]
         device = visible[gpu].strip() if visible else str(gpu)
         child_env = {**env, "CUDA_VISIBLE_DEVICES": device, "OPTBENCH_RUN_ID": run_id}
         with open(log, "w", encoding="utf-8") as f:
@@ -192,8 +217,11 @@ def run_on_gpus(argv: Sequence[str], spec: str, *, emulate: str | None = None,
             proc.wait()
         raise
     for (n, gpu, run_id, log, _), code in zip(children, codes):
-        print(f"optbench: shard {n}/{len(gpus)} on GPU {gpu} (run {run_id}) ended with exit "
-              f"{code}; log {log}", flush=True)
+        print(
+            f"optbench: shard {n}/{len(gpus)} on GPU {gpu} (run {run_id}) ended with exit "
+            f"{code}; log {log}",
+            flush=True,
+        )
     if publish is not None:
         publish()
     return next((c for c in codes if c), 0)

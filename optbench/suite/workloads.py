@@ -18,8 +18,9 @@ from optbench.core.store import DEVICE_CLOCK
 if TYPE_CHECKING:
     from optbench.suite.ops import Op
 
-# Relative-error tolerance of an optimized kernel against its eager baseline run in higher precision,
-# per input dtype: bf16 keeps 8 bits of mantissa (rounding ~4e-3 per op, a few ops deep), fp16 11 bits.
+# Relative-error tolerance of an optimized kernel against its eager baseline run in higher
+# precision, per input dtype: bf16 keeps 8 bits of mantissa (rounding ~4e-3 per op, a few ops deep),
+# fp16 11 bits.
 KERNEL_RTOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
 
 
@@ -48,14 +49,18 @@ def _as_tuple(out: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tenso
 
 
 def _grads_and_output(fn, inputs, out_grad) -> list[torch.Tensor]:
-    """Outputs of ``fn(*inputs)`` and, when ``out_grad`` is given, the gradients of its float inputs."""
+    """Outputs of ``fn(*inputs)`` and, when ``out_grad`` is given, the gradients of its float
+    inputs."""
     leaves = [t for t in inputs if t.requires_grad]
     for t in leaves:
         t.grad = None
     outs = _as_tuple(fn(*inputs))
     if out_grad is not None:
         torch.autograd.backward(outs, out_grad)
-    return [*(o.detach().clone() for o in outs), *(t.grad.clone() for t in leaves if out_grad is not None)]
+    return [
+        *(o.detach().clone() for o in outs),
+        *(t.grad.clone() for t in leaves if out_grad is not None),
+    ]
 
 
 def _with_grad(t: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
@@ -63,12 +68,16 @@ def _with_grad(t: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def grad_stats_errors(fn: Callable[..., torch.Tensor], baseline: Callable[..., torch.Tensor],
-                      params: tuple[torch.Tensor, ...], ref_params: tuple[torch.Tensor, ...]) -> list[float]:
-    """Relative errors of a gradient-statistics implementation against its baseline: [its statistics, its
-    worst clipped gradient]. ``params`` carry gradients and stay unchanged (``fn`` clips copies);
-    ``ref_params`` are their copies in the reference dtype, given copies of the gradients and clipped by
-    ``baseline``."""
+def grad_stats_errors(
+    fn: Callable[..., torch.Tensor],
+    baseline: Callable[..., torch.Tensor],
+    params: tuple[torch.Tensor, ...],
+    ref_params: tuple[torch.Tensor, ...],
+) -> list[float]:
+    """Relative errors of a gradient-statistics implementation against its baseline: [its
+    statistics, its worst clipped gradient]. ``params`` carry gradients and stay unchanged (``fn``
+    clips copies); ``ref_params`` are their copies in the reference dtype, given copies of the
+    gradients and clipped by ``baseline``."""
     for r, p in zip(ref_params, params, strict=True):
         r.grad = p.grad.detach().to(r.dtype, copy=True)
     got_params = [_with_grad(p.detach().clone(), p.grad.clone()) for p in params]
@@ -76,7 +85,8 @@ def grad_stats_errors(fn: Callable[..., torch.Tensor], baseline: Callable[..., t
     return [stats_err, max(rel_err(g.grad, r.grad) for g, r in zip(got_params, ref_params))]
 
 
-InputSet = tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...] | None]  # (inputs, output gradients or None)
+# (inputs, output gradients or None)
+InputSet = tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...] | None]
 
 
 def set_bytes(input_set: InputSet) -> int:
@@ -86,11 +96,19 @@ def set_bytes(input_set: InputSet) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def input_sets(op: Op, dims: dict[str, int], dtype: torch.dtype, device: str, gen: torch.Generator,
-               fn: Callable[..., Any], l2_bytes: int) -> list[InputSet]:
-    """Fresh random input sets of ``op`` (with output gradients where it has a backward, shaped like ``fn``'s
-    outputs), drawn from ``gen`` one after another: as many as a cold-L2 rotation on an ``l2_bytes`` cache
-    needs (:func:`optbench.core.timing.rotation_sets`). Set 0 is drawn first, as a single set would be."""
+def input_sets(
+    op: Op,
+    dims: dict[str, int],
+    dtype: torch.dtype,
+    device: str,
+    gen: torch.Generator,
+    fn: Callable[..., Any],
+    l2_bytes: int,
+) -> list[InputSet]:
+    """Fresh random input sets of ``op`` (with output gradients where it has a backward, shaped like
+    ``fn``'s outputs), drawn from ``gen`` one after another: as many as a cold-L2 rotation on an
+    ``l2_bytes`` cache needs (:func:`optbench.core.timing.rotation_sets`). Set 0 is drawn first, as
+    a single set would be."""
     from optbench.core.timing import rotation_sets
 
     inputs = op.make_inputs(dims, dtype, device, gen)
@@ -99,8 +117,12 @@ def input_sets(op: Op, dims: dict[str, int], dtype: torch.dtype, device: str, ge
     def out_grad() -> tuple[torch.Tensor, ...] | None:
         if not op.backward:
             return None
-        return tuple(torch.ones((), device=device) if op.loss_like else torch.randn(
-            o.shape, generator=gen, device=device, dtype=torch.float32).to(o.dtype) for o in outs)
+        return tuple(
+            torch.ones((), device=device)
+            if op.loss_like
+            else torch.randn(o.shape, generator=gen, device=device, dtype=torch.float32).to(o.dtype)
+            for o in outs
+        )
 
     sets = [(inputs, out_grad())]
     count = rotation_sets(set_bytes(sets[0]), l2_bytes)
@@ -125,10 +147,10 @@ def _timed_calls(fn: Callable[..., Any], input_set: InputSet) -> dict[str, Calla
 
 
 def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0) -> Work:
-    """One kernel op at one shape and implementation: checked against eager on input set 0, then fwd and fwd+bwd
-    timed over a rotation of input sets (a cold L2; set 0 alone for the warm-L2 figure). ``info`` records the
-    bytes of one set (``set_bytes``), the device's L2 (``l2_bytes``), whether a set fits in it (``fits_l2``)
-    and the number of sets rotated (``input_sets``)."""
+    """One kernel op at one shape and implementation: checked against eager on input set 0, then fwd
+    and fwd+bwd timed over a rotation of input sets (a cold L2; set 0 alone for the warm-L2 figure).
+    ``info`` records the bytes of one set (``set_bytes``), the device's L2 (``l2_bytes``), whether a
+    set fits in it (``fits_l2``) and the number of sets rotated (``input_sets``)."""
     from optbench.core.timing import l2_cache_bytes
     from optbench.suite.ops import OPS
     from optbench.suite.plan import kernel_dtype, kernel_skip_reason
@@ -155,8 +177,10 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
 
     def check() -> dict[str, Any]:
         ref_dtype = torch.float64 if dtype == torch.float32 else torch.float32
-        ref_inputs = tuple(t.detach().to(ref_dtype).requires_grad_(t.requires_grad)
-                           if t.is_floating_point() else t for t in inputs)
+        ref_inputs = tuple(
+            t.detach().to(ref_dtype).requires_grad_(t.requires_grad) if t.is_floating_point() else t
+            for t in inputs
+        )
         if op.name == "grad_stats":  # parameters carry their own gradients
             errs = grad_stats_errors(fn, baseline, inputs, ref_inputs)
         else:
@@ -165,33 +189,55 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
             got = _grads_and_output(fn, inputs, out_grad)
             errs = [rel_err(g, r) for g, r in zip(got, ref)]
         tol = KERNEL_RTOL[dtype]
-        result = {"max_rel_err": max(errs), "rel_errs": errs, "tolerance": tol, "reference": str(ref_dtype)}
+        result = {
+            "max_rel_err": max(errs),
+            "rel_errs": errs,
+            "tolerance": tol,
+            "reference": str(ref_dtype),
+        }
         if not max(errs) <= tol:
-            raise WrongResult(f"{op.name}/{impl} at {shape}: rel. errors {errs} over tolerance {tol}")
+            raise WrongResult(
+                f"{op.name}/{impl} at {shape}: rel. errors {errs} over tolerance {tol}"
+            )
         return result
 
     per_set = [_timed_calls(fn, s) for s in sets]
-    rotation = plant_slowdown(f"{op.name}/{impl}", {m: tuple(calls[m] for calls in per_set) for m in per_set[0]})
+    rotation = plant_slowdown(
+        f"{op.name}/{impl}", {m: tuple(calls[m] for calls in per_set) for m in per_set[0]}
+    )
     itemsize = dtype.itemsize
+
     def drop_grads() -> None:
         for t in leaves:
             t.grad = None
 
     one_set = set_bytes(sets[0])
-    return Work(timed={m: fns[0] for m, fns in rotation.items()}, rotation=rotation, check=check,
-                memory=tuple(rotation)[-1:], before_memory=drop_grads, flops=op.flops(dims),
-                bytes=op.bytes(dims, itemsize),
-                info={"dtype": str(dtype), "dims": dims, "device_clock": DEVICE_CLOCK, "set_bytes": one_set,
-                      "l2_bytes": l2_bytes, "fits_l2": one_set <= l2_bytes, "input_sets": len(sets)})
+    return Work(
+        timed={m: fns[0] for m, fns in rotation.items()},
+        rotation=rotation,
+        check=check,
+        memory=tuple(rotation)[-1:],
+        before_memory=drop_grads,
+        flops=op.flops(dims),
+        bytes=op.bytes(dims, itemsize),
+        info={
+            "dtype": str(dtype),
+            "dims": dims,
+            "device_clock": DEVICE_CLOCK,
+            "set_bytes": one_set,
+            "l2_bytes": l2_bytes,
+            "fits_l2": one_set <= l2_bytes,
+            "input_sets": len(sets),
+        },
+    )
 
 
-
-
-def plant_slowdown(name: str, rotation: dict[str, tuple[Callable[[], Any], ...]]
-                   ) -> dict[str, tuple[Callable[[], Any], ...]]:
+def plant_slowdown(
+    name: str, rotation: dict[str, tuple[Callable[[], Any], ...]]
+) -> dict[str, tuple[Callable[[], Any], ...]]:
     """For the regression gate's own check only: ``OPTBENCH_PLANT_SLOWDOWN="rmsnorm/triton=0.10"``
-    makes that case's timed callables (one per input set) 10% slower on the device (a GPU spin after each
-    call, sized on the cold-L2 device time)."""
+    makes that case's timed callables (one per input set) 10% slower on the device (a GPU spin after
+    each call, sized on the cold-L2 device time)."""
     from optbench.core.settings import current
 
     spec = current().plant_slowdown
@@ -205,7 +251,9 @@ def plant_slowdown(name: str, rotation: dict[str, tuple[Callable[[], Any], ...]]
     slowed = {}
     for metric, fns in rotation.items():
         cycles = int(float(fraction) * measure(fns, device="cuda").device.median_ms * cycles_per_ms)
-        slowed[metric] = tuple(lambda fn=fn, cycles=cycles: (fn(), torch.cuda._sleep(cycles))[0] for fn in fns)
+        slowed[metric] = tuple(
+            lambda fn=fn, cycles=cycles: (fn(), torch.cuda._sleep(cycles))[0] for fn in fns
+        )
     return slowed
 
 
@@ -237,38 +285,48 @@ def matmul_work(n: int, mode: str, device: str, seed: int = 0) -> Work:
             raise WrongResult(f"matmul {mode}: rel. error {err} over {tol}")
         return {"max_rel_err": err, "tolerance": tol, "reference": "torch.float64"}
 
-    return Work(timed={"mm": mm}, check=check, flops={"mm": 2.0 * n**3}, bytes={"mm": 3.0 * n * n * dtype.itemsize},
-                info={"dtype": mode, "dims": {"n": n}})
+    return Work(
+        timed={"mm": mm},
+        check=check,
+        flops={"mm": 2.0 * n**3},
+        bytes={"mm": 3.0 * n * n * dtype.itemsize},
+        info={"dtype": mode, "dims": {"n": n}},
+    )
 
 
-# (size, reference options, candidate precision) -> models.step.Baseline: the high-precision reference run
-# (on the host, so that a 1B candidate has the GPU) and the eager step's errors against it.
+# (size, reference options, candidate precision) -> models.step.Baseline: the high-precision
+# reference run (on the host, so that a 1B candidate has the GPU) and the eager step's errors
+# against it.
 _REFERENCES: dict[tuple, Any] = {}
-_KEEP_REFERENCES = 3  # the least recently used goes first: most variants use eager's, kept by its use
+# the least recently used goes first: most variants use eager's, kept by its use
+_KEEP_REFERENCES = 3
 
 
 def step_options(size: str, variant: str, device: str):
-    """(reference, candidate) StepOptions of ``variant`` at ``size`` on this machine: its baseline is
-    ``optbench.suite.baseline.base_options`` (bf16 autocast, fp16 + GradScaler without bf16, fp32 on a CPU; tiny at
-    B=2, S=128; the batch halved until the memory estimate fits)."""
+    """(reference, candidate) StepOptions of ``variant`` at ``size`` on this machine: its baseline
+    is ``optbench.suite.baseline.base_options`` (bf16 autocast, fp16 + GradScaler without bf16, fp32
+    on a CPU; tiny at B=2, S=128; the batch halved until the memory estimate fits)."""
     from optbench.suite.baseline import step_pair
 
     return step_pair(machine_profile(device), size, variant)
 
 
-# A training step on a GPU is timed after up to STEP_WARMUP_MS of steps and over at least STEP_REP_MS, so that its
-# figure is that of the sustained clock, as in training; the forward, timed right after, finds the GPU in the
-# same state. Under sustained load a power-capped GPU lowers its SM clock within about a second (an H100 SXM at
-# its 700 W cap: ~1700 MHz, from a 1980 MHz boost), and a window of a few steps times the boost clock, a few
-# percent fast. A step that stays clear of the cap keeps its clock: its warm-up ends once the GPU shows that
-# (optbench.core.machine.PowerSettle, at least half a second in; the host-bound 100M steps draw 290-560 W).
+# A training step on a GPU is timed after up to STEP_WARMUP_MS of steps and over at least
+# STEP_REP_MS, so that its figure is that of the sustained clock, as in training; the forward, timed
+# right after, finds the GPU in the same state. Under sustained load a power-capped GPU lowers its
+# SM clock within about a second (an H100 SXM at its 700 W cap: ~1700 MHz, from a 1980 MHz boost),
+# and a window of a few steps times the boost clock, a few percent fast. A step that stays clear of
+# the cap keeps its clock: its warm-up ends once the GPU shows that
+# (optbench.core.machine.PowerSettle, at least half a second in; the host-bound 100M steps draw
+# 290-560 W).
 STEP_WARMUP_MS, STEP_REP_MS = 2000.0, 1000.0
 
 
 def step_timing(device: str, info: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``timing.measure``'s keywords for a training step's ``step`` metric (ours and the anchors'): on a GPU, at
-    least STEP_REP_MS of samples after STEP_WARMUP_MS of steps, or fewer where PowerSettle finds the GPU not held
-    back (the warm-up's ms then go to ``info['step_warmup_ms']``); on a CPU (no boost to wait out), the defaults."""
+    """``timing.measure``'s keywords for a training step's ``step`` metric (ours and the anchors'):
+    on a GPU, at least STEP_REP_MS of samples after STEP_WARMUP_MS of steps, or fewer where
+    PowerSettle finds the GPU not held back (the warm-up's ms then go to
+    ``info['step_warmup_ms']``); on a CPU (no boost to wait out), the defaults."""
     if not str(device).startswith("cuda"):
         return {}
     from optbench.core.machine import PowerSettle
@@ -278,7 +336,8 @@ def step_timing(device: str, info: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
-    """One training step of ``size`` with ``variant`` on: checked against its baseline, then timed."""
+    """One training step of ``size`` with ``variant`` on: checked against its baseline, then
+    timed."""
     from models.config import CONFIGS
     from models.step import UnsupportedOptions, baseline_of, build_step, check_against
     from optbench.suite.baseline import baseline_notes
@@ -294,8 +353,12 @@ def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
         else:
             while len(_REFERENCES) >= _KEEP_REFERENCES:  # a 1B reference is 8.8 GB of host memory
                 del _REFERENCES[next(iter(_REFERENCES))]
-            _REFERENCES[key] = baseline_of(lambda opts: build_step(config, opts, device, seed, profile=profile),
-                                           reference, options.precision, host=True)
+            _REFERENCES[key] = baseline_of(
+                lambda opts: build_step(config, opts, device, seed, profile=profile),
+                reference,
+                options.precision,
+                host=True,
+            )
         step = build_step(config, options, device, seed, profile=profile)
     except UnsupportedOptions as exc:
         raise NotImplementedError(str(exc)) from exc
@@ -306,8 +369,21 @@ def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
             raise WrongResult(f"step {size}/{variant}: {result.record()}")
         return result.record()
 
-    info = {"tokens": step.tokens_per_step, "primary_clock": "wall", "precision": options.precision,
-            "batch_size": options.batch_size, "seq_len": options.seq_len,
-            "params": sum(p.numel() for p in step.params), "baseline_notes": baseline_notes(profile, size)}
-    return Work(timed={"step": step, "forward": step.forward_loss}, check=check, memory=("step",),
-                flops={"step": float(step.flops_per_step)}, graph=False, timing=step_timing(device, info), info=info)
+    info = {
+        "tokens": step.tokens_per_step,
+        "primary_clock": "wall",
+        "precision": options.precision,
+        "batch_size": options.batch_size,
+        "seq_len": options.seq_len,
+        "params": sum(p.numel() for p in step.params),
+        "baseline_notes": baseline_notes(profile, size),
+    }
+    return Work(
+        timed={"step": step, "forward": step.forward_loss},
+        check=check,
+        memory=("step",),
+        flops={"step": float(step.flops_per_step)},
+        graph=False,
+        timing=step_timing(device, info),
+        info=info,
+    )

@@ -1,5 +1,5 @@
-"""The stored-history compare's two errors on data it was not tuned on (no GPU): every pair of runs of
-one commit on two GPUs (must exit 0: the same code), a commit that changes only docs against its
+"""The stored-history compare's two errors on data it was not tuned on (no GPU): every pair of runs
+of one commit on two GPUs (must exit 0: the same code), a commit that changes only docs against its
 parent (same code, exit 0), and an identical copy of a run against the run (no alarm).
 
     python3 -m scripts.probes.compare_both_errors [DOCS_COMMIT]
@@ -37,8 +37,18 @@ def main(docs_commit: str) -> int:
                 first.setdefault(cmp.gpu_of(run), run)
             first.pop(None, None)
             for (_, a), (_, b) in itertools.combinations(sorted(first.items()), 2):
-                code, _ = quiet([commit, commit, "--machine", machine, "--base-run", a.run_id,
-                                 "--head-run", b.run_id])
+                code, _ = quiet(
+                    [
+                        commit,
+                        commit,
+                        "--machine",
+                        machine,
+                        "--base-run",
+                        a.run_id,
+                        "--head-run",
+                        b.run_id,
+                    ]
+                )
                 codes[code] += 1
     print(f"same-code pairs across GPUs: exit codes {dict(codes)}")
     code, out = quiet([docs_commit, f"{docs_commit}~1"])
@@ -51,8 +61,18 @@ def main(docs_commit: str) -> int:
     source = store.path("h100-sxm", commit, run.run_id)
     shutil.copy(source, folder / source.name)
     shutil.copy(source, folder / "99991231T000000Z-copy00.jsonl")
-    copy_code, _ = quiet([commit, commit, "--results", str(root), "--base-run", run.run_id,
-                          "--head-run", "99991231T000000Z-copy00"])
+    copy_code, _ = quiet(
+        [
+            commit,
+            commit,
+            "--results",
+            str(root),
+            "--base-run",
+            run.run_id,
+            "--head-run",
+            "99991231T000000Z-copy00",
+        ]
+    )
     print(f"an identical copy of run {run.run_id} of {commit[:12]}: exit {copy_code}")
     return int(codes[1] > 0 or code == 1 or copy_code == 1)
 

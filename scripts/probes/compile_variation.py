@@ -1,7 +1,8 @@
-"""Does torch.compile's kernel differ from one fresh process to the next? One kernel case, compiled and timed
-(cold-L2 device time, as the suite times it) in several fresh processes, each with an empty inductor cache of its
-own, half of them running the eager implementation first. Prints one JSON line per process: device ms per call of
-each metric and the launch configs inductor's autotuner picked (its ``*.best_config`` files).
+"""Does torch.compile's kernel differ from one fresh process to the next? One kernel case, compiled
+and timed (cold-L2 device time, as the suite times it) in several fresh processes, each with an
+empty inductor cache of its own, half of them running the eager implementation first. Prints one
+JSON line per process: device ms per call of each metric and the launch configs inductor's autotuner
+picked (its ``*.best_config`` files).
 
     python3 scripts/probes/compile_variation.py --op qkv_rope --shape 8192x32+4x64 --trials 6
 """
@@ -20,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def trial(op: str, shape: str, eager_first: bool) -> dict:
-    """In this process: (the eager case,) then the compile case of ``op`` at ``shape``; device ms per metric."""
+    """In this process: (the eager case,) then the compile case of ``op`` at ``shape``; device ms
+    per metric."""
     from optbench.core.timing import measure
     from optbench.suite.workloads import kernel_work
 
@@ -47,14 +49,27 @@ def main() -> int:
     for i in range(args.trials):
         mode = "eager-first" if i % 2 else "compile-only"
         with tempfile.TemporaryDirectory() as cache:
-            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=f"{cache}/triton",
-                       PYTHONPATH=str(ROOT))
-            out = subprocess.run([sys.executable, __file__, "--op", args.op, "--shape", args.shape, "--one", mode],
-                                 env=env, capture_output=True, text=True)
+            env = dict(
+                os.environ,
+                TORCHINDUCTOR_CACHE_DIR=cache,
+                TRITON_CACHE_DIR=f"{cache}/triton",
+                PYTHONPATH=str(ROOT),
+            )
+            out = subprocess.run(
+                [sys.executable, __file__, "--op", args.op, "--shape", args.shape, "--one", mode],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             configs = sorted({f.read_text() for f in Path(cache).rglob("*.best_config")})
         lines = out.stdout.strip().splitlines()
-        result = json.loads(lines[-1]) if out.returncode == 0 and lines else {"error": out.stderr[-500:]}
-        print(json.dumps({"trial": i, "mode": mode, "ms": result, "best_configs": configs}), flush=True)
+        result = (
+            json.loads(lines[-1]) if out.returncode == 0 and lines else {"error": out.stderr[-500:]}
+        )
+        print(
+            json.dumps({"trial": i, "mode": mode, "ms": result, "best_configs": configs}),
+            flush=True,
+        )
     return 0
 
 

@@ -1,8 +1,8 @@
-"""Where a grid process's first cases spend their build and check: the seconds of importing torch, CUDA's
-context and a first cuBLAS call, then cProfile's top functions (by cumulative seconds) while the 100M eager
-step is built and checked (the steps process's first case: its high-precision reference and the eager step's
-errors) and while a second variant is, or, with ``kernel``, while the first kernel case of the other process is.
-Run it in a fresh process, on a GPU:
+"""Where a grid process's first cases spend their build and check: the seconds of importing torch,
+CUDA's context and a first cuBLAS call, then cProfile's top functions (by cumulative seconds) while
+the 100M eager step is built and checked (the steps process's first case: its high-precision
+reference and the eager step's errors) and while a second variant is, or, with ``kernel``, while the
+first kernel case of the other process is. Run it in a fresh process, on a GPU:
 
     python3 scripts/probes/first_case_profile.py [step|kernel] [top]
 """
@@ -52,11 +52,17 @@ def main() -> int:
 
     if mode == "step":
         for variant in ("eager", "triton-norm"):
-            _profiled(f"step 100M {variant}: build and check",
-                      lambda v=variant: step_work("100M", v, "cuda").check(), top)
+            _profiled(
+                f"step 100M {variant}: build and check",
+                lambda v=variant: step_work("100M", v, "cuda").check(),
+                top,
+            )
     else:
-        _profiled("kernel add_rmsnorm 8192x2048 eager: build and check",
-                  lambda: kernel_work("add_rmsnorm", "8192x2048", "eager", "cuda").check(), top)
+        _profiled(
+            "kernel add_rmsnorm 8192x2048 eager: build and check",
+            lambda: kernel_work("add_rmsnorm", "8192x2048", "eager", "cuda").check(),
+            top,
+        )
     return 0
 
 

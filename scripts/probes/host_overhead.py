@@ -1,8 +1,9 @@
-"""Is a host-bound training step slower in a process that measured other cases first, and why? The eager 100M
-step's wall ms per step (as the suite times it) in a fresh process; after the quick suite's kernel cases (inductor
-compiles, Liger-Kernel, our Triton kernels); then with the garbage collector frozen, disabled, and with inductor's
-compile workers shut down. Each line also gives the threads and child processes alive and the objects the
-collector tracks. Prints one JSON line per point.
+"""Is a host-bound training step slower in a process that measured other cases first, and why? The
+eager 100M step's wall ms per step (as the suite times it) in a fresh process; after the quick
+suite's kernel cases (inductor compiles, Liger-Kernel, our Triton kernels); then with the garbage
+collector frozen, disabled, and with inductor's compile workers shut down. Each line also gives the
+threads and child processes alive and the objects the collector tracks. Prints one JSON line per
+point.
 
     python3 scripts/probes/host_overhead.py
 """
@@ -31,11 +32,27 @@ def main() -> int:
     work.check()
 
     def point(name: str) -> None:
-        wall = measure(work.timed["step"], device="cuda", graph=False, warmup_ms=STEP_WARMUP_MS,
-                       rep_ms=STEP_REP_MS).wall
-        print(json.dumps({"point": name, "step_wall_ms": round(wall.median_ms, 2), "iqr_ms": round(wall.iqr_ms, 2),
-                          "threads": sorted(t.name for t in threading.enumerate()), "children": _children(),
-                          "gc_objects": len(gc.get_objects()), "gc_counts": gc.get_count()}), flush=True)
+        wall = measure(
+            work.timed["step"],
+            device="cuda",
+            graph=False,
+            warmup_ms=STEP_WARMUP_MS,
+            rep_ms=STEP_REP_MS,
+        ).wall
+        print(
+            json.dumps(
+                {
+                    "point": name,
+                    "step_wall_ms": round(wall.median_ms, 2),
+                    "iqr_ms": round(wall.iqr_ms, 2),
+                    "threads": sorted(t.name for t in threading.enumerate()),
+                    "children": _children(),
+                    "gc_objects": len(gc.get_objects()),
+                    "gc_counts": gc.get_count(),
+                }
+            ),
+            flush=True,
+        )
 
     point("fresh")
     point("fresh, again")
