@@ -15,14 +15,13 @@ import abc
 from typing import Any
 
 from optbench.core.records import Record
-from optbench.core.settings import current
 from optbench.suite import catalog
 
 
 def grid(module: str, qualname: str) -> list[list[str]]:
-    """asv's ``params`` of the class ``qualname`` in ``module``: its catalog entry's grid in this
-    run's suite (``optbench.core.settings``)."""
-    return catalog.benchmark(f"{module.rsplit('.', 1)[-1]}.{qualname}").grid(current().suite)
+    """asv's ``params`` of the class ``qualname`` in ``module``: its catalog entry's grid over
+    every suite (``optbench.suite.catalog.Benchmark.asv_params``)."""
+    return catalog.benchmark(f"{module.rsplit('.', 1)[-1]}.{qualname}").asv_params()
 
 
 class Grid(abc.ABC):

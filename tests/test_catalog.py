@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -60,31 +62,33 @@ def asv_classes(suite: str, monkeypatch, benchmark_dir: Path = ROOT / "benchmark
     return found
 
 
-def disagreements(classes: dict[str, list[list[str]]], suite: str) -> list[str]:
-    """Where asv's classes and the catalog differ in ``suite``: a name on one side only, or other
-    params."""
+def disagreements(classes: dict[str, list[list[str]]]) -> list[str]:
+    """Where asv's classes and the catalog differ: a name on one side only, or params other than
+    the catalog's grid over every suite."""
     names = set(classes) ^ set(catalog.BENCHMARKS)
     return sorted(names) + [
         name
-        for name in catalog.SUITES[suite]
-        if name in classes and classes[name] != catalog.benchmark(name).params[suite]
+        for name, params in classes.items()
+        if name in catalog.BENCHMARKS and params != catalog.benchmark(name).asv_params()
     ]
 
 
 @pytest.mark.parametrize("suite", catalog.SUITE_NAMES)
-def test_asv_classes_are_the_catalog(suite, monkeypatch):
-    assert disagreements(asv_classes(suite, monkeypatch), suite) == []
+def test_asv_classes_are_the_catalog_whatever_the_suite(suite, monkeypatch):
+    """asv lists the same classes with the same params in every suite, so its list of benchmarks
+    (results/asv/benchmarks.json) does not change with the suite a run measured."""
+    assert disagreements(asv_classes(suite, monkeypatch)) == []
 
 
 def test_a_class_the_catalog_lacks_is_caught(monkeypatch):
     """Mutation: an asv class without a catalog entry, or with a grid of its own, is a
     disagreement."""
     classes = asv_classes("quick", monkeypatch)
-    assert disagreements({**classes, "bench_kernels.Extra": [["1x1"], ["eager"]]}, "quick") == [
+    assert disagreements({**classes, "bench_kernels.Extra": [["1x1"], ["eager"]]}) == [
         "bench_kernels.Extra"
     ]
     own = {**classes, "bench_kernels.SwiGLU": [["8192x2048"], ["eager", "triton"]]}
-    assert disagreements(own, "quick") == ["bench_kernels.SwiGLU"]
+    assert disagreements(own) == ["bench_kernels.SwiGLU"]
 
 
 EXTRA_MODULE = """
@@ -111,7 +115,7 @@ def test_a_benchmark_module_the_catalog_lacks_is_caught(where, tmp_path, monkeyp
     (suite / where).write_text(EXTRA_MODULE)
     module = where.removesuffix(".py").replace("/", ".")
     found = asv_classes("quick", monkeypatch, suite)
-    assert disagreements(found, "quick") == [f"{module}.Extra", f"{module}.time_function"]
+    assert disagreements(found) == [f"{module}.Extra", f"{module}.time_function"]
 
 
 def test_every_name_in_the_code_is_in_the_catalog():
@@ -216,3 +220,30 @@ def test_a_benchmark_module_importing_torch_is_caught(tmp_path):
     (tmp_path / "suite" / "test_twin.py").write_text("import torch\n")
     out = _import_as_asv_does(tmp_path, "suite")
     assert out.returncode != 0 and "torch" in out.stderr
+
+
+def test_the_committed_asv_list_is_what_asv_discovers(tmp_path):
+    """results/asv/benchmarks.json, which asv rewrites on every run and ``asv publish`` reads, is
+    what asv discovers from this code: a run leaves git clean, whatever its suite and machine."""
+    conf = json.loads((ROOT / "asv.conf.json").read_text())
+    conf.update(
+        repo=str(ROOT), benchmark_dir=str(ROOT / "benchmarks"), results_dir=str(tmp_path / "asv")
+    )
+    (tmp_path / "asv.conf.json").write_text(json.dumps(conf))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTBENCH_", "ASV"))}
+    env.update(HOME=str(tmp_path), PYTHONPATH=str(ROOT))
+    for args in (
+        ["machine", "--yes", "--machine", "discovery"],
+        ["run", "--config", str(tmp_path / "asv.conf.json"), "--python=same"]
+        + ["--machine", "discovery", "--bench", "just-discover"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "asv", *args], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    found = json.loads((tmp_path / "asv" / "benchmarks.json").read_text())
+    committed = json.loads((ROOT / "results" / "asv" / "benchmarks.json").read_text())
+    assert found == committed, (
+        "results/asv/benchmarks.json is stale: commit the one `asv run --python=same --bench "
+        "just-discover` writes (docs/architecture.md)"
+    )

@@ -596,13 +596,18 @@ def test_a_suite_with_nothing_selected_returns_its_skips_without_building_cases(
         for b in catalog.BENCHMARKS.values()
         if b.kind in grids.GRID_KINDS
         for params in (
-            dict(zip(b.param_names, combo)) for combo in itertools.product(*b.grid("full"))
+            dict(zip(b.param_names, combo)) for combo in itertools.product(*b.asv_params())
         )
     }
-    assert set(records) == keys
+    assert set(records) == keys  # every combination asv lists
     assert all(r["status"] == "skipped" for r in records.values())
-    in_full = [k for k in keys if k.split("|")[0] in catalog.SUITES["full"]]
-    assert in_full and all("not selected" in records[k]["reason"] for k in in_full)
+    in_full = {
+        record_key(b.name, params)
+        for b in catalog.BENCHMARKS.values()
+        for params in b.cases("full")
+    }
+    assert in_full & keys and all("not selected" in records[k]["reason"] for k in in_full & keys)
+    assert all("not in the 'full' suite" in records[k]["reason"] for k in keys - in_full)
 
 
 def test_the_kept_records_carry_each_cases_compile_seconds(monkeypatch):

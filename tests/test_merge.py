@@ -16,14 +16,16 @@ SHA = commit(7)
 COLUMNS = ["result", "params", "version", "started_at", "duration", "samples"]
 
 
-def asv_file(values: list[float | None]) -> dict:
-    params = [["'eager'", "'best'"]]
+def asv_file(
+    values: list[float | None], variants: tuple[str, ...] = ("eager", "best"), version: str = "1"
+) -> dict:
+    params = [[f"'{v}'" for v in variants]]
     return {
         "commit_hash": SHA,
         "result_columns": COLUMNS,
         "durations": {},
         "results": {
-            "bench_step.Step100M.track_step_ms": [values, params, "1", 0, 1.0, [None, None]]
+            "bench_step.Step100M.track_step_ms": [values, params, version, 0, 1.0, [None] * 2]
         },
     }
 
@@ -115,6 +117,18 @@ def test_a_later_measurement_wins_and_null_never_erases():
         80.0,
         25.0,
     ]
+
+
+def test_values_follow_their_combination_when_the_grid_grows():
+    """A run of a narrower grid (an earlier suite's asv params) merged under a wider one: each value
+    stays with its variant; a changed benchmark version drops the earlier values."""
+    old = asv_file([80.0, 30.0], ("eager", "best"))
+    new = asv_file([None, 25.0, None], ("fp32", "best", "eager"))
+    row = merge.merge_asv_results(old, new)["results"]["bench_step.Step100M.track_step_ms"]
+    assert row[0] == [None, 25.0, 80.0] and row[1] == [["'fp32'", "'best'", "'eager'"]]
+    changed = asv_file([None, 25.0, None], ("fp32", "best", "eager"), version="2")
+    row = merge.merge_asv_results(old, changed)["results"]["bench_step.Step100M.track_step_ms"]
+    assert row[0] == [None, 25.0, None]
 
 
 def test_a_selected_run_keeps_the_cases_an_earlier_run_of_the_commit_measured(tmp_path):

@@ -32,7 +32,7 @@ from optbench.core.store import ResultStore
 from optbench.suite import baseline as B
 from optbench.suite import memory_estimate as M
 from optbench.suite import plan as P
-from optbench.suite.catalog import KERNELS, STEP_GRIDS, asv_pattern
+from optbench.suite.catalog import KERNELS, STEP_GRIDS, asv_pattern, benchmark
 from optbench.suite.ops import OPS
 
 T4, H100, A100_40 = PROFILES["t4"], PROFILES["h100-sxm"], PROFILES["a100-40gb"]
@@ -69,7 +69,8 @@ def test_every_profile_plans(key, suite):
 
 def _asv_cases(suite: str, monkeypatch) -> set[tuple[str, tuple]]:
     """(benchmark, params) of every case the asv classes define under OPTBENCH_SUITE=suite, selected
-    as ``optbench run --suite suite`` selects them."""
+    as ``optbench run --suite suite`` selects them: the classes it runs, the combinations of their
+    grids (every suite's) that the suite measures."""
     monkeypatch.syspath_prepend(str(ROOT))
     monkeypatch.setenv("OPTBENCH_SUITE", suite)
     cases = set()
@@ -83,8 +84,9 @@ def _asv_cases(suite: str, monkeypatch) -> set[tuple[str, tuple]]:
                 continue
             bench = cls.benchmark_name()
             if re.search(asv_pattern(suite), f"{bench}.track_x"):
-                combos = itertools.product(*cls.params)
-                cases |= {(bench, tuple(zip(cls.param_names, combo))) for combo in combos}
+                ours = benchmark(bench).cases(suite)
+                combos = [dict(zip(cls.param_names, c)) for c in itertools.product(*cls.params)]
+                cases |= {(bench, tuple(c.items())) for c in combos if c in ours}
     return cases
 
 

@@ -22,6 +22,7 @@ tree of the old layout, with asv's files beside optbench's (``<machine>/machine.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import shutil
@@ -61,7 +62,9 @@ def _unmeasured(value: Any) -> bool:
 
 def merge_asv_results(dest: dict[str, Any], src: dict[str, Any]) -> dict[str, Any]:
     """asv results of one machine, commit and environment: ``src``'s measured values over
-    ``dest``'s."""
+    ``dest``'s, parameter combination by combination on ``src``'s grid (a combination only
+    ``dest`` has is dropped, as asv drops it); a benchmark whose version changed is ``src``'s
+    alone."""
     columns = dest["result_columns"]
     if src["result_columns"] != columns:
         raise ValueError(f"asv result columns differ: {columns} vs {src['result_columns']}")
@@ -76,14 +79,18 @@ def merge_asv_results(dest: dict[str, Any], src: dict[str, Any]) -> dict[str, An
             merged["results"][name] = row
             continue
         a, b = dict(zip(columns, old)), dict(zip(columns, row))
-        if a.get("params") != b.get("params") or a.get("version") != b.get("version"):
-            # the benchmark changed: the newer definition stands alone
+        if a.get("version") != b.get("version"):  # the benchmark changed: the newer stands alone
             merged["results"][name] = row
             continue
+        combos = list(itertools.product(*b.get("params") or []))
+        earlier = list(itertools.product(*a.get("params") or []))
         for column in ASV_VALUE_COLUMNS:
             if isinstance(a.get(column), list) and isinstance(b.get(column), list):
-                a[column] = [y if not _unmeasured(y) else x for x, y in zip(a[column], b[column])]
-        merged["results"][name] = [a.get(c) for c in columns][: max(len(old), len(row))]
+                kept = dict(zip(earlier, a[column]))
+                b[column] = [
+                    kept.get(combo) if _unmeasured(y) else y for combo, y in zip(combos, b[column])
+                ]
+        merged["results"][name] = [b.get(c) for c in columns][: max(len(old), len(row))]
     return merged
 
 

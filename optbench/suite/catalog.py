@@ -18,6 +18,7 @@ or a suite: docs/architecture.md.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -334,8 +335,6 @@ class Benchmark:
     def cases(self, suite: str) -> list[dict[str, str]]:
         """Every parameter combination of this benchmark in ``suite`` (none where it is not in
         it)."""
-        import itertools
-
         grid = self.params.get(suite, [])
         return (
             [dict(zip(self.param_names, combo)) for combo in itertools.product(*grid)]
@@ -344,11 +343,19 @@ class Benchmark:
         )
 
     def grid(self, suite: str) -> list[list[str]]:
-        """asv's ``params`` in ``suite``; outside the suites it belongs to, those of its widest one
-        (asv needs a grid to list the benchmark)."""
-        return self.params.get(suite) or max(
-            self.params.values(), key=lambda g: len(g[0]) * len(g[-1])
-        )
+        """The parameter grid ``suite`` measures (none where the benchmark is not in it)."""
+        return self.params.get(suite, [])
+
+    def asv_params(self) -> list[list[str]]:
+        """asv's ``params``: per parameter, every value of every suite (the widest suite's first,
+        in its order). One grid whatever the suite, so that asv's list of benchmarks
+        (``results/asv/benchmarks.json``) is the same for every run on every machine; a run skips
+        the combinations its suite does not measure."""
+        widest = sorted(self.params.values(), key=lambda g: len(list(itertools.product(*g))))
+        return [
+            list(dict.fromkeys(v for g in reversed(widest) for v in g[axis]))
+            for axis in range(len(self.param_names))
+        ]
 
 
 def _kernel(op: KernelOp) -> Benchmark:

@@ -116,17 +116,16 @@ def measure_suite(
     device = None
     for name in names:
         entry = catalog.benchmark(name)
-        grid = entry.grid(suite)
         keys = [
             record_key(name, dict(zip(entry.param_names, combo)))
-            for combo in itertools.product(*grid)
+            for combo in itertools.product(*entry.asv_params())
         ]
-        if name not in catalog.SUITES[suite]:  # a plain `asv run` lists every class
-            kept.update(
-                _skips(
-                    keys, f"not in the {suite!r} suite (optbench run --suite, or OPTBENCH_SUITE)"
-                )
-            )
+        ours = {record_key(name, params) for params in entry.cases(suite)}
+        # asv lists every class with every suite's grid: the rest is skipped
+        outside = f"not in the {suite!r} suite (optbench run --suite, or OPTBENCH_SUITE)"
+        kept.update(_skips([k for k in keys if k not in ours], outside))
+        keys = [k for k in keys if k in ours]
+        if not keys:
             continue
         chosen = [k for k in keys if (not select or re.search(select, k)) and k not in existing]
         kept.update(_skips(keys, f"not selected in this run (OPTBENCH_SELECT={_short(select)})"))
@@ -138,7 +137,7 @@ def measure_suite(
             if device is None:  # a grid process ends with the one that started it (asv, ab)
                 die_with_parent()
                 device = default_device()
-            kept.update(_measure_grid(name, grid, chosen, device))
+            kept.update(_measure_grid(name, entry.grid(suite), chosen, device))
     return kept
 
 
