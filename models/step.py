@@ -432,7 +432,12 @@ class TrainStep:
     """
 
     def __init__(
-        self, config: ModelConfig, options: StepOptions, device: str | torch.device, seed: int
+        self,
+        config: ModelConfig,
+        options: StepOptions,
+        device: str | torch.device,
+        seed: int,
+        capture: bool = True,
     ):
         self.options, self.device = options, torch.device(device)
         self.config = dataclasses.replace(config, qk_norm=options.qk_norm is not None)
@@ -489,8 +494,10 @@ class TrainStep:
         self._graph: torch.cuda.CUDAGraph | None = None
         # the captured step's loss, rewritten by every replay
         self._graph_loss: Tensor | None = None
-        if options.cuda_graph:
-            self._capture()
+        # eager steps before a capture; DDP's reducer needs 11 (PyTorch's CUDA graphs notes)
+        self.capture_warmup = 3
+        if options.cuda_graph and capture:
+            self.capture()
 
     @property
     def loss_history(self) -> list[float]:
@@ -564,7 +571,7 @@ class TrainStep:
         if self._graph is not None:
             # frees the old graph's memory pool before the new capture
             self._graph = self._graph_loss = None
-            self._capture()
+            self.capture()
 
     @contextmanager
     def _matmul_precision(self) -> Iterator[None]:
@@ -615,17 +622,18 @@ class TrainStep:
         self.scaler.update()
         return loss.detach()
 
-    def _capture(self) -> None:
-        """Record ``_step`` into one CUDA graph, after warm-up steps on a side stream (PyTorch's
-        recipe for whole-network capture); then restore the initial weights and a fresh optimizer
-        state in place."""
+    def capture(self) -> None:
+        """Record ``_step`` into one CUDA graph, after ``capture_warmup`` eager steps on a side
+        stream (PyTorch's recipe for whole-network capture); then restore the initial weights and a
+        fresh optimizer state in place. Every later call replays it. A step built with
+        ``capture=False`` (to be wrapped first, as DDP wraps it) calls this itself."""
         initial = (
             self.optimizer.snapshot() if self._master else [p.detach().clone() for p in self.params]
         )
         side, main = torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device)
         side.wait_stream(main)
         with self._matmul_precision(), torch.cuda.stream(side):
-            for _ in range(3):
+            for _ in range(self.capture_warmup):
                 self._step()
         main.wait_stream(side)
         self._graph = torch.cuda.CUDAGraph()
@@ -647,9 +655,10 @@ def build_step(
     device: str | torch.device = "cpu",
     seed: int = 0,
     profile: Any = None,
+    capture: bool = True,
 ) -> TrainStep:
     """Validate ``options`` for ``device`` (and ``profile``) and build the step; seed fixes init,
-    batch."""
+    batch. ``capture=False`` leaves a ``cuda_graph`` step uncaptured (:meth:`TrainStep.capture`)."""
     validate(options, device, profile)
     if options.optimizer == "adamw8bit" and importlib.util.find_spec("bitsandbytes") is None:
         raise UnsupportedOptions(
@@ -663,7 +672,7 @@ def build_step(
         raise UnsupportedOptions(
             f"seq_len {options.seq_len} exceeds max_seq_len {config.max_seq_len}"
         )
-    return TrainStep(config, options, device, seed)
+    return TrainStep(config, options, device, seed, capture)
 
 
 # The check runs CHECK_STEPS optimizer steps under CHECK from one init and batch (TrainStep.tuned:

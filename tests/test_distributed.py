@@ -6,6 +6,8 @@ efficiency against 1 rank."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from optbench.core.runner import Case, measure_case
@@ -25,10 +27,15 @@ CPU = (
 )
 
 
-def _run(variant: str, plant: str = "none", world: int = 2):
+def _run(variant: str, plant: str = "none", world: int = 2, extra: tuple[str, ...] = CPU):
     return distributed.launch(
-        world, "--size", "tiny", "--variant", variant, *CPU, "--plant", plant, timeout_s=240
+        world, "--size", "tiny", "--variant", variant, *extra, "--plant", plant, timeout_s=240
     )
+
+
+# DDP around the master-weight AdamW (Triton, interpreted on a CPU; bf16 weights, so bf16
+# autocast): the optimizer of best-kernels, reading DDP's reduced gradients.
+MASTER = (*CPU[:2], "--precision", "bf16", *CPU[4:], "--step-variant", "master-adamw")
 
 
 @pytest.mark.parametrize("variant", ["ddp", "fsdp2"])
@@ -42,6 +49,9 @@ def test_check_passes_and_every_rank_is_timed(variant):
         and check["grad_error"] <= check["tolerance"] == distributed.GRAD_TOLERANCE["fp32"]
     )
     assert check["global_batch"] == 2 * check["check_batch_per_rank"] and not check["missing"]
+    timed = result.get("timed_check")
+    assert (variant == "fsdp2") == (timed is None)
+    assert timed is None or timed["ok"] and timed["grad_error"] <= timed["tolerance"]
     assert [r["rank"] for r in result["ranks"]] == [0, 1]
     for rank in result["ranks"]:
         wall = rank["step"]["wall"]
@@ -66,6 +76,35 @@ def test_check_refuses_a_planted_bug(variant, plant):
     assert code != 0 and result is not None, tail
     assert result["status"] == "wrong" and not result["check"]["ok"] and "ranks" not in result
     assert result["check"]["grad_error"] > 100 * result["check"]["tolerance"]
+
+
+def test_a_step_timed_without_its_all_reduce_is_refused():
+    """Mutation: gradients reduced in the eager check's pass but not in the step as timed (a CUDA
+    graph captured without DDP's all-reduces, here the eager step with DDP's sync off): the eager
+    check passes, the timed step's check refuses it, nothing is timed."""
+    code, result, tail = _run("ddp", "timed-no-sync")
+    assert code != 0 and result is not None, tail
+    assert result["check"]["ok"] and not result["timed_check"]["ok"], result
+    assert result["status"] == "wrong" and "ranks" not in result
+    assert result["timed_check"]["grad_error"] > 100 * result["timed_check"]["tolerance"]
+
+
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1", reason="the master AdamW's Triton kernel needs a GPU"
+)
+@pytest.mark.parametrize("plant", ["none", "timed-no-sync"])
+def test_master_adamw_under_ddp_uses_the_reduced_gradients(plant):
+    """best-kernels' optimizer under DDP: the step as timed updates from the all-reduced
+    gradients (within bf16's tolerance); without the all-reduce, refused."""
+    code, result, tail = _run("ddp", plant, extra=MASTER)
+    assert result is not None, tail
+    assert result["options"]["optimizer"] == "master" and result["check"]["ok"], result
+    timed = result["timed_check"]
+    if plant == "none":
+        assert code == 0 and result["status"] == "ok" and timed["ok"], (timed, tail)
+    else:
+        assert code != 0 and result["status"] == "wrong" and not timed["ok"]
+        assert timed["grad_error"] > 3 * timed["tolerance"]
 
 
 def test_case_stores_the_slowest_rank_and_the_scaling_efficiency():

@@ -310,6 +310,7 @@ DISTRIBUTED_VARIANTS: dict[str, tuple[str, str]] = {
     "fsdp2": ("fsdp2", "eager"),
     "ddp-best": ("ddp", "best"),
     "fsdp2-best": ("fsdp2", "best"),
+    "ddp-best-kernels": ("ddp", "best-kernels"),
 }
 DISTRIBUTED = list(DISTRIBUTED_VARIANTS)
 WORLD_SIZES = ["1", "2", "4"]

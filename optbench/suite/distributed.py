@@ -21,10 +21,14 @@ batch as a single GPU's step has it: weak scaling, the global batch is world siz
 - ``ddp-best`` / ``fsdp2-best``: the same on top of the ``best`` single-GPU combination
   (``models.variants``: Triton RMSNorm and SwiGLU, our fused linear cross-entropy, foreach gradient
   statistics, fused AdamW, no per-step ``.item()``, SDPA ``is_causal``, torch.compile 'default').
-  Not ``best-kernels``: that one captures the whole step in a CUDA graph (collectives inside a
-  captured graph need NCCL's graph-safe setup, and the graphed step rebuilds its optimizer state in
-  place), and its master-weight AdamW (Triton, bf16 weights) takes neither DTensor parameters
-  (FSDP2) nor sharded states. ``best`` never used CUDA graphs.
+- ``ddp-best-kernels``: DDP around the single-GPU flagship, ``best-kernels``, whose whole step
+  (forward, backward with DDP's bucketed all-reduces, clipping, the master-weight AdamW reading the
+  reduced bf16 gradients) is one CUDA graph. NCCL collectives can be captured (NCCL's "Using NCCL
+  with CUDA Graphs"; PyTorch keeps captured work from its watchdog); PyTorch's CUDA graphs notes ask
+  for DDP to be built on a side stream and for 11 eager DDP steps before the capture, so that its
+  reducer has built its buckets: the step is built uncaptured (``build_step(capture=False)``),
+  wrapped, checked, then captured. No ``fsdp2-best-kernels``: the master-weight AdamW (Triton, bf16
+  weights) takes neither DTensor parameters nor sharded states.
 
 1. The check, before any timing: one global batch (world size x ``check_batch`` sequences, drawn
    from the seed on every rank) is split, rank r taking its r-th shard; each rank runs forward and
@@ -46,6 +50,13 @@ batch as a single GPU's step has it: weak scaling, the global batch is world siz
    shard's gradient, on the tiny config 1.04 off the global mean at its worst parameter (fp32, 2
    ranks; ``tests/test_distributed.py``). A failing check writes the result with status 'wrong',
    each rank exits with :data:`WRONG_EXIT` (torchrun then fails); nothing is timed.
+   Then, under DDP, the step as it is timed (:func:`check_timed_step`): the eager pass above does
+   not run the captured graph, whose all-reduces are its own. Each rank feeds its own batch (the
+   step's batch size), takes the gradients of an eager forward and backward through DDP (reduced,
+   and checked above), then runs one step as timed (a graph replay where the step captures one,
+   clipping off) and compares the gradients that step's optimizer used with those, at the same
+   tolerance. A capture without the all-reduces leaves each rank its own gradient: off by about
+   1 (the 'timed-no-sync' plant).
 2. The timing: every rank runs the same number of steps (collectives pair them up): 3 steps to
    estimate a step's time, whose slowest rank's figure sizes the warm-up (``warmup_ms`` of steps)
    and the samples (one optimizer step each, ``rep_ms`` of them, at least ``min_reps``); each sample
@@ -84,7 +95,10 @@ from optbench.suite.catalog import DISTRIBUTED_VARIANTS
 WRAPPERS = ("ddp", "fsdp2")
 # see the module docstring
 GRAD_TOLERANCE = {"fp32": 1e-4, "tf32": 0.15, "bf16": 0.15, "fp16": 0.15}
-PLANTS = ("none", "no-sync", "loss-scale")  # bugs planted for the check's own tests
+# bugs planted for the checks' own tests: no gradient sync at all, a loss scaled by the world
+# size, no sync in the step as timed only (DDP)
+PLANTS = ("none", "no-sync", "loss-scale", "timed-no-sync")
+DDP_CAPTURE_WARMUP = 11  # eager DDP steps before a capture (module docstring)
 WRONG_EXIT = 3
 SKIP_EXIT = 4
 RDZV_ID = "optbench"  # the c10d rendezvous id every node of one launch passes
@@ -115,7 +129,12 @@ def _wrap(step: Any, wrapper: str, device: Any, plant: str) -> Callable[[], None
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [device.index] if device.type == "cuda" else None
-        ddp = DistributedDataParallel(step.model, device_ids=ids)
+        if step.options.cuda_graph:  # built on a side stream, warmed up before capture
+            with torch.cuda.stream(torch.cuda.Stream(device)):
+                ddp = DistributedDataParallel(step.model, device_ids=ids)
+            step.capture_warmup = DDP_CAPTURE_WARMUP
+        else:
+            ddp = DistributedDataParallel(step.model, device_ids=ids)
         step.ddp = ddp
 
         # ``model`` is step.model: the forward goes through DDP
@@ -224,17 +243,8 @@ def check(
         "reference": "single process, same options, whole global batch (rank 0)",
     }
     if rank == 0:
-        per_param = (
-            {name: rel_err(grads[name], ref_grads[name]) for name in ref_grads}
-            if grads.keys() == ref_grads.keys()
-            else {}
-        )
-        worst = max(per_param, key=per_param.__getitem__) if per_param else None
         record.update(
-            loss_error=rel_err(loss.cpu(), ref_loss.cpu()),
-            grad_error=per_param[worst] if worst else math.inf,
-            worst_param=worst,
-            missing=sorted(grads.keys() ^ ref_grads.keys()),
+            loss_error=rel_err(loss.cpu(), ref_loss.cpu()), **_grad_errors(grads, ref_grads)
         )
         record["ok"] = bool(
             record["grad_error"] <= record["tolerance"]
@@ -244,6 +254,64 @@ def check(
     shared = [record]
     dist.broadcast_object_list(shared, src=0)
     return shared[0]
+
+
+def _grad_errors(got: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
+    """The worst parameter's relative gradient error (``kernels.numerics.rel_err``; infinite where
+    the two name different parameters), that parameter, and the names only one side has."""
+    from kernels.numerics import rel_err
+
+    per_param = (
+        {name: rel_err(got[name], expected[name]) for name in expected}
+        if got.keys() == expected.keys()
+        else {}
+    )
+    worst = max(per_param, key=per_param.__getitem__) if per_param else None
+    return {
+        "grad_error": per_param[worst] if worst else math.inf,
+        "worst_param": worst,
+        "missing": sorted(got.keys() ^ expected.keys()),
+    }
+
+
+def check_timed_step(
+    step: Any, config: Any, options: Any, device: Any, seed: int, plant: Callable[[], None]
+) -> dict[str, Any]:
+    """The timed step's check of the module docstring (DDP), on every rank; ``plant`` runs before
+    the step is captured or called (the 'timed-no-sync' plant, else a no-op). Returns its record,
+    the worst rank's errors, with ``ok``."""
+    import dataclasses
+
+    import torch
+
+    dist = _dist()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    rows = options.batch_size
+    tokens = _global_batch(config, world * rows, options.seq_len, seed + 1, device)
+    original = torch.cat([step.idx, step.targets[:, -1:]], dim=1).clone()
+    step.feed(tokens[rank * rows : (rank + 1) * rows])
+    try:
+        expected = step.model.unfused(_raw_grads(step)[1])
+        plant()
+        with step.tuned(dataclasses.replace(step.hyper, max_grad_norm=math.inf)):
+            if options.cuda_graph and step._graph is None:
+                step.capture()
+            step()
+            got = {name: _full(g).float().cpu() for name, g in step.grads().items()}
+    finally:
+        step.feed(original)
+    ranks: list[Any] = [None] * world
+    dist.all_gather_object(ranks, _grad_errors(got, expected))
+    worst = max(ranks, key=lambda r: r["grad_error"])
+    tolerance = GRAD_TOLERANCE[options.precision]
+    return {
+        **worst,
+        "rank": ranks.index(worst),
+        "tolerance": tolerance,
+        "graphed": step._graph is not None,
+        "reference": "each rank's eager forward and backward through DDP, same batch",
+        "ok": bool(worst["grad_error"] <= tolerance and not worst["missing"]),
+    }
 
 
 def _sync(device: Any) -> None:
@@ -406,7 +474,12 @@ def rank_main(args: argparse.Namespace) -> int:
         )
         config = CONFIGS[args.size]
         try:
-            step = build_step(config, options, device, args.seed)
+            if wrapper == "fsdp2" and options.cuda_graph:
+                raise UnsupportedOptions(
+                    "fsdp2 runs no captured step: the master-weight AdamW of a graphed variant "
+                    "takes no DTensor parameters"
+                )
+            step = build_step(config, options, device, args.seed, capture=False)
         except UnsupportedOptions as exc:
             result.update(status="skipped", reason=str(exc))
             code = SKIP_EXIT
@@ -435,6 +508,18 @@ def rank_main(args: argparse.Namespace) -> int:
             )
             code = WRONG_EXIT
             return code
+        if wrapper == "ddp":
+            plant = no_sync if args.plant == "timed-no-sync" else lambda: None
+            timed = check_timed_step(step, config, options, device, args.seed, plant)
+            result["timed_check"] = timed
+            if not timed["ok"]:
+                result.update(
+                    status="wrong",
+                    reason=f"{args.variant} at world size {world}: the timed step's gradients "
+                    f"are off the reduced ones: {timed}",
+                )
+                code = WRONG_EXIT
+                return code
         result.update(_timed(step, device, local, args))
     finally:
         if rank == 0 and args.out:
