@@ -163,6 +163,42 @@ def test_a_later_run_of_fewer_kernel_shapes_does_not_hide_a_fuller_one(tmp_path)
     assert rms and all(line.endswith("| `fffffff1` |") for line in rms)
 
 
+def _distributed(variant: str, world: int, ms: float, efficiency: float | None) -> dict:
+    tokens = 8192
+    return record(
+        "bench_distributed.DistributedStep1B",
+        {"variant": variant, "world_size": str(world)},
+        times={"step": (None, samples(ms, world))},
+        info={
+            "tokens": tokens,
+            "tokens_per_s_per_gpu": tokens / (ms / 1e3),
+            "scaling_efficiency": efficiency,
+        },
+    )
+
+
+def test_the_scaling_table_shows_each_variant_and_world_size_of_its_fullest_run(tmp_path):
+    """Multi-GPU steps: per variant, the run with the most world sizes; ms per step, tokens/s per
+    GPU and the efficiency the run recorded (n/a where it had no 1-GPU figure), a row per size."""
+    store = ResultStore(tmp_path / "results")
+    full = [_distributed("ddp", 1, 200.0, 1.0), _distributed("ddp", 2, 210.0, 0.95)]
+    full += [_distributed("ddp", 4, 220.0, 0.9), _distributed("fsdp2", 2, 300.0, None)]
+    save(store, "h200", commit(1), "2025-01-01T12:00:00+00:00", full)
+    later = [_distributed("ddp", 2, 400.0, 0.5)]  # fewer world sizes: does not hide commit 1's
+    save(store, "h200", commit(2), "2025-01-02T12:00:00+00:00", later)
+    table = headline.headline_table(store)
+    rows = [line for line in table.splitlines() if line.startswith(("| ddp |", "| fsdp2 |"))]
+    ms = [float(line.split("|")[3]) for line in rows]
+    assert [line.split("|")[1:3] for line in rows] == [
+        [" ddp ", " 1 "],
+        [" ddp ", " 2 "],
+        [" ddp ", " 4 "],
+        [" fsdp2 ", " 2 "],
+    ]
+    assert ms == pytest.approx([200.0, 210.0, 220.0, 300.0], rel=0.02)
+    assert "| 95.0% | `fffffff1` |" in rows[1] and "| n/a |" in rows[3]
+
+
 def test_the_headline_page_is_written_whole(store, tmp_path):
     page = tmp_path / "results.md"
     page.write_text("old figures\n")

@@ -132,6 +132,42 @@ def ablations(run: Run) -> dict[str, dict[str, Record]]:
     return _step_grid(run, "ablation")
 
 
+def distributed_steps(run: Run) -> dict[str, dict[str, Record]]:
+    """ok multi-GPU step records (``optbench.suite.distributed``) with a wall time, by variant,
+    then world size (ascending)."""
+    found: dict[str, dict[str, Record]] = defaultdict(dict)
+    for rec in run.records.values():
+        entry = catalog.BENCHMARKS.get(rec.benchmark)
+        if entry and entry.kind == "distributed" and rec.ok and rec.timing("step", "wall"):
+            found[rec.params["variant"]][rec.params["world_size"]] = rec
+    return {
+        v: dict(sorted(by_world.items(), key=lambda kv: int(kv[0])))
+        for v, by_world in found.items()
+    }
+
+
+def scaling_rows(by_variant: dict[str, tuple[Run, dict[str, Record]]]) -> list[list[str]]:
+    """Rows of the scaling table: per variant and world size, ms per step (the slowest rank's
+    median), tokens/s per GPU, the scaling efficiency the run recorded (tokens/s per GPU over the
+    variant's 1-GPU figure of the same run; n/a without one) and the commit."""
+    rows = []
+    for variant in sorted(by_variant, key=catalog.DISTRIBUTED.index):
+        run, by_world = by_variant[variant]
+        for world, rec in by_world.items():
+            efficiency = rec.info.get("scaling_efficiency")
+            rows.append(
+                [
+                    variant,
+                    world,
+                    f"{step_ms(rec):.1f}",
+                    f"{rec.info['tokens_per_s_per_gpu']:,.0f}",
+                    "n/a" if efficiency is None else f"{efficiency:.1%}",
+                    f"`{run.commit[:8]}`",
+                ]
+            )
+    return rows
+
+
 def step_ms(rec: Record) -> float:
     """Median wall-clock ms per optimizer step."""
     return rec.timing("step", "wall").median_ms

@@ -25,10 +25,12 @@ from optbench.reporting.data import (
     ablations,
     anchor_steps,
     by_size,
+    distributed_steps,
     fullest,
     hf_ratio,
     kernel_speedups,
     runs,
+    scaling_rows,
     step_iqr_ms,
     step_ms,
     step_reference,
@@ -164,6 +166,20 @@ def _headline(history: list[Run]) -> str:
             ),
         ]
         used.update((run.commit, run.date) for run, _ in ops.values())
+    scaling = fullest(history, distributed_steps)
+    if scaling:
+        parts += [
+            "Multi-GPU training steps at 1B (`--suite multigpu`, torchrun, one process per GPU; "
+            "per-GPU batch as on one GPU): ms per optimizer step of the slowest rank (wall clock), "
+            "tokens/s per GPU, and scaling efficiency: tokens/s per GPU over the same variant's "
+            "1-GPU figure from the same run:",
+            table(
+                ["variant", "GPUs", "ms/step", "tokens/s per GPU", "efficiency", "commit"],
+                scaling_rows(scaling),
+                "markdown",
+            ),
+        ]
+        used.update((run.commit, run.date) for run, _ in scaling.values())
     dated = sorted(used.items(), key=lambda commit_date: commit_date[1])
     parts.append("Measured at " + ", ".join(f"`{c[:12]}` ({d})" for c, d in dated) + ".")
     return "\n\n".join(parts)

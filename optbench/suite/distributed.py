@@ -739,7 +739,8 @@ def distributed_work(
         scaling_efficiency=None if base is None else rate / base,
         scaling_note=None if base is not None else "no 1-GPU figure of this variant in this run",
     )
-    checked = result["check"]
+    # the timed step's check (DDP) stored beside the eager one
+    checked = {**result["check"], "timed_step": result.get("timed_check")}
     return Work(
         timed={},
         check=lambda: checked,
