@@ -163,7 +163,9 @@ def test_a_later_run_of_fewer_kernel_shapes_does_not_hide_a_fuller_one(tmp_path)
     assert rms and all(line.endswith("| `fffffff1` |") for line in rms)
 
 
-def _distributed(variant: str, world: int, ms: float, efficiency: float | None) -> dict:
+def _distributed(
+    variant: str, world: int, ms: float, efficiency: float | None, comm: list | None = None
+) -> dict:
     tokens = 8192
     return record(
         "bench_distributed.DistributedStep1B",
@@ -173,6 +175,8 @@ def _distributed(variant: str, world: int, ms: float, efficiency: float | None) 
             "tokens": tokens,
             "tokens_per_s_per_gpu": tokens / (ms / 1e3),
             "scaling_efficiency": efficiency,
+            "communication": comm,
+            "slowest_rank": 1 if comm else 0,
         },
     )
 
@@ -182,7 +186,12 @@ def test_the_scaling_table_shows_each_variant_and_world_size_of_its_fullest_run(
     GPU and the efficiency the run recorded (n/a where it had no 1-GPU figure), a row per size."""
     store = ResultStore(tmp_path / "results")
     full = [_distributed("ddp", 1, 200.0, 1.0), _distributed("ddp", 2, 210.0, 0.95)]
-    full += [_distributed("ddp", 4, 220.0, 0.9), _distributed("fsdp2", 2, 300.0, None)]
+    # the slowest rank (1) waited 4 of its 10 ms of collectives
+    comm = [
+        {"exposed_ms": 1.0, "communication_ms": 9.0},
+        {"exposed_ms": 4.0, "communication_ms": 10.0},
+    ]
+    full += [_distributed("ddp", 4, 220.0, 0.9, comm), _distributed("fsdp2", 2, 300.0, None)]
     save(store, "h200", commit(1), "2025-01-01T12:00:00+00:00", full)
     later = [_distributed("ddp", 2, 400.0, 0.5)]  # fewer world sizes: does not hide commit 1's
     save(store, "h200", commit(2), "2025-01-02T12:00:00+00:00", later)
@@ -196,7 +205,8 @@ def test_the_scaling_table_shows_each_variant_and_world_size_of_its_fullest_run(
         [" fsdp2 ", " 2 "],
     ]
     assert ms == pytest.approx([200.0, 210.0, 220.0, 300.0], rel=0.02)
-    assert "| 95.0% | `fffffff1` |" in rows[1] and "| n/a |" in rows[3]
+    assert "| 95.0% | n/a | `fffffff1` |" in rows[1] and "| n/a | n/a |" in rows[3]
+    assert "| 90.0% | 4.0 / 10.0 |" in rows[2]
 
 
 def test_the_headline_page_is_written_whole(store, tmp_path):

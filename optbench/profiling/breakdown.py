@@ -22,9 +22,10 @@ from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import profile
 
 from models.step import TrainStep
+from optbench.core.overlap import length, merged
 from optbench.profiling.capture import Capture, step_tensors
 from optbench.profiling.kernel_classes import kernel_class_figures
-from optbench.profiling.timeline import HOST_PHASES, NOT_DEVICE_WORK, PHASES, Parsed, union_us
+from optbench.profiling.timeline import HOST_PHASES, NOT_DEVICE_WORK, PHASES, Parsed
 
 # CUDA runtime and driver calls as kineto names them (some with suffixes such as _ptsz or _v11060).
 LAUNCH_CALL = re.compile(r"^cu(da)?(LaunchKernel|LaunchCooperativeKernel|GraphLaunch)")
@@ -85,7 +86,7 @@ def time_figures(step: TrainStep, p: Parsed) -> dict[str, Any]:
     end = max([p.line.ranges[-1][1], *(e.time_range.end for e in p.device)])
     wall_ms = (end - start) / 1e3 / p.line.n
     busy = (
-        union_us((max(e.time_range.start, start), e.time_range.end) for e in p.device)
+        length(merged((max(e.time_range.start, start), e.time_range.end) for e in p.device))
         / 1e3
         / p.line.n
     )

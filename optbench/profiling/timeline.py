@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -186,13 +186,3 @@ class Parsed:
             line,
             MemoryCurve.of(cap.prof, device, cap.end_bytes),
         )
-
-
-def union_us(intervals: Iterable[tuple[float, float]]) -> float:
-    """Length of the union of intervals."""
-    total, reach = 0.0, -math.inf
-    for a, b in sorted(intervals):
-        if b > reach:
-            total += b - max(a, reach)
-            reach = b
-    return total

@@ -149,12 +149,15 @@ def distributed_steps(run: Run) -> dict[str, dict[str, Record]]:
 def scaling_rows(by_variant: dict[str, tuple[Run, dict[str, Record]]]) -> list[list[str]]:
     """Rows of the scaling table: per variant and world size, ms per step (the slowest rank's
     median), tokens/s per GPU, the scaling efficiency the run recorded (tokens/s per GPU over the
-    variant's 1-GPU figure of the same run; n/a without one) and the commit."""
+    variant's 1-GPU figure of the same run; n/a without one), the slowest rank's collectives per
+    step, exposed / all (``optbench.core.overlap``; n/a where not profiled) and the commit."""
     rows = []
     for variant in sorted(by_variant, key=catalog.DISTRIBUTED.index):
         run, by_world = by_variant[variant]
         for world, rec in by_world.items():
             efficiency = rec.info.get("scaling_efficiency")
+            ranks = rec.info.get("communication") or []
+            comm = ranks[rec.info.get("slowest_rank") or 0] if ranks else None
             rows.append(
                 [
                     variant,
@@ -162,6 +165,7 @@ def scaling_rows(by_variant: dict[str, tuple[Run, dict[str, Record]]]) -> list[l
                     f"{step_ms(rec):.1f}",
                     f"{rec.info['tokens_per_s_per_gpu']:,.0f}",
                     "n/a" if efficiency is None else f"{efficiency:.1%}",
+                    f"{comm['exposed_ms']:.1f} / {comm['communication_ms']:.1f}" if comm else "n/a",
                     f"`{run.commit[:8]}`",
                 ]
             )

@@ -62,10 +62,13 @@ batch as a single GPU's step has it: weak scaling, the global batch is world siz
    and the samples (one optimizer step each, ``rep_ms`` of them, at least ``min_reps``); each sample
    is the wall time of one step between two device synchronizations (perf_counter) and the
    CUDA-event time of the same step.
-3. Rank 0 writes one JSON file (``--out``): every rank's samples and medians (``ranks``), the
+3. On GPUs, :data:`PROFILE_STEPS` more steps under torch.profiler on every rank: the collectives'
+   time per step, the part other kernels hid and the part exposed (``optbench.core.overlap``).
+4. Rank 0 writes one JSON file (``--out``): every rank's samples and medians (``ranks``), the
    slowest rank's timing as the figure (``step``: the rank with the largest wall median; a step ends
    when its slowest rank's does), tokens per step per GPU, tokens/s per GPU at the slowest rank's
-   median, world size, the check.
+   median, world size, the checks, each rank's communication (``communication``: None on a CPU,
+   where gloo's collectives run on the host).
 
 The asv side (``benchmarks/bench_distributed.py``) launches this through :func:`launch` and stores
 one record per (variant, world size): the world size is a parameter of the record key, so a
@@ -99,6 +102,7 @@ GRAD_TOLERANCE = {"fp32": 1e-4, "tf32": 0.15, "bf16": 0.15, "fp16": 0.15}
 # size, no sync in the step as timed only (DDP)
 PLANTS = ("none", "no-sync", "loss-scale", "timed-no-sync")
 DDP_CAPTURE_WARMUP = 11  # eager DDP steps before a capture (module docstring)
+PROFILE_STEPS = 3  # steps profiled for the communication figures
 WRONG_EXIT = 3
 SKIP_EXIT = 4
 RDZV_ID = "optbench"  # the c10d rendezvous id every node of one launch passes
@@ -314,6 +318,30 @@ def check_timed_step(
     }
 
 
+def communication(step: Any, device: Any) -> dict[str, Any] | None:
+    """This rank's collectives over :data:`PROFILE_STEPS` steps under torch.profiler, per step
+    (``optbench.core.overlap.Overlap``); None off CUDA. Every rank must call it (the steps'
+    collectives pair up)."""
+    if device.type != "cuda":
+        return None
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from optbench.core.overlap import Overlap
+
+    _sync(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(PROFILE_STEPS):
+            step()
+        _sync(device)
+    activities = [
+        (e.name, e.time_range.start, e.time_range.end)
+        for e in prof.events()
+        if e.device_type == DeviceType.CUDA
+    ]
+    return Overlap.of(activities, PROFILE_STEPS).to_dict()
+
+
 def _sync(device: Any) -> None:
     import torch
 
@@ -408,7 +436,7 @@ def _join(device_kind: str, backend: str | None) -> tuple[Any, int]:
 def _timed(step: Any, device: Any, local: int, args: argparse.Namespace) -> dict[str, Any]:
     """The result's timing fields: every rank times the step (:func:`time_step`), the ranks'
     timings are gathered (each with its host, local rank and node: torchrun's GROUP_RANK), and the
-    slowest rank's median is the figure."""
+    slowest rank's median is the figure; then each rank's :func:`communication`."""
     dist = _dist()
     rank, world = dist.get_rank(), dist.get_world_size()
     mine = time_step(step, device, args.warmup_ms, args.rep_ms, args.min_reps)
@@ -425,7 +453,10 @@ def _timed(step: Any, device: Any, local: int, args: argparse.Namespace) -> dict
     )
     medians = [r["step"]["wall"]["median_ms"] for r in ranks]
     slowest = max(range(world), key=medians.__getitem__)
+    overlaps: list[Any] = [None] * world
+    dist.all_gather_object(overlaps, communication(step, device))
     return {
+        "communication": overlaps,
         "status": "ok",
         "ranks": ranks,
         "wall_median_ms": medians,
@@ -728,6 +759,7 @@ def distributed_work(
             "device_median_ms",
             "ranks",
             "tokens_per_s_per_gpu",
+            "communication",
         )
     }
     info.update(

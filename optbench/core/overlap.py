@@ -1,0 +1,82 @@
+"""Communication against computation on one GPU's timeline: how much of the collectives' time other
+kernels hid, and how much the step waited on them.
+
+Input: the device activities of a profiled stretch of steps (name, start and end in us), as
+torch.profiler records them (CUPTI: kernels, memcpys and memsets, one record per kernel of a CUDA
+graph replay too). NCCL's kernels (``nccl*``: ``ncclDevKernel_AllReduce_...`` and the like) are the
+communication; every other activity is computation, whatever its stream. With C the union of the
+communication intervals and K that of the computation ones:
+
+- communication = |C|, the time some collective ran;
+- overlapped = |C ∩ K|, the part of it during which computation ran too (hidden);
+- exposed = |C| - |C ∩ K|, the part during which only collectives ran: what the step waited.
+
+A collective's kernel spans its whole protocol, waits on its peers included, so a rank that reaches
+an all-reduce early shows the wait as communication: the exposed time of the slowest rank is the
+one that costs the step. Figures are per step (the stretch's totals over its number of steps).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+COMMUNICATION = re.compile(r"^nccl", re.IGNORECASE)
+
+
+def merged(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of intervals as disjoint intervals, in order."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def length(intervals: Iterable[tuple[float, float]]) -> float:
+    """Total length of disjoint intervals."""
+    return sum(b - a for a, b in intervals)
+
+
+def intersection(
+    left: list[tuple[float, float]], right: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """The intersection of two lists of disjoint, ordered intervals."""
+    out, i, j = [], 0, 0
+    while i < len(left) and j < len(right):
+        a, b = max(left[i][0], right[j][0]), min(left[i][1], right[j][1])
+        if a < b:
+            out.append((a, b))
+        if left[i][1] < right[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Per step, in ms: collectives' time, the part computation hid, the part it did not."""
+
+    communication_ms: float
+    overlapped_ms: float
+    exposed_ms: float
+    steps: int
+
+    @classmethod
+    def of(cls, activities: Iterable[tuple[str, float, float]], steps: int) -> Overlap:
+        """From (name, start us, end us) of every device activity of ``steps`` steps."""
+        comm, compute = [], []
+        for name, start, end in activities:
+            (comm if COMMUNICATION.match(name) else compute).append((start, end))
+        c = merged(comm)
+        hidden = length(intersection(c, merged(compute)))
+        total = length(c)
+        per_step_ms = 1e-3 / steps
+        return cls(total * per_step_ms, hidden * per_step_ms, (total - hidden) * per_step_ms, steps)
+
+    def to_dict(self) -> dict[str, float | int]:
+        return asdict(self)
