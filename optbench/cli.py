@@ -388,13 +388,18 @@ def _announce(
 
 
 def machine(argv: list[str]) -> int:
-    """``optbench machine``: prints this machine's info and results-folder name."""
+    """``optbench machine``: prints this machine's info and results-folder name (``--name``: the
+    name alone, what ``asv ... --machine`` takes)."""
     p = argparse.ArgumentParser(prog="optbench machine", description=plain(machine.__doc__))
-    p.parse_args(argv)
+    p.add_argument("--name", action="store_true", help="print the machine's name only")
+    args = p.parse_args(argv)
     import json
 
     from optbench.core.machine import machine_info, machine_name
 
+    if args.name:
+        print(machine_name())
+        return 0
     print(json.dumps({"name": machine_name(), **machine_info()}, indent=1))
     return 0
 

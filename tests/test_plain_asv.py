@@ -5,6 +5,7 @@ n/a), ``asv publish`` writes the site and ``asv preview`` serves it, and git see
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -84,6 +85,9 @@ def test_plain_asv_runs_compares_and_publishes_under_optbench_machine_and_commit
         PYTHONPATH=str(repo),
     )
     (tmp_path / "home").mkdir()
+    # a user's asv machine file often names other machines already: asv then needs --machine
+    other = {"other-box": {"machine": "other-box", "os": "", "arch": "", "cpu": "", "num_cpu": "1"}}
+    (tmp_path / "home" / ".asv-machine.json").write_text(json.dumps({**other, "version": 1}))
     # what `nox -s bench` (optbench run) does first: name this machine and tell asv
     machine = _run(
         repo,
@@ -93,14 +97,18 @@ def test_plain_asv_runs_compares_and_publishes_under_optbench_machine_and_commit
         "from optbench.core.machine import machine_name; "
         "register_machine(machine_name()); print(machine_name())",
     ).strip()
+    assert _run(repo, env, "-m", "optbench", "machine", "--name").strip() == machine
     del env["PYTHONPATH"]  # asv by hand: the worktree environment puts each commit's code first
 
-    _run(repo, env, "-m", "asv", "run", "-E", "worktree:same", "--bench", BENCH, "HEAD~2..HEAD")
+    on = ("--machine", machine)  # README: M=$(python -m optbench machine --name)
+    _run(
+        repo, env, "-m", "asv", "run", "-E", "worktree:same", *on, "--bench", BENCH, "HEAD~2..HEAD"
+    )
     for commit in (base, head):
         assert list((repo / "results" / "asv" / machine).glob(f"{commit[:8]}-worktree-py*.json"))
         assert ResultStore(repo / "results").load(machine, commit), commit  # optbench's, beside
 
-    compared = _run(repo, env, "-m", "asv", "compare", "HEAD~1", "HEAD")
+    compared = _run(repo, env, "-m", "asv", "compare", *on, "HEAD~1", "HEAD")
     row = next(line for line in compared.splitlines() if f"{BENCH}('eager')" in line)
     # before, after, ratio
     assert re.search(r"\|\s*[\d.]+\s*\|\s*[\d.]+\s*\|\s*[\d.]+\s*\|", row), compared
