@@ -257,6 +257,21 @@ def test_graph_captures_a_compiled_step(monkeypatch):
     step()
     assert events == ["replay", "replay"]
 
+    # built uncaptured (to be wrapped first, as DDP is): eager until captured, then after the
+    # warm-up steps asked for (DDP's reducer needs 11)
+    del events[:]
+    deferred = TrainStep(TINY, options, "cpu", 0, capture=False)
+    assert "capture" not in events
+    deferred.capture_warmup = 11
+    del events[:]
+    deferred.capture()
+    assert events == ["compiled forward", "optimizer step"] * 11 + [
+        "capture",
+        "compiled forward",
+        "optimizer step",
+        "captured",
+    ]
+
 
 def test_8bit_adamw_is_skipped_with_its_reason_without_bitsandbytes(monkeypatch):
     import importlib.util
