@@ -222,7 +222,10 @@ def check(
     ref_loss, ref_grads = None, {}
     # the single-process step on the whole global batch, first (its memory freed after)
     if rank == 0:
-        ref = build_step(config, options.replace(batch_size=world * check_batch), device, seed)
+        # forward and backward only: a graphed variant's reference is left uncaptured
+        ref = build_step(
+            config, options.replace(batch_size=world * check_batch), device, seed, capture=False
+        )
         ref.idx, ref.targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
         ref_loss, ref_grads = _raw_grads(ref)
         del ref
