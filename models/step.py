@@ -559,13 +559,14 @@ class TrainStep:
         is captured again on entry and exit (its warm-up steps leave weights and optimizer state as
         they were)."""
         previous = self.hyper
-        self._tune(hyper)
+        self.tune(hyper)
         try:
             yield
         finally:
-            self._tune(previous)
+            self.tune(previous)
 
-    def _tune(self, hyper: Hyper) -> None:
+    def tune(self, hyper: Hyper) -> None:
+        """Train with ``hyper`` from now on (a graphed step is captured again)."""
         self.hyper = hyper
         _set_hyper(self.optimizer, hyper)
         if self._graph is not None:
@@ -627,9 +628,7 @@ class TrainStep:
         stream (PyTorch's recipe for whole-network capture); then restore the initial weights and a
         fresh optimizer state in place. Every later call replays it. A step built with
         ``capture=False`` (to be wrapped first, as DDP wraps it) calls this itself."""
-        initial = (
-            self.optimizer.snapshot() if self._master else [p.detach().clone() for p in self.params]
-        )
+        initial = self.snapshot()
         side, main = torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device)
         side.wait_stream(main)
         with self._matmul_precision(), torch.cuda.stream(side):
@@ -639,6 +638,18 @@ class TrainStep:
         self._graph = torch.cuda.CUDAGraph()
         with self._matmul_precision(), torch.cuda.graph(self._graph):
             self._graph_loss = self._step()
+        self.restore(initial)
+
+    def snapshot(self) -> Any:
+        """What :meth:`restore` puts back: the weights (MasterAdamW: its own snapshot, masters
+        included)."""
+        return (
+            self.optimizer.snapshot() if self._master else [p.detach().clone() for p in self.params]
+        )
+
+    def restore(self, initial: Any) -> None:
+        """The weights of ``initial`` (:meth:`snapshot`) and a fresh optimizer state, in place,
+        where a captured graph keeps reading them."""
         if self._master:
             self.optimizer.restore(initial)
             return
@@ -646,7 +657,8 @@ class TrainStep:
             torch._foreach_copy_(self.params, initial)
             for state in self.optimizer.state.values():
                 for value in state.values():
-                    value.zero_()
+                    if torch.is_tensor(value):
+                        value.zero_()
 
 
 def build_step(

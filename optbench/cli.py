@@ -397,8 +397,10 @@ def machine(argv: list[str]) -> int:
 
     from optbench.core.machine import machine_info, machine_name
 
-    if args.name:
-        print(machine_name())
+    if args.name:  # where this machine's records go (OPTBENCH_MACHINE, --emulate honoured)
+        from optbench.core.runner import current_machine
+
+        print(current_machine())
         return 0
     print(json.dumps({"name": machine_name(), **machine_info()}, indent=1))
     return 0

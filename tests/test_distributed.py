@@ -175,3 +175,37 @@ def distributed_work_stub(taken, check):
     from optbench.core.runner import Work
 
     return Work(timed={}, check=check, measured={"step": taken})
+
+
+def test_the_timed_steps_check_leaves_the_step_as_timing_finds_it(monkeypatch):
+    """check_timed_step feeds its own batch, lifts clipping and runs an optimizer step: afterwards
+    the step's batch, weights, hyper-parameters and (fresh) optimizer state are those it had. One
+    gloo rank in this process."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+
+    from models.config import CONFIGS
+    from models.step import BASELINE, build_step
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        options = BASELINE.replace(precision="fp32", batch_size=2, seq_len=32)
+        step = build_step(CONFIGS["tiny"], options, "cpu", 0, capture=False)
+        distributed._wrap(step, "ddp", torch.device("cpu"), "none")
+        before = {n: w.clone() for n, w in step.weights().items()}
+        batch, hyper = step.idx.clone(), step.hyper
+        timed = distributed.check_timed_step(
+            step, CONFIGS["tiny"], options, torch.device("cpu"), 0, lambda: None
+        )
+        assert timed["ok"] and timed["grad_error"] <= timed["tolerance"], timed
+        assert all(torch.equal(w, before[n]) for n, w in step.weights().items())
+        assert torch.equal(step.idx, batch) and step.hyper == hyper
+        states = [v for s in step.optimizer.state.values() for v in s.values()]
+        assert all(not torch.is_tensor(v) or not v.any() for v in states)
+    finally:
+        dist.destroy_process_group()

@@ -121,11 +121,19 @@ def test_a_later_measurement_wins_and_null_never_erases():
 
 def test_values_follow_their_combination_when_the_grid_grows():
     """A run of a narrower grid (an earlier suite's asv params) merged under a wider one: each value
-    stays with its variant; a changed benchmark version drops the earlier values."""
+    stays with its variant, also where asv wrote a column of nothing measured as null or cut its
+    trailing nulls; a changed benchmark version drops the earlier values."""
     old = asv_file([80.0, 30.0], ("eager", "best"))
     new = asv_file([None, 25.0, None], ("fp32", "best", "eager"))
     row = merge.merge_asv_results(old, new)["results"]["bench_step.Step100M.track_step_ms"]
     assert row[0] == [None, 25.0, 80.0] and row[1] == [["'fp32'", "'best'", "'eager'"]]
+    nothing = asv_file([None, 25.0, None], ("fp32", "best", "eager"))
+    nothing["results"]["bench_step.Step100M.track_step_ms"][0] = None  # asv's all-null column
+    row = merge.merge_asv_results(old, nothing)["results"]["bench_step.Step100M.track_step_ms"]
+    assert row[0] == [None, 30.0, 80.0]
+    short = asv_file([None, 25.0], ("fp32", "best", "eager"))  # trailing nulls dropped
+    row = merge.merge_asv_results(old, short)["results"]["bench_step.Step100M.track_step_ms"]
+    assert row[0] == [None, 25.0, 80.0]
     changed = asv_file([None, 25.0, None], ("fp32", "best", "eager"), version="2")
     row = merge.merge_asv_results(old, changed)["results"]["bench_step.Step100M.track_step_ms"]
     assert row[0] == [None, 25.0, None]

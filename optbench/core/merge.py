@@ -85,11 +85,16 @@ def merge_asv_results(dest: dict[str, Any], src: dict[str, Any]) -> dict[str, An
         combos = list(itertools.product(*b.get("params") or []))
         earlier = list(itertools.product(*a.get("params") or []))
         for column in ASV_VALUE_COLUMNS:
-            if isinstance(a.get(column), list) and isinstance(b.get(column), list):
-                kept = dict(zip(earlier, a[column]))
-                b[column] = [
-                    kept.get(combo) if _unmeasured(y) else y for combo, y in zip(combos, b[column])
-                ]
+            # asv writes a column with nothing measured as null, and drops trailing nulls
+            if b.get(column) is not None and not isinstance(b[column], list):
+                continue
+            new = b.get(column) or []
+            kept = dict(zip(earlier, a[column])) if isinstance(a.get(column), list) else {}
+            values = [
+                kept.get(combo) if i >= len(new) or _unmeasured(new[i]) else new[i]
+                for i, combo in enumerate(combos)
+            ]
+            b[column] = values if any(v is not None for v in values) else b.get(column)
         merged["results"][name] = [b.get(c) for c in columns][: max(len(old), len(row))]
     return merged
 

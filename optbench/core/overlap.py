@@ -3,9 +3,10 @@ kernels hid, and how much the step waited on them.
 
 Input: the device activities of a profiled stretch of steps (name, start and end in us), as
 torch.profiler records them (CUPTI: kernels, memcpys and memsets, one record per kernel of a CUDA
-graph replay too). NCCL's kernels (``nccl*``: ``ncclDevKernel_AllReduce_...`` and the like) are the
-communication; every other activity is computation, whatever its stream. With C the union of the
-communication intervals and K that of the computation ones:
+graph replay too), less the spans that are not device work (user annotations' device-side ranges,
+:data:`NOT_DEVICE_WORK`). NCCL's kernels (``nccl*``: ``ncclDevKernel_AllReduce_...`` and the like)
+are the communication; every other activity is computation, whatever its stream. With C the union of
+the communication intervals and K that of the computation ones:
 
 - communication = |C|, the time some collective ran;
 - overlapped = |C ∩ K|, the part of it during which computation ran too (hidden);
@@ -23,6 +24,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 COMMUNICATION = re.compile(r"^nccl", re.IGNORECASE)
+# CUPTI records the time a launch waited for a full command buffer as a device-side span: it is host
+# back-pressure, not device work (counted, a 1B step showed 113 ms of "device time" in it).
+NOT_DEVICE_WORK = ("Command Buffer Full",)
 
 
 def merged(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -23,15 +23,13 @@ from torch.autograd import DeviceType
 from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import profile
 
+from optbench.core.overlap import NOT_DEVICE_WORK
 from optbench.profiling.capture import Capture
 
 PHASES = ("forward", "backward", "optimizer", "data_movement", "other")
 HOST_PHASES = ("forward", "backward", "optimizer", "other")  # the segments' phases
 BACKWARD = "autograd::engine::evaluate_function"
 ZERO_GRAD, OPTIMIZER_STEP = "Optimizer.zero_grad#", "Optimizer.step#"
-# CUPTI records the time a launch waited for a full command buffer as a device-side span: it is host
-# back-pressure, not device work (counted, a 1B step showed 113 ms of "device time" in it).
-NOT_DEVICE_WORK = ("Command Buffer Full",)
 HOST_MEMORY = (DeviceType.CPU, DeviceType.MKLDNN, DeviceType.IDEEP)
 
 Segment = tuple[float, float, str]  # (start us, end us, phase) on the profiler's clock

@@ -286,7 +286,8 @@ def check_timed_step(
 ) -> dict[str, Any]:
     """The timed step's check of the module docstring (DDP), on every rank; ``plant`` runs before
     the step is captured or called (the 'timed-no-sync' plant, else a no-op). Returns its record,
-    the worst rank's errors, with ``ok``."""
+    the worst rank's errors, with ``ok``. The step is left as timing finds it: its batch, weights,
+    a fresh optimizer state and its own hyper-parameters (a graphed step captured with them)."""
     import dataclasses
 
     import torch
@@ -297,19 +298,23 @@ def check_timed_step(
     tokens = _global_batch(config, world * rows, options.seq_len, seed + 1, device)
     original = torch.cat([step.idx, step.targets[:, -1:]], dim=1).clone()
     step.feed(tokens[rank * rows : (rank + 1) * rows])
+    timed_hyper, initial = step.hyper, step.snapshot()
     try:
         expected = step.model.unfused(_raw_grads(step)[1])
         plant()
-        with step.tuned(dataclasses.replace(step.hyper, max_grad_norm=math.inf)):
-            if options.cuda_graph and step._graph is None:
-                step.capture()
-            step()
-            got = {name: _full(g).float().cpu() for name, g in step.grads().items()}
+        step.tune(dataclasses.replace(timed_hyper, max_grad_norm=math.inf))
+        if options.cuda_graph and step._graph is None:
+            step.capture()
+        step()
+        got = {name: _full(g).float().cpu() for name, g in step.grads().items()}
     finally:
         step.feed(original)
+        step.restore(initial)  # before a graphed step is captured again with timed_hyper
+        step.tune(timed_hyper)
     ranks: list[Any] = [None] * world
     dist.all_gather_object(ranks, _grad_errors(got, expected))
-    worst = max(ranks, key=lambda r: r["grad_error"])
+    # a NaN error is the worst
+    worst = max(ranks, key=lambda r: math.inf if math.isnan(r["grad_error"]) else r["grad_error"])
     tolerance = GRAD_TOLERANCE[options.precision]
     return {
         **worst,
@@ -330,7 +335,7 @@ def communication(step: Any, device: Any) -> dict[str, Any] | None:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from optbench.core.overlap import Overlap
+    from optbench.core.overlap import NOT_DEVICE_WORK, Overlap
 
     _sync(device)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -341,6 +346,8 @@ def communication(step: Any, device: Any) -> dict[str, Any] | None:
         (e.name, e.time_range.start, e.time_range.end)
         for e in prof.events()
         if e.device_type == DeviceType.CUDA
+        and not e.is_user_annotation
+        and e.name not in NOT_DEVICE_WORK
     ]
     return Overlap.of(activities, PROFILE_STEPS).to_dict()
 
@@ -542,6 +549,12 @@ def rank_main(args: argparse.Namespace) -> int:
             )
             code = WRONG_EXIT
             return code
+        if options.cuda_graph and device.type == "cuda":
+            # CUPTI set up before the first capture: a graph captured before the first profiler
+            # session can fault or hang when profiled (pytorch/pytorch#75504)
+            from torch.profiler._utils import _init_for_cuda_graphs
+
+            _init_for_cuda_graphs()
         if wrapper == "ddp":
             plant = no_sync if args.plant == "timed-no-sync" else lambda: None
             timed = check_timed_step(step, config, options, device, args.seed, plant)
