@@ -477,13 +477,93 @@ def _timed(step: Any, device: Any, local: int, args: argparse.Namespace) -> dict
     }
 
 
-def rank_main(args: argparse.Namespace) -> int:
-    """One rank's part: build, wrap, check, time; rank 0 writes the result."""
+class _Ended(Exception):
+    """A rank's part ended before the timing: its status ('skipped' or 'wrong'), the reason, the
+    exit code."""
+
+    def __init__(self, status: str, reason: str, code: int):
+        super().__init__(reason)
+        self.status, self.reason, self.code = status, reason, code
+
+
+def _built(args: argparse.Namespace, device: Any, wrapper: str, step_variant: str) -> Any:
+    """(options, config, step, the wrapper's sync switch): the step of ``step_variant`` for this
+    machine, built uncaptured and wrapped; :class:`_Ended` 'skipped' where it cannot run here."""
     from models.config import CONFIGS
     from models.step import UnsupportedOptions, build_step
     from optbench.suite.plan import step_skip_reason
     from optbench.suite.workloads import machine_profile
 
+    if args.precision is None:
+        reason = step_skip_reason(machine_profile(str(device)), args.size, step_variant)
+        if reason:
+            raise _Ended("skipped", reason, SKIP_EXIT)
+    options = _options(
+        args.size, step_variant, device, args.precision, args.batch_size, args.seq_len
+    )
+    config = CONFIGS[args.size]
+    try:
+        if wrapper == "fsdp2" and options.cuda_graph:
+            raise UnsupportedOptions(
+                "fsdp2 runs no captured step: the master-weight AdamW of a graphed variant "
+                "takes no DTensor parameters"
+            )
+        step = build_step(config, options, device, args.seed, capture=False)
+    except UnsupportedOptions as exc:
+        raise _Ended("skipped", str(exc), SKIP_EXIT) from exc
+    no_sync = _wrap(step, wrapper, device, args.plant)
+    if args.plant == "no-sync":
+        no_sync()
+    return options, config, step, no_sync
+
+
+def _checked(
+    step: Any,
+    config: Any,
+    options: Any,
+    device: Any,
+    args: argparse.Namespace,
+    wrapper: str,
+    no_sync: Callable[[], None],
+    result: dict[str, Any],
+) -> None:
+    """The checks of the module docstring, their records into ``result`` ('check', and
+    'timed_check' under DDP); :class:`_Ended` 'wrong' where one fails."""
+    world = _dist().get_world_size()
+    checked = check(
+        step, config, options, device, args.seed, min(options.batch_size, args.check_batch)
+    )
+    result["check"] = checked
+    if not checked["ok"]:
+        raise _Ended(
+            "wrong",
+            f"{args.variant} at world size {world}: gradients or loss off the single-process "
+            f"step's: {checked}",
+            WRONG_EXIT,
+        )
+    if options.cuda_graph and device.type == "cuda":
+        # CUPTI set up before the first capture: a graph captured before the first profiler
+        # session can fault or hang when profiled (pytorch/pytorch#75504)
+        from torch.profiler._utils import _init_for_cuda_graphs
+
+        _init_for_cuda_graphs()
+    if wrapper != "ddp":
+        return
+    plant = no_sync if args.plant == "timed-no-sync" else lambda: None
+    timed = check_timed_step(step, config, options, device, args.seed, plant)
+    result["timed_check"] = timed
+    if not timed["ok"]:
+        raise _Ended(
+            "wrong",
+            f"{args.variant} at world size {world}: the timed step's gradients are off the "
+            f"reduced ones: {timed}",
+            WRONG_EXIT,
+        )
+
+
+def rank_main(args: argparse.Namespace) -> int:
+    """One rank's part: build, wrap, check, time; rank 0 writes the result. Returns the exit
+    code: 0, :data:`SKIP_EXIT` or :data:`WRONG_EXIT`."""
     dist = _dist()
     device, local = _join(args.device, args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -499,80 +579,25 @@ def rank_main(args: argparse.Namespace) -> int:
         "device": device.type,
         "plant": args.plant,
     }
-    code = 0
     try:
-        reason = (
-            step_skip_reason(machine_profile(str(device)), args.size, step_variant)
-            if args.precision is None
-            else None
-        )
-        if reason:
-            result.update(status="skipped", reason=reason)
-            code = SKIP_EXIT
-            return code
-        options = _options(
-            args.size, step_variant, device, args.precision, args.batch_size, args.seq_len
-        )
-        config = CONFIGS[args.size]
-        try:
-            if wrapper == "fsdp2" and options.cuda_graph:
-                raise UnsupportedOptions(
-                    "fsdp2 runs no captured step: the master-weight AdamW of a graphed variant "
-                    "takes no DTensor parameters"
-                )
-            step = build_step(config, options, device, args.seed, capture=False)
-        except UnsupportedOptions as exc:
-            result.update(status="skipped", reason=str(exc))
-            code = SKIP_EXIT
-            return code
-        no_sync = _wrap(step, wrapper, device, args.plant)
-        if args.plant == "no-sync":
-            no_sync()
+        options, config, step, no_sync = _built(args, device, wrapper, step_variant)
         result.update(
             options={k: getattr(options, k) for k in options.__dataclass_fields__},
             tokens_per_step_per_gpu=step.tokens_per_step,
             global_batch=world * options.batch_size,
             flops_per_step_per_gpu=float(step.flops_per_step),
-            params=sum(p.numel() for p in step.model.parameters())
-            if wrapper == "ddp"
-            else sum(_full(p).numel() for p in step.model.parameters()),
+            params=sum(_full(p).numel() for p in step.model.parameters()),
         )
-        checked = check(
-            step, config, options, device, args.seed, min(options.batch_size, args.check_batch)
-        )
-        result["check"] = checked
-        if not checked["ok"]:
-            result.update(
-                status="wrong",
-                reason=f"{args.variant} at world size {world}: gradients or loss off "
-                f"the single-process step's: {checked}",
-            )
-            code = WRONG_EXIT
-            return code
-        if options.cuda_graph and device.type == "cuda":
-            # CUPTI set up before the first capture: a graph captured before the first profiler
-            # session can fault or hang when profiled (pytorch/pytorch#75504)
-            from torch.profiler._utils import _init_for_cuda_graphs
-
-            _init_for_cuda_graphs()
-        if wrapper == "ddp":
-            plant = no_sync if args.plant == "timed-no-sync" else lambda: None
-            timed = check_timed_step(step, config, options, device, args.seed, plant)
-            result["timed_check"] = timed
-            if not timed["ok"]:
-                result.update(
-                    status="wrong",
-                    reason=f"{args.variant} at world size {world}: the timed step's gradients "
-                    f"are off the reduced ones: {timed}",
-                )
-                code = WRONG_EXIT
-                return code
+        _checked(step, config, options, device, args, wrapper, no_sync, result)
         result.update(_timed(step, device, local, args))
+        return 0
+    except _Ended as ended:
+        result.update(status=ended.status, reason=ended.reason)
+        return ended.code
     finally:
         if rank == 0 and args.out:
             Path(args.out).write_text(json.dumps(result, default=str))
         dist.destroy_process_group()
-    return code
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
