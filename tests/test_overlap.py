@@ -52,3 +52,8 @@ def test_intersection(left, right, expected):
 
 def test_merged_joins_overlapping_and_touching_intervals():
     assert merged([(5, 6), (0, 2), (1, 3), (3, 4)]) == [(0, 4), (5, 6)]
+
+
+def test_a_reversed_interval_adds_nothing():
+    """An event that ended before the window it is clipped to (start > end) counts 0, not less."""
+    assert merged([(10, 4), (0, 2)]) == [(0, 2)]

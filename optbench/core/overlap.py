@@ -30,9 +30,12 @@ NOT_DEVICE_WORK = ("Command Buffer Full",)
 
 
 def merged(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The union of intervals as disjoint intervals, in order."""
+    """The union of intervals as disjoint intervals, in order (an empty or reversed one, such as an
+    event clipped to a start after its end, adds nothing)."""
     out: list[tuple[float, float]] = []
     for a, b in sorted(intervals):
+        if b <= a:
+            continue
         if out and a <= out[-1][1]:
             out[-1] = (out[-1][0], max(out[-1][1], b))
         else:
