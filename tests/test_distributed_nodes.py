@@ -16,22 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_distributed import CPU
 
 from optbench.core.store import REPO_ROOT
 from optbench.suite import distributed
 
-CPU = (
-    "--device",
-    "cpu",
-    "--precision",
-    "fp32",
-    "--warmup-ms",
-    "0",
-    "--rep-ms",
-    "20",
-    "--min-reps",
-    "3",
-)
 TIMEOUT_S = 180.0
 
 

@@ -163,7 +163,7 @@ def scaling_rows(by_variant: dict[str, tuple[Run, dict[str, Record]]]) -> list[l
                     variant,
                     world,
                     f"{step_ms(rec):.1f}",
-                    f"{rec.info['tokens_per_s_per_gpu']:,.0f}",
+                    f"{tokens_per_s(rec):,.0f}",
                     "n/a" if efficiency is None else f"{efficiency:.1%}",
                     f"{comm['exposed_ms']:.1f} / {comm['communication_ms']:.1f}" if comm else "n/a",
                     f"`{run.commit[:8]}`",

@@ -19,6 +19,7 @@ or a suite: docs/architecture.md.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -352,7 +353,7 @@ class Benchmark:
         in its order). One grid whatever the suite, so that asv's list of benchmarks
         (``results/asv/benchmarks.json``) is the same for every run on every machine; a run skips
         the combinations its suite does not measure."""
-        widest = sorted(self.params.values(), key=lambda g: len(list(itertools.product(*g))))
+        widest = sorted(self.params.values(), key=lambda g: math.prod(map(len, g)))
         return [
             list(dict.fromkeys(v for g in reversed(widest) for v in g[axis]))
             for axis in range(len(self.param_names))

@@ -79,6 +79,7 @@ figure, never beside a 1-GPU one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -133,12 +134,11 @@ def _wrap(step: Any, wrapper: str, device: Any, plant: str) -> Callable[[], None
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [device.index] if device.type == "cuda" else None
-        if step.options.cuda_graph:  # built on a side stream, warmed up before capture
-            with torch.cuda.stream(torch.cuda.Stream(device)):
-                ddp = DistributedDataParallel(step.model, device_ids=ids)
-            step.capture_warmup = DDP_CAPTURE_WARMUP
-        else:
+        graphed = step.options.cuda_graph  # built on a side stream, warmed up before capture
+        with torch.cuda.stream(torch.cuda.Stream(device)) if graphed else contextlib.nullcontext():
             ddp = DistributedDataParallel(step.model, device_ids=ids)
+        if graphed:
+            step.capture_warmup = DDP_CAPTURE_WARMUP
         step.ddp = ddp
 
         # ``model`` is step.model: the forward goes through DDP
