@@ -1,0 +1,125 @@
+"""Where does a host-bound step's run-to-run spread come from, and what cancels it? The eager 100M
+step (as the suite builds and checks it) in fresh processes, timed in blocks; each block also times
+two fixed host workloads, a CUDA launch loop (300 in-place adds on a one-element tensor, then a
+sync) and a pure-Python loop, and reads the machine's CPU accounting (/proc/stat, steal included)
+and the process's context switches. Processes run one at a time, alone (as the suite runs them;
+some pinned to two CPUs), or as a lockstep pair of the same code: both alive, taking turns block by
+block, so that a slow spell of the host falls on both.
+
+    python3 scripts/probes/host_noise.py [ROUNDS] > host_noise.jsonl   # one JSON line a process
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+BLOCKS, STEPS_PER_BLOCK, LAUNCHES = 24, 2, 300
+
+
+def _cpu_ticks() -> list[int]:
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:]]
+
+
+def _python_loop() -> int:
+    total = 0
+    for i in range(60_000):
+        total += i * i % 7
+    return total
+
+
+def child(turn_in: int | None, turn_out: int | None) -> None:
+    import torch
+
+    from optbench.suite.workloads import step_work
+
+    device = os.environ.get("PROBE_DEVICE", "cuda")  # cpu and tiny: a smoke test of the probe
+    work = step_work(os.environ.get("PROBE_SIZE", "100M"), "eager", device)
+    work.check()
+    step = work.timed["step"]
+    tiny = torch.zeros(1, device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    start = time.perf_counter()
+    while time.perf_counter() - start < 2.0:  # the suite's warm-up
+        step()
+    sync()
+    blocks = []
+    for _ in range(BLOCKS):
+        if turn_in is not None:
+            os.read(turn_in, 1)
+        ticks, usage = _cpu_ticks(), resource.getrusage(resource.RUSAGE_SELF)
+        t0 = time.perf_counter()
+        for _ in range(LAUNCHES):
+            tiny.add_(1.0)
+        sync()
+        t1 = time.perf_counter()
+        _python_loop()
+        t2 = time.perf_counter()
+        steps, cpu_steps = [], []
+        for _ in range(STEPS_PER_BLOCK):
+            c0, s0 = time.process_time(), time.perf_counter()
+            step()
+            sync()
+            steps.append((time.perf_counter() - s0) * 1e3)
+            cpu_steps.append((time.process_time() - c0) * 1e3)
+        after, usage2 = _cpu_ticks(), resource.getrusage(resource.RUSAGE_SELF)
+        blocks.append(
+            {
+                "launch_ms": (t1 - t0) * 1e3,
+                "python_ms": (t2 - t1) * 1e3,
+                "step_ms": steps,
+                "step_cpu_ms": cpu_steps,
+                "ticks": [b - a for a, b in zip(ticks, after, strict=True)],
+                "nivcsw": usage2.ru_nivcsw - usage.ru_nivcsw,
+                "nvcsw": usage2.ru_nvcsw - usage.ru_nvcsw,
+                "cpu": _current_cpu(),
+            }
+        )
+        if turn_out is not None:
+            os.write(turn_out, b"t")
+    print(json.dumps({"pid": os.getpid(), "blocks": blocks}), flush=True)
+
+
+def _current_cpu() -> int:
+    with open("/proc/self/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[36])
+
+
+def _spawn(prefix: list[str], fds: tuple[int, int] | None = None) -> subprocess.Popen:
+    args = [sys.executable, __file__, "--child", *(map(str, fds) if fds else [])]
+    return subprocess.Popen(prefix + args, stdout=subprocess.PIPE, text=True, pass_fds=fds or ())
+
+
+def _collect(kind: str, proc: subprocess.Popen, **extra: object) -> None:
+    out, _ = proc.communicate()
+    for line in out.splitlines():
+        if line.startswith("{"):
+            print(json.dumps({"kind": kind, **extra, **json.loads(line)}), flush=True)
+
+
+def main(rounds: int) -> None:
+    for r in range(rounds):
+        _collect("alone", _spawn([]), round=r)
+        _collect("pinned", _spawn(["taskset", "-c", "2,3"]), round=r)
+        a_in, b_out = os.pipe()
+        b_in, a_out = os.pipe()
+        a = _spawn([], (a_in, a_out))
+        b = _spawn([], (b_in, b_out))
+        os.write(b_out, b"t")  # a's first turn
+        _collect("pair", a, round=r, member=0)
+        _collect("pair", b, round=r, member=1)
+        for fd in (a_in, b_out, b_in, a_out):
+            os.close(fd)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        fds = [int(x) for x in sys.argv[2:]]
+        child(*(fds or (None, None)))
+    else:
+        main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
