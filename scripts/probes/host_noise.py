@@ -6,7 +6,11 @@ and the process's context switches. Processes run one at a time, alone (as the s
 some pinned to two CPUs), or as a lockstep pair of the same code: both alive, taking turns block by
 block, so that a slow spell of the host falls on both.
 
-    python3 scripts/probes/host_noise.py [ROUNDS] > host_noise.jsonl   # one JSON line a process
+    python3 scripts/probes/host_noise.py [ROUNDS] [placement|same] > host_noise.jsonl
+
+``same``: every pair's two members pinned to the same one or two CPUs (another pair each round);
+a third pair of each round has the gate's planted 8 ms of host sleep per step in its second
+member.
 """
 
 from __future__ import annotations
@@ -41,7 +45,14 @@ def child(turn_in: int | None, turn_out: int | None) -> None:
     device = os.environ.get("PROBE_DEVICE", "cuda")  # cpu and tiny: a smoke test of the probe
     work = step_work(os.environ.get("PROBE_SIZE", "100M"), "eager", device)
     work.check()
-    step = work.timed["step"]
+    timed = work.timed["step"]
+    plant_s = float(os.environ.get("PROBE_PLANT_MS", "0")) / 1e3
+
+    def step() -> None:
+        timed()
+        if plant_s:
+            time.sleep(plant_s)
+
     tiny = torch.zeros(1, device=device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     start = time.perf_counter()
@@ -90,9 +101,17 @@ def _current_cpu() -> int:
         return int(f.read().rsplit(")", 1)[1].split()[36])
 
 
-def _spawn(prefix: list[str], fds: tuple[int, int] | None = None) -> subprocess.Popen:
+def _spawn(
+    prefix: list[str], fds: tuple[int, int] | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     args = [sys.executable, __file__, "--child", *(map(str, fds) if fds else [])]
-    return subprocess.Popen(prefix + args, stdout=subprocess.PIPE, text=True, pass_fds=fds or ())
+    return subprocess.Popen(
+        prefix + args,
+        stdout=subprocess.PIPE,
+        text=True,
+        pass_fds=fds or (),
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _collect(kind: str, proc: subprocess.Popen, **extra: object) -> None:
@@ -102,19 +121,31 @@ def _collect(kind: str, proc: subprocess.Popen, **extra: object) -> None:
             print(json.dumps({"kind": kind, **extra, **json.loads(line)}), flush=True)
 
 
-def main(rounds: int) -> None:
+def _pair(kind: str, prefix: list[str], plant: bool = False, **extra: object) -> None:
+    """Two processes of the same code taking turns block by block (``plant``: the second sleeps 8
+    ms more per step, as the gate's planted host-bound regression does)."""
+    a_in, b_out = os.pipe()
+    b_in, a_out = os.pipe()
+    a = _spawn(prefix, (a_in, a_out))
+    b = _spawn(prefix, (b_in, b_out), {"PROBE_PLANT_MS": "8"} if plant else {})
+    os.write(b_out, b"t")  # a's first turn
+    _collect(kind, a, member=0, **extra)
+    _collect(kind, b, member=1, **extra)
+    for fd in (a_in, b_out, b_in, a_out):
+        os.close(fd)
+
+
+def main(rounds: int, design: str) -> None:
     for r in range(rounds):
-        _collect("alone", _spawn([]), round=r)
-        _collect("pinned", _spawn(["taskset", "-c", "2,3"]), round=r)
-        a_in, b_out = os.pipe()
-        b_in, a_out = os.pipe()
-        a = _spawn([], (a_in, a_out))
-        b = _spawn([], (b_in, b_out))
-        os.write(b_out, b"t")  # a's first turn
-        _collect("pair", a, round=r, member=0)
-        _collect("pair", b, round=r, member=1)
-        for fd in (a_in, b_out, b_in, a_out):
-            os.close(fd)
+        if design == "placement":
+            _collect("alone", _spawn([]), round=r)
+            _collect("pinned", _spawn(["taskset", "-c", "2,3"]), round=r)
+            _pair("pair", [], round=r)
+        else:  # both members of a pair on the same CPUs, a different pair of CPUs each round
+            one, two = f"{4 * r + 1}", f"{4 * r + 1},{4 * r + 2}"
+            _pair("same1", ["taskset", "-c", one], round=r)
+            _pair("same2", ["taskset", "-c", two], round=r)
+            _pair("same2-plant", ["taskset", "-c", two], plant=True, round=r)
 
 
 if __name__ == "__main__":
@@ -122,4 +153,7 @@ if __name__ == "__main__":
         fds = [int(x) for x in sys.argv[2:]]
         child(*(fds or (None, None)))
     else:
-        main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+        main(
+            int(sys.argv[1]) if len(sys.argv) > 1 else 3,
+            sys.argv[2] if len(sys.argv) > 2 else "placement",
+        )
