@@ -32,7 +32,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -369,11 +369,14 @@ def measure_case(
     budget_s: float,
     budget_name: str = "its budget",
     on_hard_stop: Callable[[dict[str, Any]], Any] | None = None,
+    key: str = "",
 ) -> dict[str, Any]:
     """Build, check, time and size one case within ``budget_s`` seconds; returns its record body
     (status, metrics, ...). A case over its budget, even inside a compilation, is recorded as a
-    timeout; where the
-    :func:`watchdog` must end the process, it first passes that record to ``on_hard_stop``."""
+    timeout; where the :func:`watchdog` must end the process, it first passes that record to
+    ``on_hard_stop``. In a lockstep pair (:mod:`optbench.core.lockstep`) each metric is timed in
+    turns with the partner, which must be timing the same ``key``; the record's ``lockstep`` says
+    on which CPU and whether the pairing held."""
     rec: dict[str, Any] = {
         "params": case.params,
         "status": "ok",
@@ -400,7 +403,7 @@ def measure_case(
     with watchdog(budget_s, hard_stop) as killed:
         try:
             with deadline(budget_s, budget_name):
-                _build_check_time(case, rec, device)
+                _build_check_time(case, rec, device, key)
         # raised outside the body (a late alarm): recorded like any timeout
         except CaseTimeout as exc:
             rec.update(status="timeout", reason=str(exc))
@@ -447,7 +450,8 @@ def _phase(rec: dict[str, Any], field: str, compile_field: str | None = None) ->
             rec[compile_field] = round(rec.get(compile_field, 0.0) + now - compiled, 3)
 
 
-def _build_check_time(case: Case, rec: dict[str, Any], device: str) -> None:
+def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) -> None:
+    from optbench.core.lockstep import partner
     from optbench.core.machine import gpu_state
     from optbench.core.memory import peak_memory
     from optbench.core.timing import measure
@@ -470,13 +474,20 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str) -> None:
                 rec["check"] = dict(work.check())
         for name, fn in work.timed.items():
             phase = f"timing {name!r}"
-            with _phase(rec, "timing_seconds", compile_field="timing_compile_seconds"):
+            pair = partner()
+            with (
+                _phase(rec, "timing_seconds", compile_field="timing_compile_seconds"),
+                pair.session(f"{key} {name}") if pair else nullcontext() as turns,
+            ):
                 rec["metrics"][name] = measure(
                     work.rotation.get(name, fn),
                     device=device,
                     graph=work.graph,
+                    turns=turns,
                     **work.timing.get(name, {}),
                 ).to_dict()
+                if pair is not None:
+                    rec.setdefault("lockstep", {})[name] = {"cpu": pair.cpu, "paired": pair.paired}
                 # the clock, power and heat the figure was taken at
                 if str(device).startswith("cuda"):
                     rec.setdefault("gpu_state", {})[name] = gpu_state()
@@ -695,6 +706,7 @@ def _measure(
             budget_s=left if cut else budget_s,
             on_hard_stop=hard_stop,
             budget_name=budget_name,
+            key=key,
         )
         rec = keep(body)
     except KeyboardInterrupt:

@@ -7,6 +7,7 @@ import bisect
 import math
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,8 @@ import numpy as np
 import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
+
+from optbench.core.lockstep import Turns
 
 METHODS: tuple[str, ...] = ("cuda-graph", "cuda-events", "profiler", "perf-counter")
 
@@ -207,6 +210,7 @@ def measure(
     graph: bool = True,
     clock: Callable[[], float] = time.perf_counter,
     settled: Callable[[float], bool] | None = None,
+    turns: Turns | None = None,
 ) -> Measurement:
     """Time fn: wall milliseconds per call always, device milliseconds per call on CUDA.
 
@@ -227,8 +231,10 @@ def measure(
     measured too and the faster median is kept (for long calls the launch gaps the graph removes are
     negligible, and a graph may execute some operations, like copies, differently). With graph=False
     (whole training steps, whose wall time is the primary figure) each wall sample is also bracketed
-    by CUDA events, so one set of calls gives both clocks. Raises RuntimeError if a median comes out
-    as 0 (nothing measurable was timed).
+    by CUDA events, so one set of calls gives both clocks. With ``turns`` (a lockstep partner's,
+    :mod:`optbench.core.lockstep`) the wall samples are exactly ``turns.samples``, each taken in
+    this process's turn. Raises RuntimeError if a median comes out as 0 (nothing measurable was
+    timed).
     """
     if min_reps < 1 or max_reps < min_reps:
         raise ValueError(f"need 1 <= min_reps <= max_reps, got {min_reps}, {max_reps}")
@@ -239,7 +245,8 @@ def measure(
     if dev.type == "cpu":
         estimate_ms = _warm_up(rotation, _no_sync, clock, warmup_ms, settled)
         return Measurement(
-            device=None, wall=_wall_timing(rotation, _no_sync, clock, estimate_ms, budget)[1]
+            device=None,
+            wall=_wall_timing(rotation, _no_sync, clock, estimate_ms, budget, turns=turns)[1],
         )
     if dev.type != "cuda":
         raise ValueError(f"measure() supports cpu and cuda devices, not {dev.type!r}")
@@ -248,14 +255,14 @@ def measure(
         estimate_ms = _warm_up(rotation, sync, clock, warmup_ms, settled)
         if not graph:
             device_timing, wall = _wall_timing(
-                rotation, sync, clock, estimate_ms, budget, events=True
+                rotation, sync, clock, estimate_ms, budget, events=True, turns=turns
             )
             return Measurement(device=_nonzero(device_timing), wall=wall)
         # Device samples come right after the warm-up, as in triton's do_bench, and before the wall
         # samples, so that power-limited kernels are timed from a comparable thermal state.
         cold = _device_timing(rotation, budget, estimate_ms)
         warm = cold if len(sets) == 1 else _device_timing(_Rotation(sets[:1]), budget, estimate_ms)
-        _, wall = _wall_timing(rotation, sync, clock, estimate_ms, budget)
+        _, wall = _wall_timing(rotation, sync, clock, estimate_ms, budget, turns=turns)
         return Measurement(device=cold, wall=wall, device_warm=warm)
 
 
@@ -324,9 +331,11 @@ def _wall_timing(
     estimate_ms: float,
     budget: _Budget,
     events: bool = False,
+    turns: Turns | None = None,
 ) -> tuple[Timing | None, Timing]:
     """(device, wall) ms per call of samples that each repeat fn for about 1 ms between two syncs;
-    the device timing (CUDA events around the same calls) only with ``events``, else None."""
+    the device timing (CUDA events around the same calls) only with ``events``, else None. With
+    ``turns``, exactly ``turns.samples`` samples, each in this process's turn."""
     if estimate_ms > 0:
         calls = max(1, min(_MAX_CALLS_PER_SAMPLE, math.ceil(_WALL_SAMPLE_MS / estimate_ms)))
     else:
@@ -334,31 +343,49 @@ def _wall_timing(
     samples: list[float] = []
     marks: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
     spent_ms = 0.0
-    while len(samples) < budget.max_reps and (
-        len(samples) < budget.min_reps or spent_ms < budget.rep_ms
-    ):
-        if events:
-            marks.append(
-                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            )
-        sync()
-        start = clock()
-        if events:
-            marks[-1][0].record()
-        for _ in range(calls):
-            fn()
-        if events:
-            marks[-1][1].record()
-        sync()
-        elapsed_ms = (clock() - start) * 1e3
-        samples.append(elapsed_ms / calls)
-        spent_ms += elapsed_ms
+
+    def more() -> bool:
+        if turns is not None:
+            return len(samples) < turns.samples
+        return len(samples) < budget.max_reps and (
+            len(samples) < budget.min_reps or spent_ms < budget.rep_ms
+        )
+
+    while more():
+        with turns() if turns is not None else nullcontext():
+            spent_ms += _wall_sample(fn, sync, clock, calls, samples, marks if events else None)
     device = (
         Timing(tuple(a.elapsed_time(b) / calls for a, b in marks), "cuda-events")
         if events
         else None
     )
     return device, _nonzero(Timing(tuple(samples), "perf-counter"))
+
+
+def _wall_sample(
+    fn: Callable[[], object],
+    sync: Callable[[], None],
+    clock: Callable[[], float],
+    calls: int,
+    samples: list[float],
+    marks: list[tuple[torch.cuda.Event, torch.cuda.Event]] | None,
+) -> float:
+    """One wall sample of ``calls`` calls of fn, appended to ``samples`` (and its CUDA events to
+    ``marks`` where given); returns its ms."""
+    if marks is not None:
+        marks.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+    sync()
+    start = clock()
+    if marks is not None:
+        marks[-1][0].record()
+    for _ in range(calls):
+        fn()
+    if marks is not None:
+        marks[-1][1].record()
+    sync()
+    elapsed_ms = (clock() - start) * 1e3
+    samples.append(elapsed_ms / calls)
+    return elapsed_ms
 
 
 def _event_samples(launch: Callable[[], object], reps: int, calls_per_launch: int) -> list[float]:

@@ -33,7 +33,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -43,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from optbench.core.lockstep import ENV as LOCKSTEP_ENV
+from optbench.core.lockstep import Partner
 from optbench.core.records import OK, Record
 from optbench.core.runner import measured_commit
 from optbench.core.settings import Settings, process_env
@@ -54,11 +58,13 @@ from optbench.core.store import (
     read_records,
     write_json_atomic,
 )
-from optbench.gate.ratio import INCONCLUSIVE, REGRESSION, Ratio, ratio
+from optbench.gate.ratio import INCONCLUSIVE, REGRESSION, Ratio, paired_ratio, ratio
 from optbench.suite import catalog
 from optbench.suite.grids import PROCESSES
 
 EXIT_OK, EXIT_REGRESSION, EXIT_NOTHING, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+# the fewest lockstep rounds whose exact signed-rank test reaches 5% two-sided
+LOCKSTEP_MIN_ROUNDS = 6
 GRID_ENTRY = (
     "from optbench.suite.grids import PROCESSES, measure_suite; "
     "measure_suite(kinds=PROCESSES[{!r}])"
@@ -162,6 +168,93 @@ def run_round(
     return run_id, time.perf_counter() - started, worst
 
 
+def host_bound(key: str) -> bool:
+    """Whether case ``key``'s step is host-bound (a training step below 1B that replays no CUDA
+    graph): ab times such a case in lockstep pairs where both commits' code can."""
+    benchmark, *rest = key.split("|")
+    params = dict(p.split("=", 1) for p in rest)
+    return catalog.metric_class(benchmark, params, "time", "wall", "step") == "host-bound"
+
+
+def split_lockstep(
+    groups: dict[str, list[str]], trees: Iterable[Path]
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(the cases timed in ABBA rounds, the host-bound cases timed in lockstep rounds) by grid
+    process; none in lockstep where a side's code predates it (no ``optbench/core/lockstep.py``)."""
+    if not all((tree / "optbench" / "core" / "lockstep.py").exists() for tree in trees):
+        return groups, {}
+    split: tuple[dict[str, list[str]], dict[str, list[str]]] = ({}, {})
+    for group, keys in groups.items():
+        for lockstep in (False, True):
+            chosen = [k for k in keys if host_bound(k) == lockstep]
+            if chosen:
+                split[lockstep][group] = chosen
+    return split
+
+
+def lockstep_cpus() -> list[int]:
+    """The CPUs lockstep rounds take in turn: this process's, but the first (where the kernel
+    handles most interrupts) where there are others."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    return cpus[1:] or cpus
+
+
+def run_lockstep_round(
+    sides: dict[str, Side],
+    settings: Settings,
+    groups: dict[str, list[str]],
+    logs: Path,
+    cpu: int,
+    base_first: bool,
+) -> tuple[dict[str, str], float, int]:
+    """One lockstep round: for each grid process of ``groups``, both sides' processes at once, each
+    in its worktree, timing the same cases in turns on ``cpu`` (:mod:`optbench.core.lockstep`), the
+    base first where ``base_first``. Each side's processes make one run of its commit. Returns the
+    run ids by side, the seconds it took and the worst exit code (logs in ``logs/<run id>.log``)."""
+    ids = {label: new_run_id() for label in sides}
+    logs.mkdir(parents=True, exist_ok=True)
+    started, worst = time.perf_counter(), 0
+    for group, keys in groups.items():
+        select = "^(?:" + "|".join(re.escape(k) for k in keys) + ")$"
+        base_read, head_write = os.pipe()
+        head_read, base_write = os.pipe()
+        ends = {"base": (base_read, base_write), "head": (head_read, head_write)}
+        running = []
+        for label, side in sides.items():
+            assert side.tree is not None
+            env = process_env(
+                dataclasses.replace(
+                    settings, run_id=ids[label], asv_commit=side.commit, select=select
+                ),
+                side.tree,
+                REPO_ROOT / ".cache",
+            )
+            first = (label == "base") == base_first
+            env[LOCKSTEP_ENV] = Partner.env_value(*ends[label], first, cpu)
+            log = open(logs / f"{ids[label]}.log", "a")  # noqa: SIM115 - closed below
+            running.append(
+                (
+                    subprocess.Popen(
+                        [sys.executable, "-c", GRID_ENTRY.format(group)],
+                        cwd=side.tree,
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        pass_fds=ends[label],
+                    ),
+                    log,
+                )
+            )
+        for fd in (base_read, base_write, head_read, head_write):
+            os.close(fd)  # each process holds its own ends: one that ends closes them
+        for process, log in running:
+            worst = max(worst, process.wait())
+            log.close()
+    for label, side in sides.items():
+        side.runs.append(ids[label])
+    return ids, time.perf_counter() - started, worst
+
+
 def find_run(store: ResultStore, commit: str, run_id: str) -> tuple[str, dict[str, dict]] | None:
     """(machine, records) of the stored run ``run_id`` of ``commit``, wherever its processes stored
     it (the machine folder they named), read from its file."""
@@ -201,6 +294,33 @@ def values(records: dict[str, dict]) -> tuple[dict[Series, float], dict[str, str
     return found, statuses
 
 
+def paired_samples(records: dict[str, dict]) -> dict[Series, tuple[float, ...]]:
+    """The samples of each host-bound time series of one lockstep run whose pairing held."""
+    found: dict[Series, tuple[float, ...]] = {}
+    for key, data in records.items():
+        if key.startswith("__"):
+            continue
+        rec, held = Record.of(data), data.get("lockstep") or {}
+        if not rec.ok:
+            continue
+        for metric in rec.metrics:
+            if not (held.get(metric) or {}).get("paired"):
+                continue
+            for clock in rec.clocks(metric):
+                t = rec.timing(metric, clock)
+                klass = catalog.metric_class(rec.benchmark, rec.params, "time", clock, metric)
+                if t and t.samples_ms and klass == "host-bound":
+                    found[Series(key, metric, "time", clock)] = t.samples_ms
+    return found
+
+
+def shift(base: tuple[float, ...], head: tuple[float, ...]) -> float | None:
+    """A lockstep round's log shift of head over base: the median of ``log(head_i / base_i)``
+    over its paired samples (taken one after the other); None where none pair."""
+    logs = [math.log(h / b) for b, h in zip(base, head) if b > 0 and h > 0]
+    return statistics.median(logs) if logs else None
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The judgement of one series over the judged rounds."""
@@ -211,6 +331,7 @@ class Verdict:
     base: tuple[float, ...]
     head: tuple[float, ...]
     ratio: Ratio
+    paired: bool = False  # judged from lockstep rounds' paired samples
 
     @property
     def verdict(self) -> str:
@@ -238,6 +359,37 @@ def judge(
     return out
 
 
+def judge_paired(
+    rounds: list[tuple[dict[Series, tuple[float, ...]], dict[Series, tuple[float, ...]]]],
+    confidence: float,
+) -> list[Verdict]:
+    """A verdict for every host-bound series that each lockstep round paired on both sides: the
+    rounds' shifts (:func:`shift`) through :func:`optbench.gate.ratio.paired_ratio`; its base and
+    head values are the rounds' medians."""
+    sets = [set(b) & set(h) for b, h in rounds]
+    out = []
+    for series in sorted(set.intersection(*sets) if sets else set()):
+        shifts = [shift(b[series], h[series]) for b, h in rounds]
+        if any(s is None for s in shifts):
+            continue
+        benchmark, *rest = series.key.split("|")
+        params = dict(p.split("=", 1) for p in rest)
+        klass = catalog.metric_class(benchmark, params, "time", series.clock, series.metric)
+        assert klass is not None
+        out.append(
+            Verdict(
+                series,
+                klass,
+                catalog.GATE_THRESHOLDS[klass],
+                tuple(statistics.median(b[series]) for b, _ in rounds),
+                tuple(statistics.median(h[series]) for _, h in rounds),
+                paired_ratio([s for s in shifts if s is not None], confidence),
+                paired=True,
+            )
+        )
+    return out
+
+
 def status_regressions(base: list[dict[str, str]], head: list[dict[str, str]]) -> list[str]:
     """Cases ok in every base round that failed (any status but ok or skipped) in a head round."""
     keys = set().union(*base) if base else set()
@@ -250,9 +402,17 @@ def status_regressions(base: list[dict[str, str]], head: list[dict[str, str]]) -
 
 
 def undecided(verdicts: Iterable[Verdict], required: Iterable[str]) -> list[Verdict]:
-    """The inconclusive verdicts of the metric classes ``required``."""
+    """The inconclusive verdicts of the metric classes ``required``; a host-bound one only where it
+    was paired (one measured in fresh processes moves by tens of percent between them, and a
+    graphed step's forward is such a one)."""
     classes = set(required)
-    return [v for v in verdicts if v.klass in classes and v.verdict == INCONCLUSIVE]
+    return [
+        v
+        for v in verdicts
+        if v.klass in classes
+        and v.verdict == INCONCLUSIVE
+        and (v.paired or v.klass != "host-bound")
+    ]
 
 
 def order(pairs: int) -> list[str]:
@@ -299,7 +459,7 @@ class Options:
     warmup: int = 1
     confidence: float = 0.95
     results: Path | None = None
-    require: tuple[str, ...] = ("device-bound", "memory")
+    require: tuple[str, ...] = ("device-bound", "memory", "host-bound")
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -336,7 +496,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "--require",
         action="append",
         choices=list(catalog.GATE_THRESHOLDS),
-        help="a metric class that must be decided (repeatable; default device-bound and memory)",
+        help="a metric class that must be decided (repeatable; default device-bound, memory and "
+        "host-bound, the last where timed in lockstep)",
     )
 
 
@@ -422,6 +583,46 @@ def ab(base_ref: str, head_ref: str, options: Options) -> int:
                 remove_worktree(side.tree)
 
 
+@dataclass
+class _Evidence:
+    """What the rounds measured so far, per design."""
+
+    abba: dict[str, list[dict[Series, float]]] = field(
+        default_factory=lambda: {"base": [], "head": []}
+    )
+    abba_states: dict[str, list[dict[str, str]]] = field(
+        default_factory=lambda: {"base": [], "head": []}
+    )
+    lock: dict[str, list[dict[Series, float]]] = field(
+        default_factory=lambda: {"base": [], "head": []}
+    )
+    lock_states: dict[str, list[dict[str, str]]] = field(
+        default_factory=lambda: {"base": [], "head": []}
+    )
+    paired: list[tuple[dict[Series, tuple[float, ...]], dict[Series, tuple[float, ...]]]] = field(
+        default_factory=list
+    )
+
+    def verdicts(self, confidence: float) -> tuple[list[Verdict], list[Verdict]]:
+        """(the ABBA rounds' verdicts, the lockstep rounds')."""
+        lock = judge_paired(self.paired, confidence)
+        judged = {v.series for v in lock}
+        unpaired = {
+            label: [{s: x for s, x in run.items() if s not in judged} for run in runs]
+            for label, runs in self.lock.items()
+        }
+        return (
+            judge(self.abba["base"], self.abba["head"], confidence),
+            judge(unpaired["base"], unpaired["head"], confidence) + lock,
+        )
+
+    def failed(self) -> list[str]:
+        return sorted(
+            set(status_regressions(self.abba_states["base"], self.abba_states["head"]))
+            | set(status_regressions(self.lock_states["base"], self.lock_states["head"]))
+        )
+
+
 def _rounds(
     args: Options, sides: dict[str, Side], groups: dict[str, list[str]], started: float
 ) -> int:
@@ -432,62 +633,129 @@ def _rounds(
     settings = Settings(suite=args.suite, select=args.select, results=results)
     store = ResultStore(results)
     logs = REPO_ROOT / ".cache" / "ab" / "logs"
-    cases = sum(map(len, groups.values()))
+    abba, lock = split_lockstep(groups, [s.tree for s in sides.values() if s.tree is not None])
     print(
         f"optbench ab: base {sides['base'].commit[:12]} ({sides['base'].ref}), head "
-        f"{sides['head'].commit[:12]} ({sides['head'].ref}): {cases} cases a round; logs in "
+        f"{sides['head'].commit[:12]} ({sides['head'].ref}): "
+        f"{sum(map(len, abba.values()))} cases in ABBA rounds, "
+        f"{sum(map(len, lock.values()))} host-bound in lockstep rounds; logs in "
         f"{logs.relative_to(REPO_ROOT)}",
         flush=True,
     )
-    judged: dict[str, list[dict[Series, float]]] = {"base": [], "head": []}
-    states: dict[str, list[dict[str, str]]] = {"base": [], "head": []}
-    machine, gpus, pair_s, verdicts = None, set(), 0.0, []
-    pairs = args.warmup + args.max_rounds
-    for index, label in enumerate(order(pairs)):
-        pair = index // 2
-        # before a new pair: judge, and stop when done or out of time
-        if index % 2 == 0 and pair > args.warmup:
-            verdicts = judge(judged["base"], judged["head"], args.confidence)
-            judged_pairs = pair - args.warmup
-            done = judged_pairs >= args.min_rounds and not undecided(verdicts, args.require)
-            elapsed = time.monotonic() - started
-            if not done and elapsed + pair_s > args.time_budget and judged_pairs < args.min_rounds:
-                needed = elapsed + (args.min_rounds - judged_pairs) * pair_s
-                print(
-                    f"optbench ab: the time budget ends after {judged_pairs} judged rounds a side, "
-                    f"short of --min-rounds {args.min_rounds} (pairs take about {pair_s:.0f} s): "
-                    f"about --time-budget {needed:.0f} would reach it",
-                    file=sys.stderr,
-                )
-            if done or elapsed + pair_s > args.time_budget:
-                break
-        side = sides[label]
-        run_id, seconds, code = run_round(side, settings, groups, logs)
-        pair_s = max(pair_s, 2 * seconds)
+    seen = _Evidence()
+    machine, gpus = None, set()
+    pairs = rounds = 0  # ABBA pairs and lockstep rounds run, warm-up included
+    pair_s = round_s = 0.0
+    lock_min = max(args.min_rounds, LOCKSTEP_MIN_ROUNDS)
+    cpus, lock_log = lockstep_cpus(), []
+
+    def stored(side: Side, run_id: str, code: int) -> dict[str, dict] | None:
+        nonlocal machine
         found = find_run(store, side.commit, run_id)
         if found is None:
             print(
-                f"optbench ab: round {pair + 1} of {label} stored nothing (exit {code}); its log: "
+                f"optbench ab: a run of {side.label} stored nothing (exit {code}); its log: "
                 f"{(logs / f'{run_id}.log').relative_to(REPO_ROOT)}",
                 file=sys.stderr,
             )
-            return EXIT_NOTHING
+            return None
         machine, records = found
         gpus.add(records.get(MACHINE_KEY, {}).get("info", {}).get("gpu_uuid"))
-        measured, statuses = values(records)
-        kept = "warm-up" if pair < args.warmup else "judged"
-        if kept == "judged":
-            judged[label].append(measured)
-            states[label].append(statuses)
+        return records
+
+    def said(what: str, label: str, run_id: str, seconds: float, kept: str, statuses) -> None:
         bad = sorted(k for k, s in statuses.items() if s != OK)
         print(
-            f"  round {pair + 1} {label:4s} run {run_id}: {len(statuses)} cases in {seconds:.0f} s "
+            f"  {what} {label:4s} run {run_id}: {len(statuses)} cases in {seconds:.0f} s "
             f"({kept})" + (f"; not ok: {', '.join(bad)}" if bad else ""),
             flush=True,
         )
-    else:
-        verdicts = judge(judged["base"], judged["head"], args.confidence)
-    failed = status_regressions(states["base"], states["head"])
+
+    while True:
+        on_abba, on_lock = seen.verdicts(args.confidence)
+        judged_pairs, judged_rounds = pairs - args.warmup, rounds - args.warmup
+        need_abba = (
+            bool(abba)
+            and pairs < args.warmup + args.max_rounds
+            and (judged_pairs < args.min_rounds or bool(undecided(on_abba, args.require)))
+        )
+        need_lock = (
+            bool(lock)
+            and rounds < args.warmup + max(args.max_rounds, lock_min)
+            and (judged_rounds < lock_min or bool(undecided(on_lock, args.require)))
+        )
+        if not need_abba and not need_lock:
+            break
+        # the warm-up and one judged pair or round always run: a verdict needs one
+        must = (need_abba and judged_pairs < 1) or (need_lock and judged_rounds < 1)
+        elapsed = time.monotonic() - started
+        cost = (pair_s if need_abba else 0.0) + (round_s if need_lock else 0.0)
+        if not must and elapsed + cost > args.time_budget:
+            for short, done, minimum, unit, took in (
+                (
+                    need_abba and judged_pairs < args.min_rounds,
+                    judged_pairs,
+                    args.min_rounds,
+                    "ABBA pairs",
+                    pair_s,
+                ),
+                (
+                    need_lock and judged_rounds < lock_min,
+                    judged_rounds,
+                    lock_min,
+                    "lockstep rounds",
+                    round_s,
+                ),
+            ):
+                if short:
+                    needed = elapsed + (minimum - done) * cost
+                    print(
+                        f"optbench ab: the time budget ends after {done} judged {unit}, short of "
+                        f"the {minimum} they need (--min-rounds {args.min_rounds}; {unit} take "
+                        f"about {took:.0f} s): about --time-budget {needed:.0f} would reach it",
+                        file=sys.stderr,
+                    )
+            break
+        if need_abba:
+            kept = "warm-up" if pairs < args.warmup else "judged"
+            pair_started = time.perf_counter()
+            for label in ("base", "head") if pairs % 2 == 0 else ("head", "base"):
+                run_id, seconds, code = run_round(sides[label], settings, abba, logs)
+                records = stored(sides[label], run_id, code)
+                if records is None:
+                    return EXIT_NOTHING
+                measured, statuses = values(records)
+                if kept == "judged":
+                    seen.abba[label].append(measured)
+                    seen.abba_states[label].append(statuses)
+                said(f"pair {pairs + 1}", label, run_id, seconds, kept, statuses)
+            pairs += 1
+            pair_s = max(pair_s, time.perf_counter() - pair_started)
+        if need_lock:
+            kept = "warm-up" if rounds < args.warmup else "judged"
+            cpu, base_first = cpus[rounds % len(cpus)], rounds % 2 == 0
+            ids, seconds, code = run_lockstep_round(sides, settings, lock, logs, cpu, base_first)
+            got = {label: stored(sides[label], ids[label], code) for label in sides}
+            if any(records is None for records in got.values()):
+                return EXIT_NOTHING
+            lock_log.append({**ids, "cpu": cpu, "first": "base" if base_first else "head"})
+            paired = {}
+            for label, records in got.items():
+                assert records is not None
+                measured, statuses = values(records)
+                paired[label] = paired_samples(records)
+                if kept == "judged":
+                    seen.lock[label].append(measured)
+                    seen.lock_states[label].append(statuses)
+                said(
+                    f"lockstep {rounds + 1} (CPU {cpu})", label, ids[label], seconds, kept, statuses
+                )
+            if kept == "judged":
+                seen.paired.append((paired["base"], paired["head"]))
+            rounds += 1
+            round_s = max(round_s, seconds)
+    on_abba, on_lock = seen.verdicts(args.confidence)
+    verdicts, failed = on_abba + on_lock, seen.failed()
     if not verdicts and not failed:
         print(
             "optbench ab: nothing to compare: no metric was measured in every judged round of "
@@ -516,10 +784,9 @@ def _rounds(
     }
     record.update(
         {
-            "order": order(len(sides["base"].runs))[
-                : len(sides["base"].runs) + len(sides["head"].runs)
-            ],
+            "order": order(pairs),
             "warmup_pairs": args.warmup,
+            "lockstep_rounds": lock_log,
             "gpu_uuids": sorted(filter(None, gpus)),
             "suite": args.suite,
             "select": args.select,
@@ -535,6 +802,7 @@ def _rounds(
                     "clock": v.series.clock,
                     "class": v.klass,
                     "threshold": v.threshold,
+                    "paired": v.paired,
                     "base": v.base,
                     "head": v.head,
                     "ratio": v.ratio.estimate,
@@ -552,8 +820,9 @@ def _rounds(
     print(
         f"optbench ab: {len(regressions) + len(failed)} regressions, {len(undecided_all)} "
         f"inconclusive ({len(required)} of them of a required class: {', '.join(args.require)}) of "
-        f"{len(verdicts)} metrics ({len(judged['base'])}/{len(judged['head'])} judged rounds, "
-        f"{record['seconds']:.0f} s, GPU {', '.join(record['gpu_uuids']) or 'none'}); pairing in "
+        f"{len(verdicts)} metrics ({max(0, pairs - args.warmup)} judged ABBA pairs, "
+        f"{max(0, rounds - args.warmup)} judged lockstep rounds, {record['seconds']:.0f} s, GPU "
+        f"{', '.join(record['gpu_uuids']) or 'none'}); pairing in "
         f"{pairing.relative_to(results.parent) if results.parent in pairing.parents else pairing}"
     )
     return code
