@@ -83,14 +83,19 @@ def test_bad_input_is_refused():
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
     """ab with its git, worktrees and grid processes replaced: each side run stores one synthetic
-    run whose 1B step takes ``levels[label]`` ms (noise 0.3%) and whose 100M step is host-bound
-    noise."""
+    run of the cases it was given, whose 1B step takes ``levels[label]`` ms (noise 0.3%) and whose
+    100M step is host-bound noise (15% a run). With ``lockstep`` on, both worktrees can pair, and a
+    lockstep round stores both sides' 100M step with paired samples: the round's host speed (15%
+    between rounds) times ``host[label]``, 1% noise a sample."""
     results = tmp_path / "results"
     state = {
         "levels": {"base": 100.0, "head": 100.0},
+        "host": {"base": 1.0, "head": 1.0},
         "calls": [],
         "status": {"base": "ok", "head": "ok"},
         "commits": {"BASE": "a" * 40, "HEAD": "b" * 40},
+        "lockstep": False,
+        "paired": True,
     }
     rng = random.Random(7)
 
@@ -100,12 +105,21 @@ def fake(tmp_path, monkeypatch):
         return state["commits"][ref]
 
     def add_worktree(commit, root=None):
-        tree = tmp_path / "trees" / commit[:12] / "optbench" / "suite"
-        tree.mkdir(parents=True, exist_ok=True)
-        (tree / "grids.py").write_text("def measure_suite(): ...\n")
-        return tree.parents[1]
+        tree = tmp_path / "trees" / commit[:12]
+        (tree / "optbench" / "suite").mkdir(parents=True, exist_ok=True)
+        (tree / "optbench" / "suite" / "grids.py").write_text("def measure_suite(): ...\n")
+        if state["lockstep"]:
+            (tree / "optbench" / "core").mkdir(parents=True, exist_ok=True)
+            (tree / "optbench" / "core" / "lockstep.py").write_text("")
+        return tree
+
+    def save(side, run_id, recs):
+        machine = {"key": MACHINE_KEY, "info": {"gpu_uuid": "GPU-test"}, "commit": side.commit}
+        ResultStore(results).save("h100-sxm", side.commit, [machine, *recs], run_id=run_id)
+        side.runs.append(run_id)
 
     def run_round(side, settings, groups, logs):
+        keys = {k for g in groups.values() for k in g}
         run_id = f"run{len(state['calls']):02d}"
         state["calls"].append(side.label)
         level = state["levels"][side.label] * (1 + rng.gauss(0, 0.003))
@@ -126,15 +140,34 @@ def fake(tmp_path, monkeypatch):
                 info={"primary_clock": "wall"},
             ),
         ]
-        machine = {"key": MACHINE_KEY, "info": {"gpu_uuid": "GPU-test"}, "commit": side.commit}
-        ResultStore(results).save("h100-sxm", side.commit, [machine, *recs], run_id=run_id)
-        side.runs.append(run_id)
+        save(side, run_id, [r for r in recs if r["key"] in keys])
         return run_id, 1.0, 0
+
+    def run_lockstep_round(sides, settings, groups, logs, cpu, base_first):
+        assert [k for g in groups.values() for k in g] == [STEP_100M]
+        speed = 70.0 * (1 + rng.gauss(0, 0.15))
+        ids = {}
+        for label, side in sides.items():
+            ids[label] = f"run{len(state['calls']):02d}"
+            state["calls"].append(f"lockstep {label}")
+            level = speed * state["host"][label]
+            rec = record(
+                "bench_step.Step100M",
+                {"variant": "eager"},
+                status=state["status"][label],
+                times={"step": (None, [level * (1 + rng.gauss(0, 0.01)) for _ in range(30)])},
+                peak={"step": 256},
+                info={"primary_clock": "wall"},
+            )
+            rec["lockstep"] = {"step": {"cpu": cpu, "paired": state["paired"]}}
+            save(side, ids[label], [rec])
+        return ids, 1.0, 0
 
     monkeypatch.setattr(ab, "resolve", resolve)
     monkeypatch.setattr(ab, "add_worktree", add_worktree)
     monkeypatch.setattr(ab, "remove_worktree", lambda tree, root=None: None)
     monkeypatch.setattr(ab, "run_round", run_round)
+    monkeypatch.setattr(ab, "run_lockstep_round", run_lockstep_round)
     monkeypatch.setattr(ab, "planned", lambda suite, select: {"steps": [STEP_1B, STEP_100M]})
     state["options"] = ab.Options(
         suite="full", results=results, warmup=1, min_rounds=4, max_rounds=8
@@ -204,23 +237,78 @@ def test_a_case_failing_at_head_is_a_regression(fake, capsys):
 
 
 def test_a_required_class_left_undecided_is_inconclusive(fake):
-    """Host-bound noise (15% a run) cannot be decided at 10% in 8 rounds: it holds up the verdict
-    only when required."""
-    options = fake["options"]
-    assert ab.ab("BASE", "HEAD", options) == ab.EXIT_OK
+    """Mutation: a 1B step whose noise (3% a run) cannot be decided at 3% in 8 rounds holds up the
+    verdict while device-bound is required, and not once it is not."""
+    fake["levels"] = {"base": 100.0, "head": 100.0}
+    noisy_levels = fake["levels"]
+
+    class Noisy(dict):
+        def __getitem__(self, label):
+            return noisy_levels[label] * (1 + random.gauss(0, 0.03))
+
+    random.seed(3)
+    fake["levels"] = Noisy()
+    assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_INCONCLUSIVE
+    assert len(fake["calls"]) == 2 * (1 + fake["options"].max_rounds)
     fake["calls"].clear()
-    required = ab.Options(
-        **{**options.__dict__, "require": ("device-bound", "memory", "host-bound")}
+    memory_only = ab.Options(**{**fake["options"].__dict__, "require": ("memory",)})
+    assert ab.ab("BASE", "HEAD", memory_only) == ab.EXIT_OK
+
+
+def test_a_host_bound_step_timed_in_fresh_processes_never_holds_up_the_verdict(fake):
+    """Where a side cannot pair (code before lockstep), the 100M step (15% a run) is judged and
+    reported in the ABBA rounds, inconclusive, and the gate passes after the fewest rounds."""
+    assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_OK
+    assert fake["calls"] == ab.order(5)
+    step = next(v for v in pairing(fake)["verdicts"] if v["key"] == STEP_100M)
+    assert step["class"] == "host-bound" and step["verdict"] == INCONCLUSIVE
+    assert not step["paired"]
+
+
+def test_host_bound_steps_are_timed_in_lockstep_rounds_and_decided(fake):
+    fake["lockstep"] = True
+    assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_OK
+    lockstep = [c for c in fake["calls"] if c.startswith("lockstep")]
+    assert len(lockstep) == 2 * (1 + ab.LOCKSTEP_MIN_ROUNDS)  # a warm-up round and six judged
+    assert [c for c in fake["calls"] if not c.startswith("lockstep")] == ab.order(5)
+    record = pairing(fake)
+    assert [r["first"] for r in record["lockstep_rounds"][:3]] == ["base", "head", "base"]
+    (step,) = (v for v in record["verdicts"] if v["key"] == STEP_100M and v["quantity"] == "time")
+    assert step["paired"] and step["verdict"] == NO_CHANGE and len(step["base"]) == 6
+    assert all(
+        v["key"] == STEP_100M
+        for v in record["verdicts"]
+        if v["metric"] == "step" and v["class"] == "host-bound"
     )
-    assert ab.ab("BASE", "HEAD", required) == ab.EXIT_INCONCLUSIVE
-    assert len(fake["calls"]) == 2 * (1 + options.max_rounds)
+
+
+def test_a_fifteen_percent_slower_host_bound_step_is_a_regression_in_lockstep(fake):
+    """Mutation: the host's 15% between rounds hides a 15% slowdown from fresh processes; paired
+    samples find it."""
+    fake["lockstep"], fake["host"]["head"] = True, 1.15
+    assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_REGRESSION
+    (step,) = (v for v in pairing(fake)["verdicts"] if v["key"] == STEP_100M and v["paired"])
+    assert step["verdict"] == REGRESSION and 1.13 < step["ratio"] < 1.17
+
+
+def test_a_lockstep_round_whose_pairing_broke_is_not_judged_paired(fake):
+    """Mutation: samples a process took alone (its partner gone) must not pass as paired."""
+    fake["lockstep"], fake["paired"], fake["host"]["head"] = True, False, 1.15
+    assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_OK
+    assert not any(v["paired"] for v in pairing(fake)["verdicts"])
+
+
+def test_a_case_failing_at_head_in_lockstep_is_a_regression(fake, capsys):
+    fake["lockstep"], fake["status"]["head"] = True, "wrong"
+    assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_REGRESSION
+    assert f"REGRESSION: {STEP_100M}" in capsys.readouterr().out
 
 
 def test_the_time_budget_stops_the_rounds_and_says_what_would_reach_the_minimum(fake, capsys):
     options = ab.Options(**{**fake["options"].__dict__, "time_budget": 0.0})
     assert ab.ab("BASE", "HEAD", options) == ab.EXIT_INCONCLUSIVE
     assert fake["calls"] == ["base", "head", "head", "base"]  # the warm-up pair and one judged pair
-    assert "short of --min-rounds 4" in capsys.readouterr().err
+    assert "1 judged ABBA pairs, short of the 4 they need" in capsys.readouterr().err
 
 
 # Bisection.

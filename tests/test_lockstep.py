@@ -1,0 +1,151 @@
+"""Lockstep pairs (optbench.core.lockstep) between real processes on a CPU, timing's turns, and the
+paired interval ab judges them with (synthetic shifts: test data, not measurements)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from optbench.core import lockstep
+from optbench.core.timing import measure
+from optbench.gate.ratio import INCONCLUSIVE, NO_CHANGE, REGRESSION, paired_ratio
+
+# One side: a session per label given, 5 samples each of ~20 ms of sleep, timestamps printed.
+SIDE = textwrap.dedent(
+    """
+    import json, sys, time
+    from optbench.core.lockstep import partner
+    out = []
+    pair = partner()
+    for label in sys.argv[1:]:
+        with pair.session(label) as turns:
+            for _ in range(5):
+                with turns():
+                    start = time.monotonic()
+                    time.sleep(0.02)
+                    out.append((start, time.monotonic()))
+        out.append(pair.paired)
+    print(json.dumps(out))
+    """
+)
+
+
+def _pair(labels_a: list[str], labels_b: list[str], cpu: int) -> tuple[list, list]:
+    a_read, b_write = os.pipe()
+    b_read, a_write = os.pipe()
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    procs = []
+    for (read_fd, write_fd), first, labels in (
+        ((a_read, a_write), True, labels_a),
+        ((b_read, b_write), False, labels_b),
+    ):
+        env[lockstep.ENV] = lockstep.Partner.env_value(read_fd, write_fd, first, cpu)
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", SIDE, *labels],
+                env=dict(env),
+                stdout=subprocess.PIPE,
+                text=True,
+                pass_fds=(read_fd, write_fd),
+            )
+        )
+    for fd in (a_read, a_write, b_read, b_write):
+        os.close(fd)
+    outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    return outs[0], outs[1]
+
+
+def _cpu() -> int:
+    return sorted(os.sched_getaffinity(0))[-1]
+
+
+def test_two_processes_take_turns_one_sample_each_and_never_overlap():
+    a, b = _pair(["case step"], ["case step"], _cpu())
+    assert a[-1] is True and b[-1] is True
+    spans = sorted([(*s, "a") for s in a[:-1]] + [(*s, "b") for s in b[:-1]])
+    assert [owner for *_, owner in spans] == ["a", "b"] * 5
+    assert all(end <= next_start for (_, end, _), (next_start, _, _) in zip(spans, spans[1:]))
+
+
+def test_partners_timing_different_cases_time_alone_and_say_so():
+    """Mutation: a partner on another case must not pass as paired."""
+    a, b = _pair(["case step"], ["other step"], _cpu())
+    assert a[-1] is False and b[-1] is False
+    assert len(a) == len(b) == 6  # each still took its samples
+
+
+def test_a_partner_that_ended_leaves_the_other_alone_at_once():
+    a, b = _pair(["case step", "case forward"], ["case step"], _cpu())
+    assert a[5] is True and b[-1] is True
+    assert a[-1] is False and len(a) == 12
+
+
+def test_a_malformed_partner_variable_is_refused():
+    with pytest.raises(ValueError):
+        lockstep.Partner.from_env({lockstep.ENV: "3,4"})
+    assert lockstep.Partner.from_env({}) is None
+
+
+class CountingTurns:
+    """Turns without a partner that count what timing asks of them."""
+
+    samples = 7
+
+    def __init__(self) -> None:
+        self.entered = 0
+
+    def __call__(self):
+        from contextlib import contextmanager
+
+        @contextmanager
+        def turn():
+            self.entered += 1
+            yield
+
+        return turn()
+
+
+def test_timing_takes_exactly_the_turns_samples_each_in_a_turn():
+    turns = CountingTurns()
+    wall = measure(lambda: sum(range(1000)), device="cpu", rep_ms=50, turns=turns).wall
+    assert wall.n == turns.samples == turns.entered
+
+
+# The paired interval.
+
+
+def _shifts(shift: float, sd: float, n: int, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [shift + rng.gauss(0, sd) for _ in range(n)]
+
+
+def test_six_rounds_are_the_fewest_that_bound_the_paired_interval():
+    assert paired_ratio(_shifts(0.0, 0.02, 5, 1)).low == 0.0
+    six = paired_ratio(_shifts(0.0, 0.02, 6, 1))
+    assert 0.0 < six.low < 1.0 < six.high < float("inf")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_fifteen_percent_shift_at_three_percent_noise_is_a_regression_in_eight_rounds(seed):
+    r = paired_ratio(_shifts(0.14, 0.03, 8, seed))
+    assert r.verdict(0.10) == REGRESSION and 1.10 < r.estimate < 1.20
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_no_shift_at_three_percent_noise_is_no_change_in_eight_rounds(seed):
+    r = paired_ratio(_shifts(0.0, 0.03, 8, seed))
+    assert r.verdict(0.10) == NO_CHANGE and r.low < 1.0 < r.high
+
+
+def test_one_wild_round_moves_the_estimate_by_little_and_leaves_it_undecided_not_wrong():
+    shifts = [0.0, 0.01, -0.01, 0.02, -0.02, 0.9]
+    r = paired_ratio(shifts)
+    assert r.estimate < 1.03 and r.verdict(0.10) == INCONCLUSIVE
+    with pytest.raises(ValueError):
+        paired_ratio([])
