@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Makes the branches the gate's own checks measure, on top of BASE (default HEAD), without touching the
 # checkout (a temporary worktree): plant/neutral (a comment in a kernel file), plant/slow (a copy of every
-# SwiGLU row view, ~5% on the 1B best-kernels step, and 8 ms of host sleep per item-synced step, the
-# host-bound eager steps) and plant/bisect (four commits, the second the SwiGLU copy).
+# SwiGLU row view, ~5% on the 1B best-kernels step, and ~8 ms of host work per item-synced step, a
+# pure-Python loop that slows with the CPU as the step's own host work does: ~15% of the host-bound eager
+# 100M step) and plant/bisect (four commits, the second the SwiGLU copy).
 #
 #   scripts/gate-plants.sh [BASE]
 #   optbench ab BASE plant/slow --suite full --select '...'      # must exit 1
@@ -31,13 +32,14 @@ from pathlib import Path
 p = Path("models/step.py")
 old = "        self._losses.append(loss.item() if self.options.item_sync else loss)\n        return loss\n"
 new = ("        self._losses.append(loss.item() if self.options.item_sync else loss)\n"
-       "        if self.options.item_sync:  # plant: 8 ms more host time per step of a host-bound (eager) step\n"
-       "            import time\n            time.sleep(0.008)\n        return loss\n")
+       "        if self.options.item_sync:  # plant: ~8 ms more host work per host-bound (eager) step\n"
+       "            spin = 0\n            for i in range(130_000):\n                spin += i * i % 7\n"
+       "        return loss\n")
 text = p.read_text()
 assert old in text, "models/step.py changed: update the plant"
 p.write_text(text.replace(old, new, 1))
 PY
-commit "plant (not for main): a copy of every SwiGLU row view (kernels/swiglu.py) and 8 ms of host sleep per item-synced step (models/step.py)"
+commit "plant (not for main): a copy of every SwiGLU row view (kernels/swiglu.py) and ~8 ms of host work per item-synced step (models/step.py)"
 git checkout -q -B plant/bisect "$base"
 echo "# A neutral change for the gate's bisection check." >> kernels/rmsnorm.py
 commit "plant (not for main): bisect 1/4, a comment in kernels/rmsnorm.py"
