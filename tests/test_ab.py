@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import random
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -353,3 +355,22 @@ def test_bisect_compares_every_step_with_good(monkeypatch, capsys):
 def test_bisect_without_a_range_is_nothing_to_search(monkeypatch):
     monkeypatch.setattr(bisect, "commits_between", lambda good, bad: [])
     assert bisect.main(["GOOD", "BAD", "--select", "x"]) == ab.EXIT_NOTHING
+
+
+def test_a_round_measures_exactly_its_groups_cases(tmp_path, monkeypatch):
+    """Mutation: a round that runs the whole --select (its host-bound cases too) measures those
+    twice, in fresh processes and in lockstep."""
+    seen = []
+
+    def run(args, cwd, env, stdout, stderr):
+        seen.append(env["OPTBENCH_SELECT"])
+        return subprocess.CompletedProcess(args, 0)
+
+    monkeypatch.setattr(ab.subprocess, "run", run)
+    side = ab.Side("base", "BASE", "a" * 40, tree=tmp_path)
+    settings = ab.Settings(suite="full", select="Step", results=tmp_path / "results")
+    ab.run_round(side, settings, {"steps": [STEP_1B]}, tmp_path / "logs")
+    assert [re.fullmatch(s, k) is not None for s in seen for k in (STEP_1B, STEP_100M)] == [
+        True,
+        False,
+    ]

@@ -139,23 +139,31 @@ def planned(suite: str, select: str | None) -> dict[str, list[str]]:
     return dict(groups)
 
 
+def only(keys: Iterable[str]) -> str:
+    """A selection of exactly the cases ``keys``."""
+    return "^(?:" + "|".join(re.escape(k) for k in keys) + ")$"
+
+
 def run_round(
-    side: Side, settings: Settings, groups: Iterable[str], logs: Path
+    side: Side, settings: Settings, groups: dict[str, list[str]], logs: Path
 ) -> tuple[str, float, int]:
     """One round of ``side``: each grid process of ``groups`` in turn, fresh, in the side's
-    worktree, as one run of its commit. Returns the run id, the seconds it took and the worst exit
-    code of its processes (their output is in ``logs/<run id>.log``)."""
+    worktree, measuring exactly that group's cases, as one run of its commit. Returns the run id,
+    the seconds it took and the worst exit code of its processes (their output is in
+    ``logs/<run id>.log``)."""
     assert side.tree is not None
     run_id = new_run_id()
-    env = process_env(
-        dataclasses.replace(settings, run_id=run_id, asv_commit=side.commit),
-        side.tree,
-        REPO_ROOT / ".cache",
-    )
     logs.mkdir(parents=True, exist_ok=True)
     started, worst = time.perf_counter(), 0
     with open(logs / f"{run_id}.log", "w") as log:
-        for group in groups:
+        for group, keys in groups.items():
+            env = process_env(
+                dataclasses.replace(
+                    settings, run_id=run_id, asv_commit=side.commit, select=only(keys)
+                ),
+                side.tree,
+                REPO_ROOT / ".cache",
+            )
             code = subprocess.run(
                 [sys.executable, "-c", GRID_ENTRY.format(group)],
                 cwd=side.tree,
@@ -215,7 +223,7 @@ def run_lockstep_round(
     logs.mkdir(parents=True, exist_ok=True)
     started, worst = time.perf_counter(), 0
     for group, keys in groups.items():
-        select = "^(?:" + "|".join(re.escape(k) for k in keys) + ")$"
+        select = only(keys)
         base_read, head_write = os.pipe()
         head_read, base_write = os.pipe()
         ends = {"base": (base_read, base_write), "head": (head_read, head_write)}
