@@ -694,11 +694,18 @@ def _rounds(
         )
         if not need_abba and not need_lock:
             break
-        # the warm-up and one judged pair or round always run: a verdict needs one
-        must = (need_abba and judged_pairs < 1) or (need_lock and judged_rounds < 1)
+        # The warm-up and one judged pair or round always run (a verdict needs one); otherwise a
+        # pair or round runs where it fits in what is left of the budget, ABBA first.
         elapsed = time.monotonic() - started
-        cost = (pair_s if need_abba else 0.0) + (round_s if need_lock else 0.0)
-        if not must and elapsed + cost > args.time_budget:
+        run_abba = need_abba and (
+            judged_pairs < 1
+            or elapsed + pair_s + (round_s if need_lock else 0.0) <= args.time_budget
+        )
+        run_lock = need_lock and (
+            judged_rounds < 1
+            or elapsed + (pair_s if run_abba else 0.0) + round_s <= args.time_budget
+        )
+        if not run_abba and not run_lock:
             for short, done, minimum, unit, took in (
                 (
                     need_abba and judged_pairs < args.min_rounds,
@@ -716,7 +723,7 @@ def _rounds(
                 ),
             ):
                 if short:
-                    needed = elapsed + (minimum - done) * cost
+                    needed = elapsed + (minimum - done) * took
                     print(
                         f"optbench ab: the time budget ends after {done} judged {unit}, short of "
                         f"the {minimum} they need (--min-rounds {args.min_rounds}; {unit} take "
@@ -724,7 +731,7 @@ def _rounds(
                         file=sys.stderr,
                     )
             break
-        if need_abba:
+        if run_abba:
             kept = "warm-up" if pairs < args.warmup else "judged"
             pair_started = time.perf_counter()
             for label in ("base", "head") if pairs % 2 == 0 else ("head", "base"):
@@ -739,7 +746,7 @@ def _rounds(
                 said(f"pair {pairs + 1}", label, run_id, seconds, kept, statuses)
             pairs += 1
             pair_s = max(pair_s, time.perf_counter() - pair_started)
-        if need_lock:
+        if run_lock:
             kept = "warm-up" if rounds < args.warmup else "judged"
             cpu, base_first = cpus[rounds % len(cpus)], rounds % 2 == 0
             ids, seconds, code = run_lockstep_round(sides, settings, lock, logs, cpu, base_first)
