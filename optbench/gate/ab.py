@@ -2,25 +2,36 @@
 
 Each commit is checked out into a worktree of its own (under ``.cache/ab/``) after resolving it to
 the commit whose code it holds (commits of results and docs alone measure their parent's code):
-where both resolve to one commit, the code is the same and nothing is measured. Then rounds: each
-round runs the selected cases of one commit in fresh processes (the steps in one, the other grids in
-another, as ``optbench run`` does), one side after the other in ABBA order (base, head, head, base,
-...), so that drift of the machine during the job falls on both sides alike. Every case is checked
-before it is timed, as always.
+where both resolve to one commit, the code is the same and nothing is measured. Every case is
+checked before it is timed, as always. The selected cases are measured in one of two designs:
 
-Each round is an ordinary run of its commit: its records go to the store
-(``results/<machine>/optbench/``) and the history gains them. The first pair of rounds
-(``--warmup``) fills the compile caches and is not judged. Then, per metric, head/base of the runs'
-values with its Mann-Whitney interval (:mod:`optbench.gate.ratio`) against the metric's threshold
-(``optbench.suite.catalog.GATE_THRESHOLDS``: device-bound times 3%, host-bound 10%, peak memory 1%,
-compile seconds 15%). Rounds go on until every metric of the classes that must be decided
-(``--require``: device-bound and memory by default) has a verdict other than inconclusive, after at
-least ``--min-rounds`` judged rounds a side, or until ``--max-rounds`` or the ``--time-budget``
-would be passed. Host-bound times and compile seconds move by tens of percent between processes of
-one GPU: they are judged and reported, and flag a regression when their whole interval is past the
-threshold, but an interval that still straddles it does not hold up the verdict unless required. A
-case that is ok at base and fails at head in any round is a regression. The pairing (which runs, in
-which order, on which GPU, the verdicts) is stored in ``results/<machine>/ab/<first run id>.json``.
+- **ABBA rounds** (kernels, device-bound steps): a round runs one commit's cases in fresh processes
+  (the steps in one, the other grids in another, as ``optbench run`` does), one side after the other
+  in ABBA order (base, head, head, base, ...), so that drift of the machine falls on both sides
+  alike. Per metric, head/base of the rounds' values with its Mann-Whitney interval
+  (:func:`optbench.gate.ratio.ratio`).
+- **Lockstep rounds** (cases whose step is host-bound: below 1B, no CUDA graph): both commits'
+  processes at once, every thread of both on one CPU (another each round), taking turns sample by
+  sample (:mod:`optbench.core.lockstep`), the base first in every other round. A host-bound step's
+  time is the host's, whose speed moves within seconds on a shared machine: paired samples meet the
+  same spells. Per metric, each round's median of ``log(head_i / base_i)``, and over the rounds the
+  signed-rank interval (:func:`optbench.gate.ratio.paired_ratio`; 6 rounds are the fewest that bound
+  it). Where a side's code predates lockstep, these cases go to the ABBA rounds.
+
+Each round's processes make an ordinary run of their commit: the records go to the store
+(``results/<machine>/optbench/``; a lockstep run's records say so, ``lockstep``) and the history
+gains them. The first ``--warmup`` pairs and lockstep rounds fill the compile caches and are not
+judged. Each verdict is against the metric's threshold (``optbench.suite.catalog.GATE_THRESHOLDS``:
+device-bound times 3%, host-bound 10%, peak memory 1%, compile seconds 15%). Each design goes on
+until every metric of the classes that must be decided (``--require``: device-bound, memory and
+host-bound by default) has a verdict other than inconclusive, after at least ``--min-rounds``
+judged rounds (lockstep: at least 6), or until ``--max-rounds``; a pair or round runs only where it
+fits in what is left of ``--time-budget``. A host-bound time measured in fresh processes (a graphed
+step's forward, or any where lockstep cannot run) moves by tens of percent between them: it is
+judged and reported, and flags a regression when its whole interval is past the threshold, but never
+holds up the verdict. A case that is ok at base and fails at head in any round is a regression. The
+pairing (which runs, in which order, on which GPU and CPU, the verdicts) is stored in
+``results/<machine>/ab/<first run id>.json``.
 
 Exit codes: 0 no regression (or the same code on both sides), 1 a regression, 2 nothing to compare
 (a ref git cannot resolve, no case measured on both sides), 3 inconclusive: no regression found, but
