@@ -124,3 +124,23 @@ def test_a_cut_short_run_file_keeps_its_whole_records_and_names_the_file(tmp_pat
     # runs without a GPU UUID are compared across GPUs, reported, never gated: nothing comparable
     assert compare.main([commit(1), commit(2), "--results", str(tmp_path)]) == 2
     assert "CROSS-GPU" in capsys.readouterr().out
+
+
+def test_records_timed_in_lockstep_are_kept_but_not_the_commits_figure(tmp_path):
+    """Mutation: a run ab timed in lockstep (one CPU, in turns) must not become a commit's figure,
+    nor the stored-history comparison's: it is kept, and read only by its pairing."""
+    from optbench.gate.compare import run_medians
+
+    store, c = ResultStore(tmp_path), commit(1)
+    key = "bench_step.Step100M|variant=eager"
+    plain = record(
+        "bench_step.Step100M", {"variant": "eager"}, times={"step": (None, samples(70.0, 1))}
+    )
+    paired = {**plain, "lockstep": {"step": {"cpu": 3, "paired": True}}}
+    paired["metrics"] = {"step": {"wall": {**plain["metrics"]["step"]["wall"], "median_ms": 54.0}}}
+    store.save("h100-sxm", c, [plain], run_id="20261126T000000Z-aaaaaa")
+    store.save("h100-sxm", c, [paired], run_id="20261126T000100Z-bbbbbb")
+    assert len(store.runs("h100-sxm", c)) == 2
+    assert "lockstep" not in store.load("h100-sxm", c)[key]
+    assert [run_medians(r) != {} for r in store.runs("h100-sxm", c)] == [True, False]
+    assert Record.of(paired).lockstep and not Record.of(plain).lockstep

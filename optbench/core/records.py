@@ -65,6 +65,7 @@ class Record:
     flops: Mapping[str, float]
     bytes_moved: Mapping[str, float]
     compile_seconds: float | None
+    lockstep: bool  # timed in turns with another commit's process on one CPU (optbench ab)
     _timings: Mapping[str, Mapping[str, Mapping[str, Any] | None] | None] = field(repr=False)
     _peaks: Mapping[str, float | None] = field(repr=False)
 
@@ -83,6 +84,7 @@ class Record:
             flops=data.get("flops") or {},
             bytes_moved=data.get("bytes") or {},
             compile_seconds=data.get("compile_seconds"),
+            lockstep=bool(data.get("lockstep")),
             _timings=data.get("metrics") or {},
             _peaks=data.get("peak_mem_bytes") or {},
         )

@@ -246,14 +246,16 @@ class ResultStore:
     def load(self, machine: str, commit: str) -> dict[str, dict]:
         """The latest record of each key over the runs of (machine, commit) ({} if none): one record
         per case for readers that show one figure (an interrupted record only where no run gave the
-        case a verdict); :meth:`runs` gives every run."""
+        case a verdict; none that ``optbench ab`` timed in lockstep, on one CPU in turns with
+        another commit's process); :meth:`runs` gives every run."""
         merged: dict[str, dict] = {}
         for run in self.runs(machine, commit):
             merged.update(
                 {
                     key: rec
                     for key, rec in run.records.items()
-                    if rec.get("status") != INTERRUPTED or key not in merged
+                    if (rec.get("status") != INTERRUPTED or key not in merged)
+                    and not rec.get("lockstep")
                 }
             )
         return merged

@@ -227,12 +227,14 @@ def timing_of(rec: Record, metric: str, clock: str) -> TimingView | None:
 def run_medians(run: StoredRun) -> dict[Series, float]:
     """Median ms of every timed (metric, clock) of the run's ok records, by series (clocks by
     method: :func:`series_clock`), and the compile seconds of a run that started from a cold
-    compile cache, as series ``(key, 'compile', 'seconds')``."""
+    compile cache, as series ``(key, 'compile', 'seconds')``. Records timed in lockstep (``optbench
+    ab``'s paired design: on one CPU, in turns with another commit) are left out: their noise is
+    not that of the runs they would be compared with."""
     found = {}
     cold = run.info.get("compile_cache") == COLD_CACHE
     for key, data in run.results().items():
         rec = Record.of(data)
-        if not rec.ok:
+        if not rec.ok or rec.lockstep:
             continue
         for metric in rec.metrics:
             for clock in rec.clocks(metric):

@@ -539,7 +539,7 @@ def time_histories(
             unit = unit_of(run.info, machine)
             for key, data in run.results().items():
                 rec = Record.of(data)
-                if not rec.ok:
+                if not rec.ok or rec.lockstep:  # ab's paired design: not this trend's
                     continue
                 for metric in rec.metrics:
                     clock = rec.primary_clock if rec.timing(metric, rec.primary_clock) else "wall"
