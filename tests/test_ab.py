@@ -374,3 +374,17 @@ def test_a_round_measures_exactly_its_groups_cases(tmp_path, monkeypatch):
         True,
         False,
     ]
+
+
+@pytest.mark.parametrize(
+    ("key", "paired"),
+    [
+        (STEP_100M, True),
+        ("bench_anchors.HFCompileStep|size=100M", True),
+        (STEP_1B, False),
+        ("bench_step.Step100M|variant=best-kernels", False),  # a CUDA graph: device-bound
+        ("bench_kernels.SwiGLU|shape=8192x5632|impl=triton", False),
+    ],
+)
+def test_only_one_process_host_bound_steps_go_to_lockstep(key, paired):
+    assert ab.host_bound(key) is paired

@@ -188,11 +188,14 @@ def run_round(
 
 
 def host_bound(key: str) -> bool:
-    """Whether case ``key``'s step is host-bound (a training step below 1B that replays no CUDA
-    graph): ab times such a case in lockstep pairs where both commits' code can."""
+    """Whether case ``key``'s step is host-bound (a one-process training step, ours or the
+    anchor's, below 1B and replaying no CUDA graph): ab times such a case in lockstep pairs where
+    both commits' code can. A multi-GPU step's ranks are processes of their own: never."""
     benchmark, *rest = key.split("|")
     params = dict(p.split("=", 1) for p in rest)
-    return catalog.metric_class(benchmark, params, "time", "wall", "step") == "host-bound"
+    return catalog.kind(benchmark) in ("step", "anchor") and (
+        catalog.metric_class(benchmark, params, "time", "wall", "step") == "host-bound"
+    )
 
 
 def split_lockstep(
