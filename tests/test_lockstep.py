@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -19,24 +20,32 @@ from optbench.gate.ratio import INCONCLUSIVE, NO_CHANGE, REGRESSION, paired_rati
 # One side: a session per label given, 5 samples each of ~20 ms of sleep, timestamps printed.
 SIDE = textwrap.dedent(
     """
-    import json, sys, time
+    import json, os, sys, time
     from optbench.core.lockstep import partner
-    out = []
+    out, fail_at = [], int(os.environ.get("FAIL_AT", "-1"))
     pair = partner()
     for label in sys.argv[1:]:
-        with pair.session(label) as turns:
-            for _ in range(5):
-                with turns():
-                    start = time.monotonic()
-                    time.sleep(0.02)
-                    out.append((start, time.monotonic()))
+        try:
+            with pair.session(label) as turns:
+                for i in range(5):
+                    with turns():
+                        if i == fail_at and label == sys.argv[1]:
+                            raise RuntimeError("planted failure")
+                        start = time.monotonic()
+                        time.sleep(0.02)
+                        out.append((start, time.monotonic()))
+                out.append(turns.paired)
+        except RuntimeError:
+            out.append("failed")
         out.append(pair.paired)
     print(json.dumps(out))
     """
 )
 
 
-def _pair(labels_a: list[str], labels_b: list[str], cpu: int) -> tuple[list, list]:
+def _pair(
+    labels_a: list[str], labels_b: list[str], cpu: int, fail_b_at: int = -1
+) -> tuple[list, list]:
     a_read, b_write = os.pipe()
     b_read, a_write = os.pipe()
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
@@ -46,6 +55,7 @@ def _pair(labels_a: list[str], labels_b: list[str], cpu: int) -> tuple[list, lis
         ((b_read, b_write), False, labels_b),
     ):
         env[lockstep.ENV] = lockstep.Partner.env_value(read_fd, write_fd, first, cpu)
+        env["FAIL_AT"] = str(-1 if first else fail_b_at)
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-c", SIDE, *labels],
@@ -67,8 +77,8 @@ def _cpu() -> int:
 
 def test_two_processes_take_turns_one_sample_each_and_never_overlap():
     a, b = _pair(["case step"], ["case step"], _cpu())
-    assert a[-1] is True and b[-1] is True
-    spans = sorted([(*s, "a") for s in a[:-1]] + [(*s, "b") for s in b[:-1]])
+    assert a[-2:] == b[-2:] == [True, True]
+    spans = sorted([(*s, "a") for s in a[:-2]] + [(*s, "b") for s in b[:-2]])
     assert [owner for *_, owner in spans] == ["a", "b"] * 5
     assert all(end <= next_start for (_, end, _), (next_start, _, _) in zip(spans, spans[1:]))
 
@@ -76,14 +86,25 @@ def test_two_processes_take_turns_one_sample_each_and_never_overlap():
 def test_partners_timing_different_cases_time_alone_and_say_so():
     """Mutation: a partner on another case must not pass as paired."""
     a, b = _pair(["case step"], ["other step"], _cpu())
-    assert a[-1] is False and b[-1] is False
-    assert len(a) == len(b) == 6  # each still took its samples
+    assert a[-2:] == b[-2:] == [False, False]
+    assert len(a) == len(b) == 7  # each still took its samples
 
 
 def test_a_partner_that_ended_leaves_the_other_alone_at_once():
     a, b = _pair(["case step", "case forward"], ["case step"], _cpu())
-    assert a[5] is True and b[-1] is True
-    assert a[-1] is False and len(a) == 12
+    assert a[5:7] == b[5:7] == [True, True]
+    assert a[-2:] == [False, False] and len(a) == 14
+
+
+def test_a_partner_whose_case_fails_midway_leaves_the_other_to_finish_alone_then_pairs_again():
+    """Mutation: the failing side's closing meet taken for a turn deadlocked both until the case
+    budget, and the healthy side's case was recorded as a timeout."""
+    start = time.monotonic()
+    a, b = _pair(["case step", "next step"], ["case step", "next step"], _cpu(), fail_b_at=2)
+    assert time.monotonic() - start < lockstep.WAIT_S / 2
+    assert b[:2] == [[*b[0]], [*b[1]]] and b[2:4] == ["failed", True]
+    assert len([s for s in a[:6] if isinstance(s, list)]) == 5 and a[5:7] == [False, True]
+    assert a[-2:] == b[-2:] == [True, True]  # the next session is paired again
 
 
 def test_a_malformed_partner_variable_is_refused():

@@ -9,10 +9,12 @@ the code's difference and loses most of the host's.
 
 ``optbench ab`` starts the two processes with :data:`ENV` set to ``"<read fd>,<write fd>,<first>,
 <cpu>"``: a pipe from the partner and one to it, whether this side takes the first turn, and the
-CPU. Around each timing (:meth:`Partner.session`), both sides meet at a barrier that names the case
-and metric, pin every thread to the CPU, alternate :data:`SAMPLES` samples, meet again and unpin.
-Where the partner names another case, closes its pipe (it ended) or does not answer within
-:data:`WAIT_S`, this process times alone from then on and says so (``paired`` False)."""
+CPU. In each timing (:meth:`Partner.session`), after its own warm-up, each side meets the other at
+a barrier that names the case, the metric and the number of samples; then both pin every thread to
+the CPU, alternate :data:`SAMPLES` samples, meet again and unpin. A partner whose case fails in the
+middle leaves this side to finish that session alone. Where the partner names another session,
+closes its pipe (it ended) or does not answer within :data:`WAIT_S`, this process times alone from
+then on. Either way the session says so (``paired`` False)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 
 ENV = "OPTBENCH_LOCKSTEP"
 SAMPLES = 30  # samples each side takes in a session (the same on both sides: they alternate)
-WAIT_S = 300.0  # the longest wait for the partner (its warm-up, a slower build) before going alone
+WAIT_S = 60.0  # the longest wait for the partner (a slower warm-up) before going alone
 _TURN, _MEET = b"t\n", b"m "
 
 
@@ -82,56 +84,78 @@ class Partner:
     def _meet(self, label: str) -> None:
         """Wait for the partner to reach the same point (turns it left unanswered are dropped);
         another label ends the pairing."""
-        self._send(_MEET + label.encode() + b"\n")
+        want = _MEET + label.encode() + b"\n"
+        self._send(want)
         while self.paired:
             line = self._line()
             if line is None or line == _TURN:
                 continue
-            if line != _MEET + label.encode() + b"\n":
+            if line != want:
                 self.paired = False
             return
 
     @contextmanager
     def session(self, label: str) -> Iterator[Turns]:
-        """Time one metric in turns with the partner: meet, pin, yield the turns, meet, unpin."""
-        self._meet(label)
-        pinned = _pin_threads(self.cpu) if self.paired else {}
-        turns = Turns(self)
+        """Time one metric in turns with the partner. The turns begin where the samples do (after
+        this side's warm-up): both meet, pin every thread to the CPU and alternate; at the end they
+        meet again and unpin. ``label`` (the case and metric) must be the partner's."""
+        turns = Turns(self, f"{label} {SAMPLES}")
         try:
             yield turns
         finally:
-            self._meet(label)
-            _unpin_threads(pinned)
-
-    def wait_turn(self) -> None:
-        if self.paired:
-            self._line()
-
-    def pass_turn(self) -> None:
-        self._send(_TURN)
+            turns.close()
 
 
 @dataclass
 class Turns:
-    """The turns of one session: ``with turns():`` around each of :data:`SAMPLES` samples."""
+    """The turns of one session: ``with turns():`` around each of :data:`SAMPLES` samples.
+    ``paired`` says whether every sample so far was taken in turn with the partner; a partner that
+    leaves the session (an error in its case) leaves this side to finish alone."""
 
     partner: Partner
+    label: str
     samples: int = SAMPLES
     _taken: int = 0
+    _alone: bool = False
+    _pinned: dict[int, set[int]] = field(default_factory=dict)
 
     @property
     def paired(self) -> bool:
-        return self.partner.paired
+        return self.partner.paired and not self._alone and self._taken > 0
+
+    def _wait(self) -> None:
+        if self._alone or not self.partner.paired:
+            return
+        line = self.partner._line()
+        if line is not None and line != _TURN:  # its closing meet: it left; keep that for close()
+            self.partner._buffer[:0] = line
+            self._alone = True
 
     @contextmanager
     def __call__(self) -> Iterator[None]:
-        if self._taken > 0 or not self.partner.first:
-            self.partner.wait_turn()
+        if self._taken == 0:
+            self.partner._meet(self.label)
+            if self.partner.paired:
+                self._pinned = _pin_threads(self.partner.cpu)
+            if not self.partner.first:
+                self._wait()
+        else:
+            self._wait()
         self._taken += 1
         try:
             yield
         finally:
-            self.partner.pass_turn()
+            if not self._alone:
+                self.partner._send(_TURN)
+
+    def close(self) -> None:
+        """Meet the partner at the session's end (where the turns began) and unpin."""
+        try:
+            if self._taken > 0:
+                self.partner._meet(f"{self.label} end")
+        finally:
+            _unpin_threads(self._pinned)
+            self._pinned = {}
 
 
 def _threads() -> list[int]:

@@ -84,7 +84,7 @@ class Record:
             flops=data.get("flops") or {},
             bytes_moved=data.get("bytes") or {},
             compile_seconds=data.get("compile_seconds"),
-            lockstep=bool(data.get("lockstep")),
+            lockstep="lockstep" in data,
             _timings=data.get("metrics") or {},
             _peaks=data.get("peak_mem_bytes") or {},
         )

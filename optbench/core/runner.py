@@ -457,6 +457,8 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
     from optbench.core.timing import measure
 
     work, phase, baseline = None, "build", _allocated(device)
+    if partner() is not None:  # the whole record, whatever its end, is the paired design's
+        rec["lockstep"] = {}
     # what earlier cases of this process still hold: not this case's own memory
     if baseline is not None:
         rec["mem_before_bytes"] = baseline
@@ -486,8 +488,8 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
                     turns=turns,
                     **work.timing.get(name, {}),
                 ).to_dict()
-                if pair is not None:
-                    rec.setdefault("lockstep", {})[name] = {"cpu": pair.cpu, "paired": pair.paired}
+                if pair is not None and turns is not None:
+                    rec["lockstep"][name] = {"cpu": pair.cpu, "paired": turns.paired}
                 # the clock, power and heat the figure was taken at
                 if str(device).startswith("cuda"):
                     rec.setdefault("gpu_state", {})[name] = gpu_state()

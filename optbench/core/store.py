@@ -255,7 +255,7 @@ class ResultStore:
                     key: rec
                     for key, rec in run.records.items()
                     if (rec.get("status") != INTERRUPTED or key not in merged)
-                    and not rec.get("lockstep")
+                    and "lockstep" not in rec
                 }
             )
         return merged
