@@ -161,7 +161,10 @@ def fake(tmp_path, monkeypatch):
                 peak={"step": 256},
                 info={"primary_clock": "wall"},
             )
-            rec["lockstep"] = {"step": {"cpu": cpu, "paired": state["paired"]}}
+            paired = state["paired"]
+            if isinstance(paired, list):  # one value a round
+                paired = paired[(len(state["calls"]) - 1) // 2 % len(paired)]
+            rec["lockstep"] = {"step": {"cpu": cpu, "paired": paired}}
             save(side, ids[label], [rec])
         return ids, 1.0, 0
 
@@ -298,6 +301,20 @@ def test_a_lockstep_round_whose_pairing_broke_is_not_judged_paired(fake):
     fake["lockstep"], fake["paired"], fake["host"]["head"] = True, False, 1.15
     assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_OK
     assert not any(v["paired"] for v in pairing(fake)["verdicts"])
+
+
+def test_only_the_rounds_that_paired_a_series_count_toward_its_verdict(fake, capsys):
+    """Mutation: rounds whose samples were not taken in turns must not bound the interval; with
+    every other round unpaired, 9 lockstep rounds hold too few paired ones to decide."""
+    fake["lockstep"], fake["paired"] = True, [True, False]
+    assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_INCONCLUSIVE
+    assert "was not timed in turns" in capsys.readouterr().err
+    (step,) = (
+        v
+        for v in pairing(fake)["verdicts"]
+        if v["key"] == STEP_100M and v["paired"] and v["metric"] == "step"
+    )
+    assert step["verdict"] == INCONCLUSIVE and len(step["base"]) < ab.LOCKSTEP_MIN_ROUNDS
 
 
 def test_a_case_failing_at_head_in_lockstep_is_a_regression(fake, capsys):

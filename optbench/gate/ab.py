@@ -385,14 +385,15 @@ def judge_paired(
     rounds: list[tuple[dict[Series, tuple[float, ...]], dict[Series, tuple[float, ...]]]],
     confidence: float,
 ) -> list[Verdict]:
-    """A verdict for every host-bound series that each lockstep round paired on both sides: the
-    rounds' shifts (:func:`shift`) through :func:`optbench.gate.ratio.paired_ratio`; its base and
-    head values are the rounds' medians."""
-    sets = [set(b) & set(h) for b, h in rounds]
+    """A verdict for every host-bound series that a lockstep round paired on both sides, over the
+    rounds that paired it: the rounds' shifts (:func:`shift`) through
+    :func:`optbench.gate.ratio.paired_ratio` (fewer than 6 leave it unbounded, so inconclusive);
+    its base and head values are those rounds' medians."""
     out = []
-    for series in sorted(set.intersection(*sets) if sets else set()):
-        shifts = [shift(b[series], h[series]) for b, h in rounds]
-        if any(s is None for s in shifts):
+    for series in sorted(set().union(*(set(b) & set(h) for b, h in rounds))):
+        used = [(b[series], h[series]) for b, h in rounds if series in b and series in h]
+        shifts = [s for s in (shift(b, h) for b, h in used) if s is not None]
+        if not shifts:
             continue
         benchmark, *rest = series.key.split("|")
         params = dict(p.split("=", 1) for p in rest)
@@ -403,13 +404,25 @@ def judge_paired(
                 series,
                 klass,
                 catalog.GATE_THRESHOLDS[klass],
-                tuple(statistics.median(b[series]) for b, _ in rounds),
-                tuple(statistics.median(h[series]) for _, h in rounds),
-                paired_ratio([s for s in shifts if s is not None], confidence),
+                tuple(statistics.median(b) for b, _ in used),
+                tuple(statistics.median(h) for _, h in used),
+                paired_ratio(shifts, confidence),
                 paired=True,
             )
         )
     return out
+
+
+def unpaired(records: dict[str, dict]) -> list[str]:
+    """'<case> <metric>' of each timing of a lockstep run that was not taken in turns (its partner
+    left, disagreed or never came)."""
+    return sorted(
+        f"{key} {metric}"
+        for key, data in records.items()
+        if not key.startswith("__")
+        for metric, held in (data.get("lockstep") or {}).items()
+        if not held.get("paired")
+    )
 
 
 def status_regressions(base: list[dict[str, str]], head: list[dict[str, str]]) -> list[str]:
@@ -762,17 +775,27 @@ def _rounds(
             pair_s = max(pair_s, time.perf_counter() - pair_started)
         if run_lock:
             kept = "warm-up" if rounds < args.warmup else "judged"
-            cpu, base_first = cpus[rounds % len(cpus)], rounds % 2 == 0
+            # each CPU twice in a row, once with either side first
+            cpu, base_first = cpus[(rounds // 2) % len(cpus)], rounds % 2 == 0
             ids, seconds, code = run_lockstep_round(sides, settings, lock, logs, cpu, base_first)
             got = {label: stored(sides[label], ids[label], code) for label in sides}
             if any(records is None for records in got.values()):
                 return EXIT_NOTHING
-            lock_log.append({**ids, "cpu": cpu, "first": "base" if base_first else "head"})
+            lock_log.append(
+                {**ids, "cpu": cpu, "first": "base" if base_first else "head", "kept": kept}
+            )
             paired = {}
             for label, records in got.items():
                 assert records is not None
                 measured, statuses = values(records)
                 paired[label] = paired_samples(records)
+                for timing in unpaired(records):
+                    print(
+                        f"optbench ab: lockstep round {rounds + 1}, {label}: {timing} was not "
+                        "timed in turns (its partner left, disagreed or never came): not judged "
+                        "from this round",
+                        file=sys.stderr,
+                    )
                 if kept == "judged":
                     seen.lock[label].append(measured)
                     seen.lock_states[label].append(statuses)
