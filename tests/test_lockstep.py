@@ -107,6 +107,50 @@ def test_a_partner_whose_case_fails_midway_leaves_the_other_to_finish_alone_then
     assert a[-2:] == b[-2:] == [True, True]  # the next session is paired again
 
 
+WARMING = textwrap.dedent(
+    """
+    import json, os, time
+    from optbench.core.lockstep import partner
+    pair, out = partner(), {}
+    with pair.session("case step") as turns:
+        time.sleep(float(os.environ["WARM_S"]))  # this side's warm-up, inside the timing
+        out["warm_end"] = time.monotonic()
+        for _ in range(3):
+            with turns():
+                out.setdefault("first_start", time.monotonic())
+                time.sleep(0.01)
+    print(json.dumps(out))
+    """
+)
+
+
+def test_the_first_sample_waits_for_the_partners_warm_up():
+    """Mutation: a barrier before the warm-ups let the first side's first sample run beside the
+    other side's warm-up."""
+    a_read, b_write = os.pipe()
+    b_read, a_write = os.pipe()
+    procs = []
+    for (read_fd, write_fd), first, warm in (
+        ((a_read, a_write), True, 0.0),
+        ((b_read, b_write), False, 0.5),
+    ):
+        env = {**os.environ, "PYTHONPATH": os.getcwd(), "WARM_S": str(warm)}
+        env[lockstep.ENV] = lockstep.Partner.env_value(read_fd, write_fd, first, _cpu())
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", WARMING],
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+                pass_fds=(read_fd, write_fd),
+            )
+        )
+    for fd in (a_read, a_write, b_read, b_write):
+        os.close(fd)
+    a, b = (json.loads(p.communicate(timeout=120)[0]) for p in procs)
+    assert a["first_start"] >= b["warm_end"]
+
+
 def test_a_malformed_partner_variable_is_refused():
     with pytest.raises(ValueError):
         lockstep.Partner.from_env({lockstep.ENV: "3,4"})
