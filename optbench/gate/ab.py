@@ -72,6 +72,7 @@ from optbench.core.store import (
 from optbench.gate.ratio import INCONCLUSIVE, REGRESSION, Ratio, paired_ratio, ratio
 from optbench.suite import catalog
 from optbench.suite.grids import PROCESSES
+from optbench.suite.shard import pattern
 
 EXIT_OK, EXIT_REGRESSION, EXIT_NOTHING, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 # the fewest lockstep rounds whose exact signed-rank test reaches 5% two-sided
@@ -150,9 +151,21 @@ def planned(suite: str, select: str | None) -> dict[str, list[str]]:
     return dict(groups)
 
 
-def only(keys: Iterable[str]) -> str:
-    """A selection of exactly the cases ``keys``."""
-    return "^(?:" + "|".join(re.escape(k) for k in keys) + ")$"
+def case_of(key: str) -> tuple[str, dict[str, str]]:
+    """(benchmark, params) of a record key ('bench_step.Step100M|variant=eager')."""
+    benchmark, *rest = key.split("|")
+    return benchmark, dict(p.split("=", 1) for p in rest)
+
+
+def grid_env(side: Side, settings: Settings, run_id: str, keys: list[str]) -> dict[str, str]:
+    """The environment of a grid process of ``side`` that measures exactly the cases ``keys`` as
+    part of run ``run_id`` of its commit."""
+    assert side.tree is not None
+    return process_env(
+        dataclasses.replace(settings, run_id=run_id, asv_commit=side.commit, select=pattern(keys)),
+        side.tree,
+        REPO_ROOT / ".cache",
+    )
 
 
 def run_round(
@@ -168,17 +181,10 @@ def run_round(
     started, worst = time.perf_counter(), 0
     with open(logs / f"{run_id}.log", "w") as log:
         for group, keys in groups.items():
-            env = process_env(
-                dataclasses.replace(
-                    settings, run_id=run_id, asv_commit=side.commit, select=only(keys)
-                ),
-                side.tree,
-                REPO_ROOT / ".cache",
-            )
             code = subprocess.run(
                 [sys.executable, "-c", GRID_ENTRY.format(group)],
                 cwd=side.tree,
-                env=env,
+                env=grid_env(side, settings, run_id, keys),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             ).returncode
@@ -191,8 +197,7 @@ def host_bound(key: str) -> bool:
     """Whether case ``key``'s step is host-bound (a one-process training step, ours or the
     anchor's, below 1B and replaying no CUDA graph): ab times such a case in lockstep pairs where
     both commits' code can. A multi-GPU step's ranks are processes of their own: never."""
-    benchmark, *rest = key.split("|")
-    params = dict(p.split("=", 1) for p in rest)
+    benchmark, params = case_of(key)
     return catalog.kind(benchmark) in ("step", "anchor") and (
         catalog.metric_class(benchmark, params, "time", "wall", "step") == "host-bound"
     )
@@ -237,20 +242,12 @@ def run_lockstep_round(
     logs.mkdir(parents=True, exist_ok=True)
     started, worst = time.perf_counter(), 0
     for group, keys in groups.items():
-        select = only(keys)
         base_read, head_write = os.pipe()
         head_read, base_write = os.pipe()
         ends = {"base": (base_read, base_write), "head": (head_read, head_write)}
         running = []
         for label, side in sides.items():
-            assert side.tree is not None
-            env = process_env(
-                dataclasses.replace(
-                    settings, run_id=ids[label], asv_commit=side.commit, select=select
-                ),
-                side.tree,
-                REPO_ROOT / ".cache",
-            )
+            env = grid_env(side, settings, ids[label], keys)
             first = (label == "base") == base_first
             env[LOCKSTEP_ENV] = Partner.env_value(*ends[label], first, cpu)
             log = open(logs / f"{ids[label]}.log", "a")  # noqa: SIM115 - closed below
@@ -367,8 +364,7 @@ def judge(
     common = set.intersection(*(set(run) for run in [*base, *head])) if base and head else set()
     out = []
     for series in sorted(common):
-        benchmark, *_ = series.key.split("|")
-        params = dict(p.split("=", 1) for p in series.key.split("|")[1:])
+        benchmark, params = case_of(series.key)
         klass = catalog.metric_class(
             benchmark, params, series.quantity, series.clock, series.metric
         )
@@ -395,8 +391,7 @@ def judge_paired(
         shifts = [s for s in (shift(b, h) for b, h in used) if s is not None]
         if not shifts:
             continue
-        benchmark, *rest = series.key.split("|")
-        params = dict(p.split("=", 1) for p in rest)
+        benchmark, params = case_of(series.key)
         klass = catalog.metric_class(benchmark, params, "time", series.clock, series.metric)
         assert klass is not None
         out.append(
