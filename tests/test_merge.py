@@ -10,7 +10,7 @@ import pytest
 from synthetic_results import commit, record, samples, save
 
 from optbench.core import merge
-from optbench.core.store import ResultStore, asv_results_dir
+from optbench.core.store import ResultStore, asv_results_dir, write_records_file
 
 SHA = commit(7)
 COLUMNS = ["result", "params", "version", "started_at", "duration", "samples"]
@@ -175,8 +175,8 @@ def test_a_merge_loses_no_stored_sample(tmp_path):
     )
     legacy = ResultStore(dest).legacy_path("h100-sxm", SHA)
     legacy.parent.mkdir(parents=True)
-    legacy.write_text(
-        json.dumps({**step("eager", 79.0, 3), "date": "2025-12-31T00:00:00+00:00"}) + "\n"
+    write_records_file(
+        legacy, json.dumps({**step("eager", 79.0, 3), "date": "2025-12-31T00:00:00+00:00"}) + "\n"
     )
     before = (
         _all_records(ResultStore(first))

@@ -15,7 +15,7 @@ import io
 import re
 import tokenize
 
-from optbench.core.store import REPO_ROOT
+from optbench.core.store import REPO_ROOT, records_stem
 
 ROOT = REPO_ROOT
 SCANNED = ("optbench", "kernels", "models", "benchmarks")
@@ -113,5 +113,5 @@ def test_hex_in_code_and_words_are_not_provenance():
 
 def test_examples_name_no_stored_run():
     """The run-id example left in a docstring stays fictional: no run of that id is stored."""
-    stored = {p.stem for p in (ROOT / "results").glob("*/optbench/*/*.jsonl")}
+    stored = {records_stem(p) for p in (ROOT / "results").glob("*/optbench/*/*.jsonl*")}
     assert not stored & set(NOT_PROVENANCE)

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 
+import pytest
 from synthetic_results import commit, record, samples
 
 from optbench.core.records import Record
-from optbench.core.store import LEGACY_RUN, REPO_ROOT, ResultStore, asv_results_dir
+from optbench.core.store import (
+    LEGACY_RUN,
+    REPO_ROOT,
+    ResultStore,
+    asv_results_dir,
+    records_text,
+    write_records_file,
+)
 from optbench.core.timing import Measurement, Timing
 
 SHA = commit(3)
@@ -82,7 +91,7 @@ def test_an_old_layout_file_reads_as_one_run_per_process(tmp_path):
     path = store.legacy_path("cpu", SHA)
     path.parent.mkdir(parents=True)
     a, b = step(50.0), {**step(60.0), "key": "other", "date": "2026-01-02T00:00:00+00:00"}
-    path.write_text("\n".join(__import__("json").dumps(r) for r in (a, b)) + "\n")
+    write_records_file(path, "\n".join(json.dumps(r) for r in (a, b)) + "\n")
     runs = store.runs("cpu", SHA)
     assert [r.run_id for r in runs] == [
         f"{LEGACY_RUN}20260101T000000",
@@ -109,21 +118,55 @@ def test_asvs_tree_holds_only_what_asv_can_load():
     assert {p.parent.name for p in asv.glob("*/machine.json")} >= {"h100-sxm"}
 
 
-def test_a_cut_short_run_file_keeps_its_whole_records_and_names_the_file(tmp_path, capsys):
-    """A run file whose last line was cut (a full disk, a killed copy): its whole lines are read,
-    the cut one is skipped with a warning naming the file, and compare goes on (no traceback)."""
+@pytest.mark.parametrize("form", ["compressed", "plain"])
+def test_a_cut_short_run_file_keeps_its_whole_records_and_names_the_file(tmp_path, capsys, form):
+    """A run file whose end was cut (a full disk, a killed copy): its whole lines are read, the cut
+    one is skipped with a warning naming the file, and compare goes on (no traceback). Mutation: a
+    compressed file that reads as nothing, or cut short in silence, fails."""
     from optbench.gate import compare
 
     store = ResultStore(tmp_path)
     store.save("m", commit(1), [step(10.0)], run_id="r1")
     store.save("m", commit(2), [step(10.0)], run_id="r2")
-    path = next((tmp_path / "m" / "optbench" / commit(2)).glob("*.jsonl"))
-    path.write_text(path.read_text() + '{"key": "bench_step.Step100M|variant=fused-ce", "metr')
+    path = store.path("m", commit(2), "r2")
+    if form == "plain":
+        plain = path.with_name("r2.jsonl")
+        plain.write_bytes(gzip.decompress(path.read_bytes()))
+        path.unlink()
+        path = plain
+        path.write_text(path.read_text() + '{"key": "bench_step.Step100M|variant=fused-ce", "m')
+    else:
+        path.write_bytes(path.read_bytes()[:-4])  # the end of gzip's trailer
     assert [r.run_id for r in ResultStore(tmp_path).runs("m", commit(2))] == ["r2"]
+    assert len(ResultStore(tmp_path).runs("m", commit(2))[0].results()) == 1
     assert str(path) in capsys.readouterr().err
     # runs without a GPU UUID are compared across GPUs, reported, never gated: nothing comparable
     assert compare.main([commit(1), commit(2), "--results", str(tmp_path)]) == 2
     assert "CROSS-GPU" in capsys.readouterr().out
+
+
+def test_runs_are_written_compressed_and_a_plain_file_stays_plain(tmp_path):
+    """A new run's file is gzip-compressed JSON lines, the same bytes for the same records; a plain
+    file of an older store reads the same, and a later write of its run rewrites it in its own
+    form: one file per run either way."""
+    store = ResultStore(tmp_path)
+    store.save("m", SHA, [step(10.0)], run_id="new")
+    path = store.path("m", SHA, "new")
+    assert path.name == "new.jsonl.gz"
+    records = store.runs("m", SHA)[0].records
+    assert gzip.decompress(path.read_bytes()).decode() == records_text(records.values())
+    before = path.read_bytes()
+    store.save("m", SHA, [step(10.0)], run_id="new")
+    assert path.read_bytes() == before
+
+    old = path.with_name("old.jsonl")
+    old.write_text(records_text(records.values()))
+    store = ResultStore(tmp_path)
+    assert [r.records for r in store.runs("m", SHA)] == [records, records]
+    store.save("m", SHA, [{**step(20.0), "key": "other"}], run_id="old")
+    assert store.path("m", SHA, "old") == old
+    assert sorted(p.name for p in path.parent.iterdir()) == ["new.jsonl.gz", "old.jsonl"]
+    assert "other" in ResultStore(tmp_path).runs("m", SHA)[1].records
 
 
 def test_records_timed_in_lockstep_are_kept_but_not_the_commits_figure(tmp_path):

@@ -38,6 +38,7 @@ from optbench.core.store import (
     ResultStore,
     StoredRun,
     read_records,
+    records_stem,
     results_dir,
     unwritable,
     write_json_atomic,
@@ -102,11 +103,12 @@ def merge_asv_results(dest: dict[str, Any], src: dict[str, Any]) -> dict[str, An
 def _records_file(rel: Path) -> tuple[str, str, str | None] | None:
     """(machine, commit, run id or None for an old-layout file) of a records file's relative path,
     else None."""
-    if rel.suffix != ".jsonl" or len(rel.parts) < 3 or rel.parts[1] != RECORDS_DIR:
+    stem = records_stem(rel)
+    if stem is None or len(rel.parts) < 3 or rel.parts[1] != RECORDS_DIR:
         return None
     if len(rel.parts) == 3:
-        return rel.parts[0], rel.stem, None
-    return (rel.parts[0], rel.parts[2], rel.stem) if len(rel.parts) == 4 else None
+        return rel.parts[0], stem, None
+    return (rel.parts[0], rel.parts[2], stem) if len(rel.parts) == 4 else None
 
 
 def _asv_file(rel: Path) -> Path | None:
@@ -141,7 +143,7 @@ def merge_tree(src: Path, dest: Path) -> list[str]:
                 else ResultStore(src).runs(machine, commit)
             )
             # an old-layout file the destination lacks: as it is
-            if run_id is None and not target.exists():
+            if run_id is None and not store.legacy_path(machine, commit).exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, target)
                 changed.append(str(rel))

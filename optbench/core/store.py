@@ -1,18 +1,23 @@
 """The result store: optbench's measurement records, one JSON-lines file per run, never replaced.
 
+Records files are gzip-compressed JSON lines (``.jsonl.gz``: a third of a plain file's size, and
+the records are most of what a copied work tree carries); a plain ``.jsonl`` file of a store
+written before reads the same and is rewritten in its own form.
+
 Layout (asv's files in a tree of their own, :func:`asv_results_dir`, which holds only what asv can
 load: asv reads every folder of its results_dir that holds a .json file as a machine's)::
 
     results/asv/<machine>/machine.json                    asv's machine file
-    results/asv/<machine>/<commit[:8]>-<env>.json         asv's results (medians, for asv's HTML and
-    history) results/asv/benchmarks.json                           asv's list of benchmarks
-    results/<machine>/optbench/<commit>/<run id>.jsonl    optbench's records of one run: every
-    sample, spread,
-                                                          check, error and the full machine info
-                                                          (this module)
-    results/<machine>/optbench/<commit>.jsonl             records of runs stored before run ids
-    (read-only) results/<machine>/<other>/                            profiles, anchors,
-    pytest-benchmark runs, probe outputs
+    results/asv/<machine>/<commit[:8]>-<env>.json         asv's results (medians, for asv's HTML
+                                                          and history)
+    results/asv/benchmarks.json                           asv's list of benchmarks
+    results/<machine>/optbench/<commit>/<run id>.jsonl.gz optbench's records of one run: every
+                                                          sample, spread, check, error and the
+                                                          full machine info (this module)
+    results/<machine>/optbench/<commit>.jsonl.gz          records of runs stored before run ids
+                                                          (read-only)
+    results/<machine>/<other>/                            profiles, anchors, pytest-benchmark
+                                                          runs, probe outputs
 
 A run is one ``optbench run`` (or one process where nothing set a run id): its records go to its own
 file, so a rerun, a merge or an interrupt of a later run never changes an earlier run's records;
@@ -29,6 +34,7 @@ process (records that share their ``date``).
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -36,6 +42,7 @@ import re
 import sys
 import tempfile
 import uuid
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -57,6 +64,9 @@ LEGACY_RUN = "legacy-"
 # sets rotated through more than the L2. Kernel records without it hold warm-L2 replays of one set
 # there.
 DEVICE_CLOCK = "cold-l2"
+# A records file's name: its run id (or, in the old layout, its commit) and one of these, the
+# first for what is written now
+RECORDS_SUFFIXES = (".jsonl.gz", ".jsonl")
 # What a case's record says while the case runs; a later write of the same run replaces it
 # (runner.run_grid).
 IN_PROGRESS = "the process died while measuring this case"
@@ -112,8 +122,8 @@ def current_run_id() -> str:
     return current().run_id or _process_run_id()
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new one, never a part."""
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     umask = os.umask(0)
@@ -121,8 +131,8 @@ def write_text_atomic(path: Path, text: str) -> None:
     try:
         # mkstemp makes 0600; the file it replaces was an ordinary one
         os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -131,19 +141,49 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Atomic write of ``text`` in UTF-8 (see :func:`write_atomic`)."""
+    write_atomic(path, text.encode("utf-8"))
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Atomic JSON write (see :func:`write_text_atomic`)."""
     write_text_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
 
+def records_stem(path: Path) -> str | None:
+    """The run id (or old-layout commit) a records file's name holds; None for any other file."""
+    return next((path.name[: -len(x)] for x in RECORDS_SUFFIXES if path.name.endswith(x)), None)
+
+
+def records_files(folder: Path) -> list[Path]:
+    """The records files directly in ``folder``."""
+    return sorted(p for p in folder.glob("*.jsonl*") if p.is_file() and records_stem(p))
+
+
+def _records_file_text(path: Path) -> str:
+    """The JSON-lines text of a records file, compressed or plain. A compressed file cut short gives
+    what it holds, with a warning on stderr naming it."""
+    data = path.read_bytes()
+    if path.name.endswith(".gz"):
+        unpack = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip's header and trailer
+        try:
+            data = unpack.decompress(data)
+        except zlib.error as exc:
+            print(f"optbench: {path} is not whole gzip data ({exc})", file=sys.stderr)
+            data = b""
+        if not unpack.eof:
+            print(f"optbench: {path} is cut short; reading what it holds", file=sys.stderr)
+    return data.decode("utf-8", errors="replace")
+
+
 def read_records(path: Path) -> dict[str, dict]:
-    """Records of one JSON-lines file by key (a later line of a key wins). A line that is not a
-    record (a file cut short by a full disk or a copy) is skipped with a warning on stderr naming
-    the file and line, as asv skips a results file it cannot load."""
+    """Records of one records file (JSON lines, gzip-compressed or plain) by key (a later line of
+    a key wins). A line that is not a record (a file cut short by a full disk or a copy) is skipped
+    with a warning on stderr naming the file and line, as asv skips a results file it cannot
+    load."""
     records = {}
-    for number, line in enumerate(
-        path.read_text(encoding="utf-8", errors="replace").splitlines(), 1
-    ):
+    for number, line in enumerate(_records_file_text(path).splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -156,6 +196,13 @@ def read_records(path: Path) -> dict[str, dict]:
                 file=sys.stderr,
             )
     return records
+
+
+def write_records_file(path: Path, text: str) -> None:
+    """Write a records file's JSON-lines ``text`` atomically in the form its name says:
+    gzip-compressed (with no time stamp: the same records give the same bytes) or plain."""
+    data = text.encode("utf-8")
+    write_atomic(path, gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
 
 
 def records_text(records: Iterable[Mapping[str, Any]]) -> str:
@@ -201,11 +248,13 @@ class ResultStore:
         return self.root / machine / RECORDS_DIR
 
     def path(self, machine: str, commit: str, run_id: str | None = None) -> Path:
-        """File of one run (default: this process's run)."""
-        return self._dir(machine) / commit / f"{run_id or current_run_id()}.jsonl"
+        """File of one run (default: this process's run): the stored one, else where a new one
+        goes (compressed)."""
+        return _stored_or_new(self._dir(machine) / commit, run_id or current_run_id())
 
     def legacy_path(self, machine: str, commit: str) -> Path:
-        return self._dir(machine) / f"{commit}.jsonl"
+        """The old layout's file of one commit (whether or not there is one)."""
+        return _stored_or_new(self._dir(machine), commit)
 
     def machines(self) -> list[str]:
         """Machine folders that hold optbench records."""
@@ -213,8 +262,8 @@ class ResultStore:
 
     def commits(self, machine: str) -> list[str]:
         """Commits with records on ``machine``, by the date of their first run."""
-        found = {p.stem for p in self._dir(machine).glob("*.jsonl")}
-        found |= {p.name for p in self._dir(machine).glob("*/") if any(p.glob("*.jsonl"))}
+        found = {records_stem(p) for p in records_files(self._dir(machine))}
+        found |= {p.name for p in self._dir(machine).glob("*/") if records_files(p)}
         first = {c: min((r.date for r in self.runs(machine, c)), default="") for c in found}
         return sorted(found, key=lambda c: (first[c], c))
 
@@ -234,8 +283,8 @@ class ResultStore:
 
     def _read_runs(self, machine: str, commit: str) -> list[StoredRun]:
         found = [
-            StoredRun(machine, commit, p.stem, records)
-            for p in (self._dir(machine) / commit).glob("*.jsonl")
+            StoredRun(machine, commit, records_stem(p), records)
+            for p in records_files(self._dir(machine) / commit)
             if (records := read_records(p))
         ]
         legacy = self.legacy_path(machine, commit)
@@ -334,7 +383,7 @@ class ResultStore:
 
     def _write(self, path: Path, text: str) -> None:
         self._runs.clear()
-        write_text_atomic(path, text)
+        write_records_file(path, text)
 
     def add_run(self, run: StoredRun) -> list[str]:
         """Store a run from elsewhere (``optbench merge``) without changing any stored record;
@@ -381,6 +430,13 @@ class ResultStore:
                 self._write(target, text)
                 stored.append(apart_id)
         return stored
+
+
+def _stored_or_new(folder: Path, stem: str) -> Path:
+    """The records file ``stem`` in ``folder`` in whichever form is stored, else the form written
+    now."""
+    paths = [folder / f"{stem}{suffix}" for suffix in RECORDS_SUFFIXES]
+    return next((p for p in paths if p.exists()), paths[0])
 
 
 def _in_progress(rec: Mapping[str, Any]) -> bool:

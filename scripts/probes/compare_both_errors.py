@@ -60,7 +60,7 @@ def main(docs_commit: str) -> int:
     folder.mkdir(parents=True)
     source = store.path("h100-sxm", commit, run.run_id)
     shutil.copy(source, folder / source.name)
-    shutil.copy(source, folder / "99991231T000000Z-copy00.jsonl")
+    shutil.copy(source, folder / source.name.replace(run.run_id, "99991231T000000Z-copy00"))
     copy_code, _ = quiet(
         [
             commit,
