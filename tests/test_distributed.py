@@ -6,7 +6,9 @@ efficiency against 1 rank."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 
 import pytest
 
@@ -61,6 +63,11 @@ def test_check_passes_and_every_rank_is_timed(variant):
             and wall["median_ms"] > 0
             and rank["step"]["device"] is None
         )
+    phases = result["phases"]  # rank 0's parts, each ended, torch.compile's seconds beside
+    assert {k for k in phases if not k.endswith("compile_seconds")} == {
+        f"{part}_seconds" for part in distributed.RANK_PARTS
+    }
+    assert all(v >= 0 for v in phases.values()) and phases["build_seconds"] > 0
     medians = [r["step"]["wall"]["median_ms"] for r in result["ranks"]]
     # the slowest rank's
     assert result["step"] == result["ranks"][medians.index(max(medians))]["step"]
@@ -209,3 +216,20 @@ def test_the_timed_steps_check_leaves_the_step_as_timing_finds_it(monkeypatch):
         assert all(not torch.is_tensor(v) or not v.any() for v in states)
     finally:
         dist.destroy_process_group()
+
+
+def test_a_stopped_launch_says_how_far_rank_0_got(tmp_path, capsys):
+    """Rank 0 writes its result after each part, so a launch stopped midway (a case's budget)
+    names the parts it ended and the one it was in. Mutation: a progress that reads no part, or
+    names the wrong part, fails; a launch stopped before any result says so, and is not silent."""
+    out = tmp_path / "result.json"
+    assert distributed.progress(out) == "rank 0 ended no part; it was in: join"
+    out.write_text(json.dumps({"phases": {"join_seconds": 2.0, "build_seconds": 41.25}}))
+    assert distributed.progress(out) == "rank 0 ended join 2.0 s, build 41.2 s; it was in: check"
+    with_compile = {"join_seconds": 1, "build_seconds": 50, "build_compile_seconds": 30}
+    assert distributed.progress_of({"phases": with_compile}) == (
+        "rank 0 ended join 1.0 s, build 50.0 s, build (torch.compile) 30.0 s; it was in: check"
+    )
+    with pytest.raises(subprocess.TimeoutExpired):
+        distributed.launch(2, "--size", "tiny", "--variant", "ddp", *CPU, timeout_s=0.5)
+    assert "optbench: torchrun with 2 ranks stopped; rank 0 ended" in capsys.readouterr().err

@@ -436,7 +436,9 @@ def compile_seconds() -> float | None:
 
 
 @contextmanager
-def _phase(rec: dict[str, Any], field: str, compile_field: str | None = None) -> Iterator[None]:
+def timed_phase(
+    rec: dict[str, Any], field: str, compile_field: str | None = None
+) -> Iterator[None]:
     """Add the seconds the code inside takes to ``rec[field]`` (also where it raises), and where
     ``compile_field`` is given, the seconds torch.compile spent compiling in it
     (:func:`compile_seconds`) to ``rec[compile_field]``."""
@@ -464,7 +466,7 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
         rec["mem_before_bytes"] = baseline
     try:
         # inputs, models, references
-        with _phase(rec, "build_seconds", compile_field="build_compile_seconds"):
+        with timed_phase(rec, "build_seconds", compile_field="build_compile_seconds"):
             # (a step captured in a CUDA graph compiles here, in its warm-up calls)
             work = case.build()
         rec["compile_seconds"] = rec.get("build_compile_seconds", 0.0)
@@ -472,13 +474,13 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
         if work.check is not None:
             phase = "check"
             # with compilation and autotuning
-            with _phase(rec, "check_seconds", compile_field="compile_seconds"):
+            with timed_phase(rec, "check_seconds", compile_field="compile_seconds"):
                 rec["check"] = dict(work.check())
         for name, fn in work.timed.items():
             phase = f"timing {name!r}"
             pair = partner()
             with (
-                _phase(rec, "timing_seconds", compile_field="timing_compile_seconds"),
+                timed_phase(rec, "timing_seconds", compile_field="timing_compile_seconds"),
                 pair.session(f"{key} {name}") if pair else nullcontext() as turns,
             ):
                 rec["metrics"][name] = measure(
@@ -494,7 +496,7 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
                 if str(device).startswith("cuda"):
                     rec.setdefault("gpu_state", {})[name] = gpu_state()
             if name in work.memory:
-                with _phase(rec, "memory_seconds"):
+                with timed_phase(rec, "memory_seconds"):
                     if work.before_memory is not None:
                         work.before_memory()
                     rec["mem_base_bytes"][name] = _allocated(device)

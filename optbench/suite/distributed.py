@@ -561,11 +561,21 @@ def _checked(
         )
 
 
+# The parts of a rank's run, in order (``rank_main``'s ``phases``)
+RANK_PARTS = ("join", "build", "check", "timing")
+
+
 def rank_main(args: argparse.Namespace) -> int:
-    """One rank's part: build, wrap, check, time; rank 0 writes the result. Returns the exit
-    code: 0, :data:`SKIP_EXIT` or :data:`WRONG_EXIT`."""
+    """One rank's part: build, wrap, check, time; rank 0 writes the result, also after each part
+    (its ``phases``: seconds of each, torch.compile's beside them), so that a launch stopped midway
+    says how far it got. Returns the exit code: 0, :data:`SKIP_EXIT` or :data:`WRONG_EXIT`."""
+    from optbench.core.runner import timed_phase
+    from optbench.core.store import write_json_atomic
+
     dist = _dist()
-    device, local = _join(args.device, args.backend)
+    phases: dict[str, float] = {}
+    with timed_phase(phases, "join_seconds"):
+        device, local = _join(args.device, args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     wrapper, step_variant = DISTRIBUTED_VARIANTS[args.variant]
     step_variant = args.step_variant or step_variant
@@ -578,9 +588,17 @@ def rank_main(args: argparse.Namespace) -> int:
         "backend": dist.get_backend(),
         "device": device.type,
         "plant": args.plant,
+        "phases": phases,
     }
+
+    def save() -> None:
+        if rank == 0 and args.out:
+            write_json_atomic(Path(args.out), json.loads(json.dumps(result, default=str)))
+
+    save()
     try:
-        options, config, step, no_sync = _built(args, device, wrapper, step_variant)
+        with timed_phase(phases, "build_seconds", compile_field="build_compile_seconds"):
+            options, config, step, no_sync = _built(args, device, wrapper, step_variant)
         result.update(
             options={k: getattr(options, k) for k in options.__dataclass_fields__},
             tokens_per_step_per_gpu=step.tokens_per_step,
@@ -588,15 +606,18 @@ def rank_main(args: argparse.Namespace) -> int:
             flops_per_step_per_gpu=float(step.flops_per_step),
             params=sum(_full(p).numel() for p in step.model.parameters()),
         )
-        _checked(step, config, options, device, args, wrapper, no_sync, result)
-        result.update(_timed(step, device, local, args))
+        save()
+        with timed_phase(phases, "check_seconds", compile_field="check_compile_seconds"):
+            _checked(step, config, options, device, args, wrapper, no_sync, result)
+        save()
+        with timed_phase(phases, "timing_seconds", compile_field="timing_compile_seconds"):
+            result.update(_timed(step, device, local, args))
         return 0
     except _Ended as ended:
         result.update(status=ended.status, reason=ended.reason)
         return ended.code
     finally:
-        if rank == 0 and args.out:
-            Path(args.out).write_text(json.dumps(result, default=str))
+        save()
         dist.destroy_process_group()
 
 
@@ -728,9 +749,29 @@ def launch(
             except OSError:
                 pass
             proc.wait()
+            print(
+                f"optbench: torchrun with {world} ranks stopped; {progress(out)}", file=sys.stderr
+            )
             raise
         result = json.loads(out.read_text()) if out.exists() else None
         return proc.returncode, result, output[-4000:]
+
+
+def progress(out: Path) -> str:
+    """How far rank 0 got, from the result it writes after each part (``out``)."""
+    return progress_of(json.loads(out.read_text()) if out.exists() else None)
+
+
+def progress_of(result: dict[str, Any] | None) -> str:
+    """How far rank 0 got, by its result so far (None: none written): the seconds of the parts it
+    ended (torch.compile's among them) and the part it was in, in words."""
+    phases = (result or {}).get("phases") or {}
+    ended = [
+        f"{k.removesuffix('_seconds').replace('_compile', ' (torch.compile)')} {v:.1f} s"
+        for k, v in phases.items()
+    ]
+    inside = next((p for p in RANK_PARTS if f"{p}_seconds" not in phases), None)
+    return f"rank 0 ended {', '.join(ended) or 'no part'}; it was in: {inside or 'none'}"
 
 
 # A case launches torchrun, starts every rank (torch, CUDA, NCCL), builds the step and its
@@ -770,8 +811,11 @@ def distributed_work(
     code, result, tail = launch(
         world, "--size", size, "--variant", variant, *extra, timeout_s=timeout_s
     )
-    if result is None:
-        raise RuntimeError(f"torchrun with {world} ranks exited {code} without a result: {tail}")
+    if result is None or "status" not in result:
+        raise RuntimeError(
+            f"torchrun with {world} ranks exited {code} without a result "
+            f"({progress_of(result)}): {tail}"
+        )
     if result["status"] == "skipped":
         raise NotImplementedError(result["reason"])
     if result["status"] == "wrong":
@@ -801,6 +845,7 @@ def distributed_work(
             "ranks",
             "tokens_per_s_per_gpu",
             "communication",
+            "phases",
         )
     }
     info.update(
