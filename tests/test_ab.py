@@ -287,6 +287,29 @@ def test_host_bound_steps_are_timed_in_lockstep_rounds_and_decided(fake):
     )
 
 
+def test_lockstep_rounds_take_each_cpu_twice_in_a_row_once_with_either_side_first(
+    fake, monkeypatch
+):
+    """The rounds go through the CPUs in turn, each for two rounds in a row, the base first in the
+    first of them and the head in the second: over 2 x 3 rounds on 3 CPUs every (CPU, first side)
+    comes once. Mutation: the CPU moving on every round (``cpus[rounds % len(cpus)]``) left no CPU
+    two rounds in a row, with both sides first."""
+    fake["lockstep"], seen = True, []
+    monkeypatch.setattr(ab, "lockstep_cpus", lambda: [3, 5, 9])
+    faked = ab.run_lockstep_round
+
+    def run_lockstep_round(sides, settings, groups, logs, cpu, base_first):
+        seen.append((cpu, base_first))
+        return faked(sides, settings, groups, logs, cpu, base_first)
+
+    monkeypatch.setattr(ab, "run_lockstep_round", run_lockstep_round)
+    assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_OK
+    assert len(seen) == 1 + ab.LOCKSTEP_MIN_ROUNDS  # a warm-up round and six judged
+    assert seen[:6] == [(3, True), (3, False), (5, True), (5, False), (9, True), (9, False)]
+    assert seen[6:] == [(3, True)]  # and round again
+    assert [(r["cpu"], r["first"] == "base") for r in pairing(fake)["lockstep_rounds"]] == seen
+
+
 def test_a_fifteen_percent_slower_host_bound_step_is_a_regression_in_lockstep(fake):
     """Mutation: the host's 15% between rounds hides a 15% slowdown from fresh processes; paired
     samples find it."""

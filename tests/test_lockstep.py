@@ -3,17 +3,20 @@ paired interval ab judges them with (synthetic shifts: test data, not measuremen
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
 
 from optbench.core import lockstep
+from optbench.core.runner import Case, measure_case
 from optbench.core.timing import measure
 from optbench.gate.ratio import INCONCLUSIVE, NO_CHANGE, REGRESSION, paired_ratio
 
@@ -155,6 +158,93 @@ def test_a_malformed_partner_variable_is_refused():
     with pytest.raises(ValueError):
         lockstep.Partner.from_env({lockstep.ENV: "3,4"})
     assert lockstep.Partner.from_env({}) is None
+
+
+def _affinities() -> dict[int, set[int]]:
+    """Each live thread's CPUs, by thread id (a thread that ended meanwhile is left out)."""
+    found = {}
+    for tid in lockstep._threads():
+        with contextlib.suppress(OSError):
+            found[tid] = os.sched_getaffinity(tid)
+    return found
+
+
+@pytest.mark.parametrize("fail_at", [None, 1])
+def test_every_thread_gets_its_cpus_back_when_the_turns_end_also_where_the_timed_code_raises(
+    fail_at,
+):
+    """A session's turns pin every thread of the process (here: this one and a helper thread with
+    CPUs of its own) to the partner's CPU, and at the session's end, also where the timed code
+    raises midway, give each thread back the CPUs it had (os.sched_getaffinity). The partner is this
+    process itself, over one pipe: it meets and takes turns with its own lines. Mutation: unpinning
+    outside a ``finally`` (Partner.session's ``yield`` not in try/finally) left the process pinned
+    to one CPU after a case that raised."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs to tell pinned from unpinned")
+    cpu, other = allowed[-1], allowed[0]
+    started, stop = threading.Event(), threading.Event()
+
+    def helper() -> None:
+        os.sched_setaffinity(0, {other})
+        started.set()
+        stop.wait(60)
+
+    thread = threading.Thread(target=helper, daemon=True)
+    thread.start()
+    started.wait(60)
+    before = _affinities()
+    read_fd, write_fd = os.pipe()
+    pinned = []
+    try:
+        assert before[thread.native_id] == {other} and before[threading.get_native_id()] != {cpu}
+        pair = lockstep.Partner(read_fd, write_fd, first=True, cpu=cpu)
+        with pytest.raises(RuntimeError) if fail_at is not None else contextlib.nullcontext():
+            with pair.session("case step") as turns:
+                for i in range(3):
+                    with turns():
+                        pinned.append(_affinities())
+                        if i == fail_at:
+                            raise RuntimeError("planted failure")
+        assert turns.paired and pinned and all(a == {cpu} for a in pinned[-1].values())
+        assert set(pinned[-1]) >= {thread.native_id, threading.get_native_id()}
+        after = _affinities()
+        alive = [tid for tid in before if tid in after]
+        assert {thread.native_id, threading.get_native_id()} <= set(alive)
+        assert {tid: after[tid] for tid in alive} == {tid: before[tid] for tid in alive}
+    finally:
+        for tid, cpus in before.items():  # whatever the outcome, this process is not left pinned
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(tid, cpus)
+        stop.set()
+        thread.join(60)
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def _skip_in_build():
+    raise NotImplementedError("needs a CUDA GPU")
+
+
+def _error_in_build():
+    raise RuntimeError("planted failure")
+
+
+@pytest.mark.parametrize(
+    ("build", "status"), [(_skip_in_build, "skipped"), (_error_in_build, "error")]
+)
+def test_every_record_of_a_lockstep_process_is_marked_whatever_its_end(monkeypatch, build, status):
+    """In a process with a partner, a case that ends before any timing (a skip or an error in its
+    build) still has ``lockstep`` in its record, by which the store's one-figure view and the trends
+    leave ab's paired design out; in one without, it has none. Mutation: marking the record only
+    where a metric is timed in turns left a lockstep round's skipped and failed records unmarked."""
+    case = Case({"case": status}, build)
+    monkeypatch.setattr(lockstep, "partner", lambda: None)
+    alone = measure_case(case, device="cpu", budget_s=30, key="bench_test.Grid|case")
+    monkeypatch.setattr(lockstep, "partner", lambda: lockstep.Partner(-1, -1, True, 0))
+    paired = measure_case(case, device="cpu", budget_s=30, key="bench_test.Grid|case")
+    assert alone["status"] == paired["status"] == status and paired["metrics"] == {}
+    assert "lockstep" not in alone and paired.get("lockstep") == {}
 
 
 class CountingTurns:
