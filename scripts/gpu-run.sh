@@ -50,7 +50,13 @@ if [ -n "${OUT:-}" ]; then
     # (all of it, after every command, also a failed one) for `optbench merge results.tgz` at home, and keep
     # the output there too (gpu-run.log), so a call cut off by its time limit still shows how far it got.
     # With `run --time-budget S`, leave ~100 s of the call's limit for this script's setup and the packing.
-    trap 'tar czf "$OUT/results.tgz" results; python3 -m optbench.core.compile_cache pack --out "$OUT/compile-cache" >&2' EXIT
+    # ab's per-process logs (.cache/ab/logs) come back as one file: $OUT takes 8 files at most.
+    hand_back() {
+        tar czf "$OUT/results.tgz" results
+        if [ -d .cache/ab/logs ]; then tar czf "$OUT/ab-logs.tgz" -C .cache/ab logs; fi
+        python3 -m optbench.core.compile_cache pack --out "$OUT/compile-cache" >&2
+    }
+    trap hand_back EXIT
     "$@" 2>&1 | tee -a "$OUT/gpu-run.log"
     exit "${PIPESTATUS[0]}"
 else
