@@ -233,3 +233,31 @@ def test_a_stopped_launch_says_how_far_rank_0_got(tmp_path, capsys):
     with pytest.raises(subprocess.TimeoutExpired):
         distributed.launch(2, "--size", "tiny", "--variant", "ddp", *CPU, timeout_s=0.5)
     assert "optbench: torchrun with 2 ranks stopped; rank 0 ended" in capsys.readouterr().err
+
+
+def test_the_reference_accumulates_the_shards_to_the_global_batchs_gradient():
+    """The check's single-process reference takes the global batch as the ranks' shards with their
+    gradients accumulated (each pass the shape the ranks run): the mean loss and gradient of the
+    whole batch in one pass, to fp32 rounding, and the step's own batch left as it was. Mutation:
+    shards' losses not divided by their number (the gradient 2x) or one shard dropped fail."""
+    import torch
+
+    from models.config import CONFIGS
+    from models.step import BASELINE, build_step
+
+    config = CONFIGS["tiny"]
+    whole = build_step(config, BASELINE.replace(precision="fp32", batch_size=4, seq_len=32), "cpu")
+    tokens = torch.randint(
+        0, config.vocab_size, (4, 33), generator=torch.Generator().manual_seed(1)
+    )
+    loss, grads = distributed._raw_grads(whole, [tokens])
+    part = build_step(config, BASELINE.replace(precision="fp32", batch_size=2, seq_len=32), "cpu")
+    batch = part.idx.clone()
+    shard_loss, shard_grads = distributed._raw_grads(part, list(tokens.split(2)))
+    assert torch.equal(part.idx, batch)
+    assert shard_loss.item() == pytest.approx(loss.item(), rel=1e-6)
+    assert shard_grads.keys() == grads.keys()
+    worst = max(
+        ((shard_grads[n] - g).norm() / g.norm()).item() for n, g in grads.items() if g.norm() > 0
+    )
+    assert worst < 1e-5

@@ -35,21 +35,25 @@ batch as a single GPU's step has it: weak scaling, the global batch is world siz
    backward of its shard through the wrapper (with its gradient reduction), and the gradients
    (FSDP2: ``full_tensor()`` of the DTensor gradients, an all-gather) and the mean loss over ranks
    are compared on rank 0 with a single-process step of the same options on the whole global batch
-   (run first on rank 0). The gradients are the raw ones, before clipping (clipping to a norm would
-   hide a gradient scaled by the world size). Relative error is ``kernels.numerics.rel_err``, per
-   parameter, the worst one compared with :data:`GRAD_TOLERANCE`: fp32 (a CPU): 1e-4, what summing
-   the same products in another order can change (the shards' means averaged against one mean:
-   rounding of ~2^-24 per addition over a few thousand terms gives ~1e-6; 100x margin). bf16
-   autocast: 0.15. Both the distributed and the single-process step round their matmuls to bf16 (the
-   weight gradient of a shard is rounded before the all-reduce, the global one once), so each is a
-   bf16 step off the exact gradient by what a bf16 step is: up to 4.4e-2 at 1B (``models.step``'s
-   note on CHECK_CEILING). Two independent such errors differ by up to sqrt(2) x 4.4e-2 = 6.2e-2;
-   2.5x that (``models.step.CHECK_FACTOR``, the factor the step check allows over the eager step's
-   own error) is 0.16, rounded down to 0.15. The bugs it is there for are larger: a gradient scaled
-   by the world size is off by (N - 1) (1.0 at N=2); a skipped all-reduce leaves each rank its own
-   shard's gradient, on the tiny config 1.04 off the global mean at its worst parameter (fp32, 2
-   ranks; ``tests/test_distributed.py``). A failing check writes the result with status 'wrong',
-   each rank exits with :data:`WRONG_EXIT` (torchrun then fails); nothing is timed.
+   (run first on rank 0), taken as the ranks' shards one after another with their gradients
+   accumulated, each shard's loss divided by the world size: the mean over the global batch, as a
+   single-GPU user reaches a larger batch, and each pass the shape every rank runs, so the reference
+   compiles no graph of a shape of its own. The gradients are the raw ones, before clipping
+   (clipping to a norm would hide a gradient scaled by the world size). Relative error is
+   ``kernels.numerics.rel_err``, per parameter, the worst one compared with :data:`GRAD_TOLERANCE`:
+   fp32 (a CPU): 1e-4, what summing the same products in another order can change (the shards'
+   gradients summed by the all-reduce against the same summed by the accumulation: rounding of
+   ~2^-24 per addition over a few thousand terms gives ~1e-6; 100x margin). bf16 autocast: 0.15.
+   Both the distributed and the single-process step round their matmuls to bf16 (the weight gradient
+   of each shard is rounded before it is summed, by the all-reduce or by the accumulation), so each
+   is a bf16 step off the exact gradient by what a bf16 step is: up to 4.4e-2 at 1B
+   (``models.step``'s note on CHECK_CEILING). Two independent such errors differ by up to sqrt(2) x
+   4.4e-2 = 6.2e-2; 2.5x that (``models.step.CHECK_FACTOR``, the factor the step check allows over
+   the eager step's own error) is 0.16, rounded down to 0.15. The bugs it is there for are larger: a
+   gradient scaled by the world size is off by (N - 1) (1.0 at N=2); a skipped all-reduce leaves
+   each rank its own shard's gradient, on the tiny config 1.04 off the global mean at its worst
+   parameter (fp32, 2 ranks; ``tests/test_distributed.py``). A failing check writes the result with
+   status 'wrong', each rank exits with :data:`WRONG_EXIT` (torchrun then fails); nothing is timed.
    Then, under DDP, the step as it is timed (:func:`check_timed_step`): the eager pass above does
    not run the captured graph, whose all-reduces are its own. Each rank feeds its own batch (the
    step's batch size), takes the gradients of an eager forward and backward through DDP (reduced,
@@ -183,20 +187,31 @@ def _full(t: Any) -> Any:
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
-def _raw_grads(step: Any) -> tuple[Any, dict[str, Any]]:
-    """Forward and backward of the step's current batch (no clipping, no optimizer step): (loss,
+def _raw_grads(step: Any, shards: list[Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    """Forward and backward (no clipping, no optimizer step) of the step's current batch, or of
+    each batch of ``shards`` (token rows, inputs and targets) with each one's loss divided by their
+    number and the gradients accumulated: the mean loss and gradient over them. Returns (loss,
     gradients by parameter name, whole tensors on the host)."""
     step.optimizer.zero_grad(set_to_none=True)
-    with step._matmul_precision():
-        loss = step._forward_loss()
-        loss.backward()
+    kept = step.idx, step.targets
+    batches = [kept] if shards is None else [(t[:, :-1], t[:, 1:]) for t in shards]
+    total = 0.0
+    try:
+        with step._matmul_precision():
+            for inputs, targets in batches:
+                step.idx, step.targets = inputs.contiguous(), targets.contiguous()
+                loss = step._forward_loss() / len(batches)
+                loss.backward()
+                total = total + loss.detach().float()
+    finally:
+        step.idx, step.targets = kept
     grads = {
         name: _full(p.grad).detach().float().cpu()
         for name, p in step.model.named_parameters()
         if p.grad is not None
     }
     step.optimizer.zero_grad(set_to_none=True)
-    return loss.detach().float(), grads
+    return total, grads
 
 
 def _global_batch(config: Any, rows: int, seq_len: int, seed: int, device: Any) -> Any:
@@ -224,21 +239,14 @@ def check(
     if rank == 0:
         # forward and backward only: a graphed variant's reference is left uncaptured
         ref = build_step(
-            config, options.replace(batch_size=world * check_batch), device, seed, capture=False
+            config, options.replace(batch_size=check_batch), device, seed, capture=False
         )
-        ref.idx, ref.targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-        ref_loss, ref_grads = _raw_grads(ref)
+        ref_loss, ref_grads = _raw_grads(ref, list(tokens.split(check_batch)))
         del ref
         if device.type == "cuda":
             torch.cuda.empty_cache()
     dist.barrier()
-    shard = tokens[rank * check_batch : (rank + 1) * check_batch]
-    idx, targets = step.idx, step.targets
-    step.idx, step.targets = shard[:, :-1].contiguous(), shard[:, 1:].contiguous()
-    try:
-        loss, grads = _raw_grads(step)
-    finally:
-        step.idx, step.targets = idx, targets
+    loss, grads = _raw_grads(step, [tokens[rank * check_batch : (rank + 1) * check_batch]])
     dist.all_reduce(loss, op=dist.ReduceOp.SUM)
     loss = loss / world
     record: dict[str, Any] = {
@@ -247,7 +255,10 @@ def check(
         "global_batch": world * check_batch,
         "precision": options.precision,
         "tolerance": GRAD_TOLERANCE[options.precision],
-        "reference": "single process, same options, whole global batch (rank 0)",
+        "reference": (
+            "single process, same options, whole global batch: the ranks' shards with their "
+            "gradients accumulated (rank 0)"
+        ),
     }
     if rank == 0:
         record.update(
