@@ -3,12 +3,15 @@ A/A pairs, plants, exit codes."""
 
 from __future__ import annotations
 
+import math
 import random
 
+import pytest
 from synthetic_results import commit, record, samples, save
 
 from optbench.core.store import ResultStore
 from optbench.gate import noisecheck as nc
+from optbench.gate.compare import ALPHA, Change, Noise, Summary
 
 SHAPES = ["8192x768", "16384x768"]
 SLOW_KEY = "bench_kernels.RMSNorm|shape=16384x768|impl=triton"
@@ -141,3 +144,46 @@ def test_planted_scales_times_memory_and_compile(tmp_path):
     assert rec["peak_mem_bytes"]["fwd"] == 1.5 * old["peak_mem_bytes"]["fwd"]
     assert rec["compile_seconds"] == 15.0 and old["compile_seconds"] == 10.0
     assert slow.commit == f"planted-{commit(1)}" and slow.info == run.info
+
+
+def _change(sigma: float, df: int, detectable: float, runs=(1, 1), quantity="time") -> Change:
+    summary = Summary(1.0, 1.0, 1.0)
+    return Change(
+        "h100-sxm", commit(1), commit(1), SLOW_KEY, "bench_kernels.RMSNorm", {}, "fwd", quantity,
+        "device", summary, summary, 1.0, False, False, False, runs=runs,
+        noise=Noise(sigma, df) if quantity == "time" else None, detectable=detectable,
+    )  # fmt: skip
+
+
+def test_the_alarm_probability_is_the_two_sided_tail_beyond_the_detectable_change():
+    """A verdict whose detectable change sits at the t quantile of 1 - ALPHA raises an A/A alarm
+    with chance 2 ALPHA (slower or faster); a detectable change held up by the class threshold,
+    less; more runs, less; peak memory (no noise model), none. Mutation: one tail (ALPHA) or the
+    runs left out of the scale fail."""
+    from scipy import stats
+
+    sigma, df = 0.01, 40
+    edge = math.expm1(stats.t.ppf(1 - ALPHA, df) * sigma * math.sqrt(2))
+    assert nc.alarm_probability(_change(sigma, df, edge)) == pytest.approx(2 * ALPHA, rel=1e-6)
+    assert nc.alarm_probability(_change(sigma, df, 0.10)) < 1e-6
+    assert nc.alarm_probability(_change(sigma, df, edge, runs=(4, 4))) < 1e-6
+    assert nc.alarm_probability(_change(sigma, df, 0.01, quantity="peak memory")) == 0.0
+
+
+def test_the_report_sets_the_alarms_seen_beside_those_the_model_expects(tmp_path, capsys):
+    """The A/A line says how many false alarms the noise model expects and the chance of seeing at
+    least as many: a quiet store expects few and sees none; one planted flaky run is an alarm the
+    model gives a small chance. Mutation: an expectation left at 0, or a chance of 1 for a seen
+    alarm, fails."""
+    assert nc._calibration(0, 0.5) == "the noise model expects 0.50 (P(at least 0) = 1)"
+    assert nc._calibration(1, 0.5) == f"the noise model expects 0.50 (P(at least 1) = {0.3935:.2g})"
+    store = aa_store(tmp_path / "results", run_sd=0.01)
+    quiet = nc.audit(store, "h100-sxm")
+    assert 0 < quiet.expected < 1
+    save(store, "h100-sxm", commit(9), "2025-01-09T00:00:00+00:00", kernels(90, 0.003))
+    save(store, "h100-sxm", commit(9), "2025-01-09T01:00:00+00:00", kernels(91, 0.003, slow=1.3))
+    flaky = nc.audit(store, "h100-sxm")
+    assert len(flaky.false_alarms) == 1 and flaky.expected < 0.5
+    assert run_main(store) == 1
+    out = capsys.readouterr().out
+    assert f"1 false alarms in {flaky.aa_judged} gated verdicts; the noise model expects" in out

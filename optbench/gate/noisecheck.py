@@ -7,6 +7,9 @@ machine, and the pair is compared, the earlier run as base and the later as head
 :func:`optbench.gate.compare.compare_runs`:
 
 - A/A: the pair as it is. Every gated verdict (a regression or an improvement) is a false alarm.
+  Beside their count, the number the noise model expects (:func:`alarm_probability` of each gated
+  verdict, summed) and the chance of at least the count seen: a small chance says the model
+  understates the noise; a chance near 1 says the alarms are the ones its ALPHA allows.
 - Planted: the later run with every time, peak memory and compile seconds multiplied by a factor
   (:func:`planted`): 1.15, and 1.05 for the device-bound times. Each metric's verdict is counted per
   metric class (:func:`optbench.suite.catalog.metric_class`): the power. Planting every metric of a
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -81,6 +85,22 @@ def aa_pairs(runs: Sequence[StoredRun]) -> list[tuple[StoredRun, StoredRun]]:
     ]
 
 
+def alarm_probability(c: Change) -> float:
+    """The chance, under the noise model, that an A/A comparison of ``c``'s runs reads a change
+    beyond its detectable one, slower or faster: 2 P(T > log(1 + detectable) / (sigma sqrt(1/n_base
+    + 1/n_head))), T Student's t with sigma's degrees of freedom. 0 for a verdict the model does not
+    judge (peak memory, a deterministic value against its threshold; a status)."""
+    from scipy import stats
+
+    if c.noise is None or c.detectable is None or not c.gated:
+        return 0.0
+    n_base, n_head = c.runs
+    scale = c.noise.sigma * math.sqrt(1 / n_base + 1 / n_head)
+    if scale == 0:
+        return 0.0
+    return float(2 * stats.t.sf(math.log1p(c.detectable) / scale, c.noise.df))
+
+
 def _class(c: Change) -> str | None:
     return metric_class(c.benchmark, c.params, c.quantity, c.clock, c.metric)
 
@@ -102,6 +122,7 @@ class Audit:
     pairs: int = 0
     gpus: set[str] = field(default_factory=set)
     aa_judged: int = 0  # gated verdicts of the A/A comparisons
+    expected: float = 0.0  # false alarms the noise model expects of them (alarm_probability)
     false_alarms: list[str] = field(default_factory=list)
     blind: Counter[str] = field(default_factory=Counter)  # time metrics without noise, per class
     planted: dict[float, Counter[str]] = field(default_factory=dict)  # factor -> class -> judged
@@ -135,6 +156,7 @@ def audit(store: ResultStore, machine: str, spread: float = 0.05) -> Audit:
         result.pairs += 1
         result.gpus.add(gpu_of(base))
         result.aa_judged += sum(c.gated for c in aa)
+        result.expected += sum(alarm_probability(c) for c in aa)
         result.false_alarms += [_label(c) for c in aa if c.regression or c.improvement]
         result.blind.update(_class(c) for c in aa if c.reason == NO_NOISE)
         for factor, classes in PLANTS.items():
@@ -152,12 +174,23 @@ def _fraction(part: int, whole: int) -> str:
     return f"{part} of {whole}" + (f" ({part / whole:.0%})" if whole else "")
 
 
+def _calibration(seen: int, expected: float) -> str:
+    """How ``seen`` false alarms compare with the ``expected`` number under the noise model: the
+    chance of at least that many, alarms counted as Poisson with that mean. A small chance says
+    the model understates the noise; an exit code of 0 needs none seen all the same."""
+    from scipy import stats
+
+    chance = float(stats.poisson.sf(seen - 1, expected)) if seen else 1.0
+    return f"the noise model expects {expected:.2f} (P(at least {seen}) = {chance:.2g})"
+
+
 def report(a: Audit, spread: float) -> list[str]:
     """The lines ``optbench noisecheck`` prints for one machine."""
     lines = [
         f"{a.machine}: {a.pairs} held-out A/A pairs of runs of one commit on one GPU "
         f"({len(a.gpus)} GPUs)",
-        f"  A/A: {len(a.false_alarms)} false alarms in {a.aa_judged} gated verdicts",
+        f"  A/A: {len(a.false_alarms)} false alarms in {a.aa_judged} gated verdicts; "
+        f"{_calibration(len(a.false_alarms), a.expected)}",
         "  not judged, no noise estimate on the GPU without the pair: "
         + (", ".join(f"{cls} {n}" for cls, n in sorted(a.blind.items())) or "none"),
     ]
