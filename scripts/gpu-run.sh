@@ -51,10 +51,13 @@ if [ -n "${OUT:-}" ]; then
     # the output there too (gpu-run.log), so a call cut off by its time limit still shows how far it got.
     # With `run --time-budget S`, leave ~100 s of the call's limit for this script's setup and the packing.
     # ab's per-process logs (.cache/ab/logs) come back as one file: $OUT takes 8 files at most.
-    hand_back() {
+    hand_back() {  # each part whatever the one before did; the command's exit status stays
+        local rc=$?
+        set +e
         tar czf "$OUT/results.tgz" results
         if [ -d .cache/ab/logs ]; then tar czf "$OUT/ab-logs.tgz" -C .cache/ab logs; fi
         python3 -m optbench.core.compile_cache pack --out "$OUT/compile-cache" >&2
+        exit "$rc"
     }
     trap hand_back EXIT
     "$@" 2>&1 | tee -a "$OUT/gpu-run.log"

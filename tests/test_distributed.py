@@ -68,6 +68,7 @@ def test_check_passes_and_every_rank_is_timed(variant):
         f"{part}_seconds" for part in distributed.RANK_PARTS
     }
     assert all(v >= 0 for v in phases.values()) and phases["build_seconds"] > 0
+    assert result["part"] is None
     medians = [r["step"]["wall"]["median_ms"] for r in result["ranks"]]
     # the slowest rank's
     assert result["step"] == result["ranks"][medians.index(max(medians))]["step"]
@@ -224,11 +225,13 @@ def test_a_stopped_launch_says_how_far_rank_0_got(tmp_path, capsys):
     names the wrong part, fails; a launch stopped before any result says so, and is not silent."""
     out = tmp_path / "result.json"
     assert distributed.progress(out) == "rank 0 ended no part; it was in: join"
-    out.write_text(json.dumps({"phases": {"join_seconds": 2.0, "build_seconds": 41.25}}))
+    phases = {"join_seconds": 2.0, "build_seconds": 41.25}
+    out.write_text(json.dumps({"phases": phases, "part": "check"}))
     assert distributed.progress(out) == "rank 0 ended join 2.0 s, build 41.2 s; it was in: check"
     with_compile = {"join_seconds": 1, "build_seconds": 50, "build_compile_seconds": 30}
-    assert distributed.progress_of({"phases": with_compile}) == (
-        "rank 0 ended join 1.0 s, build 50.0 s, build (torch.compile) 30.0 s; it was in: check"
+    # a build that raised: its seconds are counted, and the part named is still the build
+    assert distributed.progress_of({"phases": with_compile, "part": "build"}) == (
+        "rank 0 ended join 1.0 s, build 50.0 s, build (torch.compile) 30.0 s; it was in: build"
     )
     with pytest.raises(subprocess.TimeoutExpired):
         distributed.launch(2, "--size", "tiny", "--variant", "ddp", *CPU, timeout_s=0.5)

@@ -388,7 +388,7 @@ def test_a_signal_to_the_parent_is_passed_on_and_it_waits_for_its_children(
 # -- a real run -----------------------------------------------------------------------------------
 
 CPU_BASE = "26c843170d685b63b91a96fe1c24b32a0dbd9ea1"  # a commit with committed CPU results
-BASE_FILE = REPO_ROOT / "results" / "cpu-amd-epyc" / "optbench" / f"{CPU_BASE}.jsonl"
+BASE_FILE = ResultStore(REPO_ROOT / "results").legacy_path("cpu-amd-epyc", CPU_BASE)
 RUN_ID = "20261126T000000Z-sigint"
 
 

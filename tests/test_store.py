@@ -187,3 +187,23 @@ def test_records_timed_in_lockstep_are_kept_but_not_the_commits_figure(tmp_path)
     assert "lockstep" not in store.load("h100-sxm", c)[key]
     assert [run_medians(r) != {} for r in store.runs("h100-sxm", c)] == [True, False]
     assert Record.of(paired).lockstep and not Record.of(plain).lockstep
+
+
+def test_a_damaged_compressed_file_keeps_what_precedes_the_damage(tmp_path, capsys):
+    """A byte flipped halfway through a compressed run file: the records before it are read, with a
+    warning naming the file; a file of two gzip members reads both. Mutation: reading nothing on a
+    decompression error, or the first member only, fails."""
+    store = ResultStore(tmp_path)
+    many = [{**step(10.0 + i), "key": f"bench_step.StepTiny|variant=v{i}"} for i in range(400)]
+    store.save("m", SHA, many, run_id="r1")
+    path = store.path("m", SHA, "r1")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    kept = ResultStore(tmp_path).runs("m", SHA)[0].results()
+    assert 50 < len(kept) < 400 and "damaged" in capsys.readouterr().err
+
+    text = records_text(many)
+    half = text.index("\n", len(text) // 2) + 1
+    path.write_bytes(gzip.compress(text[:half].encode()) + gzip.compress(text[half:].encode()))
+    assert len(ResultStore(tmp_path).runs("m", SHA)[0].results()) == 400

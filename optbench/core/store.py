@@ -162,19 +162,27 @@ def records_files(folder: Path) -> list[Path]:
 
 
 def _records_file_text(path: Path) -> str:
-    """The JSON-lines text of a records file, compressed or plain. A compressed file cut short gives
-    what it holds, with a warning on stderr naming it."""
+    """The JSON-lines text of a records file, compressed or plain. Of a compressed file cut short
+    or damaged, what it holds up to there, with a warning on stderr naming it; every gzip member
+    of one with several."""
     data = path.read_bytes()
-    if path.name.endswith(".gz"):
-        unpack = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip's header and trailer
-        try:
-            data = unpack.decompress(data)
+    if not path.name.endswith(".gz"):
+        return data.decode("utf-8", errors="replace")
+    out, rest = bytearray(), data
+    while rest:  # a gzip member at a time
+        unpack, used = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS), 0
+        try:  # in pieces, so that what comes before a damaged byte is kept
+            while used < len(rest) and not unpack.eof:
+                out += unpack.decompress(rest[used : used + (1 << 16)])
+                used += 1 << 16
         except zlib.error as exc:
-            print(f"optbench: {path} is not whole gzip data ({exc})", file=sys.stderr)
-            data = b""
+            print(f"optbench: {path} is damaged ({exc}); reading what precedes", file=sys.stderr)
+            break
         if not unpack.eof:
             print(f"optbench: {path} is cut short; reading what it holds", file=sys.stderr)
-    return data.decode("utf-8", errors="replace")
+            break
+        rest = unpack.unused_data + rest[used:]
+    return out.decode("utf-8", errors="replace")
 
 
 def read_records(path: Path) -> dict[str, dict]:

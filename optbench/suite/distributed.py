@@ -37,23 +37,26 @@ batch as a single GPU's step has it: weak scaling, the global batch is world siz
    are compared on rank 0 with a single-process step of the same options on the whole global batch
    (run first on rank 0), taken as the ranks' shards one after another with their gradients
    accumulated, each shard's loss divided by the world size: the mean over the global batch, as a
-   single-GPU user reaches a larger batch, and each pass the shape every rank runs, so the reference
-   compiles no graph of a shape of its own. The gradients are the raw ones, before clipping
-   (clipping to a norm would hide a gradient scaled by the world size). Relative error is
-   ``kernels.numerics.rel_err``, per parameter, the worst one compared with :data:`GRAD_TOLERANCE`:
-   fp32 (a CPU): 1e-4, what summing the same products in another order can change (the shards'
-   gradients summed by the all-reduce against the same summed by the accumulation: rounding of
-   ~2^-24 per addition over a few thousand terms gives ~1e-6; 100x margin). bf16 autocast: 0.15.
-   Both the distributed and the single-process step round their matmuls to bf16 (the weight gradient
-   of each shard is rounded before it is summed, by the all-reduce or by the accumulation), so each
-   is a bf16 step off the exact gradient by what a bf16 step is: up to 4.4e-2 at 1B
-   (``models.step``'s note on CHECK_CEILING). Two independent such errors differ by up to sqrt(2) x
-   4.4e-2 = 6.2e-2; 2.5x that (``models.step.CHECK_FACTOR``, the factor the step check allows over
-   the eager step's own error) is 0.16, rounded down to 0.15. The bugs it is there for are larger: a
-   gradient scaled by the world size is off by (N - 1) (1.0 at N=2); a skipped all-reduce leaves
-   each rank its own shard's gradient, on the tiny config 1.04 off the global mean at its worst
-   parameter (fp32, 2 ranks; ``tests/test_distributed.py``). A failing check writes the result with
-   status 'wrong', each rank exits with :data:`WRONG_EXIT` (torchrun then fails); nothing is timed.
+   single-GPU user reaches a larger batch. Each pass has a shard's shape, the same at every world
+   size, so the reference's compiled graphs are those of the 1-GPU case (from the compile cache).
+   Under torch.compile's CUDA-graph modes, where a replay overwrites the gradients of the one
+   before, the reference runs the whole global batch in one pass. The gradients are the raw ones,
+   before clipping (clipping to a norm would hide a gradient scaled by the world size). Relative
+   error is ``kernels.numerics.rel_err``, per parameter, the worst one compared with
+   :data:`GRAD_TOLERANCE`: fp32 (a CPU): 1e-4, what summing the same products in another order can
+   change (the shards' gradients summed by the all-reduce against the same summed by the
+   accumulation: rounding of ~2^-24 per addition over a few thousand terms gives ~1e-6; 100x
+   margin). bf16 autocast: 0.15. Both the distributed and the single-process step round their
+   matmuls to bf16 (the weight gradient of each shard is rounded before it is summed, by the
+   all-reduce or by the accumulation), so each is a bf16 step off the exact gradient by what a bf16
+   step is: up to 4.4e-2 at 1B (``models.step``'s note on CHECK_CEILING). Two independent such
+   errors differ by up to sqrt(2) x 4.4e-2 = 6.2e-2; 2.5x that (``models.step.CHECK_FACTOR``, the
+   factor the step check allows over the eager step's own error) is 0.16, rounded down to 0.15. The
+   bugs it is there for are larger: a gradient scaled by the world size is off by (N - 1) (1.0 at
+   N=2); a skipped all-reduce leaves each rank its own shard's gradient, on the tiny config 1.04 off
+   the global mean at its worst parameter (fp32, 2 ranks; ``tests/test_distributed.py``). A failing
+   check writes the result with status 'wrong', each rank exits with :data:`WRONG_EXIT` (torchrun
+   then fails); nothing is timed.
    Then, under DDP, the step as it is timed (:func:`check_timed_step`): the eager pass above does
    not run the captured graph, whose all-reduces are its own. Each rank feeds its own batch (the
    step's batch size), takes the gradients of an eager forward and backward through DDP (reduced,
@@ -68,11 +71,13 @@ batch as a single GPU's step has it: weak scaling, the global batch is world siz
    CUDA-event time of the same step.
 3. On GPUs, :data:`PROFILE_STEPS` more steps under torch.profiler on every rank: the collectives'
    time per step, the part other kernels hid and the part exposed (``optbench.core.overlap``).
-4. Rank 0 writes one JSON file (``--out``): every rank's samples and medians (``ranks``), the
-   slowest rank's timing as the figure (``step``: the rank with the largest wall median; a step ends
-   when its slowest rank's does), tokens per step per GPU, tokens/s per GPU at the slowest rank's
-   median, world size, the checks, each rank's communication (``communication``: None on a CPU,
-   where gloo's collectives run on the host).
+4. Rank 0 writes one JSON file (``--out``), after each part of its run (join, build, check, timing:
+   ``phases``, their seconds, torch.compile's beside each; ``part``, the one it is in), so that a
+   launch stopped midway says how far it got (:func:`progress`); at the end: every rank's samples
+   and medians (``ranks``), the slowest rank's timing as the figure (``step``: the rank with the
+   largest wall median; a step ends when its slowest rank's does), tokens per step per GPU, tokens/s
+   per GPU at the slowest rank's median, world size, the checks, each rank's communication
+   (``communication``: None on a CPU, where gloo's collectives run on the host).
 
 The asv side (``benchmarks/bench_distributed.py``) launches this through :func:`launch` and stores
 one record per (variant, world size): the world size is a parameter of the record key, so a
@@ -229,7 +234,7 @@ def check(
     import torch
 
     from kernels.numerics import rel_err
-    from models.step import build_step
+    from models.step import GRAPHED_COMPILE_MODES, build_step
 
     dist = _dist()
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -237,11 +242,13 @@ def check(
     ref_loss, ref_grads = None, {}
     # the single-process step on the whole global batch, first (its memory freed after)
     if rank == 0:
-        # forward and backward only: a graphed variant's reference is left uncaptured
-        ref = build_step(
-            config, options.replace(batch_size=check_batch), device, seed, capture=False
-        )
-        ref_loss, ref_grads = _raw_grads(ref, list(tokens.split(check_batch)))
+        # forward and backward only: a graphed variant's reference is left uncaptured. Under
+        # torch.compile's CUDA-graph modes a replay overwrites the gradients of the one before, so
+        # there the whole global batch goes in one pass
+        whole = options.compile in GRAPHED_COMPILE_MODES
+        rows = world * check_batch if whole else check_batch
+        ref = build_step(config, options.replace(batch_size=rows), device, seed, capture=False)
+        ref_loss, ref_grads = _raw_grads(ref, list(tokens.split(rows)))
         del ref
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -572,7 +579,7 @@ def _checked(
         )
 
 
-# The parts of a rank's run, in order (``rank_main``'s ``phases``)
+# The parts of a rank's run, in order (``rank_main``'s ``phases`` and ``part``)
 RANK_PARTS = ("join", "build", "check", "timing")
 
 
@@ -606,8 +613,9 @@ def rank_main(args: argparse.Namespace) -> int:
         if rank == 0 and args.out:
             write_json_atomic(Path(args.out), json.loads(json.dumps(result, default=str)))
 
-    save()
     try:
+        result["part"] = "build"
+        save()
         with timed_phase(phases, "build_seconds", compile_field="build_compile_seconds"):
             options, config, step, no_sync = _built(args, device, wrapper, step_variant)
         result.update(
@@ -617,12 +625,15 @@ def rank_main(args: argparse.Namespace) -> int:
             flops_per_step_per_gpu=float(step.flops_per_step),
             params=sum(_full(p).numel() for p in step.model.parameters()),
         )
+        result["part"] = "check"
         save()
         with timed_phase(phases, "check_seconds", compile_field="check_compile_seconds"):
             _checked(step, config, options, device, args, wrapper, no_sync, result)
+        result["part"] = "timing"
         save()
         with timed_phase(phases, "timing_seconds", compile_field="timing_compile_seconds"):
             result.update(_timed(step, device, local, args))
+        result["part"] = None
         return 0
     except _Ended as ended:
         result.update(status=ended.status, reason=ended.reason)
@@ -774,14 +785,15 @@ def progress(out: Path) -> str:
 
 
 def progress_of(result: dict[str, Any] | None) -> str:
-    """How far rank 0 got, by its result so far (None: none written): the seconds of the parts it
-    ended (torch.compile's among them) and the part it was in, in words."""
+    """How far rank 0 got, by its result so far (None: none written, so it was joining the process
+    group): the seconds of the parts it spent (torch.compile's among them; a part that raised
+    counts too) and the part it was in, in words."""
     phases = (result or {}).get("phases") or {}
     ended = [
         f"{k.removesuffix('_seconds').replace('_compile', ' (torch.compile)')} {v:.1f} s"
         for k, v in phases.items()
     ]
-    inside = next((p for p in RANK_PARTS if f"{p}_seconds" not in phases), None)
+    inside = (result or {"part": "join"}).get("part")
     return f"rank 0 ended {', '.join(ended) or 'no part'}; it was in: {inside or 'none'}"
 
 
