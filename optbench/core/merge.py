@@ -7,7 +7,8 @@ Merging copies every file the destination lacks and, for the files that several 
 - optbench's records: every run is kept (``ResultStore.add_run``): a run the destination lacks is
   added as it is, two snapshots of one run are joined, and no stored record is replaced; a record
   that differs from the stored one of its run is kept as a run of its own. Old-layout files
-  (``<machine>/optbench/<commit>.jsonl.gz``, or ``.jsonl``) are read as their runs and added the same way.
+  (``<machine>/optbench/<commit>.jsonl.gz``, or ``.jsonl``) are read as their runs and added the
+  same way.
 - asv's results (``asv/<machine>/<commit>-<env>.json``): merged benchmark by benchmark and parameter
   combination; a measured value replaces an unmeasured one (asv's null for a case skipped or not
   selected), and where two runs measured the same case, the later source wins: asv keeps one median
