@@ -34,12 +34,15 @@ from kernels.grad_stats import clip_coefficient
 from kernels.numerics import rel_err
 from models.config import ModelConfig, flops_per_token
 from models.model import Decoder, FusedLinear
-from models.variants import VARIANTS, reference, switches  # noqa: F401 (VARIANTS: re-exported)
+from models.variants import (  # noqa: F401 (VARIANTS, GRAPHED_COMPILE_MODES: re-exported)
+    GRAPHED_COMPILE_MODES,
+    VARIANTS,
+    reference,
+    switches,
+)
 
 LR, WEIGHT_DECAY, MAX_GRAD_NORM = 1e-4, 0.1, 1.0  # what a step trains with (TrainStep.hyper)
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-# torch.compile modes that use CUDA graphs
-GRAPHED_COMPILE_MODES = ("reduce-overhead", "max-autotune")
 # FP8 tensor cores (torch._scaled_mm): Ada sm89, Hopper sm90, Blackwell sm100/sm120
 FP8_MIN_CC = (8, 9)
 

@@ -21,6 +21,9 @@ where it passes it (the 8-bit and master AdamW on an H100), at the loose
 
 from typing import Any
 
+# torch.compile modes in which inductor captures CUDA graphs
+GRAPHED_COMPILE_MODES = ("reduce-overhead", "max-autotune")
+
 # The compiled-and-graphed best combinations, each one change on top of the one before.
 _COMPILE_GRAPH = {
     "grad_stats": "foreach",

@@ -24,7 +24,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from models.variants import ABLATED, ABLATION, ADDED, VARIANTS, switches
+from models.variants import (
+    ABLATED,
+    ABLATION,
+    ADDED,
+    GRAPHED_COMPILE_MODES,
+    VARIANTS,
+    switches,
+)
 
 #: metric -> what it measures and in what unit. Times are ms per call (kernels) or per optimizer
 #: step; every kernel time has three clocks: ``device`` (CUDA-graph replays over input sets larger
@@ -522,8 +529,6 @@ GATE_THRESHOLDS: dict[str, float] = {
     "memory": 0.01,
     "compile": 0.15,
 }
-# inductor captures CUDA graphs in these
-_GRAPHED_COMPILE_MODES = ("reduce-overhead", "max-autotune")
 
 
 def graphed(variant: str) -> bool:
@@ -532,7 +537,7 @@ def graphed(variant: str) -> bool:
     if variant not in VARIANTS and variant != "eager":
         return False
     options = switches(variant)
-    return bool(options.get("cuda_graph")) or options.get("compile") in _GRAPHED_COMPILE_MODES
+    return bool(options.get("cuda_graph")) or options.get("compile") in GRAPHED_COMPILE_MODES
 
 
 def metric_class(
