@@ -2,9 +2,11 @@
 CUDA's context and a first cuBLAS call, then cProfile's top functions (by cumulative seconds) while
 the 100M eager step is built and checked (the steps process's first case: its high-precision
 reference and the eager step's errors) and while a second variant is, or, with ``kernel``, while the
-first kernel case of the other process is. Run it in a fresh process, on a GPU:
+first kernel case of the other process is. ``step`` takes another size and variants too (each the
+first case of its process: ``1B best-kernels`` is what each of ab's 1B processes builds). Run it in
+a fresh process, on a GPU:
 
-    python3 scripts/probes/first_case_profile.py [step|kernel] [top]
+    python3 scripts/probes/first_case_profile.py [step|kernel] [top] [size variant...]
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ def _profiled(label: str, fn, top: int) -> None:
 def main() -> int:
     mode = sys.argv[1] if len(sys.argv) > 1 else "step"
     top = int(sys.argv[2]) if len(sys.argv) > 2 else 40
+    size = sys.argv[3] if len(sys.argv) > 3 else "100M"
+    variants = sys.argv[4:] or ["eager", "triton-norm"]
     started = time.perf_counter()
     import torch
 
@@ -51,10 +55,10 @@ def main() -> int:
     from optbench.suite.workloads import kernel_work, step_work
 
     if mode == "step":
-        for variant in ("eager", "triton-norm"):
+        for variant in variants:
             _profiled(
-                f"step 100M {variant}: build and check",
-                lambda v=variant: step_work("100M", v, "cuda").check(),
+                f"step {size} {variant}: build and check",
+                lambda v=variant: step_work(size, v, "cuda").check(),
                 top,
             )
     else:
