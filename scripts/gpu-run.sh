@@ -46,15 +46,18 @@ echo "compile cache: $OPTBENCH_COMPILE_CACHE" >&2
 [ $# -gt 0 ] || set -- run --suite full
 if [ "$1" = pytest ]; then shift; set -- python3 -m pytest "$@"; else set -- python3 -m optbench.cli "$@"; fi
 if [ -n "${OUT:-}" ]; then
-    # A lent machine hands back only $OUT, and not folders nested deeper than its limit: pack results/
-    # (all of it, after every command, also a failed one) for `optbench merge results.tgz` at home, and keep
-    # the output there too (gpu-run.log), so a call cut off by its time limit still shows how far it got.
-    # With `run --time-budget S`, leave ~100 s of the call's limit for this script's setup and the packing.
-    # ab's per-process logs (.cache/ab/logs) come back as one file: $OUT takes 8 files at most.
+    # A lent machine hands back only $OUT, and not folders nested deeper than its limit: pack what the
+    # command wrote in results/ (newer than the stamp; after every command, also a failed one) for
+    # `optbench merge results.tgz` at home: not the copied store, most of a tgz that would pass the
+    # 16 MiB a file may have to come back. Keep the output there too (gpu-run.log), so a call cut
+    # off by its time limit still shows how far it got. With `run --time-budget S`, leave ~100 s of
+    # the call's limit for this script's setup and the packing. ab's per-process logs
+    # (.cache/ab/logs) come back as one file: $OUT takes 8 files at most.
+    stamp=$(mktemp)
     hand_back() {  # each part whatever the one before did; the command's exit status stays
         local rc=$?
         set +e
-        tar czf "$OUT/results.tgz" results
+        find results -type f -newer "$stamp" -print0 | tar czf "$OUT/results.tgz" --null -T -
         if [ -d .cache/ab/logs ]; then tar czf "$OUT/ab-logs.tgz" -C .cache/ab logs; fi
         python3 -m optbench.core.compile_cache pack --out "$OUT/compile-cache" >&2
         exit "$rc"
