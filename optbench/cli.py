@@ -214,10 +214,23 @@ def run(argv: list[str]) -> int:
         print(f"optbench run: {problem}", file=sys.stderr)
         return 2
     if args.gpus is not None:
-        from optbench.reporting.site import publish
+
+        def register() -> None:  # once, before the shards: each would write asv's machine file
+            from optbench.core.machine import machine_name
+
+            register_machine(machine_name(emulate=args.emulate))
+
+        def html() -> None:  # matplotlib and the site's modules only where HTML is asked for
+            from optbench.reporting.site import publish
+
+            publish()
 
         return shard.run_on_gpus(
-            argv, args.gpus, emulate=args.emulate, publish=None if args.no_html else publish
+            argv,
+            args.gpus,
+            emulate=args.emulate,
+            prepare=register,
+            publish=None if args.no_html else html,
         )
 
     return _run_suite(p, args, results)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -208,7 +209,7 @@ class FakeProcess:
     def __init__(self, code: int) -> None:
         self.code = code
 
-    def wait(self) -> int:
+    def wait(self, timeout: float | None = None) -> int:
         return self.code
 
 
@@ -345,3 +346,82 @@ def test_the_cases_outside_a_shard_are_skipped_with_a_short_reason(monkeypatch):
         r["reason"].startswith("not selected in this run") and len(r["reason"]) < 150
         for r in kept.values()
     )
+
+
+class HungProcess:
+    """A shard that outlives its time budget: ends on SIGINT with 130 where ``obeys``, else only
+    when killed."""
+
+    def __init__(self, obeys: bool) -> None:
+        self.obeys, self.signals, self.killed = obeys, [], False
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.killed or (self.obeys and self.signals):
+            return -9 if self.killed else 130
+        if timeout is None:
+            raise AssertionError("waited on a hung shard without a limit")
+        raise subprocess.TimeoutExpired("optbench", timeout)
+
+    def send_signal(self, signum: int) -> None:
+        self.signals.append(signum)
+
+    def kill(self) -> None:
+        self.killed = True
+
+
+@pytest.mark.parametrize("obeys", [True, False])
+def test_a_shard_past_its_time_budget_is_interrupted_then_killed(tmp_path, capsys, obeys):
+    """With --time-budget, a shard still running a grace period past it gets SIGINT (the run
+    records what it stopped), then is killed if it goes on: the others' results still come back.
+    Mutation: waiting without a limit fails (the hung shard would hold every shard's results)."""
+    hung = HungProcess(obeys)
+    procs = iter([FakeProcess(0), hung, FakeProcess(0)])
+    code = shard.run_on_gpus(
+        ["--suite", "sweep", "--time-budget", "450", "--gpus", "0,1,2"],
+        "0,1,2",
+        device_count=lambda: 4,
+        start=lambda command, **kwargs: next(procs),
+        env={"PATH": "/bin"},
+        root=tmp_path,
+        machine="h100-sxm",
+    )
+    assert hung.signals == [signal.SIGINT] and hung.killed == (not obeys)
+    assert code == (130 if obeys else -9)
+    out = capsys.readouterr().out
+    assert "shard 2/3 on GPU 1 still runs 60 s past its time budget: interrupted" in out
+    assert ("killed" in out) == (not obeys)
+
+
+def test_option_values_are_read_as_argparse_reads_them():
+    argv = ["--suite", "sweep", "--time-budget", "450", "--select=Step"]
+    assert shard.option_value(argv, "--time-budget") == "450"
+    assert shard.option_value(argv, "--select") == "Step"
+    assert shard.option_value(["--time-b", "30"], "--time-budget") == "30"
+    assert shard.option_value(["--time-budget=1", "--time-budget", "2"], "--time-budget") == "2"
+    assert shard.option_value(argv, "--gpus") is None
+
+
+def test_the_machine_file_is_written_once_before_the_shards_and_not_without_gpus(tmp_path):
+    """``prepare`` (asv's machine file, which every shard would otherwise write at once) runs once,
+    before the first shard starts; where ``--gpus`` names no GPU, not at all."""
+    events: list[str] = []
+
+    def start(command, **kwargs):
+        events.append("start")
+        return FakeProcess(0)
+
+    def launch(count: int) -> int:
+        return shard.run_on_gpus(
+            ["--gpus", "all"],
+            "all",
+            prepare=lambda: events.append("prepare"),
+            device_count=lambda: count,
+            start=start,
+            env={"PATH": "/bin"},
+            root=tmp_path,
+            machine="h100-sxm",
+        )
+
+    assert launch(2) == 0 and events == ["prepare", "start", "start"]
+    events.clear()
+    assert launch(0) == 2 and events == []

@@ -26,9 +26,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -133,14 +135,59 @@ def without_option(argv: Sequence[str], option: str) -> list[str]:
     argparse took for it)."""
     out, skip = [], False
     for arg in argv:
-        name = arg.split("=", 1)[0]
         if skip:
             skip = False
-        elif len(name) > 2 and name.startswith("--") and option.startswith(name):
+        elif _names(arg, option):
             skip = "=" not in arg
         else:
             out.append(arg)
     return out
+
+
+def _names(arg: str, option: str) -> bool:
+    """Whether the command-line word ``arg`` is ``option`` (``--opt``, ``--opt=V``, or an
+    abbreviation that argparse would take for it)."""
+    name = arg.split("=", 1)[0]
+    return len(name) > 2 and name.startswith("--") and option.startswith(name)
+
+
+def option_value(argv: Sequence[str], option: str) -> str | None:
+    """The value of ``option`` in ``argv`` (``--opt V``, ``--opt=V``, or an abbreviation that
+    argparse took for it; the last where it is given twice), else None."""
+    found, take = None, False
+    for arg in argv:
+        if take:
+            found, take = arg, False
+        elif _names(arg, option):
+            found, take = (arg.split("=", 1)[1], False) if "=" in arg else (found, True)
+    return found
+
+
+# How long past its --time-budget a shard may run (its last case ending, asv writing its results)
+# before it is interrupted (SIGINT: the run records what it stopped), and how long it then has
+# before it is killed: a shard that hangs must not keep every shard's results from coming back.
+STOP_GRACE_S, KILL_AFTER_S = 60.0, 30.0
+
+
+def _wait(proc: Any, deadline: float | None, label: str) -> int:
+    """``proc``'s exit status; where ``deadline`` (time.monotonic) passes first, interrupted, then
+    killed :data:`KILL_AFTER_S` later."""
+    if deadline is None:
+        return proc.wait()
+    try:
+        return proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
+    except subprocess.TimeoutExpired:
+        print(
+            f"optbench: {label} still runs {STOP_GRACE_S:g} s past its time budget: interrupted",
+            flush=True,
+        )
+        proc.send_signal(signal.SIGINT)
+    try:
+        return proc.wait(timeout=KILL_AFTER_S)
+    except subprocess.TimeoutExpired:
+        print(f"optbench: {label} did not end {KILL_AFTER_S:g} s after it: killed", flush=True)
+        proc.kill()
+        return proc.wait()
 
 
 def cuda_device_count() -> int:
@@ -155,6 +202,7 @@ def run_on_gpus(
     spec: str,
     *,
     emulate: str | None = None,
+    prepare: Callable[[], Any] | None = None,
     publish: Callable[[], Any] | None = None,
     device_count: Callable[[], int] | None = None,
     start: Callable[..., Any] = subprocess.Popen,
@@ -168,12 +216,14 @@ def run_on_gpus(
     less ``--gpus``) started by ``start`` (Popen's signature) in ``root`` (default the
     repository) with ``env`` (default this process's) plus ``CUDA_VISIBLE_DEVICES`` naming its
     GPU (the i-th of ``env``'s ``CUDA_VISIBLE_DEVICES`` where set) and ``OPTBENCH_RUN_ID`` a run
-    id of its own (``new_run_id``), its output into its log file. Says where each went, waits
-    for them all, then calls ``publish`` (the HTML, once for every shard) where given. Returns
-    the first non-zero exit status among them, else 0; 2, with one line, where ``spec`` names no
-    GPU here. ``device_count``: how many GPUs this process sees (default
-    :func:`cuda_device_count`); ``machine``: the results folder (default this machine's,
-    emulating ``emulate`` where given)."""
+    id of its own (``new_run_id``), its output into its log file, after ``prepare`` where given
+    (what the shards would otherwise each do at once: asv's machine file). Says where each went,
+    waits for them all (with ``--time-budget`` in ``ARGV``, a shard still running
+    :data:`STOP_GRACE_S` past it is interrupted, then killed), then calls ``publish`` (the HTML,
+    once for every shard) where given. Returns the first non-zero exit status among them, else
+    0; 2, with one line, where ``spec`` names no GPU here. ``device_count``: how many GPUs this
+    process sees (default :func:`cuda_device_count`); ``machine``: the results folder (default
+    this machine's, emulating ``emulate`` where given)."""
     from optbench.core import store
 
     env = dict(os.environ if env is None else env)
@@ -183,6 +233,8 @@ def run_on_gpus(
         print(f"optbench run: --gpus {spec}: {exc}", file=sys.stderr)
         return 2
     root = root or store.REPO_ROOT
+    if prepare is not None:
+        prepare()
     if machine is None:
         from optbench.core.machine import machine_name
 
@@ -210,8 +262,13 @@ def run_on_gpus(
             proc = start(command, cwd=root, env=child_env, stdout=f, stderr=subprocess.STDOUT)
         children.append((n, gpu, run_id, log, proc))
         print(f"optbench: shard {n}/{len(gpus)} on GPU {gpu}: run {run_id}, log {log}", flush=True)
+    budget = option_value(argv, "--time-budget")
+    deadline = None if budget is None else time.monotonic() + float(budget) + STOP_GRACE_S
     try:
-        codes = [proc.wait() for *_, proc in children]
+        codes = [
+            _wait(proc, deadline, f"shard {n}/{len(gpus)} on GPU {gpu}")
+            for n, gpu, *_, proc in children
+        ]
     except BaseException:  # an interrupt: the children got it too; let them end
         for *_, proc in children:
             proc.wait()
