@@ -28,6 +28,7 @@ KEYS = {
     "mem_clock_mhz",
     "date",
     "compile_cache",
+    "runs_at_once",
     "interconnect",
 }
 
@@ -42,6 +43,15 @@ def test_machine_info_without_gpu_or_nvidia_smi(monkeypatch):
     assert info["profile"] == "cpu" and info["interconnect"] is None
     assert info["torch"] == torch.__version__ and info["num_cpu"] >= 1
     assert info["date"].endswith("+00:00")
+
+
+def test_the_machine_record_says_how_many_runs_measured_on_the_host_at_once(monkeypatch):
+    """A shard of ``run --gpus`` (OPTBENCH_RUNS_AT_ONCE, set by run_on_gpus) says that the others
+    shared the host with it; a run alone says 1."""
+    monkeypatch.delenv("OPTBENCH_RUNS_AT_ONCE", raising=False)
+    assert machine_info()["runs_at_once"] == 1
+    monkeypatch.setenv("OPTBENCH_RUNS_AT_ONCE", "4")
+    assert machine_info()["runs_at_once"] == 4
 
 
 def _fake_gpu(monkeypatch, smi_stdout: str | None):

@@ -268,6 +268,7 @@ def test_gpus_all_starts_one_shard_per_gpu_each_a_run_of_its_own(tmp_path, capsy
             "PATH": "/bin",
             "CUDA_VISIBLE_DEVICES": str(n - 1),
             "OPTBENCH_RUN_ID": f"run-{n - 1}",
+            "OPTBENCH_RUNS_AT_ONCE": "4",
         }
         assert call["cwd"] == tmp_path and call["stderr"] == subprocess.STDOUT
         assert call["log"] == tmp_path / "results" / "h100-sxm" / "progress" / f"run-{n - 1}.log"

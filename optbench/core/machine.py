@@ -33,7 +33,9 @@ def machine_info() -> dict[str, Any]:
     torch, triton, python, cpu, num_cpu, ram_gb (GB, 1e9 bytes), os, hostname, profile (hardware
     profile key), sm_clock_mhz and mem_clock_mhz (GPU 0's clocks now, from nvidia-smi; None without
     it), date (ISO 8601, UTC), compile_cache (what the run's compile caches started from: 'cold',
-    'restored <key>', or 'local' where nothing says), interconnect (how the GPUs reach one another,
+    'restored <key>', or 'local' where nothing says), runs_at_once (runs measuring on this host at
+    the same time, this one among them: one per GPU under ``run --gpus``, sharing the host's CPUs,
+    which host-bound figures feel), interconnect (how the GPUs reach one another,
     :func:`interconnect`: e.g. 'NV18'; None with one GPU or none). Multi-GPU figures are per world
     size (a parameter of their records), so gpu_count and interconnect say what they ran on; they
     are never compared with 1-GPU figures.
@@ -62,6 +64,7 @@ def machine_info() -> dict[str, Any]:
         "mem_clock_mhz": _int_or_none(smi[2]) if smi else None,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "compile_cache": current().compile_cache or "local",
+        "runs_at_once": int(current().runs_at_once or 1),
         "interconnect": interconnect() if has_gpu and torch.cuda.device_count() > 1 else None,
     }
 

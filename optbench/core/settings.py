@@ -31,6 +31,7 @@ VARIABLES = {
     "asv_commit": "ASV_COMMIT",
     "asv": "ASV",
     "compile_cache": "OPTBENCH_COMPILE_CACHE",
+    "runs_at_once": "OPTBENCH_RUNS_AT_ONCE",
 }
 
 
@@ -59,6 +60,8 @@ class Settings:
     asv: str | None = None  # 'true' in a process asv started (set by asv)
     # what the run's compile caches started from (optbench.core.compile_cache)
     compile_cache: str | None = None
+    # runs measuring on this host at the same time, this one among them (run --gpus: one per GPU)
+    runs_at_once: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

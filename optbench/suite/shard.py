@@ -215,8 +215,9 @@ def run_on_gpus(
     (:func:`gpu_indices`), each ``python -m optbench run ARGV --shard i/N --no-html`` (``ARGV``
     less ``--gpus``) started by ``start`` (Popen's signature) in ``root`` (default the
     repository) with ``env`` (default this process's) plus ``CUDA_VISIBLE_DEVICES`` naming its
-    GPU (the i-th of ``env``'s ``CUDA_VISIBLE_DEVICES`` where set) and ``OPTBENCH_RUN_ID`` a run
-    id of its own (``new_run_id``), its output into its log file, after ``prepare`` where given
+    GPU (the i-th of ``env``'s ``CUDA_VISIBLE_DEVICES`` where set), ``OPTBENCH_RUN_ID`` a run
+    id of its own (``new_run_id``) and ``OPTBENCH_RUNS_AT_ONCE`` the number of shards (each
+    record's machine info says so), its output into its log file, after ``prepare`` where given
     (what the shards would otherwise each do at once: asv's machine file). Says where each went,
     waits for them all (with ``--time-budget`` in ``ARGV``, a shard still running
     :data:`STOP_GRACE_S` past it is interrupted, then killed), then calls ``publish`` (the HTML,
@@ -257,7 +258,12 @@ def run_on_gpus(
             "--no-html",
         ]
         device = visible[gpu].strip() if visible else str(gpu)
-        child_env = {**env, "CUDA_VISIBLE_DEVICES": device, "OPTBENCH_RUN_ID": run_id}
+        child_env = {
+            **env,
+            "CUDA_VISIBLE_DEVICES": device,
+            "OPTBENCH_RUN_ID": run_id,
+            "OPTBENCH_RUNS_AT_ONCE": str(len(gpus)),
+        }
         with open(log, "w", encoding="utf-8") as f:
             proc = start(command, cwd=root, env=child_env, stdout=f, stderr=subprocess.STDOUT)
         children.append((n, gpu, run_id, log, proc))
