@@ -231,6 +231,7 @@ def run(argv: list[str]) -> int:
             emulate=args.emulate,
             prepare=register,
             publish=None if args.no_html else html,
+            time_budget=args.time_budget,
         )
 
     return _run_suite(p, args, results)

@@ -380,6 +380,7 @@ def test_a_shard_past_its_time_budget_is_interrupted_then_killed(tmp_path, capsy
     code = shard.run_on_gpus(
         ["--suite", "sweep", "--time-budget", "450", "--gpus", "0,1,2"],
         "0,1,2",
+        time_budget=450.0,
         device_count=lambda: 4,
         start=lambda command, **kwargs: next(procs),
         env={"PATH": "/bin"},
@@ -391,15 +392,6 @@ def test_a_shard_past_its_time_budget_is_interrupted_then_killed(tmp_path, capsy
     out = capsys.readouterr().out
     assert "shard 2/3 on GPU 1 still runs 60 s past its time budget: interrupted" in out
     assert ("killed" in out) == (not obeys)
-
-
-def test_option_values_are_read_as_argparse_reads_them():
-    argv = ["--suite", "sweep", "--time-budget", "450", "--select=Step"]
-    assert shard.option_value(argv, "--time-budget") == "450"
-    assert shard.option_value(argv, "--select") == "Step"
-    assert shard.option_value(["--time-b", "30"], "--time-budget") == "30"
-    assert shard.option_value(["--time-budget=1", "--time-budget", "2"], "--time-budget") == "2"
-    assert shard.option_value(argv, "--gpus") is None
 
 
 def test_the_machine_file_is_written_once_before_the_shards_and_not_without_gpus(tmp_path):

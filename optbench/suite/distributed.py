@@ -579,16 +579,12 @@ def _checked(
         )
 
 
-# The parts of a rank's run, in order (``rank_main``'s ``phases`` and ``part``)
-RANK_PARTS = ("join", "build", "check", "timing")
-
-
 def rank_main(args: argparse.Namespace) -> int:
     """One rank's part: build, wrap, check, time; rank 0 writes the result, also after each part
     (its ``phases``: seconds of each, torch.compile's beside them), so that a launch stopped midway
     says how far it got. Returns the exit code: 0, :data:`SKIP_EXIT` or :data:`WRONG_EXIT`."""
     from optbench.core.runner import timed_phase
-    from optbench.core.store import write_json_atomic
+    from optbench.core.store import write_text_atomic
 
     dist = _dist()
     phases: dict[str, float] = {}
@@ -611,7 +607,7 @@ def rank_main(args: argparse.Namespace) -> int:
 
     def save() -> None:
         if rank == 0 and args.out:
-            write_json_atomic(Path(args.out), json.loads(json.dumps(result, default=str)))
+            write_text_atomic(Path(args.out), json.dumps(result, default=str))
 
     try:
         result["part"] = "build"

@@ -135,32 +135,14 @@ def without_option(argv: Sequence[str], option: str) -> list[str]:
     argparse took for it)."""
     out, skip = [], False
     for arg in argv:
+        name = arg.split("=", 1)[0]
         if skip:
             skip = False
-        elif _names(arg, option):
+        elif len(name) > 2 and name.startswith("--") and option.startswith(name):
             skip = "=" not in arg
         else:
             out.append(arg)
     return out
-
-
-def _names(arg: str, option: str) -> bool:
-    """Whether the command-line word ``arg`` is ``option`` (``--opt``, ``--opt=V``, or an
-    abbreviation that argparse would take for it)."""
-    name = arg.split("=", 1)[0]
-    return len(name) > 2 and name.startswith("--") and option.startswith(name)
-
-
-def option_value(argv: Sequence[str], option: str) -> str | None:
-    """The value of ``option`` in ``argv`` (``--opt V``, ``--opt=V``, or an abbreviation that
-    argparse took for it; the last where it is given twice), else None."""
-    found, take = None, False
-    for arg in argv:
-        if take:
-            found, take = arg, False
-        elif _names(arg, option):
-            found, take = (arg.split("=", 1)[1], False) if "=" in arg else (found, True)
-    return found
 
 
 # How long past its --time-budget a shard may run (its last case ending, asv writing its results)
@@ -210,6 +192,7 @@ def run_on_gpus(
     root: Path | None = None,
     machine: str | None = None,
     new_run_id: Callable[[], str] | None = None,
+    time_budget: float | None = None,
 ) -> int:
     """``optbench run ARGV`` with ``--gpus SPEC``: one shard per GPU that ``spec`` names
     (:func:`gpu_indices`), each ``python -m optbench run ARGV --shard i/N --no-html`` (``ARGV``
@@ -219,7 +202,7 @@ def run_on_gpus(
     id of its own (``new_run_id``) and ``OPTBENCH_RUNS_AT_ONCE`` the number of shards (each
     record's machine info says so), its output into its log file, after ``prepare`` where given
     (what the shards would otherwise each do at once: asv's machine file). Says where each went,
-    waits for them all (with ``--time-budget`` in ``ARGV``, a shard still running
+    waits for them all (with ``time_budget``, ARGV's ``--time-budget``, a shard still running
     :data:`STOP_GRACE_S` past it is interrupted, then killed), then calls ``publish`` (the HTML,
     once for every shard) where given. Returns the first non-zero exit status among them, else
     0; 2, with one line, where ``spec`` names no GPU here. ``device_count``: how many GPUs this
@@ -268,8 +251,7 @@ def run_on_gpus(
             proc = start(command, cwd=root, env=child_env, stdout=f, stderr=subprocess.STDOUT)
         children.append((n, gpu, run_id, log, proc))
         print(f"optbench: shard {n}/{len(gpus)} on GPU {gpu}: run {run_id}, log {log}", flush=True)
-    budget = option_value(argv, "--time-budget")
-    deadline = None if budget is None else time.monotonic() + float(budget) + STOP_GRACE_S
+    deadline = None if time_budget is None else time.monotonic() + time_budget + STOP_GRACE_S
     try:
         codes = [
             _wait(proc, deadline, f"shard {n}/{len(gpus)} on GPU {gpu}")
