@@ -747,6 +747,10 @@ class Reference:
     grad_norm: Tensor | None
     weights: dict[str, Tensor]
 
+    @property
+    def device(self) -> torch.device:
+        return self.loss.device
+
     def copy_to(self, device: str | torch.device) -> Reference:
         """A copy of every tensor on ``device``."""
 

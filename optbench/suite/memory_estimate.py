@@ -25,9 +25,10 @@ Memory of a training step (``step_memory_bytes``), an estimate for ``models.step
   the chunked, fused and Liger losses hold one chunk of logits about the size of the hidden states
   (``default_chunk_size``): 12d.
 
-Triton/Liger norms and SwiGLU, QK-norm and torch.compile change these terms by a few d (compile
-saves far more); they are ignored, so for them the estimate is an upper bound. The CUDA context,
-library workspaces and allocator fragmentation are left to ``MEMORY_MARGIN``. tests/test_plan.py
+A float64 step (the check's reference for an fp32 candidate) doubles every term. Triton/Liger
+norms and SwiGLU, QK-norm and torch.compile change these terms by a few d (compile saves far
+more); they are ignored, so for them the estimate is an upper bound. The CUDA context, library
+workspaces and allocator fragmentation are left to ``MEMORY_MARGIN``. tests/test_plan.py
 holds the estimate against the step peaks stored for the H100 in results/: never below them, and
 within 25% where neither a CUDA graph nor torch.compile is on.
 """
@@ -130,7 +131,8 @@ def step_memory_bytes(cfg: ModelConfig, options: StepOptions) -> float:
     activations = (
         options.batch_size * options.seq_len * (_layers_bytes_per_token(cfg, options) + loss)
     )
-    return param_count(cfg) * state_bytes + 2 * _autocast_copied_params(cfg, options) + activations
+    fp32_bytes = param_count(cfg) * state_bytes + 2 * _autocast_copied_params(cfg, options)
+    return (fp32_bytes + activations) * (2 if options.precision == "fp64" else 1)
 
 
 def memory_remedy(cfg: ModelConfig, options: StepOptions, usable: float) -> str:

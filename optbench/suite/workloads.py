@@ -6,6 +6,7 @@ builders, so each benchmark's work is defined once.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -295,11 +296,43 @@ def matmul_work(n: int, mode: str, device: str, seed: int = 0) -> Work:
 
 
 # (size, reference options, candidate precision) -> models.step.Baseline: the high-precision
-# reference run (on the host, so that a 1B candidate has the GPU) and the eager step's errors
-# against it.
+# reference run and the eager step's errors against it. Its reference (fp32 or fp64 gradients and
+# weights: 8.8 GB at 1B) stays on the device where the memory estimate has room for it beside the
+# steps built while it is in use (reference_home), and waits on the host otherwise and while
+# another size's or reference's is in use: a 1B reference takes ~7 s to cross to the host and
+# ~1.3 s back for each comparison on an H100 host (scripts/probes/reference_transfer.py).
 _REFERENCES: dict[tuple, Any] = {}
 # the least recently used goes first: most variants use eager's, kept by its use
 _KEEP_REFERENCES = 3
+
+
+def reference_home(config: Any, reference: Any, options: Any, device: str) -> str:
+    """Where the check's reference for candidate ``options`` (against ``reference``) is kept:
+    ``device`` where the memory estimate of the largest step built beside it (its high-precision
+    step while it is copied, the eager step, the candidate) and its own bytes (gradients and
+    weights at the high precision) fit the usable memory, else 'cpu'."""
+    from models.config import param_count
+    from models.step import high_precision
+    from optbench.suite.memory_estimate import step_memory_bytes, usable_bytes
+
+    usable = usable_bytes(machine_profile(device))
+    if usable is None:
+        return device
+    high = high_precision(reference, options.precision)
+    steps = (high, reference.replace(precision=options.precision), options)
+    own = 2 * param_count(config) * (8 if high.precision == "fp64" else 4)
+    fits = own + max(step_memory_bytes(config, s) for s in steps) <= usable
+    return device if fits else "cpu"
+
+
+def park_references(key: tuple, home: str) -> None:
+    """Move each cached reference but ``key``'s to the host, and ``key``'s too where its ``home``
+    is the host: out of the device memory of the case about to be built."""
+    for other, baseline in _REFERENCES.items():
+        if (other != key or home == "cpu") and baseline.reference.device.type != "cpu":
+            _REFERENCES[other] = dataclasses.replace(
+                baseline, reference=baseline.reference.copy_to("cpu")
+            )
 
 
 def step_options(size: str, variant: str, device: str):
@@ -347,6 +380,8 @@ def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
     skip_if(step_skip_reason(profile, size, variant))
     reference, options = step_options(size, variant, device)
     config, key = CONFIGS[size], (size, reference, options.precision)
+    home = reference_home(config, reference, options, device)
+    park_references(key, home)
     try:
         if key in _REFERENCES:
             _REFERENCES[key] = _REFERENCES.pop(key)  # now the most recently used
@@ -357,7 +392,7 @@ def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
                 lambda opts: build_step(config, opts, device, seed, profile=profile),
                 reference,
                 options.precision,
-                host=True,
+                host=home == "cpu",
             )
         step = build_step(config, options, device, seed, profile=profile)
     except UnsupportedOptions as exc:
