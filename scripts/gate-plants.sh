@@ -8,6 +8,7 @@
 #   scripts/gate-plants.sh [BASE]
 #   optbench ab BASE plant/slow --suite full --select '...'      # must exit 1
 #   optbench ab BASE plant/neutral --suite full --select '...'   # must not exit 1
+#   optbench ab BASE plant/slow plant/neutral ...                 # both in one job: head 1 exits 1, head 2 0
 #   optbench bisect BASE plant/bisect --suite full --select 'SwiGLU'  # must name bisect 2/4
 set -euo pipefail
 cd "$(dirname "$0")/.."

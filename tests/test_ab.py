@@ -91,11 +91,11 @@ def fake(tmp_path, monkeypatch):
     between rounds) times ``host[label]``, 1% noise a sample."""
     results = tmp_path / "results"
     state = {
-        "levels": {"base": 100.0, "head": 100.0},
-        "host": {"base": 1.0, "head": 1.0},
+        "levels": {"base": 100.0, "head": 100.0, "head 1": 100.0, "head 2": 100.0},
+        "host": {"base": 1.0, "head": 1.0, "head 1": 1.0, "head 2": 1.0},
         "calls": [],
-        "status": {"base": "ok", "head": "ok"},
-        "commits": {"BASE": "a" * 40, "HEAD": "b" * 40},
+        "status": {"base": "ok", "head": "ok", "head 1": "ok", "head 2": "ok"},
+        "commits": {"BASE": "a" * 40, "HEAD": "b" * 40, "SLOW": "c" * 40, "NEUTRAL": "d" * 40},
         "lockstep": False,
         "paired": True,
     }
@@ -151,12 +151,12 @@ def fake(tmp_path, monkeypatch):
         ids = {}
         for label, side in sides.items():
             ids[label] = f"run{len(state['calls']):02d}"
-            state["calls"].append(f"lockstep {label}")
-            level = speed * state["host"][label]
+            state["calls"].append(f"lockstep {side.label}")
+            level = speed * state["host"][side.label]
             rec = record(
                 "bench_step.Step100M",
                 {"variant": "eager"},
-                status=state["status"][label],
+                status=state["status"][side.label],
                 times={"step": (None, [level * (1 + rng.gauss(0, 0.01)) for _ in range(30)])},
                 peak={"step": 256},
                 info={"primary_clock": "wall"},
@@ -180,8 +180,8 @@ def fake(tmp_path, monkeypatch):
     return state
 
 
-def pairing(state) -> dict:
-    (path,) = Path(state["options"].results, "h100-sxm", "ab").glob("*.json")
+def pairing(state, name: str = "*") -> dict:
+    (path,) = Path(state["options"].results, "h100-sxm", "ab").glob(f"{name}.json")
     return json.loads(path.read_text())
 
 
@@ -351,6 +351,45 @@ def test_the_time_budget_stops_the_rounds_and_says_what_would_reach_the_minimum(
     assert ab.ab("BASE", "HEAD", options) == ab.EXIT_INCONCLUSIVE
     assert fake["calls"] == ["base", "head", "head", "base"]  # the warm-up pair and one judged pair
     assert "1 judged ABBA pairs, short of the 4 they need" in capsys.readouterr().err
+
+
+def test_two_heads_share_the_base_rounds_and_each_gets_its_own_verdict(fake, capsys):
+    """A planted slowdown (1B step 5%, host-bound step 15%) and a neutral change in one job: the
+    base runs once a pass (base, head 1, head 2, then the reverse), lockstep rounds pair the base
+    with each head in turn, and ab exits with the worst. Mutation: a head's runs counted as
+    another's (the neutral head judged from the slow one's rounds) flags the neutral change."""
+    fake["lockstep"] = True
+    fake["levels"]["head 1"], fake["host"]["head 1"] = 105.0, 1.15
+    assert ab.ab("BASE", ["SLOW", "NEUTRAL"], fake["options"]) == ab.EXIT_REGRESSION
+    passes = [c for c in fake["calls"] if not c.startswith("lockstep")]
+    assert passes[:6] == ["base", "head 1", "head 2", "head 2", "head 1", "base"]
+    assert passes.count("base") == passes.count("head 1") == 5  # a warm-up pass, four judged
+    lockstep = [c for c in fake["calls"] if c.startswith("lockstep")]
+    assert lockstep[:4] == ["lockstep base", "lockstep head 1", "lockstep base", "lockstep head 2"]
+    slow, neutral = (pairing(fake, f"*-head{i}") for i in (1, 2))
+    assert (slow["exit"], neutral["exit"]) == (ab.EXIT_REGRESSION, ab.EXIT_OK)
+    assert (slow["head"]["ref"], neutral["head"]["ref"]) == ("SLOW", "NEUTRAL")
+    verdicts = {
+        (v["key"], v["paired"]): v["verdict"] for v in slow["verdicts"] if v["metric"] == "step"
+    }
+    assert verdicts[STEP_1B, False] == verdicts[STEP_100M, True] == REGRESSION
+    assert all(v["verdict"] != REGRESSION for v in neutral["verdicts"])
+    # each record names the base runs its head was judged against: the shared ABBA runs and the
+    # lockstep rounds it took part in, not the other head's
+    assert len(set(slow["base"]["runs"]) & set(neutral["base"]["runs"])) == 5
+    partners = {r["base"] for r in neutral["lockstep_rounds"]}
+    assert partners <= set(neutral["base"]["runs"])
+    assert not partners & {r["base"] for r in slow["lockstep_rounds"]}
+    assert not partners & set(slow["base"]["runs"])
+    out = capsys.readouterr().out
+    assert "head 1 SLOW" in out and "exit 1" in out and "head 2 NEUTRAL" in out
+
+
+def test_a_head_with_the_base_code_is_dropped_and_two_heads_alike_are_refused(fake):
+    fake["commits"]["SAME"] = fake["commits"]["BASE"]
+    assert ab.ab("BASE", ["SAME"], fake["options"]) == ab.EXIT_OK and fake["calls"] == []
+    fake["commits"]["TWIN"] = fake["commits"]["SLOW"]
+    assert ab.ab("BASE", ["SLOW", "TWIN"], fake["options"]) == ab.EXIT_NOTHING
 
 
 # Bisection.

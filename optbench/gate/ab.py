@@ -33,6 +33,12 @@ holds up the verdict. A case that is ok at base and fails at head in any round i
 pairing (which runs, in which order, on which GPU and CPU, the verdicts) is stored in
 ``results/<machine>/ab/<first run id>.json``.
 
+With several heads (``optbench ab BASE HEAD1 HEAD2``: a planted and a neutral change, or a
+stack of pull requests), every head is judged against the same base runs: each ABBA pass runs the
+base and every head once (base first, then last), and lockstep rounds pair the base with each head
+in turn. Each head gets its own verdicts, pairing record (``<first run id>-head<i>.json``) and exit
+code; ab exits with the worst (a regression, then inconclusive, then nothing to compare).
+
 Exit codes: 0 no regression (or the same code on both sides), 1 a regression, 2 nothing to compare
 (a ref git cannot resolve, no case measured on both sides), 3 inconclusive: no regression found, but
 the budget ended before every required metric had a verdict (run again with a larger
@@ -51,7 +57,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -556,32 +562,47 @@ def main(argv: list[str] | None = None) -> int:
         prog="optbench ab",
         description=__doc__.split("\n\n")[0],
         epilog="Exit codes: 0 no regression, 1 a regression, 2 nothing to compare, "
-        "3 inconclusive (the budget ended first).",
+        "3 inconclusive (the budget ended first); with several heads, the worst of theirs.",
     )
     p.add_argument("base", help="base commit-ish")
-    p.add_argument("head", help="head commit-ish")
+    p.add_argument(
+        "heads",
+        nargs="+",
+        metavar="head",
+        help="head commit-ish; with several, each is compared with the base, whose rounds they "
+        "share",
+    )
     add_options(p)
     args = p.parse_args(argv)
-    return ab(args.base, args.head, options_of(p, args))
+    return ab(args.base, args.heads, options_of(p, args))
 
 
-def ab(base_ref: str, head_ref: str, options: Options) -> int:
-    """Compare ``head_ref`` with ``base_ref`` here (module docstring); the exit code."""
+def ab(base_ref: str, head_refs: str | Sequence[str], options: Options) -> int:
+    """Compare each of ``head_refs`` (one ref, or several sharing the base's rounds) with
+    ``base_ref`` here (module docstring); the exit code, the worst of the heads' with several
+    (a regression, then inconclusive)."""
     started = time.monotonic()
+    head_refs = [head_refs] if isinstance(head_refs, str) else list(head_refs)
     try:
-        base, head = (
-            Side(label, ref, resolve(ref))
-            for label, ref in (("base", base_ref), ("head", head_ref))
-        )
+        base = Side("base", base_ref, resolve(base_ref))
+        heads = [
+            Side("head" if len(head_refs) == 1 else f"head {i}", ref, resolve(ref))
+            for i, ref in enumerate(head_refs, 1)
+        ]
     except ValueError as exc:
         print(f"optbench ab: {exc}", file=sys.stderr)
         return EXIT_NOTHING
-    if base.commit == head.commit:
+    for head in [h for h in heads if h.commit == base.commit]:
         print(
-            f"optbench ab: {base_ref} and {head_ref} hold the same code ({base.commit[:12]}): "
+            f"optbench ab: {base_ref} and {head.ref} hold the same code ({base.commit[:12]}): "
             "nothing can have slowed down"
         )
+        heads.remove(head)
+    if not heads:
         return EXIT_OK
+    if len({h.commit for h in heads}) < len(heads):
+        print("optbench ab: two heads hold the same code: name each once", file=sys.stderr)
+        return EXIT_NOTHING
     groups = planned(options.suite, options.select)
     if not groups:
         print(
@@ -593,9 +614,8 @@ def ab(base_ref: str, head_ref: str, options: Options) -> int:
     options = dataclasses.replace(
         options, results=(options.results or REPO_ROOT / "results").resolve()
     )
-    sides = {"base": base, "head": head}
     try:
-        for side in sides.values():
+        for side in (base, *heads):
             side.tree = add_worktree(side.commit)
             if "def measure_suite" not in (side.tree / "optbench/suite/grids.py").read_text(
                 errors="replace"
@@ -606,16 +626,16 @@ def ab(base_ref: str, head_ref: str, options: Options) -> int:
                     file=sys.stderr,
                 )
                 return EXIT_NOTHING
-        return _rounds(options, sides, groups, started)
+        return _rounds(options, base, heads, groups, started)
     finally:
-        for side in sides.values():
+        for side in (base, *heads):
             if side.tree is not None:
                 remove_worktree(side.tree)
 
 
 @dataclass
 class _Evidence:
-    """What the rounds measured so far, per design."""
+    """What the rounds measured so far of one head against the base, per design."""
 
     abba: dict[str, list[dict[Series, float]]] = field(
         default_factory=lambda: {"base": [], "head": []}
@@ -632,6 +652,8 @@ class _Evidence:
     paired: list[tuple[dict[Series, tuple[float, ...]], dict[Series, tuple[float, ...]]]] = field(
         default_factory=list
     )
+    lockstep_rounds: list[dict] = field(default_factory=list)  # the pairing record's
+    rounds: int = 0  # lockstep rounds run, warm-up included
 
     def verdicts(self, confidence: float) -> tuple[list[Verdict], list[Verdict]]:
         """(the ABBA rounds' verdicts, the lockstep rounds')."""
@@ -654,30 +676,29 @@ class _Evidence:
 
 
 def _rounds(
-    args: Options, sides: dict[str, Side], groups: dict[str, list[str]], started: float
+    args: Options, base: Side, heads: list[Side], groups: dict[str, list[str]], started: float
 ) -> int:
-    from optbench.core.console import console, table
-
     assert args.results is not None
     results = args.results
     settings = Settings(suite=args.suite, select=args.select, results=results)
     store = ResultStore(results)
     logs = REPO_ROOT / ".cache" / "ab" / "logs"
-    abba, lock = split_lockstep(groups, [s.tree for s in sides.values() if s.tree is not None])
+    abba, lock = split_lockstep(groups, [s.tree for s in (base, *heads) if s.tree is not None])
     print(
-        f"optbench ab: base {sides['base'].commit[:12]} ({sides['base'].ref}), head "
-        f"{sides['head'].commit[:12]} ({sides['head'].ref}): "
-        f"{sum(map(len, abba.values()))} cases in ABBA rounds, "
+        f"optbench ab: base {base.commit[:12]} ({base.ref}), "
+        + ", ".join(f"{h.label} {h.commit[:12]} ({h.ref})" for h in heads)
+        + f": {sum(map(len, abba.values()))} cases in ABBA rounds, "
         f"{sum(map(len, lock.values()))} host-bound in lockstep rounds; logs in "
         f"{logs.relative_to(REPO_ROOT)}",
         flush=True,
     )
-    seen = _Evidence()
+    seen = {head.label: _Evidence() for head in heads}
     machine, gpus = None, set()
-    pairs = rounds = 0  # ABBA pairs and lockstep rounds run, warm-up included
+    pairs = 0  # ABBA passes run (every side once), warm-up included
     pair_s = round_s = 0.0
     lock_min = max(args.min_rounds, LOCKSTEP_MIN_ROUNDS)
-    cpus, lock_log = lockstep_cpus(), []
+    cpus = lockstep_cpus()
+    base_abba: list[str] = []  # the base's ABBA runs, which every head's verdict shares
 
     def stored(side: Side, run_id: str, code: int) -> dict[str, dict] | None:
         nonlocal machine
@@ -702,22 +723,35 @@ def _rounds(
         )
 
     while True:
-        on_abba, on_lock = seen.verdicts(args.confidence)
-        judged_pairs, judged_rounds = pairs - args.warmup, rounds - args.warmup
+        judged_pairs = pairs - args.warmup
         need_abba = (
             bool(abba)
             and pairs < args.warmup + args.max_rounds
-            and (judged_pairs < args.min_rounds or bool(undecided(on_abba, args.require)))
+            and (
+                judged_pairs < args.min_rounds
+                or any(
+                    undecided(e.verdicts(args.confidence)[0], args.require) for e in seen.values()
+                )
+            )
         )
-        need_lock = (
-            bool(lock)
-            and rounds < args.warmup + max(args.max_rounds, lock_min)
-            and (judged_rounds < lock_min or bool(undecided(on_lock, args.require)))
-        )
+        # the head whose lockstep rounds go on next: of those that need one, the fewest run
+        needing = [
+            head
+            for head in heads
+            if bool(lock)
+            and (e := seen[head.label]).rounds < args.warmup + max(args.max_rounds, lock_min)
+            and (
+                e.rounds - args.warmup < lock_min
+                or bool(undecided(e.verdicts(args.confidence)[1], args.require))
+            )
+        ]
+        partner = min(needing, key=lambda h: seen[h.label].rounds, default=None)
+        need_lock = partner is not None
         if not need_abba and not need_lock:
             break
-        # The warm-up and one judged pair or round always run (a verdict needs one); otherwise a
-        # pair or round runs where it fits in what is left of the budget, ABBA first.
+        judged_rounds = seen[partner.label].rounds - args.warmup if partner else 0
+        # The warm-up and one judged pass or round always run (a verdict needs one); otherwise a
+        # pass or round runs where it fits in what is left of the budget, ABBA first.
         elapsed = time.monotonic() - started
         run_abba = need_abba and (
             judged_pairs < 1
@@ -728,85 +762,140 @@ def _rounds(
             or elapsed + (pair_s if run_abba else 0.0) + round_s <= args.time_budget
         )
         if not run_abba and not run_lock:
-            for short, done, minimum, unit, took in (
-                (
-                    need_abba and judged_pairs < args.min_rounds,
-                    judged_pairs,
-                    args.min_rounds,
-                    "ABBA pairs",
-                    pair_s,
-                ),
-                (
-                    need_lock and judged_rounds < lock_min,
-                    judged_rounds,
-                    lock_min,
-                    "lockstep rounds",
-                    round_s,
-                ),
-            ):
-                if short:
-                    needed = elapsed + (minimum - done) * took
-                    print(
-                        f"optbench ab: the time budget ends after {done} judged {unit}, short of "
-                        f"the {minimum} they need (--min-rounds {args.min_rounds}; {unit} take "
-                        f"about {took:.0f} s): about --time-budget {needed:.0f} would reach it",
-                        file=sys.stderr,
-                    )
+            _budget_ended(args, elapsed, pairs, pair_s, need_abba, seen, heads, round_s, lock_min)
             break
         if run_abba:
             kept = "warm-up" if pairs < args.warmup else "judged"
-            pair_started = time.perf_counter()
-            for label in ("base", "head") if pairs % 2 == 0 else ("head", "base"):
-                run_id, seconds, code = run_round(sides[label], settings, abba, logs)
-                records = stored(sides[label], run_id, code)
+            pass_started = time.perf_counter()
+            sides_in_order = [base, *heads]
+            for side in sides_in_order if pairs % 2 == 0 else sides_in_order[::-1]:
+                run_id, seconds, code = run_round(side, settings, abba, logs)
+                records = stored(side, run_id, code)
                 if records is None:
                     return EXIT_NOTHING
                 measured, statuses = values(records)
+                if side is base:
+                    base_abba.append(run_id)
                 if kept == "judged":
-                    seen.abba[label].append(measured)
-                    seen.abba_states[label].append(statuses)
-                said(f"pair {pairs + 1}", label, run_id, seconds, kept, statuses)
+                    for label, evidence in seen.items():
+                        if side is base or side.label == label:
+                            role = "base" if side is base else "head"
+                            evidence.abba[role].append(measured)
+                            evidence.abba_states[role].append(statuses)
+                said(f"pair {pairs + 1}", side.label, run_id, seconds, kept, statuses)
             pairs += 1
-            pair_s = max(pair_s, time.perf_counter() - pair_started)
+            pair_s = max(pair_s, time.perf_counter() - pass_started)
         if run_lock:
-            kept = "warm-up" if rounds < args.warmup else "judged"
+            assert partner is not None
+            evidence = seen[partner.label]
+            kept = "warm-up" if evidence.rounds < args.warmup else "judged"
             # each CPU twice in a row, once with either side first
-            cpu, base_first = cpus[(rounds // 2) % len(cpus)], rounds % 2 == 0
+            cpu = cpus[(evidence.rounds // 2) % len(cpus)]
+            base_first = evidence.rounds % 2 == 0
+            sides = {"base": base, "head": partner}
             ids, seconds, code = run_lockstep_round(sides, settings, lock, logs, cpu, base_first)
-            got = {label: stored(sides[label], ids[label], code) for label in sides}
+            got = {role: stored(side, ids[role], code) for role, side in sides.items()}
             if any(records is None for records in got.values()):
                 return EXIT_NOTHING
-            lock_log.append(
+            evidence.lockstep_rounds.append(
                 {**ids, "cpu": cpu, "first": "base" if base_first else "head", "kept": kept}
             )
             paired = {}
-            for label, records in got.items():
+            for role, records in got.items():
                 assert records is not None
                 measured, statuses = values(records)
-                paired[label] = paired_samples(records)
+                paired[role] = paired_samples(records)
                 for timing in unpaired(records):
                     print(
-                        f"optbench ab: lockstep round {rounds + 1}, {label}: {timing} was not "
-                        "timed in turns (its partner left, disagreed or never came): not judged "
-                        "from this round",
+                        f"optbench ab: lockstep round {evidence.rounds + 1}, {sides[role].label}: "
+                        f"{timing} was not timed in turns (its partner left, disagreed or never "
+                        "came): not judged from this round",
                         file=sys.stderr,
                     )
                 if kept == "judged":
-                    seen.lock[label].append(measured)
-                    seen.lock_states[label].append(statuses)
+                    evidence.lock[role].append(measured)
+                    evidence.lock_states[role].append(statuses)
                 said(
-                    f"lockstep {rounds + 1} (CPU {cpu})", label, ids[label], seconds, kept, statuses
+                    f"lockstep {evidence.rounds + 1} (CPU {cpu})",
+                    sides[role].label,
+                    ids[role],
+                    seconds,
+                    kept,
+                    statuses,
                 )
             if kept == "judged":
-                seen.paired.append((paired["base"], paired["head"]))
-            rounds += 1
+                evidence.paired.append((paired["base"], paired["head"]))
+            evidence.rounds += 1
             round_s = max(round_s, seconds)
-    on_abba, on_lock = seen.verdicts(args.confidence)
-    verdicts, failed = on_abba + on_lock, seen.failed()
+    codes = [
+        _verdict(args, base, base_abba, head, seen[head.label], pairs, machine, gpus, started)
+        for head in heads
+    ]
+    if EXIT_NOTHING in codes and len(heads) == 1:
+        return EXIT_NOTHING
+    if len(heads) > 1:
+        for head, code in zip(heads, codes):
+            print(f"optbench ab: {head.label} {head.ref} ({head.commit[:12]}): exit {code}")
+    for code in (EXIT_REGRESSION, EXIT_INCONCLUSIVE, EXIT_NOTHING):
+        if code in codes:
+            return code
+    return EXIT_OK
+
+
+def _budget_ended(
+    args: Options,
+    elapsed: float,
+    pairs: int,
+    pair_s: float,
+    need_abba: bool,
+    seen: dict[str, _Evidence],
+    heads: list[Side],
+    round_s: float,
+    lock_min: int,
+) -> None:
+    """Say which design the time budget left short of its minimum, and what budget would reach
+    it."""
+    judged_pairs = pairs - args.warmup
+    shortfalls = [
+        (need_abba and judged_pairs < args.min_rounds, judged_pairs, args.min_rounds, pair_s)
+    ]
+    rounds_left = sum(max(0, lock_min - (e.rounds - args.warmup)) for e in seen.values())
+    judged_rounds = min(e.rounds for e in seen.values()) - args.warmup
+    shortfalls.append((rounds_left > 0, judged_rounds, lock_min, round_s))
+    for (short, done, minimum, took), unit in zip(shortfalls, ("ABBA pairs", "lockstep rounds")):
+        if short:
+            left = (minimum - done) if unit == "ABBA pairs" else rounds_left
+            print(
+                f"optbench ab: the time budget ends after {done} judged {unit}, short of "
+                f"the {minimum} they need (--min-rounds {args.min_rounds}; {unit} take "
+                f"about {took:.0f} s): about --time-budget {elapsed + left * took:.0f} would "
+                "reach it",
+                file=sys.stderr,
+            )
+
+
+def _verdict(
+    args: Options,
+    base: Side,
+    base_abba: list[str],
+    head: Side,
+    evidence: _Evidence,
+    pairs: int,
+    machine: str | None,
+    gpus: set,
+    started: float,
+) -> int:
+    """Print ``head``'s verdicts against the base, store its pairing record, and return its exit
+    code."""
+    from optbench.core.console import console, table
+
+    assert args.results is not None
+    on_abba, on_lock = evidence.verdicts(args.confidence)
+    verdicts, failed = on_abba + on_lock, evidence.failed()
     if not verdicts and not failed:
         print(
-            "optbench ab: nothing to compare: no metric was measured in every judged round of "
-            "both sides",
+            f"optbench ab: {head.label}: nothing to compare: no metric was measured in every "
+            "judged round of both sides",
             file=sys.stderr,
         )
         return EXIT_NOTHING
@@ -815,25 +904,30 @@ def _rounds(
         table(
             ("case", "metric", "class", "base", "head", "head/base [interval]", "runs", "verdict"),
             [_fmt(v) for v in verdicts],
-            title=f"{machine}: ab",
+            title=f"{machine}: ab" + ("" if head.label == "head" else f", {head.label} {head.ref}"),
             marks=marks,
         )
     )
     for key in failed:
-        print(f"REGRESSION: {key} is ok at base and fails at head")
+        print(f"REGRESSION: {key} is ok at base and fails at {head.label}")
     regressions = [v for v in verdicts if v.verdict == REGRESSION]
     required = undecided(verdicts, args.require)
     undecided_all = [v for v in verdicts if v.verdict == INCONCLUSIVE]
     code = EXIT_REGRESSION if regressions or failed else EXIT_INCONCLUSIVE if required else EXIT_OK
-    record = {
-        side.label: {"ref": side.ref, "commit": side.commit, "runs": side.runs}
-        for side in sides.values()
+    ours = {r["base"] for r in evidence.lockstep_rounds}  # not another head's lockstep partners
+    record: dict = {
+        "base": {
+            "ref": base.ref,
+            "commit": base.commit,
+            "runs": [r for r in base.runs if r in ours or r in base_abba],
+        },
+        "head": {"ref": head.ref, "commit": head.commit, "runs": head.runs},
     }
     record.update(
         {
             "order": order(pairs),
             "warmup_pairs": args.warmup,
-            "lockstep_rounds": lock_log,
+            "lockstep_rounds": evidence.lockstep_rounds,
             "gpu_uuids": sorted(filter(None, gpus)),
             "suite": args.suite,
             "select": args.select,
@@ -862,14 +956,17 @@ def _rounds(
             "failed_at_head": failed,
         }
     )
-    pairing = results / str(machine) / "ab" / f"{sides['base'].runs[0]}.json"
+    name = base.runs[0] if head.label == "head" else f"{base.runs[0]}-{head.label.replace(' ', '')}"
+    results = args.results
+    pairing = results / str(machine) / "ab" / f"{name}.json"
     write_json_atomic(pairing, record)
     print(
-        f"optbench ab: {len(regressions) + len(failed)} regressions, {len(undecided_all)} "
+        f"optbench ab: {head.label + ': ' if head.label != 'head' else ''}"
+        f"{len(regressions) + len(failed)} regressions, {len(undecided_all)} "
         f"inconclusive ({len(required)} of them of a required class: {', '.join(args.require)}) of "
         f"{len(verdicts)} metrics ({max(0, pairs - args.warmup)} judged ABBA pairs, "
-        f"{max(0, rounds - args.warmup)} judged lockstep rounds, {record['seconds']:.0f} s, GPU "
-        f"{', '.join(record['gpu_uuids']) or 'none'}); pairing in "
+        f"{max(0, evidence.rounds - args.warmup)} judged lockstep rounds, "
+        f"{record['seconds']:.0f} s, GPU {', '.join(record['gpu_uuids']) or 'none'}); pairing in "
         f"{pairing.relative_to(results.parent) if results.parent in pairing.parents else pairing}"
     )
     return code
