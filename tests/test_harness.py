@@ -762,8 +762,16 @@ def test_a_run_with_a_time_budget_stops_in_time_and_stores_nothing_it_did_not_me
     monkeypatch.setenv(RUN_DEADLINE_ENV, str(time.time() + 3.0))
     monkeypatch.setenv("OPTBENCH_PROGRESS", str(tmp_path / "progress.jsonl"))
     x = torch.randn(64, 64)
+
+    def long_check() -> None:
+        try:
+            time.sleep(30)
+        except BaseException as exc:  # as a distributed launch does: how far its ranks got
+            exc.add_note("rank 0 ended build 41.2 s")
+            raise
+
     cases = [
-        Case({"case": "long"}, lambda: _work(lambda: x @ x, check=lambda: time.sleep(30))),
+        Case({"case": "long"}, lambda: _work(lambda: x @ x, check=long_check)),
         Case({"case": "after"}, lambda: _work(lambda: x @ x)),
     ]
     store = ResultStore(tmp_path)
@@ -775,7 +783,8 @@ def test_a_run_with_a_time_budget_stops_in_time_and_stores_nothing_it_did_not_me
     by_case = {r["params"]["case"]: r for r in records.values()}
     assert by_case["long"]["status"] == "skipped"
     assert re.fullmatch(
-        r"not measured: the run's time budget ended \d+\.\d s into this case",
+        r"not measured: the run's time budget ended \d+\.\d s into this case; "
+        r"rank 0 ended build 41\.2 s",
         by_case["long"]["reason"],
     )
     assert by_case["after"] == {**by_case["after"], "status": "skipped", "reason": NOT_STARTED}

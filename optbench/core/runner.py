@@ -507,7 +507,11 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
     except WrongResult as exc:
         rec.update(status="wrong", reason=str(exc))
     except CaseTimeout as exc:
-        rec.update(status="timeout", reason=f"{exc}, in its {phase}")
+        # what the case's own code added on its way out (a launch: how far its ranks got)
+        notes = getattr(exc, "__notes__", [])
+        rec.update(status="timeout", reason="; ".join([f"{exc}, in its {phase}", *notes]))
+        if notes:
+            rec["timeout_notes"] = list(notes)
     except Exception as exc:  # noqa: BLE001 - every failure is recorded and the grid goes on
         if _is_oom(exc):
             rec.update(status="oom", reason=str(exc).splitlines()[0][:300])
@@ -727,7 +731,8 @@ def _keep(
 ) -> dict[str, Any]:
     """Store the record of a measured case and return it. A timeout of a case that the run's time
     budget cut short (``cut``) says nothing about the case: it is not stored, as a case not started
-    is not (its placeholder is removed), and is returned as skipped."""
+    is not (its placeholder is removed), and is returned as skipped, with what the case said on its
+    way out (its timeout's notes: a distributed case's, how far its ranks got)."""
     rec = {**head, **body}
     if cut and rec["status"] == "timeout":
         store.drop(head["machine"], head["commit"], [head["key"]])
@@ -735,7 +740,9 @@ def _keep(
             **head,
             "params": rec["params"],
             "status": "skipped",
-            "reason": CUT_SHORT.format(seconds=rec["seconds"]),
+            "reason": "; ".join(
+                [CUT_SHORT.format(seconds=rec["seconds"]), *rec.get("timeout_notes", [])]
+            ),
         }
     store.save(head["machine"], head["commit"], [rec])
     return rec

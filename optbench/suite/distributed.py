@@ -761,15 +761,15 @@ def launch(
         )
         try:
             output, _ = proc.communicate(timeout=timeout_s)
-        except BaseException:
+        except BaseException as exc:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except OSError:
                 pass
             proc.wait()
-            print(
-                f"optbench: torchrun with {world} ranks stopped; {progress(out)}", file=sys.stderr
-            )
+            stopped = f"torchrun with {world} ranks stopped; {progress(out)}"
+            print(f"optbench: {stopped}", file=sys.stderr)
+            exc.add_note(stopped)  # the case's record says it too (a skipped case's stderr is lost)
             raise
         result = json.loads(out.read_text()) if out.exists() else None
         return proc.returncode, result, output[-4000:]
