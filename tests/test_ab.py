@@ -350,23 +350,34 @@ def test_the_time_budget_stops_the_rounds_and_says_what_would_reach_the_minimum(
     options = ab.Options(**{**fake["options"].__dict__, "time_budget": 0.0})
     assert ab.ab("BASE", "HEAD", options) == ab.EXIT_INCONCLUSIVE
     assert fake["calls"] == ["base", "head", "head", "base"]  # the warm-up pair and one judged pair
-    assert "1 judged ABBA pairs, short of the 4 they need" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "1 judged ABBA pairs, short of the 4 they need" in err
+    assert "lockstep" not in err  # none to run: no shortfall to report
 
 
-def test_two_heads_share_the_base_rounds_and_each_gets_its_own_verdict(fake, capsys):
+@pytest.mark.parametrize("slow_first", [True, False])
+def test_two_heads_share_the_base_rounds_and_each_gets_its_own_verdict(fake, capsys, slow_first):
     """A planted slowdown (1B step 5%, host-bound step 15%) and a neutral change in one job: the
     base runs once a pass (base, head 1, head 2, then the reverse), lockstep rounds pair the base
     with each head in turn, and ab exits with the worst. Mutation: a head's runs counted as
     another's (the neutral head judged from the slow one's rounds) flags the neutral change."""
     fake["lockstep"] = True
-    fake["levels"]["head 1"], fake["host"]["head 1"] = 105.0, 1.15
-    assert ab.ab("BASE", ["SLOW", "NEUTRAL"], fake["options"]) == ab.EXIT_REGRESSION
+    slow_label, neutral_label = ("head 1", "head 2") if slow_first else ("head 2", "head 1")
+    fake["levels"][slow_label], fake["host"][slow_label] = 105.0, 1.15
+    heads = ["SLOW", "NEUTRAL"] if slow_first else ["NEUTRAL", "SLOW"]
+    assert ab.ab("BASE", heads, fake["options"]) == ab.EXIT_REGRESSION
     passes = [c for c in fake["calls"] if not c.startswith("lockstep")]
     assert passes[:6] == ["base", "head 1", "head 2", "head 2", "head 1", "base"]
     assert passes.count("base") == passes.count("head 1") == 5  # a warm-up pass, four judged
     lockstep = [c for c in fake["calls"] if c.startswith("lockstep")]
     assert lockstep[:4] == ["lockstep base", "lockstep head 1", "lockstep base", "lockstep head 2"]
-    slow, neutral = (pairing(fake, f"*-head{i}") for i in (1, 2))
+    slow, neutral = (
+        pairing(fake, f"*-{label.replace(' ', '')}") for label in (slow_label, neutral_label)
+    )
+    for kept in (slow, neutral):  # each head its own warm-up, and either side first in turn
+        rounds = kept["lockstep_rounds"]
+        assert [r["kept"] for r in rounds[:2]] == ["warm-up", "judged"]
+        assert [r["first"] for r in rounds[:4]] == ["base", "head", "base", "head"]
     assert (slow["exit"], neutral["exit"]) == (ab.EXIT_REGRESSION, ab.EXIT_OK)
     assert (slow["head"]["ref"], neutral["head"]["ref"]) == ("SLOW", "NEUTRAL")
     verdicts = {
@@ -382,12 +393,16 @@ def test_two_heads_share_the_base_rounds_and_each_gets_its_own_verdict(fake, cap
     assert not partners & {r["base"] for r in slow["lockstep_rounds"]}
     assert not partners & set(slow["base"]["runs"])
     out = capsys.readouterr().out
-    assert "head 1 SLOW" in out and "exit 1" in out and "head 2 NEUTRAL" in out
+    assert f"{slow_label} SLOW" in out and f"{neutral_label} NEUTRAL" in out and "exit 1" in out
 
 
 def test_a_head_with_the_base_code_is_dropped_and_two_heads_alike_are_refused(fake):
     fake["commits"]["SAME"] = fake["commits"]["BASE"]
     assert ab.ab("BASE", ["SAME"], fake["options"]) == ab.EXIT_OK and fake["calls"] == []
+    # the one head left is the head, as if named alone
+    assert ab.ab("BASE", ["SAME", "HEAD"], fake["options"]) == ab.EXIT_OK
+    assert set(fake["calls"]) == {"base", "head"} and pairing(fake)["head"]["ref"] == "HEAD"
+    fake["calls"].clear()
     fake["commits"]["TWIN"] = fake["commits"]["SLOW"]
     assert ab.ab("BASE", ["SLOW", "TWIN"], fake["options"]) == ab.EXIT_NOTHING
 

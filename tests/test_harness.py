@@ -299,6 +299,22 @@ def test_steps_on_a_gpu_are_timed_at_a_power_steady_clock():
     assert info == {"step_warmup_ms": 612.3}
 
 
+def test_a_timeout_s_notes_include_those_of_the_exceptions_it_replaced():
+    """A timeout raised again while the case's code handled the first (the alarm fires every few
+    seconds) keeps what the code noted on the first. Mutation: reading the last exception's own
+    notes only loses it."""
+    from optbench.core.runner import CaseTimeout, exception_notes
+
+    try:
+        try:
+            raise CaseTimeout("over its budget")
+        except CaseTimeout as first:
+            first.__notes__ = ["rank 0 ended build 41.2 s"]
+            raise CaseTimeout("over its budget, again") from None
+    except CaseTimeout as last:
+        assert exception_notes(last) == ["rank 0 ended build 41.2 s"]
+
+
 def _settle_on(monkeypatch, states: list[dict | None], limit_w: float | None = 700.0):
     """A PowerSettle whose polls read ``states`` in turn (the last one after that), polling fast."""
     from optbench.core import machine
@@ -529,11 +545,15 @@ def test_a_case_over_its_budget_is_stopped_even_inside_a_long_call_and_the_grid_
     monkeypatch.setenv("ASV_COMMIT", "c" * 40)
 
     def endless_compile():
-        while True:
-            try:
-                time.sleep(0.01)
-            except Exception:  # noqa: BLE001, S110 - what a library's retry loop does
-                pass
+        try:
+            while True:
+                try:
+                    time.sleep(0.01)
+                except Exception:  # noqa: BLE001, S110 - what a library's retry loop does
+                    pass
+        except BaseException as exc:  # what the case says on its way out reaches its record
+            exc.__notes__ = ["the compile was at step 3"]
+            raise
 
     x = torch.randn(64, 64)
     cases = [
@@ -551,7 +571,7 @@ def test_a_case_over_its_budget_is_stopped_even_inside_a_long_call_and_the_grid_
     )
     by_case = {r["params"]["case"]: r for r in records.values()}
     assert by_case["slow"]["status"] == "timeout"
-    assert by_case["slow"]["reason"].endswith("in its check")
+    assert by_case["slow"]["reason"].endswith("in its check; the compile was at step 3")
     stored = ResultStore(tmp_path).load("test-machine", "c" * 40)
     # a fact about the case
     assert stored[record_key("bench_test.Grid", {"case": "slow"})]["status"] == "timeout"

@@ -49,30 +49,92 @@ def test_the_reference_counts_its_own_bytes_and_fp64_doubles_the_estimate(monkey
     fp64 = fp32.replace(precision="fp64")
     assert step_memory_bytes(CONFIGS["1B"], fp64) == 2 * step_memory_bytes(CONFIGS["1B"], fp32)
     assert _home(monkeypatch, h100, "1B", "fp32") == "cpu"
+    # a card with room for the float64 steps and half the reference's 8 bytes a value, not all
+    fp64_steps = step_memory_bytes(
+        CONFIGS["1B"], step_pair(h100, "1B", "fp32")[0].replace(precision="fp64")
+    )
+    half = dataclasses.replace(h100, mem_gb=(fp64_steps + own * 1.5) / (1 - MEMORY_MARGIN) / 1e9)
+    assert _home(monkeypatch, half, "1B", "fp32") == "cpu"
 
 
 @dataclasses.dataclass
 class _Reference:
+    """A reference that says where it is and counts its moves."""
+
     where: str
+    moves: int = 0
 
     @property
     def device(self) -> torch.device:
         return SimpleNamespace(type=self.where)
 
     def copy_to(self, device: str) -> _Reference:
-        return _Reference(str(device))
+        _MOVES.append((self.where, str(device)))
+        return _Reference(str(device), self.moves + 1)
+
+
+_MOVES: list[tuple[str, str]] = []  # every copy_to of a _Reference: (from, to)
 
 
 @pytest.mark.parametrize(
-    ("home", "kept"),
-    [("cuda", {"a": "cuda", "b": "cpu", "c": "cpu"}), ("cpu", dict.fromkeys("abc", "cpu"))],
+    ("key", "home", "kept"),
+    [
+        ("a", "cuda", {"a": "cuda", "b": "cpu", "c": "cpu"}),
+        ("a", "cpu", dict.fromkeys("abc", "cpu")),
+        ("c", "cuda", {"a": "cpu", "b": "cpu", "c": "cuda"}),  # back from the host, once
+    ],
 )
-def test_other_cases_references_move_to_the_host_before_a_case_is_built(monkeypatch, home, kept):
+def test_a_case_s_reference_goes_home_and_the_others_to_the_host(monkeypatch, key, home, kept):
+    """Mutations: a reference moved where it already is (a copy for nothing: ~7 s at 1B), or one
+    left on the host where its home is the device (every check then copies it back)."""
     cached = {
-        key: Baseline(_Reference(where), "bf16", {}, 8)
-        for key, where in (("a", "cuda"), ("b", "cuda"), ("c", "cpu"))
+        name: Baseline(_Reference(where), "bf16", {}, 8)
+        for name, where in (("a", "cuda"), ("b", "cuda"), ("c", "cpu"))
     }
     monkeypatch.setattr(workloads, "_REFERENCES", cached)
-    workloads.park_references("a", home)
-    assert {key: b.reference.where for key, b in cached.items()} == kept
+    workloads.place_references(key, home)
+    assert {name: b.reference.where for name, b in cached.items()} == kept
+    moved = {
+        name
+        for name, (_, where) in zip(cached, (("a", "cuda"), ("b", "cuda"), ("c", "cpu")))
+        if where != kept[name]
+    }
+    assert {name: b.reference.moves for name, b in cached.items()} == {
+        name: int(name in moved) for name in cached
+    }
     assert list(cached) == ["a", "b", "c"]  # the least recently used still goes first
+
+
+def test_step_work_builds_the_reference_at_its_home_and_evicts_before_moving(monkeypatch):
+    """The wiring: the baseline is built with ``host`` as its home says, a case with another
+    reference sends the first to the host, and the least recently used reference is dropped before
+    any move (not copied to the host first). Mutations: ``host=True`` always, no placement, or
+    placing before evicting."""
+    from models import step as step_mod
+
+    built = []
+
+    def baseline_of(build, reference, precision, host=False):
+        built.append(host)
+        return Baseline(_Reference("cpu" if host else "cuda"), precision, {}, 8)
+
+    monkeypatch.setattr(step_mod, "baseline_of", baseline_of)
+    monkeypatch.setattr(workloads, "_REFERENCES", {})
+    monkeypatch.setattr(workloads, "_KEEP_REFERENCES", 2)
+    monkeypatch.setattr(workloads, "reference_home", lambda *args: "cuda")
+    workloads.step_work("tiny", "checkpoint", "cpu")
+    (first,) = workloads._REFERENCES
+    assert built == [False] and workloads._REFERENCES[first].reference.where == "cuda"
+    workloads.step_work("tiny", "qknorm", "cpu")  # another reference (a QK-norm model)
+    assert built == [False, False] and len(workloads._REFERENCES) == 2
+    assert workloads._REFERENCES[first].reference.where == "cpu"
+    (second,) = (b for k, b in workloads._REFERENCES.items() if k != first)
+    assert second.reference.where == "cuda"
+    monkeypatch.setattr(workloads, "_KEEP_REFERENCES", 1)
+    _MOVES.clear()
+    workloads.step_work("tiny", "fp16-scaler", "cpu")  # a third, with room for one: both go
+    assert len(workloads._REFERENCES) == 1 and _MOVES == []  # dropped unmoved
+    monkeypatch.setattr(workloads, "reference_home", lambda *args: "cpu")
+    workloads._REFERENCES.clear()
+    workloads.step_work("tiny", "checkpoint", "cpu")
+    assert built[-1] is True

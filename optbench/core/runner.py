@@ -197,6 +197,17 @@ def _free_device_memory(baseline: int | None = None) -> None:
         torch.cuda.empty_cache()
 
 
+def exception_notes(exc: BaseException) -> list[str]:
+    """What the case's own code added to ``exc`` on its way out (a launch: how far its ranks got),
+    and to the exceptions it replaced (a timeout raised again while the first was handled)."""
+    notes, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        notes.extend(getattr(exc, "__notes__", []))
+        exc = exc.__context__
+    return notes
+
+
 class CaseTimeout(BaseException):
     """A case ran past its time budget (raised from SIGALRM, wherever the case's Python code was).
 
@@ -507,8 +518,7 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
     except WrongResult as exc:
         rec.update(status="wrong", reason=str(exc))
     except CaseTimeout as exc:
-        # what the case's own code added on its way out (a launch: how far its ranks got)
-        notes = getattr(exc, "__notes__", [])
+        notes = exception_notes(exc)
         rec.update(status="timeout", reason="; ".join([f"{exc}, in its {phase}", *notes]))
         if notes:
             rec["timeout_notes"] = list(notes)

@@ -585,19 +585,20 @@ def ab(base_ref: str, head_refs: str | Sequence[str], options: Options) -> int:
     head_refs = [head_refs] if isinstance(head_refs, str) else list(head_refs)
     try:
         base = Side("base", base_ref, resolve(base_ref))
-        heads = [
-            Side("head" if len(head_refs) == 1 else f"head {i}", ref, resolve(ref))
-            for i, ref in enumerate(head_refs, 1)
-        ]
+        commits = {ref: resolve(ref) for ref in head_refs}
     except ValueError as exc:
         print(f"optbench ab: {exc}", file=sys.stderr)
         return EXIT_NOTHING
-    for head in [h for h in heads if h.commit == base.commit]:
+    for ref in [r for r, commit in commits.items() if commit == base.commit]:
         print(
-            f"optbench ab: {base_ref} and {head.ref} hold the same code ({base.commit[:12]}): "
+            f"optbench ab: {base_ref} and {ref} hold the same code ({base.commit[:12]}): "
             "nothing can have slowed down"
         )
-        heads.remove(head)
+        del commits[ref]
+    heads = [
+        Side("head" if len(commits) == 1 else f"head {i}", ref, commit)
+        for i, (ref, commit) in enumerate(commits.items(), 1)
+    ]
     if not heads:
         return EXIT_OK
     if len({h.commit for h in heads}) < len(heads):
@@ -762,7 +763,7 @@ def _rounds(
             or elapsed + (pair_s if run_abba else 0.0) + round_s <= args.time_budget
         )
         if not run_abba and not run_lock:
-            _budget_ended(args, elapsed, pairs, pair_s, need_abba, seen, heads, round_s, lock_min)
+            _budget_ended(args, elapsed, pairs, pair_s, need_abba, seen, bool(lock), round_s)
             break
         if run_abba:
             kept = "warm-up" if pairs < args.warmup else "judged"
@@ -831,8 +832,6 @@ def _rounds(
         _verdict(args, base, base_abba, head, seen[head.label], pairs, machine, gpus, started)
         for head in heads
     ]
-    if EXIT_NOTHING in codes and len(heads) == 1:
-        return EXIT_NOTHING
     if len(heads) > 1:
         for head, code in zip(heads, codes):
             print(f"optbench ab: {head.label} {head.ref} ({head.commit[:12]}): exit {code}")
@@ -849,9 +848,8 @@ def _budget_ended(
     pair_s: float,
     need_abba: bool,
     seen: dict[str, _Evidence],
-    heads: list[Side],
+    lockstep: bool,
     round_s: float,
-    lock_min: int,
 ) -> None:
     """Say which design the time budget left short of its minimum, and what budget would reach
     it."""
@@ -859,9 +857,10 @@ def _budget_ended(
     shortfalls = [
         (need_abba and judged_pairs < args.min_rounds, judged_pairs, args.min_rounds, pair_s)
     ]
+    lock_min = max(args.min_rounds, LOCKSTEP_MIN_ROUNDS)
     rounds_left = sum(max(0, lock_min - (e.rounds - args.warmup)) for e in seen.values())
     judged_rounds = min(e.rounds for e in seen.values()) - args.warmup
-    shortfalls.append((rounds_left > 0, judged_rounds, lock_min, round_s))
+    shortfalls.append((lockstep and rounds_left > 0, judged_rounds, lock_min, round_s))
     for (short, done, minimum, took), unit in zip(shortfalls, ("ABBA pairs", "lockstep rounds")):
         if short:
             left = (minimum - done) if unit == "ABBA pairs" else rounds_left

@@ -769,7 +769,9 @@ def launch(
             proc.wait()
             stopped = f"torchrun with {world} ranks stopped; {progress(out)}"
             print(f"optbench: {stopped}", file=sys.stderr)
-            exc.add_note(stopped)  # the case's record says it too (a skipped case's stderr is lost)
+            # the case's record says it too (asv drops a skipped case's stderr); add_note's
+            # attribute, set by hand where Python predates it (3.10)
+            exc.__notes__ = [*getattr(exc, "__notes__", []), stopped]
             raise
         result = json.loads(out.read_text()) if out.exists() else None
         return proc.returncode, result, output[-4000:]

@@ -325,13 +325,15 @@ def reference_home(config: Any, reference: Any, options: Any, device: str) -> st
     return device if fits else "cpu"
 
 
-def park_references(key: tuple, home: str) -> None:
-    """Move each cached reference but ``key``'s to the host, and ``key``'s too where its ``home``
-    is the host: out of the device memory of the case about to be built."""
+def place_references(key: tuple, home: str) -> None:
+    """Put the cached reference of ``key`` (if any) at its ``home`` and every other on the host:
+    out of the device memory of the case about to be built, and the one it uses where its checks
+    read it without a copy. Each moves only where it is not already in place."""
     for other, baseline in _REFERENCES.items():
-        if (other != key or home == "cpu") and baseline.reference.device.type != "cpu":
+        where = home if other == key else "cpu"
+        if baseline.reference.device.type != torch.device(where).type:
             _REFERENCES[other] = dataclasses.replace(
-                baseline, reference=baseline.reference.copy_to("cpu")
+                baseline, reference=baseline.reference.copy_to(where)
             )
 
 
@@ -381,13 +383,13 @@ def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
     reference, options = step_options(size, variant, device)
     config, key = CONFIGS[size], (size, reference, options.precision)
     home = reference_home(config, reference, options, device)
-    park_references(key, home)
+    if key in _REFERENCES:
+        _REFERENCES[key] = _REFERENCES.pop(key)  # now the most recently used
+    while key not in _REFERENCES and len(_REFERENCES) >= _KEEP_REFERENCES:
+        del _REFERENCES[next(iter(_REFERENCES))]  # a 1B reference is 8.8 GB of host memory
+    place_references(key, home)
     try:
-        if key in _REFERENCES:
-            _REFERENCES[key] = _REFERENCES.pop(key)  # now the most recently used
-        else:
-            while len(_REFERENCES) >= _KEEP_REFERENCES:  # a 1B reference is 8.8 GB of host memory
-                del _REFERENCES[next(iter(_REFERENCES))]
+        if key not in _REFERENCES:
             _REFERENCES[key] = baseline_of(
                 lambda opts: build_step(config, opts, device, seed, profile=profile),
                 reference,
