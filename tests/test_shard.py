@@ -86,6 +86,25 @@ def test_a_case_never_run_weighs_the_median_of_the_known_or_1():
     assert shard.weights(["a", "b"], {"other": 9.0}) == {"a": 1.0, "b": 1.0}
 
 
+def test_a_case_never_run_weighs_what_its_benchmark_s_known_cases_take():
+    """A variant first run at 1B weighs the 1B steps' median, not the suite's (most cases are
+    kernels of a few seconds). Mutation: the median of every known case weighs them 4 s."""
+    seconds = {
+        **{f"bench_kernels.SwiGLU|shape={i}": 4.0 for i in range(9)},
+        "bench_step.Step1B|variant=eager": 40.0,
+        "bench_step.Step1B|variant=best-kernels": 44.0,
+    }
+    new = [f"bench_step.Step1B|variant=fp8-{i}" for i in range(3)]
+    weight = shard.weights([*seconds, *new], seconds)
+    assert all(weight[k] == 42.0 for k in new)
+    assert (
+        shard.weights(["bench_kernels.RoPE|shape=1", *seconds], seconds)[
+            "bench_kernels.RoPE|shape=1"
+        ]
+        == 4.0
+    )  # a benchmark never run here: the median of every known case
+
+
 def dropping(keys, seconds, count):  # loses the last case
     return shard.split(keys[:-1], seconds, count)
 

@@ -5,8 +5,8 @@ and ``optbench run --gpus`` runs one part per GPU of this host, all at once.
 the shard that holds the fewest expected seconds so far (the lowest-numbered among equals). Every
 case lands in exactly one shard; the same keys and times give the same shards whatever their
 order; no shard exceeds the mean (total / N) by more than the longest case. A case weighs its
-expected seconds on this machine; one never run here, the median of those known, or 1 s where
-none is.
+expected seconds on this machine; one never run here, the median of those known of its benchmark,
+else of all known, or 1 s where none is.
 
 :func:`shard_select` applies it in a run. The times are the medians of this machine's stored runs
 of *other* commits (``optbench.core.progress.expected_seconds``), so that shards of one commit
@@ -52,11 +52,22 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def weights(keys: Iterable[str], seconds: Mapping[str, float]) -> dict[str, float]:
     """Each key's expected seconds from ``seconds``; a key without any, the median of those of
-    ``keys`` that have one, or 1.0 where none has."""
+    ``keys`` of its benchmark that have one (a variant first run at a size weighs what that size's
+    steps take: the 1B's tens of seconds, not a kernel's few), else of all that have one, or 1.0
+    where none has."""
     keys = list(keys)
-    known = [float(seconds[k]) for k in keys if k in seconds]
-    default = statistics.median(known) if known else 1.0
-    return {k: float(seconds[k]) if k in seconds else default for k in keys}
+    known: dict[str, list[float]] = {}
+    for k in keys:
+        if k in seconds:
+            known.setdefault(k.split("|")[0], []).append(float(seconds[k]))
+    everything = [s for times in known.values() for s in times]
+    default = statistics.median(everything) if everything else 1.0
+
+    def guess(key: str) -> float:
+        alike = known.get(key.split("|")[0])
+        return statistics.median(alike) if alike else default
+
+    return {k: float(seconds[k]) if k in seconds else guess(k) for k in keys}
 
 
 def split(keys: Iterable[str], seconds: Mapping[str, float], count: int) -> list[list[str]]:
@@ -107,7 +118,8 @@ def shard_select(
     print(
         f"optbench: shard {index}/{count}: {len(mine)} of {len(planned)} cases, expected "
         f"~{totals[index - 1]:.0f} s (every shard: {', '.join(f'{t:.0f}' for t in totals)} s; "
-        f"{len(planned) - len(seconds)} cases never run here counted at the median)",
+        f"{len(planned) - len(seconds)} cases never run here counted at their benchmark's "
+        "median)",
         file=out or sys.stdout,
         flush=True,
     )
