@@ -407,6 +407,15 @@ def test_a_head_with_the_base_code_is_dropped_and_two_heads_alike_are_refused(fa
     assert ab.ab("BASE", ["SLOW", "TWIN"], fake["options"]) == ab.EXIT_NOTHING
 
 
+def test_the_command_line_takes_one_head_or_several(monkeypatch):
+    seen = []
+    monkeypatch.setattr(ab, "ab", lambda base, heads, options: seen.append((base, heads)) or 0)
+    assert ab.main(["BASE", "HEAD"]) == 0 and ab.main(["BASE", "H1", "H2", "--select", "x"]) == 0
+    assert seen == [("BASE", ["HEAD"]), ("BASE", ["H1", "H2"])]
+    with pytest.raises(SystemExit):
+        ab.main(["BASE"])  # a head is required
+
+
 # Bisection.
 
 
