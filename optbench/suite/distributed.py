@@ -196,7 +196,11 @@ def _raw_grads(step: Any, shards: list[Any] | None = None) -> tuple[Any, dict[st
     """Forward and backward (no clipping, no optimizer step) of the step's current batch, or of
     each batch of ``shards`` (token rows, inputs and targets) with each one's loss divided by their
     number and the gradients accumulated: the mean loss and gradient over them. Returns (loss,
-    gradients by parameter name, whole tensors on the host)."""
+    gradients by parameter name: whole fp32 tensors on the step's device, where the check compares
+    them: at 1B each rank's 4.4 GB took seconds to reach the host, and the float64 comparison
+    there more, every rank at once on the host's shared CPUs)."""
+    import torch
+
     step.optimizer.zero_grad(set_to_none=True)
     kept = step.idx, step.targets
     batches = [kept] if shards is None else [(t[:, :-1], t[:, 1:]) for t in shards]
@@ -211,7 +215,8 @@ def _raw_grads(step: Any, shards: list[Any] | None = None) -> tuple[Any, dict[st
     finally:
         step.idx, step.targets = kept
     grads = {
-        name: _full(p.grad).detach().float().cpu()
+        # a copy: the step may reuse its gradient tensors (a captured graph, DDP's buckets)
+        name: _full(p.grad).detach().to(torch.float32, copy=True)
         for name, p in step.model.named_parameters()
         if p.grad is not None
     }
@@ -324,7 +329,7 @@ def check_timed_step(
         if options.cuda_graph and step._graph is None:
             step.capture()
         step()
-        got = {name: _full(g).float().cpu() for name, g in step.grads().items()}
+        got = {name: _full(g).float() for name, g in step.grads().items()}
     finally:
         step.feed(original)
         step.restore(initial)  # before a graphed step is captured again with timed_hyper
