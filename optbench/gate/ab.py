@@ -725,14 +725,13 @@ def _rounds(
 
     while True:
         judged_pairs = pairs - args.warmup
+        so_far = {label: e.verdicts(args.confidence) for label, e in seen.items()}
         need_abba = (
             bool(abba)
             and pairs < args.warmup + args.max_rounds
             and (
                 judged_pairs < args.min_rounds
-                or any(
-                    undecided(e.verdicts(args.confidence)[0], args.require) for e in seen.values()
-                )
+                or any(undecided(on_abba, args.require) for on_abba, _ in so_far.values())
             )
         )
         # the head whose lockstep rounds go on next: of those that need one, the fewest run
@@ -743,7 +742,7 @@ def _rounds(
             and (e := seen[head.label]).rounds < args.warmup + max(args.max_rounds, lock_min)
             and (
                 e.rounds - args.warmup < lock_min
-                or bool(undecided(e.verdicts(args.confidence)[1], args.require))
+                or bool(undecided(so_far[head.label][1], args.require))
             )
         ]
         partner = min(needing, key=lambda h: seen[h.label].rounds, default=None)
@@ -853,24 +852,23 @@ def _budget_ended(
 ) -> None:
     """Say which design the time budget left short of its minimum, and what budget would reach
     it."""
+
+    def say(done: int, minimum: int, unit: str, took: float, left: int) -> None:
+        print(
+            f"optbench ab: the time budget ends after {done} judged {unit}, short of the "
+            f"{minimum} they need (--min-rounds {args.min_rounds}; {unit} take about {took:.0f} "
+            f"s): about --time-budget {elapsed + left * took:.0f} would reach it",
+            file=sys.stderr,
+        )
+
     judged_pairs = pairs - args.warmup
-    shortfalls = [
-        (need_abba and judged_pairs < args.min_rounds, judged_pairs, args.min_rounds, pair_s)
-    ]
+    if need_abba and judged_pairs < args.min_rounds:
+        say(judged_pairs, args.min_rounds, "ABBA pairs", pair_s, args.min_rounds - judged_pairs)
     lock_min = max(args.min_rounds, LOCKSTEP_MIN_ROUNDS)
     rounds_left = sum(max(0, lock_min - (e.rounds - args.warmup)) for e in seen.values())
-    judged_rounds = min(e.rounds for e in seen.values()) - args.warmup
-    shortfalls.append((lockstep and rounds_left > 0, judged_rounds, lock_min, round_s))
-    for (short, done, minimum, took), unit in zip(shortfalls, ("ABBA pairs", "lockstep rounds")):
-        if short:
-            left = (minimum - done) if unit == "ABBA pairs" else rounds_left
-            print(
-                f"optbench ab: the time budget ends after {done} judged {unit}, short of "
-                f"the {minimum} they need (--min-rounds {args.min_rounds}; {unit} take "
-                f"about {took:.0f} s): about --time-budget {elapsed + left * took:.0f} would "
-                "reach it",
-                file=sys.stderr,
-            )
+    if lockstep and rounds_left:
+        judged_rounds = min(e.rounds for e in seen.values()) - args.warmup
+        say(judged_rounds, lock_min, "lockstep rounds", round_s, rounds_left)
 
 
 def _verdict(
