@@ -12,6 +12,7 @@ import glob
 import os
 
 import nox
+import tomllib
 
 nox.options.sessions = ["tests", "lint"]
 nox.options.error_on_missing_interpreters = False
@@ -28,6 +29,14 @@ TORCHAO_FOR_TESTS = "torchao==0.18.0"
 # the runners' CUDA build (see RUNNER_WHEELS)
 RUNNER_CUDA = os.environ.get("OPTBENCH_RUNNER_CUDA", "130")
 
+
+def _dev_pin(name: str) -> str:
+    """pyproject.toml's pin of ``name`` in the dev set, its one place."""
+    with open("pyproject.toml", "rb") as f:
+        dev = tomllib.load(f)["project"]["optional-dependencies"]["dev"]
+    return next(r for r in dev if r.partition("==")[0] == name)
+
+
 # What an offline GPU runner lacks (asv with its requirements, Liger-Kernel, bitsandbytes for the
 # 8-bit AdamW switch), pinned so every runner installs the same set. importlib-metadata 10 needs
 # `lazy_importer`, absent on the runners: keep 8.x. bitsandbytes ships one native library per
@@ -41,7 +50,7 @@ RUNNER_WHEELS = [
     "json5==0.17.3",
     "pympler==1.1",
     "importlib-metadata==8.7.0",
-    "liger-kernel==0.8.5",
+    _dev_pin("liger-kernel"),
     "bitsandbytes==0.50.2",
     # the FP8 switches (float8 training): built for torch 2.11, pytorch/ao#2919's table
     "torchao==0.17.0",
@@ -70,13 +79,14 @@ def _importable(session: nox.Session, module: str) -> bool:
 
 
 def _install_project(session: nox.Session) -> None:
-    """torch (the system's where the virtualenv sees one), the project with its dev set, and Triton
-    where torch brought none."""
+    """torch (the system's where the virtualenv sees one), then the project with its dev set, and
+    Triton pinned in the same resolve where torch brought none: Liger-Kernel asks for any triton,
+    and pip alone takes the newest (3.9.0 on 2026-11-27, not the interpreter the kernels' tests
+    were written against)."""
     if not _importable(session, "torch"):
         session.install(CPU_TORCH)
-    session.install("-e", ".[dev]")
-    if not _importable(session, "triton"):
-        session.install(TRITON_FOR_CPU_TORCH)
+    triton = [] if _importable(session, "triton") else [TRITON_FOR_CPU_TORCH]
+    session.install("-e", ".[dev]", *triton)
 
 
 def _optbench(session: nox.Session, command: str) -> None:

@@ -201,6 +201,7 @@ def test_the_timed_steps_check_leaves_the_step_as_timing_finds_it(monkeypatch):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    step = None
     try:
         options = BASELINE.replace(precision="fp32", batch_size=2, seq_len=32)
         step = build_step(CONFIGS["tiny"], options, "cpu", 0, capture=False)
@@ -216,7 +217,8 @@ def test_the_timed_steps_check_leaves_the_step_as_timing_finds_it(monkeypatch):
         states = [v for s in step.optimizer.state.values() for v in s.values()]
         assert all(not torch.is_tensor(v) or not v.any() for v in states)
     finally:
-        dist.destroy_process_group()
+        step = None  # the DDP wrapper's reducer first (distributed.leave says why)
+        distributed.leave()
 
 
 def test_a_stopped_launch_says_how_far_rank_0_got(tmp_path, capsys):

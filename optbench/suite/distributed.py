@@ -615,25 +615,7 @@ def rank_main(args: argparse.Namespace) -> int:
             write_text_atomic(Path(args.out), json.dumps(result, default=str))
 
     try:
-        result["part"] = "build"
-        save()
-        with timed_phase(phases, "build_seconds", compile_field="build_compile_seconds"):
-            options, config, step, no_sync = _built(args, device, wrapper, step_variant)
-        result.update(
-            options={k: getattr(options, k) for k in options.__dataclass_fields__},
-            tokens_per_step_per_gpu=step.tokens_per_step,
-            global_batch=world * options.batch_size,
-            flops_per_step_per_gpu=float(step.flops_per_step),
-            params=sum(_full(p).numel() for p in step.model.parameters()),
-        )
-        result["part"] = "check"
-        save()
-        with timed_phase(phases, "check_seconds", compile_field="check_compile_seconds"):
-            _checked(step, config, options, device, args, wrapper, no_sync, result)
-        result["part"] = "timing"
-        save()
-        with timed_phase(phases, "timing_seconds", compile_field="timing_compile_seconds"):
-            result.update(_timed(step, device, local, args))
+        _parts(args, device, local, wrapper, step_variant, result, save)
         result["part"] = None
         return 0
     except _Ended as ended:
@@ -641,7 +623,56 @@ def rank_main(args: argparse.Namespace) -> int:
         return ended.code
     finally:
         save()
-        dist.destroy_process_group()
+        leave()
+
+
+def _parts(
+    args: argparse.Namespace,
+    device: Any,
+    local: int,
+    wrapper: str,
+    step_variant: str,
+    result: dict[str, Any],
+    save: Callable[[], None],
+) -> None:
+    """rank_main's build, check and timing, each named in ``result`` before it starts and timed
+    into its ``phases``; the step they share is freed on return, before the rank leaves its
+    group (see :func:`leave`)."""
+    from optbench.core.runner import timed_phase
+
+    phases = result["phases"]
+    result["part"] = "build"
+    save()
+    with timed_phase(phases, "build_seconds", compile_field="build_compile_seconds"):
+        options, config, step, no_sync = _built(args, device, wrapper, step_variant)
+    result.update(
+        options={k: getattr(options, k) for k in options.__dataclass_fields__},
+        tokens_per_step_per_gpu=step.tokens_per_step,
+        global_batch=result["world_size"] * options.batch_size,
+        flops_per_step_per_gpu=float(step.flops_per_step),
+        params=sum(_full(p).numel() for p in step.model.parameters()),
+    )
+    result["part"] = "check"
+    save()
+    with timed_phase(phases, "check_seconds", compile_field="check_compile_seconds"):
+        _checked(step, config, options, device, args, wrapper, no_sync, result)
+    result["part"] = "timing"
+    save()
+    with timed_phase(phases, "timing_seconds", compile_field="timing_compile_seconds"):
+        result.update(_timed(step, device, local, args))
+
+
+def leave() -> None:
+    """Leave the process group once the caller holds no step. A DDP wrapper's reducer holds the
+    group too; where the reducer is the group's last holder, freeing it joins gloo's worker
+    threads with the GIL held, and a worker still freeing a finished collective's tensors waits
+    for that GIL: a deadlock (seen in the CPU tests on torch 2.13, in ~ProcessGroupGloo). Collected
+    first, the reducer lets go of a group the world still holds; the world's reference, the last,
+    frees it with the GIL released."""
+    import gc
+
+    gc.collect()
+    _dist().destroy_process_group()
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
