@@ -221,6 +221,46 @@ def test_the_timed_steps_check_leaves_the_step_as_timing_finds_it(monkeypatch):
         distributed.leave()
 
 
+def test_a_rank_leaves_its_group_holding_no_step(monkeypatch, tmp_path):
+    """rank_main frees its step (the DDP wrapper, whose reducer holds the group) before it leaves
+    the group: a group freed by the reducer joins gloo's workers holding the GIL, and a worker
+    still freeing a finished collective's tensors waits for it (a CI run hung so). One gloo rank
+    in this process. Mutation: a step kept in rank_main's frame is seen alive at
+    destroy_process_group, and fails."""
+    import gc
+    import socket
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for key, value in {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+    }.items():
+        monkeypatch.setenv(key, value)
+    alive_at_destroy: list[int] = []
+    destroy = dist.destroy_process_group
+
+    def spy(*args, **kwargs):
+        alive_at_destroy.append(
+            sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())
+        )
+        return destroy(*args, **kwargs)
+
+    monkeypatch.setattr(dist, "destroy_process_group", spy)
+    out = tmp_path / "result.json"
+    args = distributed.parse(["--size", "tiny", "--variant", "ddp", *CPU, "--out", str(out)])
+    assert distributed.rank_main(args) == 0, out.read_text()
+    assert json.loads(out.read_text())["status"] == "ok"
+    assert alive_at_destroy == [0]
+
+
 def test_a_stopped_launch_says_how_far_rank_0_got(tmp_path, capsys):
     """Rank 0 writes its result after each part, so a launch stopped midway (a case's budget)
     names the parts it ended and the one it was in. Mutation: a progress that reads no part, or

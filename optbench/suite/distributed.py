@@ -666,12 +666,8 @@ def leave() -> None:
     """Leave the process group once the caller holds no step. A DDP wrapper's reducer holds the
     group too; where the reducer is the group's last holder, freeing it joins gloo's worker
     threads with the GIL held, and a worker still freeing a finished collective's tensors waits
-    for that GIL: a deadlock (seen in the CPU tests on torch 2.13, in ~ProcessGroupGloo). Collected
-    first, the reducer lets go of a group the world still holds; the world's reference, the last,
-    frees it with the GIL released."""
-    import gc
-
-    gc.collect()
+    for that GIL: a deadlock (a CI run on torch 2.13 hung in ~ProcessGroupGloo so). With the step
+    freed first, the world's reference is the last, and frees the group with the GIL released."""
     _dist().destroy_process_group()
 
 
