@@ -3,7 +3,8 @@ wheelhouse and bundle to prepare an offline GPU runner.
 
 ``tests`` and ``bench`` build a virtualenv that sees the system's packages (a runner's own CUDA
 build of torch is what gets measured) and install the CPU wheel of torch only where none is
-importable; the other sessions run in the current Python.
+importable; the other sessions run in the current Python. nox itself needs Python 3.11+ (this file
+reads pyproject.toml with tomllib).
 """
 
 from __future__ import annotations
@@ -31,10 +32,13 @@ RUNNER_CUDA = os.environ.get("OPTBENCH_RUNNER_CUDA", "130")
 
 
 def _dev_pin(name: str) -> str:
-    """pyproject.toml's pin of ``name`` in the dev set, its one place."""
+    """pyproject.toml's pin of ``name`` in the dev set (``name==version``), its one place."""
     with open("pyproject.toml", "rb") as f:
         dev = tomllib.load(f)["project"]["optional-dependencies"]["dev"]
-    return next(r for r in dev if r.partition("==")[0] == name)
+    pins = [r for r in dev if r.replace(" ", "").partition("==")[0] == name]
+    if not pins:
+        raise LookupError(f"pyproject.toml's dev set pins no {name}==VERSION")
+    return pins[0]
 
 
 # What an offline GPU runner lacks (asv with its requirements, Liger-Kernel, bitsandbytes for the

@@ -221,44 +221,56 @@ def test_the_timed_steps_check_leaves_the_step_as_timing_finds_it(monkeypatch):
         distributed.leave()
 
 
-def test_a_rank_leaves_its_group_holding_no_step(monkeypatch, tmp_path):
+@pytest.mark.parametrize("ending", ["ok", "error"])
+def test_a_rank_leaves_its_group_holding_no_step(monkeypatch, tmp_path, ending):
     """rank_main frees its step (the DDP wrapper, whose reducer holds the group) before it leaves
-    the group: a group freed by the reducer joins gloo's workers holding the GIL, and a worker
-    still freeing a finished collective's tensors waits for it (a CI run hung so). One gloo rank
-    in this process. Mutation: a step kept in rank_main's frame is seen alive at
-    destroy_process_group, and fails."""
-    import gc
+    the group, whether its parts end or raise: a group freed by the reducer joins gloo's workers
+    holding the GIL, and a worker still freeing a finished collective's tensors waits for it (a CI
+    run hung so). One gloo rank in this process. Mutation: a step kept in rank_main's frame, or
+    in the frames of a raising part's traceback, is seen alive at destroy_process_group, and
+    fails."""
     import socket
+    import weakref
 
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    for key, value in {
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-        "RANK": "0",
-        "WORLD_SIZE": "1",
-        "LOCAL_RANK": "0",
-    }.items():
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1"}
+    for key, value in {**env, "LOCAL_RANK": "0"}.items():
         monkeypatch.setenv(key, value)
-    alive_at_destroy: list[int] = []
+    ours: list[weakref.ref] = []  # this run's DDP wrapper, not another test's
+    wrap = distributed._wrap
+
+    def recorded_wrap(step, *args):
+        no_sync = wrap(step, *args)
+        ours.append(weakref.ref(step.ddp))
+        return no_sync
+
+    alive_at_destroy: list[bool] = []
     destroy = dist.destroy_process_group
 
     def spy(*args, **kwargs):
-        alive_at_destroy.append(
-            sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())
-        )
+        alive_at_destroy.append(any(ref() is not None for ref in ours))
         return destroy(*args, **kwargs)
 
+    def failing_timing(*_):
+        raise RuntimeError("a planted error in the timing")
+
+    monkeypatch.setattr(distributed, "_wrap", recorded_wrap)
     monkeypatch.setattr(dist, "destroy_process_group", spy)
+    if ending == "error":
+        monkeypatch.setattr(distributed, "_timed", failing_timing)
     out = tmp_path / "result.json"
     args = distributed.parse(["--size", "tiny", "--variant", "ddp", *CPU, "--out", str(out)])
-    assert distributed.rank_main(args) == 0, out.read_text()
-    assert json.loads(out.read_text())["status"] == "ok"
-    assert alive_at_destroy == [0]
+    if ending == "ok":
+        assert distributed.rank_main(args) == 0
+        assert json.loads(out.read_text())["status"] == "ok"
+    else:
+        with pytest.raises(RuntimeError, match="planted error"):
+            distributed.rank_main(args)
+    assert len(ours) == 1 and alive_at_destroy == [False]
 
 
 def test_a_stopped_launch_says_how_far_rank_0_got(tmp_path, capsys):

@@ -97,6 +97,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -621,6 +622,11 @@ def rank_main(args: argparse.Namespace) -> int:
     except _Ended as ended:
         result.update(status=ended.status, reason=ended.reason)
         return ended.code
+    except BaseException as exc:
+        # the traceback's frames hold the step until the exception is handled: their locals go
+        # first, so that an error cannot hang the rank in leave(); the traceback still prints
+        traceback.clear_frames(exc.__traceback__)
+        raise
     finally:
         save()
         leave()
@@ -636,8 +642,8 @@ def _parts(
     save: Callable[[], None],
 ) -> None:
     """rank_main's build, check and timing, each named in ``result`` before it starts and timed
-    into its ``phases``; the step they share is freed on return, before the rank leaves its
-    group (see :func:`leave`)."""
+    into its ``phases``; the step they share is freed on return (rank_main clears the frames of
+    an exception's traceback), before the rank leaves its group (see :func:`leave`)."""
     from optbench.core.runner import timed_phase
 
     phases = result["phases"]
