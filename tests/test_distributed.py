@@ -11,6 +11,7 @@ import os
 import subprocess
 
 import pytest
+from free_port import free_port
 
 from optbench.core.runner import Case, measure_case
 from optbench.suite import distributed
@@ -189,17 +190,13 @@ def test_the_timed_steps_check_leaves_the_step_as_timing_finds_it(monkeypatch):
     """check_timed_step feeds its own batch, lifts clipping and runs an optimizer step: afterwards
     the step's batch, weights, hyper-parameters and (fresh) optimizer state are those it had. One
     gloo rank in this process."""
-    import socket
-
     import torch
     import torch.distributed as dist
 
     from models.config import CONFIGS
     from models.step import BASELINE, build_step
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     step = None
     try:
@@ -229,14 +226,11 @@ def test_a_rank_leaves_its_group_holding_no_step(monkeypatch, tmp_path, ending):
     run hung so). One gloo rank in this process. Mutation: a step kept in rank_main's frame, or
     in the frames of a raising part's traceback, is seen alive at destroy_process_group, and
     fails."""
-    import socket
     import weakref
 
     import torch.distributed as dist
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1"}
     for key, value in {**env, "LOCAL_RANK": "0"}.items():
         monkeypatch.setenv(key, value)

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from free_port import free_port
 from test_distributed import CPU
 
 from optbench.core.store import REPO_ROOT
@@ -24,15 +24,9 @@ from optbench.suite import distributed
 TIMEOUT_S = 180.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _two_nodes(out: Path, plant: str) -> tuple[list[int], dict[str, Any] | None, str]:
     """Both agents' exit statuses, the result (written by global rank 0's node), their output."""
-    endpoint, rdzv_id = f"127.0.0.1:{_free_port()}", f"test-{uuid.uuid4().hex[:8]}"
+    endpoint, rdzv_id = f"127.0.0.1:{free_port()}", f"test-{uuid.uuid4().hex[:8]}"
     args = ("--size", "tiny", "--variant", "ddp", *CPU, "--plant", plant)
     agents = [
         subprocess.Popen(

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from free_port import free_port
 
 from optbench.core.store import REPO_ROOT, ResultStore
 
@@ -58,12 +58,6 @@ def _run(repo: Path, env: dict[str, str], *args: str) -> str:
     )
     assert done.returncode == 0, f"{args}\n{done.stdout}\n{done.stderr}"
     return done.stdout
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow
@@ -115,7 +109,7 @@ def test_plain_asv_runs_compares_and_publishes_under_optbench_machine_and_commit
 
     _run(repo, env, "-m", "asv", "publish")
     assert (repo / "html" / "asv" / "index.html").is_file()
-    port = _free_port()
+    port = free_port()
     preview = subprocess.Popen(
         [sys.executable, "-m", "asv", "preview", "--port", str(port)],
         cwd=repo,
