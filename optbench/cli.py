@@ -27,7 +27,7 @@ from optbench.core.settings import Settings, current
 from optbench.core.store import REPO_ROOT as ROOT
 from optbench.core.store import ResultStore, new_run_id, unwritable
 from optbench.suite import shard
-from optbench.suite.catalog import BENCHMARKS, SUITES, asv_pattern
+from optbench.suite.catalog import BENCHMARKS, SUITES, asv_pattern, with_references
 
 SUBCOMMANDS = {
     "ab": "optbench.gate.ab",
@@ -148,8 +148,8 @@ def run_parser() -> argparse.ArgumentParser:
         "--skip-existing",
         action="store_true",
         help="leave out the cases this commit already has a record of on this machine "
-        "(any status but crashed or interrupted): a suite too long for one call "
-        "(sweep) is run in parts that add up",
+        "(any status but crashed or interrupted), but for the references of the cases "
+        "measured now: a suite too long for one call (sweep) is run in parts that add up",
     )
     p.add_argument("--no-html", action="store_true", help="skip asv publish and optbench's charts")
     p.add_argument(
@@ -366,7 +366,8 @@ def _announce(
     progress_file: Path,
 ) -> tuple[list[str], dict[str, float]]:
     """The grid cases the run will measure (less, with ``--skip-existing``, those this commit has
-    here) and their expected seconds from this machine's stored runs, each said in a line."""
+    here, but for the references of the rest) and their expected seconds from this machine's stored
+    runs, each said in a line."""
     entries = BENCHMARKS.values()
     planned, by_asv = (
         progress.planned_cases(entries, suite, args.select),
@@ -374,12 +375,14 @@ def _announce(
     )
     existing = store.measured_keys(machine, commit) if args.skip_existing else set()
     if existing & set(planned):
+        kept = with_references([k for k in planned if k not in existing], planned)
         print(
             f"optbench: --skip-existing: {len(existing & set(planned))} of the suite's cases were "
-            f"measured in an earlier run of {commit[:12]} here; left out",
+            f"measured in an earlier run of {commit[:12]} here; left out but "
+            f"{len(existing & set(kept))}, references of cases measured now",
             flush=True,
         )
-        planned = [k for k in planned if k not in existing]
+        planned = kept
     print(
         f"optbench: suite {suite!r} on {machine} for {commit[:12]}, run {run_id}: {len(planned)} "
         "grid cases"

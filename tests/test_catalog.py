@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from optbench.core.store import REPO_ROOT
+from models.variants import ABLATED
+from optbench.core.store import REPO_ROOT, record_key
 from optbench.suite import catalog
 
 ROOT = REPO_ROOT
@@ -247,3 +248,40 @@ def test_the_committed_asv_list_is_what_asv_discovers(tmp_path):
         "results/asv/benchmarks.json is stale: commit the one `asv run --python=same --bench "
         "just-discover` writes (docs/architecture.md)"
     )
+
+
+@pytest.mark.parametrize(
+    "name, params, expected",
+    [
+        ("bench_step.Step100M", {"variant": "triton-norm"}, [{"variant": "eager"}]),
+        ("bench_step.Step100M", {"variant": "cuda-graph"}, [{"variant": "graph-prereqs"}]),
+        ("bench_precision.Step100M", {"variant": "tf32"}, [{"variant": "fp32"}]),
+        ("bench_step.Step100M", {"variant": "eager"}, []),
+        ("bench_step.Ablation1B", {"variant": "eager"}, [{"variant": ABLATED}]),
+        ("bench_step.Ablation1B", {"variant": ABLATED}, []),
+        (
+            "bench_kernels.GradStats",
+            {"shape": "1B", "impl": "foreach"},
+            [{"shape": "1B", "impl": "loop"}],
+        ),
+        (
+            "bench_distributed.DistributedStep1B",
+            {"variant": "ddp", "world_size": "4"},
+            [{"variant": "ddp", "world_size": "1"}],
+        ),
+        ("bench_anchors.HFCompileStep", {"size": "1B"}, []),
+        ("bench_nothing.Here", {"variant": "eager"}, []),
+    ],
+)
+def test_each_case_names_the_cases_a_report_sets_it_beside(name, params, expected):
+    assert catalog.references(name, params) == expected
+
+
+def test_with_references_adds_the_references_that_are_among_the_planned_in_their_order():
+    variants = ("eager", "graph-prereqs", "cuda-graph", "triton-norm")
+    key = {v: record_key("bench_step.Step100M", {"variant": v}) for v in variants}
+    planned = [key["eager"], key["graph-prereqs"], key["cuda-graph"], key["triton-norm"]]
+    assert catalog.with_references([key["cuda-graph"]], planned) == planned[1:3]
+    assert catalog.with_references([key["triton-norm"], key["cuda-graph"]], planned) == planned
+    # a reference the run does not plan (not selected) is not added
+    assert catalog.with_references([key["triton-norm"]], planned[1:]) == [key["triton-norm"]]

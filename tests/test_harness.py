@@ -695,6 +695,42 @@ def test_skip_existing_leaves_out_what_an_earlier_run_of_the_commit_ended(tmp_pa
     assert measured == list(key.values())
 
 
+def test_skip_existing_measures_again_the_references_of_what_it_measures(tmp_path, monkeypatch):
+    """An earlier run of the commit measured eager, triton-norm, graph-prereqs and cuda-graph: a
+    run resumed with --skip-existing measures the rest and, again, eager, their reference (a
+    speedup divides two times of one run); not triton-norm, nor graph-prereqs, whose only variant
+    (cuda-graph) is measured already."""
+    from optbench.suite import grids
+    from optbench.suite.catalog import suite_cases
+
+    commit = "e" * 40
+    monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
+    monkeypatch.setenv("ASV_COMMIT", commit)
+    monkeypatch.setenv("OPTBENCH_RESULTS", str(tmp_path))
+    monkeypatch.setenv("OPTBENCH_SUITE", "quick")
+    monkeypatch.setenv("OPTBENCH_SKIP_EXISTING", "true")
+    keys = [record_key(b, p) for b, p in suite_cases("quick") if b == "bench_step.Step100M"]
+    done = [k for k in keys if k.split("=")[1] in ("eager", "triton-norm", "graph-prereqs")]
+    done.append(record_key("bench_step.Step100M", {"variant": "cuda-graph"}))
+    ResultStore(tmp_path).save(
+        "test-machine",
+        commit,
+        [{"key": k, "status": "ok"} for k in done],
+        run_id="20261125T000000Z-aaaaaa",
+    )
+    measured = []
+    monkeypatch.setattr(
+        grids, "_measure_grid", lambda name, grid, chosen, device: measured.extend(chosen) or {}
+    )
+    monkeypatch.setattr("optbench.core.runner.default_device", lambda: "cpu")
+    records = grids.measure_suite(["bench_step.Step100M"])
+    eager = record_key("bench_step.Step100M", {"variant": "eager"})
+    assert measured == [k for k in keys if k == eager or k not in done]
+    assert {k for k in done if k != eager} == {
+        k for k, r in records.items() if r.get("reason") == grids.SKIPPED_EXISTING
+    }
+
+
 def test_the_grid_classes_share_two_setup_caches_the_steps_and_the_rest():
     """asv runs a setup_cache once per cache key (the defining line): one process for the training
     steps, one for everything else, each measuring the kinds of its own classes."""

@@ -163,6 +163,44 @@ def test_a_later_run_of_fewer_kernel_shapes_does_not_hide_a_fuller_one(tmp_path)
     assert rms and all(line.endswith("| `fffffff1` |") for line in rms)
 
 
+def test_speedups_of_a_commit_in_shards_set_each_figure_beside_its_own_runs_reference(tmp_path):
+    """Commit 2 ran in two shards on two GPUs: the first holds eager, best and the kernels' eager
+    implementations; the second, later, on a GPU twice as slow, eager, triton-norm and the other
+    kernel implementations; a third fused-ce alone. A speedup takes the reference of its own run:
+    best's is the first shard's eager, not the later one; triton-norm's the second's; fused-ce has
+    none (n/a), nor has any kernel (no kernel row). The step table stays at commit 1, whose run
+    measured as many variants (4) but more pairs."""
+    from synthetic_results import STEP_SIZES, _kernels, _steps, save, slower
+
+    store = ResultStore(tmp_path / "results")
+    sizes = {"100M": STEP_SIZES["100M"]}
+    save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", _steps(1, True, sizes))
+    steps2, kernels2 = _steps(2, True, sizes), _kernels(2)
+    first = [r for r in steps2 if r["params"]["variant"] in ("eager", "best")]
+    baseline = ("eager", "loop")  # GradStats' is a loop
+    first += [r for r in kernels2 if r["params"]["impl"] in baseline]
+    second = [r for r in steps2 if r["params"]["variant"] in ("eager", "triton-norm")]
+    second = [*slower(second, 2.0), *(r for r in kernels2 if r["params"]["impl"] not in baseline)]
+    save(store, "h100-sxm", commit(2), "2025-01-02T12:00:00+00:00", first, gpu_uuid="GPU-a")
+    save(store, "h100-sxm", commit(2), "2025-01-02T12:00:01+00:00", second, gpu_uuid="GPU-b")
+    third = [r for r in steps2 if r["params"]["variant"] == "fused-ce"]
+    save(store, "h100-sxm", commit(2), "2025-01-02T12:00:02+00:00", third, gpu_uuid="GPU-c")
+    run = data.runs(store)["h100-sxm"][-1]
+    by_v = data.steps(run)["100M"]
+    assert by_v["eager"].date == "2025-01-02T12:00:01+00:00"  # the latest eager
+    eager_of_best = run.beside(by_v["best"], variant="eager")
+    assert eager_of_best.date == "2025-01-02T12:00:00+00:00"
+    speedups = data.step_speedups(run)["100M"]
+    assert speedups["best"] == data.step_ms(eager_of_best) / data.step_ms(by_v["best"])
+    eager_of_norm = run.beside(by_v["triton-norm"], variant="eager")
+    norm = by_v["triton-norm"]
+    assert speedups["triton-norm"] == data.step_ms(eager_of_norm) / data.step_ms(norm)
+    assert eager_of_norm.date == "2025-01-02T12:00:01+00:00" and speedups["fused-ce"] is None
+    assert data.kernel_speedups(run) == {}
+    assert sorted(data.paired_steps(run)["100M"]) == ["best", "eager", "triton-norm"]
+    assert "| 100M @ `fffffff1` |" in headline.headline_table(store)
+
+
 def _distributed(
     variant: str, world: int, ms: float, efficiency: float | None, comm: list | None = None
 ) -> dict:
@@ -429,7 +467,7 @@ def test_ablation_table(tmp_path):
     # not a size 'Ablation100M'
     assert list(data.steps(run)) == ["100M"] and list(data.ablations(run)) == ["100M"]
     by_variant = data.ablations(run)["100M"]
-    rows = {row[0]: row[1:] for row in data.ablation_rows(by_variant)}
+    rows = {row[0]: row[1:] for row in data.ablation_rows(run, by_variant)}
     best = by_variant[ABLATED]
     assert rows[f"{ABLATED} (every switch)"] == [
         f"{data.step_ms(best):.1f} [{data.step_iqr_ms(best):.1f}]",
@@ -465,7 +503,8 @@ def test_ablation_table(tmp_path):
 
 def test_ablation_needs_best_kernels_in_the_same_run(tmp_path):
     store = _ablation_store(tmp_path / "results", ABLATED)
-    rows = data.ablation_rows(data.ablations(data.runs(store)["h100-sxm"][-1])["100M"])
+    run = data.runs(store)["h100-sxm"][-1]
+    rows = data.ablation_rows(run, data.ablations(run)["100M"])
     assert rows[0][1:] == ["not measured", "n/a"] and all(row[2] == "n/a" for row in rows[1:])
 
 

@@ -18,8 +18,8 @@ from synthetic_results import commit, record, save
 
 from optbench import cli
 from optbench.core import progress
-from optbench.core.store import ResultStore
-from optbench.suite import shard
+from optbench.core.store import ResultStore, record_key, split_key
+from optbench.suite import catalog, shard
 from optbench.suite.catalog import BENCHMARKS
 
 Split = Callable[[list[str], Mapping[str, float], int], list[list[str]]]
@@ -158,10 +158,21 @@ def test_the_shards_of_a_suite_select_every_planned_case_once(tmp_path, capsys):
         for i in (1, 2, 3)
     ]
     chosen = [[k for k in progress.planned_cases(BENCHMARKS.values(), "full", r)] for r in regexes]
-    assert sorted(k for c in chosen for k in c) == sorted(planned) and all(chosen)
+    owned = shard.split(planned, {}, 3)
+    assert sorted(k for c in owned for k in c) == sorted(planned) and all(owned)
+    for mine, own in zip(chosen, owned):
+        # its own cases, and the references of theirs that it lacks (each speedup within one run)
+        assert mine == catalog.with_references(own, planned) and set(own) <= set(mine)
+        for key in mine:
+            benchmark, params = split_key(key)
+            refs = {record_key(benchmark, p) for p in catalog.references(benchmark, params)}
+            assert refs & set(planned) <= set(mine)
+    extra = len(chosen[0]) - len(owned[0])
+    assert 0 < extra < len(owned[0])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(
-        f"optbench: shard 1/3: {len(chosen[0])} of {len(planned)} cases, expected ~"
+        f"optbench: shard 1/3: {len(owned[0])} of {len(planned)} cases and {extra} of their "
+        "references, expected ~"
     )
 
 
@@ -188,10 +199,11 @@ def test_the_times_come_from_other_commits_runs_of_this_machine(tmp_path, capsys
         for i in (1, 2)
     ]
     chosen = [[k for k in keys if re.search(r, k)] for r in regexes]
-    assert chosen == [keys[:1], keys[1:]]  # 1000 s alone, against the rest
+    # 1000 s (eager) alone, against the rest, which measure eager too: their reference
+    assert keys[0].endswith("|variant=eager") and chosen == [keys[:1], keys]
     assert capsys.readouterr().out.startswith(
-        f"optbench: shard 1/2: 1 of {len(keys)} cases, expected ~1000 s (every shard: 1000, "
-        f"{len(keys) - 1} s; 0 cases never run here"
+        f"optbench: shard 1/2: 1 of {len(keys)} cases and 0 of their references, expected ~1000 s "
+        f"(every shard: 1000, {len(keys) - 1 + 1000} s; 0 cases never run here"
     )
 
 

@@ -103,6 +103,12 @@ def record_key(benchmark: str, params: Mapping[str, Any]) -> str:
     return "|".join([benchmark, *(f"{k}={v}" for k, v in params.items())])
 
 
+def split_key(key: str) -> tuple[str, dict[str, str]]:
+    """The benchmark and parameters of a :func:`record_key`, the parameters in the key's order."""
+    benchmark, *parts = key.split("|")
+    return benchmark, dict(part.split("=", 1) for part in parts)
+
+
 def new_run_id() -> str:
     """A fresh run id: UTC start time (sortable) and a random suffix, e.g.
     ``20261124T190512Z-3fa1c2``."""

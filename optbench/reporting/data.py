@@ -33,7 +33,13 @@ from optbench.core.changepoints import (
 )
 from optbench.core.records import Record
 from optbench.core.roofline import Ceilings
-from optbench.core.store import DEVICE_CLOCK, MACHINE_KEY, ResultStore
+from optbench.core.store import (
+    DEVICE_CLOCK,
+    MACHINE_KEY,
+    ResultStore,
+    record_key,
+    split_key,
+)
 from optbench.gate.compare import compare, series_clock, verdict
 from optbench.suite import catalog
 from optbench.suite.catalog import ANCHOR_BENCHMARK
@@ -46,11 +52,23 @@ GiB = 2**30
 
 @dataclass(frozen=True)
 class Run:
-    """The records of one machine at one commit."""
+    """The records of one machine at one commit: the latest of each case over the commit's optbench
+    runs (``records``), and each run's own (``by_run``, by :func:`run_of`)."""
 
     machine: str
     commit: str
     records: dict[str, Record]
+    by_run: Mapping[str, Mapping[str, Record]]
+
+    def beside(self, rec: Record, **params: str) -> Record | None:
+        """The record that the optbench run of ``rec`` stored for ``rec``'s benchmark with
+        ``params`` in place of its own (a variant's reference, a kernel's baseline), if ok; None
+        where that run has none. A figure set beside ``rec`` comes from its run, on its GPU: the
+        shards of one commit run on several."""
+        other = self.by_run.get(run_of(rec), {}).get(
+            record_key(rec.benchmark, {**split_key(rec.key)[1], **params})
+        )
+        return other if other is not None and other.ok else None
 
     @property
     def info(self) -> Mapping[str, Any]:
@@ -88,19 +106,26 @@ def runs(store: ResultStore) -> dict[str, list[Run]]:
     """Each machine's commits (the latest record of each case over the commit's runs), oldest first
     by the date of the commit's first run (a later rerun of an old commit does not make it the
     newest); real GPUs, then emulated, then CPUs."""
-    found = {
-        m: [
-            Run(m, c, {k: Record.of(r) for k, r in store.load(m, c).items()})
-            for c in store.commits(m)
-        ]
-        for m in store.machines()
-    }
+    found = {m: [_run(store, m, c) for c in store.commits(m)] for m in store.machines()}
     return dict(
         sorted(
             ((m, h) for m, h in found.items() if h),
             key=lambda mh: (not mh[1][-1].info.get("gpu_name"), mh[1][-1].emulated, mh[0]),
         )
     )
+
+
+def _run(store: ResultStore, machine: str, commit: str) -> Run:
+    """The :class:`Run` of ``commit`` on ``machine``; as in ``ResultStore.load``, no record timed in
+    lockstep (``optbench ab``) in either part."""
+    by_run: dict[str, dict[str, Record]] = defaultdict(dict)
+    for stored in store.runs(machine, commit):
+        for key, data in stored.records.items():
+            if "lockstep" not in data:
+                rec = Record.of(data)
+                by_run[run_of(rec)][key] = rec
+    records = {k: Record.of(r) for k, r in store.load(machine, commit).items()}
+    return Run(machine, commit, records, dict(by_run))
 
 
 def size_order(size: str) -> float:
@@ -124,6 +149,18 @@ def steps(run: Run) -> dict[str, dict[str, Record]]:
     """ok training-step records of the variant grids with a wall time by size ('tiny', '100M', ...),
     variant."""
     return _step_grid(run, "variants")
+
+
+def paired_steps(run: Run) -> dict[str, dict[str, Record]]:
+    """:func:`steps` less the variants whose reference their run did not measure (speedup n/a): a
+    step table's weight in :func:`fullest`, so that a commit measured in shards, a variant's
+    reference on another GPU, does not outweigh one whose runs measured the pairs."""
+    speedups = step_speedups(run)
+    found = {
+        size: {v: rec for v, rec in by_v.items() if speedups.get(size, {}).get(v, 1.0) is not None}
+        for size, by_v in steps(run).items()
+    }
+    return {size: by_v for size, by_v in found.items() if by_v}
 
 
 def ablations(run: Run) -> dict[str, dict[str, Record]]:
@@ -195,8 +232,10 @@ def step_speedups(run: Run) -> dict[str, dict[str, float | None]]:
     own reference (eager, qknorm) have no entry."""
     found = {
         size: {
-            v: step_ms(by_v[ref]) / step_ms(rec)
-            if (ref := step_reference(v)) in by_v and run_of(by_v[ref]) == run_of(rec)
+            v: step_ms(base) / step_ms(rec)
+            if (ref := step_reference(v)) is not None
+            and (base := run.beside(rec, variant=ref)) is not None
+            and base.timing("step", "wall")
             else None
             for v, rec in by_v.items()
             if step_reference(v) != v
@@ -219,23 +258,24 @@ def named_speedups(run: Run) -> dict[str, dict[str, float]]:
     }
 
 
-def ablation_rows(by_variant: dict[str, Record]) -> list[list[str]]:
+def ablation_rows(run: Run, by_variant: dict[str, Record]) -> list[list[str]]:
     """One size's leave-one-out table (ABLATION_HEADER): best-kernels, best-kernels without each
     switch (and what needs it), eager, then best-kernels with each switch of ADDED; ms per step as
     median [IQR]; worth = ms without / ms of best-kernels, and for an added switch ms of
     best-kernels / ms with it (either way >1: the switch helps), n/a where either was not measured
-    or they come from different runs."""
-    best = by_variant.get(ABLATED)
+    or they come from different runs (``run``'s :meth:`Run.beside`)."""
 
     def row(variant: str, label: str, added: bool = False) -> list[str]:
         rec = by_variant.get(variant)
         if rec is None:
             return [label, "not measured", "n/a"]
-        same = best is not None and run_of(best) == run_of(rec)
+        best = run.beside(rec, variant=ABLATED)
         ratio = (
-            (step_ms(best) / step_ms(rec) if added else step_ms(rec) / step_ms(best))
-            if same
-            else None
+            None
+            if best is None or not best.timing("step", "wall")
+            else step_ms(best) / step_ms(rec)
+            if added
+            else step_ms(rec) / step_ms(best)
         )
         worth = "—" if variant == ABLATED else f"{ratio:.2f}×" if ratio is not None else "n/a"
         return [label, f"{step_ms(rec):.1f} [{step_iqr_ms(rec):.1f}]", worth]
@@ -340,10 +380,10 @@ def kernel_speedups(run: Run) -> dict[str, dict[str, list[float]]]:
         baseline = catalog.KERNELS[
             catalog.benchmark(next(iter(impls.values())).benchmark).op
         ].impls[0]
-        base = impls.get(baseline)
         for impl, rec in impls.items():
-            if base is not None and rec is not base:
-                metric = kernel_metric(rec)
+            metric = kernel_metric(rec)
+            base = run.beside(rec, impl=baseline)
+            if impl != baseline and base is not None and base.timing(metric, "device"):
                 found[op][impl].append(_device_ms(base, metric) / _device_ms(rec, metric))
     return {op: dict(impls) for op, impls in found.items()}
 
@@ -395,8 +435,15 @@ def floor_ratios(run: Run) -> dict[str, dict[str, dict[str, FloorRatio]]]:
 
 def _entries(value: dict) -> int:
     """Measured entries of a value: its items, or the items of its items (implementations x
-    shapes)."""
-    return sum(len(v) if isinstance(v, (dict, list)) else 1 for v in value.values())
+    shapes); an item that is None or NaN (a speedup whose reference that run did not measure) is
+    none."""
+
+    def measured(v: Any) -> int:
+        if isinstance(v, (dict, list)):
+            return len(v)
+        return int(v is not None and not (isinstance(v, float) and math.isnan(v)))
+
+    return sum(measured(v) for v in value.values())
 
 
 def fullest(history: list[Run], extract: Callable[[Run], dict]) -> dict[str, tuple[Run, dict]]:

@@ -29,6 +29,7 @@ from optbench.reporting.data import (
     fullest,
     hf_ratio,
     kernel_speedups,
+    paired_steps,
     runs,
     scaling_rows,
     step_iqr_ms,
@@ -80,7 +81,7 @@ def _ablation_markdown(history: list[Run]) -> tuple[list[str], dict[str, str]]:
     found = by_size(fullest(history, ablations))
     parts = [
         f"Leave-one-out ablation of {ABLATED} at {size} @ `{run.commit[:8]}` "
-        f"({ABLATION_CAPTION}):\n\n" + table(ABLATION_HEADER, ablation_rows(by_v), "markdown")
+        f"({ABLATION_CAPTION}):\n\n" + table(ABLATION_HEADER, ablation_rows(run, by_v), "markdown")
         for size, run, by_v in found
     ]
     return parts, {run.commit: run.date for _, run, _ in found}
@@ -121,7 +122,7 @@ def _headline(history: list[Run]) -> str:
     """Step and kernel tables of one machine, each size and kernel from the run measuring the most
     of it."""
     parts, used = [f"**{history[-1].label}**"], {}
-    found = by_size(fullest(history, steps))
+    found = by_size(fullest(history, paired_steps))
     if found:
         body = _step_rows(found)
         hf_rows, hf_note = _hf_rows(found)

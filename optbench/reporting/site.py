@@ -210,7 +210,7 @@ def ablation_parts(history: list[Run]) -> list[Part]:
         f"<h3>Leave-one-out ablation of {escape(ABLATED)}</h3><p>{escape(ABLATION_CAPTION)}.</p>",
         *(
             f"<h4>{escape(at_commit(size, run))}</h4>"
-            + table(ABLATION_HEADER, ablation_rows(by_v), "html")
+            + table(ABLATION_HEADER, ablation_rows(run, by_v), "html")
             for size, run, by_v in found
         ),
     ]

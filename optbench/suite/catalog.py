@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from models.variants import (
@@ -30,6 +30,7 @@ from models.variants import (
     ADDED,
     GRAPHED_COMPILE_MODES,
     VARIANTS,
+    reference,
     switches,
 )
 
@@ -493,6 +494,47 @@ def kind(name: str) -> str | None:
     name; None if the catalog lacks it."""
     entry = BENCHMARKS.get(name)
     return entry.kind if entry else None
+
+
+def references(benchmark: str, params: Mapping[str, str]) -> list[dict[str, str]]:
+    """The parameters of the cases of ``benchmark`` that a report sets this case beside, each
+    measured in the same run (on the same GPU): a step variant's reference
+    (``models.variants.reference``; in the leave-one-out grid, best-kernels), a kernel's baseline
+    implementation (its op's first), a distributed variant's 1-GPU case. None of its own reference,
+    nor of other kinds."""
+    entry = BENCHMARKS.get(benchmark)
+    if entry is None:
+        return []
+    if entry.kind == "kernel":
+        wanted = [{"impl": KERNELS[entry.op].impls[0]}]
+    elif entry.kind == "distributed":
+        wanted = [{"world_size": WORLD_SIZES[0]}]
+    elif entry.kind == "step" and entry.role == "ablation":
+        wanted = [{"variant": ABLATED}]
+    elif entry.kind == "step" and params.get("variant") in (*VARIANTS, "eager"):
+        wanted = [{"variant": reference(params["variant"])}]
+    else:
+        wanted = []
+    found: list[dict[str, str]] = []
+    for change in wanted:
+        case = {**params, **change}
+        if case != dict(params) and case not in found:
+            found.append(case)
+    return found
+
+
+def with_references(keys: Iterable[str], among: Iterable[str]) -> list[str]:
+    """The record keys of ``among`` that are in ``keys`` or the :func:`references` of one of them,
+    in the order of ``among``: what a run that measures ``keys`` measures, so that each of their
+    speedups divides two times of one run, on one GPU (a shard of a suite, a run resumed with
+    ``--skip-existing``)."""
+    from optbench.core.store import record_key, split_key
+
+    wanted = set(keys)
+    for key in list(wanted):
+        benchmark, params = split_key(key)
+        wanted.update(record_key(benchmark, case) for case in references(benchmark, params))
+    return [k for k in among if k in wanted]
 
 
 def suite_cases(suite: str) -> list[tuple[str, dict[str, str]]]:

@@ -99,7 +99,8 @@ def measure_suite(
 ) -> dict[str, dict[str, Any]]:
     """Measure, in this process, every case of this run's suite (``optbench.core.settings``) that
     ``$OPTBENCH_SELECT`` selects (less, with ``$OPTBENCH_SKIP_EXISTING``, those measured in an
-    earlier run of this commit on this machine), grid after grid in the catalog's order, and return
+    earlier run of this commit on this machine, but for the references of the rest:
+    ``catalog.with_references``), grid after grid in the catalog's order, and return
     what asv's track methods read (:data:`KEPT_FIELDS`) by record key, for every case of ``names``
     (default: every grid benchmark of the catalog of one of ``kinds``; asv lists them all): a case
     outside the suite, unselected, or not started before the run's time budget ended is a skip with
@@ -127,9 +128,12 @@ def measure_suite(
         keys = [k for k in keys if k in ours]
         if not keys:
             continue
-        chosen = [k for k in keys if (not select or re.search(select, k)) and k not in existing]
+        selected = [k for k in keys if not select or re.search(select, k)]
+        # a case measured again beside a new one whose reference it is: both in this run
+        chosen = catalog.with_references([k for k in selected if k not in existing], selected)
         kept.update(_skips(keys, f"not selected in this run (OPTBENCH_SELECT={_short(select)})"))
-        kept.update(_skips([k for k in keys if k in existing], SKIPPED_EXISTING))
+        left = [k for k in keys if k in existing and k not in chosen]
+        kept.update(_skips(left, SKIPPED_EXISTING))
         if chosen:
             from optbench.core.runner import default_device
             from optbench.core.signals import die_with_parent

@@ -11,8 +11,11 @@ else of all known, or 1 s where none is.
 :func:`shard_select` applies it in a run. The times are the medians of this machine's stored runs
 of *other* commits (``optbench.core.progress.expected_seconds``), so that shards of one commit
 started at once (whose records land while the others still split) and shards on several runners
-of one checkout split alike. The shard's cases become the run's selection: an anchored regex of
-their keys, within ``--select`` where given. asv's own timed classes (the CPU suite's) are no
+of one checkout split alike. A shard measures its cases and those of their references
+(:func:`optbench.suite.catalog.with_references`) that other shards hold, so that each speedup
+divides two times of one run on one GPU; the expected seconds it prints count them. The shard's
+cases become the run's selection: an anchored regex of their keys, within ``--select`` where
+given. asv's own timed classes (the CPU suite's) are no
 grid cases: every shard runs them.
 
 :func:`run_on_gpus` starts ``optbench run --shard i/N`` per GPU, each with ``CUDA_VISIBLE_DEVICES``
@@ -105,19 +108,21 @@ def shard_select(
     seconds, beside every shard's. The runs in ``store`` of ``machine``, but for those of
     ``commit``, give the times."""
     from optbench.core import progress
-    from optbench.suite.catalog import BENCHMARKS
+    from optbench.suite.catalog import BENCHMARKS, with_references
 
     planned = progress.planned_cases(BENCHMARKS.values(), suite, select)
     runs = (run for c in store.commits(machine) if c != commit for run in store.runs(machine, c))
     seconds = progress.expected_seconds(runs, planned)
     index, count = shard
-    shards = split(planned, seconds, count)
+    owned = split(planned, seconds, count)
+    shards = [with_references(keys, planned) for keys in owned]
     weight = weights(planned, seconds)
     totals = [sum(weight[k] for k in s) for s in shards]
-    mine = shards[index - 1]
+    mine, own = shards[index - 1], owned[index - 1]
     print(
-        f"optbench: shard {index}/{count}: {len(mine)} of {len(planned)} cases, expected "
-        f"~{totals[index - 1]:.0f} s (every shard: {', '.join(f'{t:.0f}' for t in totals)} s; "
+        f"optbench: shard {index}/{count}: {len(own)} of {len(planned)} cases and "
+        f"{len(mine) - len(own)} of their references, expected ~{totals[index - 1]:.0f} s "
+        f"(every shard: {', '.join(f'{t:.0f}' for t in totals)} s; "
         f"{len(planned) - len(seconds)} cases never run here counted at their benchmark's "
         "median)",
         file=out or sys.stdout,
