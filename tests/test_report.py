@@ -166,10 +166,10 @@ def test_a_later_run_of_fewer_kernel_shapes_does_not_hide_a_fuller_one(tmp_path)
 def test_speedups_of_a_commit_in_shards_set_each_figure_beside_its_own_runs_reference(tmp_path):
     """Commit 2 ran in two shards on two GPUs: the first holds eager, best and the kernels' eager
     implementations; the second, later, on a GPU twice as slow, eager, triton-norm and the other
-    kernel implementations; a third fused-ce alone. A speedup takes the reference of its own run:
-    best's is the first shard's eager, not the later one; triton-norm's the second's; fused-ce has
-    none (n/a), nor has any kernel (no kernel row). The step table stays at commit 1, whose run
-    measured as many variants (4) but more pairs."""
+    kernel implementations but RMSNorm's triton (in the first); a third fused-ce alone. A speedup
+    takes the reference of its own run: best's is the first shard's eager, not the later one;
+    triton-norm's the second's; fused-ce has none (n/a), nor has any kernel but RMSNorm's triton.
+    The step table stays at commit 1, whose run measured as many variants (4) but more pairs."""
     from synthetic_results import STEP_SIZES, _kernels, _steps, save, slower
 
     store = ResultStore(tmp_path / "results")
@@ -178,9 +178,15 @@ def test_speedups_of_a_commit_in_shards_set_each_figure_beside_its_own_runs_refe
     steps2, kernels2 = _steps(2, True, sizes), _kernels(2)
     first = [r for r in steps2 if r["params"]["variant"] in ("eager", "best")]
     baseline = ("eager", "loop")  # GradStats' is a loop
-    first += [r for r in kernels2 if r["params"]["impl"] in baseline]
+    rmsnorm = ("bench_kernels.RMSNorm", "triton")
+    beside = [
+        r
+        for r in kernels2
+        if r["params"]["impl"] in baseline or (r["benchmark"], r["params"]["impl"]) == rmsnorm
+    ]
+    first += beside
     second = [r for r in steps2 if r["params"]["variant"] in ("eager", "triton-norm")]
-    second = [*slower(second, 2.0), *(r for r in kernels2 if r["params"]["impl"] not in baseline)]
+    second = [*slower(second, 2.0), *(r for r in kernels2 if r not in beside)]
     save(store, "h100-sxm", commit(2), "2025-01-02T12:00:00+00:00", first, gpu_uuid="GPU-a")
     save(store, "h100-sxm", commit(2), "2025-01-02T12:00:01+00:00", second, gpu_uuid="GPU-b")
     third = [r for r in steps2 if r["params"]["variant"] == "fused-ce"]
@@ -196,7 +202,8 @@ def test_speedups_of_a_commit_in_shards_set_each_figure_beside_its_own_runs_refe
     norm = by_v["triton-norm"]
     assert speedups["triton-norm"] == data.step_ms(eager_of_norm) / data.step_ms(norm)
     assert eager_of_norm.date == "2025-01-02T12:00:01+00:00" and speedups["fused-ce"] is None
-    assert data.kernel_speedups(run) == {}
+    assert list(data.kernel_speedups(run)) == ["RMSNorm"]  # the one kernel beside its eager
+    assert list(data.kernel_speedups(run)["RMSNorm"]) == ["triton"]
     assert sorted(data.paired_steps(run)["100M"]) == ["best", "eager", "triton-norm"]
     assert "| 100M @ `fffffff1` |" in headline.headline_table(store)
 

@@ -121,9 +121,12 @@ def _run(store: ResultStore, machine: str, commit: str) -> Run:
     by_run: dict[str, dict[str, Record]] = defaultdict(dict)
     for stored in store.runs(machine, commit):
         for key, data in stored.records.items():
-            if "lockstep" not in data:
-                rec = Record.of(data)
-                by_run[run_of(rec)][key] = rec
+            if "lockstep" in data:
+                continue
+            rec = Record.of(data)
+            mine = by_run[run_of(rec)]  # a merged run's parts share its id
+            if not rec.interrupted or key not in mine:
+                mine[key] = rec
     records = {k: Record.of(r) for k, r in store.load(machine, commit).items()}
     return Run(machine, commit, records, dict(by_run))
 
@@ -152,15 +155,16 @@ def steps(run: Run) -> dict[str, dict[str, Record]]:
 
 
 def paired_steps(run: Run) -> dict[str, dict[str, Record]]:
-    """:func:`steps` less the variants whose reference their run did not measure (speedup n/a): a
-    step table's weight in :func:`fullest`, so that a commit measured in shards, a variant's
-    reference on another GPU, does not outweigh one whose runs measured the pairs."""
+    """:func:`steps` less the variants whose reference their run did not measure (speedup n/a), by
+    size (a size whose variants are all such: none): a step table's weight in :func:`fullest`, so
+    that a commit measured in shards, a variant's reference on another GPU, does not outweigh one
+    whose runs measured the pairs."""
     speedups = step_speedups(run)
     found = {
         size: {v: rec for v, rec in by_v.items() if speedups.get(size, {}).get(v, 1.0) is not None}
         for size, by_v in steps(run).items()
     }
-    return {size: by_v for size, by_v in found.items() if by_v}
+    return found
 
 
 def ablations(run: Run) -> dict[str, dict[str, Record]]:
@@ -491,6 +495,9 @@ def hf_ratio(run: Run, size: str) -> tuple[float, str, str] | None:
         return None
     variant = min(ours, key=lambda v: step_ms(ours[v]))
     rec = ours[variant]
+    beside = run.by_run.get(run_of(rec), {}).get(record_key(ANCHOR_BENCHMARK, {"size": size}))
+    if beside is not None and beside.ok and beside.timing("step", "wall"):
+        anchor = beside  # the anchor of our variant's run, where it ran one (a shard)
     where = (
         "same run"
         if run_of(rec) == run_of(anchor)

@@ -524,16 +524,22 @@ def references(benchmark: str, params: Mapping[str, str]) -> list[dict[str, str]
 
 
 def with_references(keys: Iterable[str], among: Iterable[str]) -> list[str]:
-    """The record keys of ``among`` that are in ``keys`` or the :func:`references` of one of them,
-    in the order of ``among``: what a run that measures ``keys`` measures, so that each of their
-    speedups divides two times of one run, on one GPU (a shard of a suite, a run resumed with
+    """The record keys of ``among`` that are in ``keys`` or a reference of one of them
+    (:func:`references`, followed down its chain: cuda-graph's graph-prereqs, then eager), in the
+    order of ``among``: what a run that measures ``keys`` measures, so that each of their speedups
+    divides two times of one run, on one GPU (a shard of a suite, a run resumed with
     ``--skip-existing``)."""
     from optbench.core.store import record_key, split_key
 
-    wanted = set(keys)
-    for key in list(wanted):
-        benchmark, params = split_key(key)
-        wanted.update(record_key(benchmark, case) for case in references(benchmark, params))
+    wanted, new = set(keys), set(keys)
+    while new:
+        found = {
+            record_key(benchmark, case)
+            for benchmark, params in map(split_key, new)
+            for case in references(benchmark, params)
+        }
+        new = found - wanted
+        wanted |= new
     return [k for k in among if k in wanted]
 
 

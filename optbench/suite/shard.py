@@ -11,12 +11,11 @@ else of all known, or 1 s where none is.
 :func:`shard_select` applies it in a run. The times are the medians of this machine's stored runs
 of *other* commits (``optbench.core.progress.expected_seconds``), so that shards of one commit
 started at once (whose records land while the others still split) and shards on several runners
-of one checkout split alike. A shard measures its cases and those of their references
-(:func:`optbench.suite.catalog.with_references`) that other shards hold, so that each speedup
-divides two times of one run on one GPU; the expected seconds it prints count them. The shard's
+of one checkout split alike. A shard measures its cases and their references that other shards
+hold (:func:`optbench.suite.catalog.with_references`), so that each speedup divides two times of
+one run on one GPU; the expected seconds it prints count them, the split does not. The shard's
 cases become the run's selection: an anchored regex of their keys, within ``--select`` where
-given. asv's own timed classes (the CPU suite's) are no
-grid cases: every shard runs them.
+given. asv's own timed classes (the CPU suite's) are no grid cases: every shard runs them.
 
 :func:`run_on_gpus` starts ``optbench run --shard i/N`` per GPU, each with ``CUDA_VISIBLE_DEVICES``
 naming its GPU, a run id of its own and a log file beside its progress file
