@@ -314,3 +314,30 @@ def test_the_reference_accumulates_the_shards_to_the_global_batchs_gradient():
         ((shard_grads[n] - g).norm() / g.norm()).item() for n, g in grads.items() if g.norm() > 0
     )
     assert worst < 1e-5
+
+
+def test_the_wrapped_step_compiles_once_for_the_shape_it_is_timed_at(monkeypatch, tmp_path):
+    """The check's passes have the timed step's batch per rank: torch.compile compiles the wrapped
+    step for that one shape, as its users compile for the shape they run, and does not recompile it
+    for a dynamic batch when the timing starts (a check at 2 sequences per rank did so, timing at 4:
+    the mutation, seen to fail here with --check-batch 2). One gloo rank in this process, a
+    recompile an error."""
+    import torch._dynamo
+
+    port = free_port()
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1"}
+    for key, value in {**env, "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
+    torch._dynamo.reset()
+    out = tmp_path / "result.json"
+    options = ["--step-variant", "compile-default", "--batch-size", "4", "--seq-len", "32"]
+    args = distributed.parse(
+        ["--size", "tiny", "--variant", "ddp", *CPU, *options, "--out", str(out)]
+    )
+    try:
+        assert distributed.rank_main(args) == 0
+    finally:
+        torch._dynamo.reset()
+    result = json.loads(out.read_text())
+    assert result["status"] == "ok" and result["check"]["check_batch_per_rank"] == 4

@@ -37,8 +37,11 @@ batch as a single GPU's step has it: weak scaling, the global batch is world siz
    are compared on rank 0 with a single-process step of the same options on the whole global batch
    (run first on rank 0), taken as the ranks' shards one after another with their gradients
    accumulated, each shard's loss divided by the world size: the mean over the global batch, as a
-   single-GPU user reaches a larger batch. Each pass has a shard's shape, the same at every world
-   size, so the reference's compiled graphs are those of the 1-GPU case (from the compile cache).
+   single-GPU user reaches a larger batch. A shard is the timed step's batch per rank (unless
+   ``--check-batch`` sets fewer), so every pass has the shape the step is timed at, at every world
+   size: the wrapped step compiles for that one shape (a check at another batch made torch.compile
+   recompile the timed step for a dynamic batch), and the reference's graphs are the single-GPU
+   step's (from the compile cache).
    Under torch.compile's CUDA-graph modes, where a replay overwrites the gradients of the one
    before, the reference runs the whole global batch in one pass. The gradients are the raw ones,
    before clipping (clipping to a norm would hide a gradient scaled by the world size). Relative
@@ -554,9 +557,8 @@ def _checked(
     """The checks of the module docstring, their records into ``result`` ('check', and
     'timed_check' under DDP); :class:`_Ended` 'wrong' where one fails."""
     world = _dist().get_world_size()
-    checked = check(
-        step, config, options, device, args.seed, min(options.batch_size, args.check_batch)
-    )
+    rows = min(options.batch_size, args.check_batch or options.batch_size)
+    checked = check(step, config, options, device, args.seed, rows)
     result["check"] = checked
     if not checked["ok"]:
         raise _Ended(
@@ -697,7 +699,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seq-len", type=int, default=None)
     p.add_argument(
-        "--check-batch", type=int, default=2, help="sequences per rank in the gradient check"
+        "--check-batch",
+        type=int,
+        default=None,
+        help="sequences per rank in the gradient check (default: the step's batch per rank)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup-ms", type=float, default=2000.0)
