@@ -306,7 +306,9 @@ ABLATION_CAPTION = (
 
 
 def step_peaks(run: Run) -> dict[str, dict[str, float]]:
-    """Peak device memory of one training step, GiB, by size, then variant."""
+    """Peak extra device memory of one training step (above what was allocated before it), GiB, by
+    size, then variant: 0 for a step that replays a CUDA graph, whose memory its capture
+    allocated."""
     found = {
         size: {
             v: rec.peak_bytes("step") / GiB

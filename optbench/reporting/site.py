@@ -233,7 +233,8 @@ def memory_parts(history: list[Run]) -> list[Part]:
     return _step_chart(
         history,
         step_peaks,
-        "peak device memory per training step — GiB (a peak, no clock)",
+        "peak extra device memory of one training step, above what was allocated before it — GiB "
+        "(a peak, no clock; a step that replays a CUDA graph allocated its memory at capture: 0)",
         "peak memory (GiB)",
     )
 
