@@ -158,7 +158,7 @@ def test_the_shards_of_a_suite_select_every_planned_case_once(tmp_path, capsys):
         for i in (1, 2, 3)
     ]
     chosen = [[k for k in progress.planned_cases(BENCHMARKS.values(), "full", r)] for r in regexes]
-    owned = shard.split(planned, {}, 3)
+    owned = shard.split(planned, {}, 3, lambda key: catalog.with_references([key], planned))
     assert sorted(k for c in owned for k in c) == sorted(planned) and all(owned)
     for mine, own in zip(chosen, owned):
         # its own cases, and the references of theirs that it lacks (each speedup within one run)
@@ -189,9 +189,9 @@ def test_the_times_come_from_other_commits_runs_of_this_machine(tmp_path, capsys
     meanwhile) and other machines'."""
     keys = progress.planned_cases(BENCHMARKS.values(), "full", r"Step100M\|")
     store = ResultStore(tmp_path)
-    slow = timed({keys[0]: 1000.0, **{k: 1.0 for k in keys[1:]}})
+    slow = timed({**{k: 1.0 for k in keys[:-1]}, keys[-1]: 1000.0})
     save(store, "h100-sxm", commit(1), "2026-01-01T00:00:00+00:00", slow)
-    other = timed({keys[0]: 0.001, **{k: 1.0 for k in keys[1:]}})
+    other = timed({**{k: 1.0 for k in keys[:-1]}, keys[-1]: 0.001})
     save(store, "h100-sxm", commit(2), "2026-01-02T00:00:00+00:00", other)
     save(store, "t4", commit(1), "2026-01-01T00:00:00+00:00", other)
     regexes = [
@@ -199,12 +199,28 @@ def test_the_times_come_from_other_commits_runs_of_this_machine(tmp_path, capsys
         for i in (1, 2)
     ]
     chosen = [[k for k in keys if re.search(r, k)] for r in regexes]
-    # 1000 s (eager) alone, against the rest, which measure eager too: their reference
-    assert keys[0].endswith("|variant=eager") and chosen == [keys[:1], keys]
+    # 1000 s (fp16-scaler) alone with its reference (1 s), against the rest
+    assert keys[-2:] == [precision("eager"), precision("fp16-scaler")]
+    assert chosen == [keys[-2:], keys[:-1]]
     assert capsys.readouterr().out.startswith(
-        f"optbench: shard 1/2: 1 of {len(keys)} cases and 0 of their references, expected ~1000 s "
-        f"(every shard: 1000, {len(keys) - 1 + 1000} s; 0 cases never run here"
+        f"optbench: shard 1/2: 1 of {len(keys)} cases and 1 of their references, expected ~1001 s "
+        f"(every shard: 1001, {len(keys) - 1} s; 0 cases never run here"
     )
+
+
+def precision(variant: str) -> str:
+    return record_key("bench_precision.Step100M", {"variant": variant})
+
+
+def test_a_case_joins_the_shard_of_its_reference_unless_another_is_emptier_by_more():
+    """Longest first: e (eager, 10 s) to 1; its variant a (4 s) to 1 beside it (14 against 4 + 10
+    in 2: the first among equals); b to 2 with a second eager (18 against 14); c to 1 (18 = 18: the
+    first); x (no reference, 3 s) to 2 (17 against 21). Without references: the emptiest."""
+    seconds = {"e": 10.0, "a": 4.0, "b": 4.0, "c": 4.0, "x": 3.0}
+    needs = {"a": ["e"], "b": ["e"], "c": ["e"]}
+    shards = shard.split(list(seconds), seconds, 2, lambda k: needs.get(k, []))
+    assert shards == [["e", "a", "c"], ["b", "x"]]
+    assert shard.split(list(seconds), seconds, 2) == [["e", "x"], ["a", "b", "c"]]
 
 
 @pytest.mark.parametrize("text,parsed", [("1/1", (1, 1)), ("2/4", (2, 4)), (" 3 / 3 ", (3, 3))])

@@ -2,18 +2,19 @@
 and ``optbench run --gpus`` runs one part per GPU of this host, all at once.
 
 :func:`split` is the rule, a pure function: the cases go, longest first (ties by key), each into
-the shard that holds the fewest expected seconds so far (the lowest-numbered among equals). Every
-case lands in exactly one shard; the same keys and times give the same shards whatever their
-order; no shard exceeds the mean (total / N) by more than the longest case. A case weighs its
-expected seconds on this machine; one never run here, the median of those known of its benchmark,
-else of all known, or 1 s where none is.
+the shard that holds the fewest expected seconds so far (the lowest-numbered among equals), its
+references that a shard lacks counted in that shard's seconds. Every case lands in exactly one
+shard; the same keys and times give the same shards whatever their order; without references, no
+shard exceeds the mean (total / N) by more than the longest case. A case weighs its expected
+seconds on this machine; one never run here, the median of those known of its benchmark, else of
+all known, or 1 s where none is.
 
 :func:`shard_select` applies it in a run. The times are the medians of this machine's stored runs
 of *other* commits (``optbench.core.progress.expected_seconds``), so that shards of one commit
 started at once (whose records land while the others still split) and shards on several runners
 of one checkout split alike. A shard measures its cases and their references that other shards
 hold (:func:`optbench.suite.catalog.with_references`), so that each speedup divides two times of
-one run on one GPU; the expected seconds it prints count them, the split does not. The shard's
+one run on one GPU; the split and the expected seconds it prints count them. The shard's
 cases become the run's selection: an anchored regex of their keys, within ``--select`` where
 given. asv's own timed classes (the CPU suite's) are no grid cases: every shard runs them.
 
@@ -72,19 +73,32 @@ def weights(keys: Iterable[str], seconds: Mapping[str, float]) -> dict[str, floa
     return {k: float(seconds[k]) if k in seconds else guess(k) for k in keys}
 
 
-def split(keys: Iterable[str], seconds: Mapping[str, float], count: int) -> list[list[str]]:
+def split(
+    keys: Iterable[str],
+    seconds: Mapping[str, float],
+    count: int,
+    needs: Callable[[str], Iterable[str]] = lambda key: (),
+) -> list[list[str]]:
     """``keys`` (distinct) in ``count`` shards by expected ``seconds`` (:func:`weights`): longest
-    first, ties by key, each into the shard with the fewest seconds so far, the first among equals.
-    Each shard's keys in the order of ``keys``."""
+    first, ties by key, each into the shard whose seconds it raises least, the first among equals.
+    A case raises a shard's seconds by its own and by those of the keys it ``needs`` (its
+    references, measured beside it) that the shard does not hold yet: so a case joins the shard
+    that already measures its reference unless another is emptier by more than that reference's
+    seconds. Without ``needs``, each case goes into the shard with the fewest seconds so far. Each
+    shard's keys in the order of ``keys``."""
     if count < 1:
         raise ValueError(f"shards: {count}, at least 1")
     keys = list(keys)
     weight = weights(keys, seconds)
+    held: list[set[str]] = [set() for _ in range(count)]
     load, shard_of = [0.0] * count, {}
     for key in sorted(keys, key=lambda k: (-weight[k], k)):
-        target = min(range(count), key=lambda i: (load[i], i))
+        measured = dict.fromkeys([key, *(k for k in needs(key) if k in weight)])
+        raised = [sum(weight[k] for k in measured if k not in held[i]) for i in range(count)]
+        target = min(range(count), key=lambda i: (load[i] + raised[i], i))
+        load[target] += raised[target]
+        held[target].update(measured)
         shard_of[key] = target
-        load[target] += weight[key]
     return [[k for k in keys if shard_of[k] == i] for i in range(count)]
 
 
@@ -113,7 +127,7 @@ def shard_select(
     runs = (run for c in store.commits(machine) if c != commit for run in store.runs(machine, c))
     seconds = progress.expected_seconds(runs, planned)
     index, count = shard
-    owned = split(planned, seconds, count)
+    owned = split(planned, seconds, count, lambda key: with_references([key], planned))
     shards = [with_references(keys, planned) for keys in owned]
     weight = weights(planned, seconds)
     totals = [sum(weight[k] for k in s) for s in shards]
