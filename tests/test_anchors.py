@@ -18,7 +18,7 @@ from models.config import CONFIGS, flops_per_token, param_count
 from models.step import BASELINE
 from optbench.core.hardware import PROFILES
 from optbench.core.runner import WrongResult
-from optbench.core.store import REPO_ROOT, ResultStore
+from optbench.core.store import REPO_ROOT, ResultStore, record_key
 from optbench.reporting import data, headline
 from optbench.suite import anchors, catalog
 from optbench.suite import plan as P
@@ -316,6 +316,22 @@ def test_x_hf_says_when_the_anchor_came_from_another_run(tmp_path, anchor_date, 
     assert f"× vs best ({where}) | n/a |" in headline.headline_table(
         _hf_store(tmp_path / "again", anchor_date)
     )
+
+
+def test_x_hf_takes_the_anchor_of_our_fastest_steps_own_run(tmp_path):
+    """The steps' run measured the anchor too (a shard); a later run, another shard on a GPU twice
+    as slow, measured it again: x HF divides the anchor of our fastest step's run, not the latest
+    anchor, and says 'same run'."""
+    store = _hf_store(tmp_path)
+    later = "2025-01-01T12:00:01+00:00"
+    save(store, "h100-sxm", commit(1), later, [_anchor("100M", 240.0, 8)], gpu_uuid="GPU-b")
+    run = data.runs(store)["h100-sxm"][-1]
+    assert data.anchor_steps(run)["100M"].date == later  # the latest anchor
+    mine = run.by_run[data.run_of(data.steps(run)["100M"]["best"])][
+        record_key(catalog.ANCHOR_BENCHMARK, {"size": "100M"})
+    ]
+    x = data.step_ms(mine) / data.step_ms(data.steps(run)["100M"]["best"])
+    assert data.hf_ratio(run, "100M") == (pytest.approx(x), "best", "same run")
 
 
 @pytest.mark.parametrize("failed", [None, "oom", "wrong"])

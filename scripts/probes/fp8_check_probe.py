@@ -8,9 +8,11 @@ from the repository root, on a GPU:
 
     python3 -m scripts.probes.fp8_check_probe 1B best-kernels-fp8-rowwise cuda_graph=false
 
-or on a CPU, through torchao's emulation (FP8 rounding, matmuls in high precision; what
-tests/test_fp8.py runs), at a model shape of the size's config changed by ``--config`` and a batch
-of ``--tokens B,S``; the steps a CPU cannot run (CUDA graphs) need their overrides:
+(``TORCHINDUCTOR_EMULATE_PRECISION_CASTS=1`` in the environment: inductor rounds where eager does;
+``--backend aot_eager``: the compiled steps' graphs with eager kernels), or on a CPU, through
+torchao's emulation (FP8 rounding, matmuls in high precision; what tests/test_fp8.py runs), at a
+model shape of the size's config changed by ``--config`` and a batch of ``--tokens B,S``; the
+steps a CPU cannot run (CUDA graphs) need their overrides:
 
     python3 -m scripts.probes.fp8_check_probe 1B fp8-rowwise fused_proj=true --cpu \\
         --config d_model=768,n_layers=12,n_heads=12,vocab_size=4096 --tokens 2,128
@@ -55,7 +57,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cpu", action="store_true", help="torchao's emulation on the CPU")
     p.add_argument("--config", default="", help="KEY=VALUE,... changes to the size's config")
     p.add_argument("--tokens", default="", help="B,S: the batch of reference and candidates")
+    p.add_argument(
+        "--backend",
+        help="torch.compile's backend for the steps, its mode dropped (aot_eager: the same graph "
+        "capture and autograd, eager kernels); default: inductor with the variant's mode",
+    )
     args = p.parse_intermixed_args(argv)
+    if args.backend:
+        compile_ = torch.compile
+        torch.compile = lambda fn, mode=None, **kw: compile_(fn, backend=args.backend, **kw)
     device = "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"
     if device == "cpu":  # validate keeps FP8 off CPUs; the emulation is what the tests run
         models.step.validate = lambda *_, **__: None
