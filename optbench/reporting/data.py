@@ -160,11 +160,10 @@ def paired_steps(run: Run) -> dict[str, dict[str, Record]]:
     that a commit measured in shards, a variant's reference on another GPU, does not outweigh one
     whose runs measured the pairs."""
     speedups = step_speedups(run)
-    found = {
+    return {
         size: {v: rec for v, rec in by_v.items() if speedups.get(size, {}).get(v, 1.0) is not None}
         for size, by_v in steps(run).items()
     }
-    return found
 
 
 def ablations(run: Run) -> dict[str, dict[str, Record]]:
