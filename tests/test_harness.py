@@ -653,10 +653,9 @@ def test_the_kept_records_carry_each_cases_compile_seconds(monkeypatch):
     assert kept[key]["compile_seconds"] == 12.5 and "check_seconds" not in kept[key]
 
 
-def test_skip_existing_leaves_out_what_an_earlier_run_of_the_commit_ended(tmp_path, monkeypatch):
-    """--skip-existing: a case this commit has a record of on this machine is a skip with its
-    reason, whatever that record's status, except 'crashed' (the process died in it): that one, and
-    those never run, are measured."""
+def _resumed_quick_suite(tmp_path, monkeypatch, earlier: dict[str, str]) -> list[str]:
+    """A quick-suite run with --skip-existing of a commit whose earlier run stored ``earlier``
+    (key -> status); returns the list the grids' measured keys go to (nothing is measured)."""
     from optbench.suite import grids
 
     commit = "e" * 40
@@ -665,25 +664,32 @@ def test_skip_existing_leaves_out_what_an_earlier_run_of_the_commit_ended(tmp_pa
     monkeypatch.setenv("OPTBENCH_RESULTS", str(tmp_path))
     monkeypatch.setenv("OPTBENCH_SUITE", "quick")
     monkeypatch.setenv("OPTBENCH_SKIP_EXISTING", "true")
-    key = {
-        mode: record_key("bench_precision.Matmul", {"n": "8192", "mode": mode})
-        for mode in ("fp32", "tf32", "bf16", "fp16")
-    }
     ResultStore(tmp_path).save(
         "test-machine",
         commit,
-        [
-            {"key": key["fp32"], "status": "ok"},
-            {"key": key["tf32"], "status": "wrong"},
-            {"key": key["bf16"], "status": "crashed"},
-        ],
+        [{"key": k, "status": status} for k, status in earlier.items()],
         run_id="20261125T000000Z-aaaaaa",
     )
-    measured = []
+    measured: list[str] = []
     monkeypatch.setattr(
         grids, "_measure_grid", lambda name, grid, chosen, device: measured.extend(chosen) or {}
     )
     monkeypatch.setattr("optbench.core.runner.default_device", lambda: "cpu")
+    return measured
+
+
+def test_skip_existing_leaves_out_what_an_earlier_run_of_the_commit_ended(tmp_path, monkeypatch):
+    """--skip-existing: a case this commit has a record of on this machine is a skip with its
+    reason, whatever that record's status, except 'crashed' (the process died in it): that one, and
+    those never run, are measured."""
+    from optbench.suite import grids
+
+    key = {
+        mode: record_key("bench_precision.Matmul", {"n": "8192", "mode": mode})
+        for mode in ("fp32", "tf32", "bf16", "fp16")
+    }
+    earlier = {key["fp32"]: "ok", key["tf32"]: "wrong", key["bf16"]: "crashed"}
+    measured = _resumed_quick_suite(tmp_path, monkeypatch, earlier)
     records = grids.measure_suite(["bench_precision.Matmul"])
     assert measured == [key["bf16"], key["fp16"]]
     assert (
@@ -703,26 +709,12 @@ def test_skip_existing_measures_again_the_references_of_what_it_measures(tmp_pat
     from optbench.suite import grids
     from optbench.suite.catalog import suite_cases
 
-    commit = "e" * 40
-    monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
-    monkeypatch.setenv("ASV_COMMIT", commit)
-    monkeypatch.setenv("OPTBENCH_RESULTS", str(tmp_path))
-    monkeypatch.setenv("OPTBENCH_SUITE", "quick")
-    monkeypatch.setenv("OPTBENCH_SKIP_EXISTING", "true")
     keys = [record_key(b, p) for b, p in suite_cases("quick") if b == "bench_step.Step100M"]
-    done = [k for k in keys if k.split("=")[1] in ("eager", "triton-norm", "graph-prereqs")]
-    done.append(record_key("bench_step.Step100M", {"variant": "cuda-graph"}))
-    ResultStore(tmp_path).save(
-        "test-machine",
-        commit,
-        [{"key": k, "status": "ok"} for k in done],
-        run_id="20261125T000000Z-aaaaaa",
-    )
-    measured = []
-    monkeypatch.setattr(
-        grids, "_measure_grid", lambda name, grid, chosen, device: measured.extend(chosen) or {}
-    )
-    monkeypatch.setattr("optbench.core.runner.default_device", lambda: "cpu")
+    done = [
+        record_key("bench_step.Step100M", {"variant": v})
+        for v in ("eager", "triton-norm", "graph-prereqs", "cuda-graph")
+    ]
+    measured = _resumed_quick_suite(tmp_path, monkeypatch, dict.fromkeys(done, "ok"))
     records = grids.measure_suite(["bench_step.Step100M"])
     eager = record_key("bench_step.Step100M", {"variant": "eager"})
     assert measured == [k for k in keys if k == eager or k not in done]

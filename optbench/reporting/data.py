@@ -119,15 +119,17 @@ def _run(store: ResultStore, machine: str, commit: str) -> Run:
     """The :class:`Run` of ``commit`` on ``machine``; as in ``ResultStore.load``, no record timed in
     lockstep (``optbench ab``) in either part."""
     by_run: dict[str, dict[str, Record]] = defaultdict(dict)
+    made: dict[int, Record] = {}  # each stored dict's view, built once
     for stored in store.runs(machine, commit):
         for key, data in stored.records.items():
             if "lockstep" in data:
                 continue
-            rec = Record.of(data)
+            rec = made[id(data)] = Record.of(data)
             mine = by_run[run_of(rec)]  # a merged run's parts share its id
             if not rec.interrupted or key not in mine:
                 mine[key] = rec
-    records = {k: Record.of(r) for k, r in store.load(machine, commit).items()}
+    latest = store.load(machine, commit)  # the same dicts, its rule for which is latest
+    records = {k: made.get(id(r)) or Record.of(r) for k, r in latest.items()}
     return Run(machine, commit, records, dict(by_run))
 
 
