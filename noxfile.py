@@ -229,14 +229,15 @@ def _keep_native_libraries(wheel: str, builds: tuple[str, ...]) -> None:
 
 @nox.session(venv_backend="none")
 def compile_cache(session: nox.Session) -> None:
-    """`nox -s compile_cache -- DIR/compile-cache/*.tgz`: keep a GPU run's packed compile caches in
-    .compile-cache/ for the next run to carry (optbench.core.compile_cache; one file per
+    """`nox -s compile_cache -- DIR/compile-cache/*.tar.xz`: keep a GPU run's packed compile caches
+    in .compile-cache/ for the next run to carry (optbench.core.compile_cache; one file per
     GPU/torch/Triton/CUDA key)."""
     import shutil
 
     if not session.posargs:
         session.error(
-            "name the packed caches of a GPU run: nox -s compile_cache -- OUT/compile-cache/*.tgz"
+            "name the packed caches of a GPU run: "
+            "nox -s compile_cache -- OUT/compile-cache/*.tar.xz"
         )
     os.makedirs(".compile-cache", exist_ok=True)
     for packed in session.posargs:

@@ -31,7 +31,7 @@ if ! python3 -c "import asv, liger_kernel" 2>/dev/null; then
     export PYTHONPATH="$PWD/.cache/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 # The compile caches optbench's asv runs use (optbench.cli.bench_env), also for pytest: restored from a carried
-# .compile-cache/<key>.tgz of this GPU, torch, Triton and CUDA where there is one (the run records 'restored <key>',
+# .compile-cache/<key>.tar.xz of this GPU, torch, Triton and CUDA where there is one (the run records 'restored <key>',
 # 'cold', or 'local' on a warm machine that kept its own: optbench.core.compile_cache), packed again afterwards.
 # Python's bytecode too: a runner image that ships no .pyc files and sets PYTHONDONTWRITEBYTECODE (the lent H100s
 # do) compiles torch's modules again in every process (`import torch._dynamo` 7.9-10.0 s each time there), and a run

@@ -16,7 +16,7 @@ def test_pack_then_restore_on_a_fresh_machine(tmp_path):
     used, fresh, carried = tmp_path / "used", tmp_path / "fresh", tmp_path / "carried"
     _fill(used, data=b"compiled")
     packed = C.pack("h100-torch2.11", carried, used)
-    assert packed == carried / "h100-torch2.11.tgz"
+    assert packed == carried / "h100-torch2.11.tar.xz"
     assert C.restore("h100-torch2.11", carried, fresh) == "restored h100-torch2.11"
     assert all((fresh / f / "kernel.cubin").read_bytes() == b"compiled" for f in C.FOLDERS)
 

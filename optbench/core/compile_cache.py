@@ -3,7 +3,7 @@ by the next on any machine of the same GPU, torch, Triton and CUDA versions.
 
 A run's compile caches live in ``.cache/inductor`` and ``.cache/triton``
 (``optbench.cli.bench_env``). After a GPU run, ``pack`` writes them to
-``<out>/compile-cache/<key>.tgz``; ``nox -s compile_cache -- <tgz>...`` keeps them in
+``<out>/compile-cache/<key>.tar.xz``; ``nox -s compile_cache -- <file>...`` keeps them in
 ``.compile-cache/`` of the checkout, which the offline runner recipe carries like the wheelhouse;
 before the next run ``restore`` unpacks the one whose key is this machine's. The key names
 everything the cached artifacts depend on: GPU model, torch, Triton and CUDA versions. What a run
@@ -27,6 +27,9 @@ from optbench.core.store import REPO_ROOT
 CACHE_ROOT = REPO_ROOT / ".cache"  # holds inductor/ and triton/ during a run
 CARRIED = REPO_ROOT / ".compile-cache"  # packed caches, one per key
 FOLDERS = ("inductor", "triton")
+# xz at its fastest preset: inductor's and Triton's files repeat one another across files, which
+# gzip's 32 KiB window does not reach; a third of gzip's size, under what a lent call carries
+SUFFIX, XZ_PRESET = ".tar.xz", 1
 
 
 def cache_key() -> str:
@@ -44,12 +47,12 @@ def cache_key() -> str:
 
 
 def restore(key: str, carried: Path = CARRIED, root: Path = CACHE_ROOT) -> str:
-    """Unpack ``<carried>/<key>.tgz`` into ``root``; 'restored <key>', or 'cold' where there is none
-    (or ``root`` already holds caches: a warm machine keeps its own, and the run says so:
+    """Unpack ``<carried>/<key>.tar.xz`` into ``root``; 'restored <key>', or 'cold' where there is
+    none (or ``root`` already holds caches: a warm machine keeps its own, and the run says so:
     'local')."""
     if any((root / f).exists() and any((root / f).iterdir()) for f in FOLDERS):
         return "local"
-    packed = carried / f"{key}.tgz"
+    packed = carried / f"{key}{SUFFIX}"
     if not packed.is_file():
         return "cold"
     root.mkdir(parents=True, exist_ok=True)
@@ -59,13 +62,13 @@ def restore(key: str, carried: Path = CARRIED, root: Path = CACHE_ROOT) -> str:
 
 
 def pack(key: str, out: Path, root: Path = CACHE_ROOT) -> Path | None:
-    """``root``'s cache folders as ``<out>/<key>.tgz``; None where there is nothing to pack."""
+    """``root``'s cache folders as ``<out>/<key>.tar.xz``; None where there is nothing to pack."""
     present = [f for f in FOLDERS if (root / f).is_dir()]
     if not present:
         return None
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{key}.tgz"
-    with tarfile.open(path, "w:gz") as tar:
+    path = out / f"{key}{SUFFIX}"
+    with tarfile.open(path, "w:xz", preset=XZ_PRESET) as tar:
         for folder in present:
             tar.add(root / folder, arcname=folder)
     return path
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python3 -m optbench.core.compile_cache", description=plain(__doc__.split("\n\n")[0])
     )
     p.add_argument("action", choices=["key", "restore", "pack"])
-    p.add_argument("--out", type=Path, help="pack: the folder to write <key>.tgz into")
+    p.add_argument("--out", type=Path, help="pack: the folder to write <key>.tar.xz into")
     args = p.parse_args(argv)
     key = cache_key()
     if args.action == "key":

@@ -13,7 +13,14 @@ this machine's baseline options for the size (``optbench.suite.baseline.base_opt
 batch as a single GPU's step has it: weak scaling, the global batch is world size x that), then
 
 - ``ddp``: wraps the model in ``torch.nn.parallel.DistributedDataParallel`` (gradients all-reduced,
-  averaged, in buckets during the backward);
+  averaged, in buckets during the backward) as torchtitan's ``apply_ddp`` sets it up: 100 MB
+  buckets, and torch.compile, where the step has it, per block (``compile_scope`` 'blocks', the
+  step variant ``compile-regional``'s): dynamo's DDPOptimizer splits a compiled model's graph where
+  a bucket ends, so that its all-reduce can start while the backward goes on, and traces the pieces
+  without AOTAutograd's cache (``fakify_first_call``): every case traced the whole forward and
+  backward again, however warm the cache. Compiled per block, the blocks' backwards are autograd
+  nodes of their own, their gradients ready block by block, and one block's graph, shared by the
+  rest, comes from the cache;
 - ``fsdp2``: ``torch.distributed.fsdp.fully_shard`` on every block, then on the root (parameters,
   gradients and optimizer states sharded: DTensors; fp32 parameters, reduced in fp32, under the
   step's bf16 autocast: no ``MixedPrecisionPolicy``), and builds the optimizer on the sharded
@@ -116,6 +123,7 @@ GRAD_TOLERANCE = {"fp32": 1e-4, "tf32": 0.15, "bf16": 0.15, "fp16": 0.15}
 # size, no sync in the step as timed only (DDP)
 PLANTS = ("none", "no-sync", "loss-scale", "timed-no-sync")
 DDP_CAPTURE_WARMUP = 11  # eager DDP steps before a capture (module docstring)
+DDP_BUCKET_MB = 100  # torchtitan's (``replicate(model, bucket_cap_mb=100)``); DDP's default is 25
 PROFILE_STEPS = 3  # steps profiled for the communication figures
 WRONG_EXIT = 3
 SKIP_EXIT = 4
@@ -142,26 +150,24 @@ def _wrap(step: Any, wrapper: str, device: Any, plant: str) -> Callable[[], None
     dist = _dist()
     world = dist.get_world_size()
     scale = float(world) if plant == "loss-scale" else 1.0
-    compile_model = bool(step.options.compile) and step.options.compile_scope == "model"
     if wrapper == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [device.index] if device.type == "cuda" else None
         graphed = step.options.cuda_graph  # built on a side stream, warmed up before capture
         with torch.cuda.stream(torch.cuda.Stream(device)) if graphed else contextlib.nullcontext():
-            ddp = DistributedDataParallel(step.model, device_ids=ids)
+            ddp = DistributedDataParallel(step.model, device_ids=ids, bucket_cap_mb=DDP_BUCKET_MB)
         if graphed:
             step.capture_warmup = DDP_CAPTURE_WARMUP
         step.ddp = ddp
 
-        # ``model`` is step.model: the forward goes through DDP
+        # ``model`` is step.model: the forward goes through DDP (its blocks compiled, if at all:
+        # :func:`_options`)
         def ddp_loss(model, loss, idx, targets):
             hidden = ddp(idx).flatten(0, 1)
             return loss(hidden, ddp.module.lm_head.weight, targets.flatten()) * scale
 
-        step._model_loss_fn = (
-            torch.compile(ddp_loss, mode=step.options.compile) if compile_model else ddp_loss
-        )
+        step._model_loss_fn = ddp_loss
 
         def no_sync() -> None:
             ddp.require_backward_grad_sync = False  # what DDP.no_sync() sets inside its block
@@ -177,6 +183,7 @@ def _wrap(step: Any, wrapper: str, device: Any, plant: str) -> Callable[[], None
     step.params = list(step.model.parameters())  # DTensors now: the optimizer takes the shards
     step.optimizer = _adamw(step.model, step.options.optimizer, step.options.cuda_graph, step.hyper)
     if scale != 1.0:
+        compile_model = bool(step.options.compile) and step.options.compile_scope == "model"
 
         def scaled_loss(model, loss, idx, targets):
             return _model_loss(model, loss, idx, targets) * scale
@@ -435,12 +442,15 @@ def time_step(
 
 def _options(
     size: str,
+    wrapper: str,
     step_variant: str,
     device: Any,
     precision: str | None,
     batch_size: int | None,
     seq_len: int | None,
 ) -> Any:
+    """The options of ``step_variant`` for this machine with the overrides given; under DDP a
+    compiled step compiles per block (the module docstring)."""
     from optbench.suite.workloads import step_options
 
     options = step_options(size, step_variant, str(device))[1]
@@ -449,6 +459,8 @@ def _options(
         for k, v in {"precision": precision, "batch_size": batch_size, "seq_len": seq_len}.items()
         if v is not None
     }
+    if wrapper == "ddp" and options.compile:
+        changes["compile_scope"] = "blocks"
     return options.replace(**changes)
 
 
@@ -526,7 +538,7 @@ def _built(args: argparse.Namespace, device: Any, wrapper: str, step_variant: st
         if reason:
             raise _Ended("skipped", reason, SKIP_EXIT)
     options = _options(
-        args.size, step_variant, device, args.precision, args.batch_size, args.seq_len
+        args.size, wrapper, step_variant, device, args.precision, args.batch_size, args.seq_len
     )
     config = CONFIGS[args.size]
     try:
