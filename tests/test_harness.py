@@ -701,6 +701,33 @@ def test_skip_existing_leaves_out_what_an_earlier_run_of_the_commit_ended(tmp_pa
     assert measured == list(key.values())
 
 
+def test_a_case_that_timed_out_here_before_is_measured_after_every_other_grid(
+    tmp_path, monkeypatch
+):
+    """A case with a stored timeout on this machine (another commit's) goes after every grid of the
+    process: its watchdog may end the process (max-autotune's compile on an H100 did, and the
+    rest of that shard went unmeasured), and then nothing else is left unmeasured. The mutation,
+    measuring it in its grid's place, was seen to fail here."""
+    from optbench.suite import grids
+
+    matmul = {
+        mode: record_key("bench_precision.Matmul", {"n": "8192", "mode": mode})
+        for mode in ("fp32", "tf32", "bf16", "fp16")
+    }
+    measured = _resumed_quick_suite(tmp_path, monkeypatch, {})
+    ResultStore(tmp_path).save(
+        "test-machine",
+        "f" * 40,
+        [{"key": matmul["tf32"], "status": "timeout"}],
+        run_id="20261124T000000Z-bbbbbb",
+    )
+    grids.measure_suite(["bench_precision.Matmul", "bench_step.Step100M"])
+    steps = [k for k in measured if k.startswith("bench_step.Step100M|")]
+    assert steps and measured[-1] == matmul["tf32"]
+    assert measured[:3] == [matmul["fp32"], matmul["bf16"], matmul["fp16"]]
+    assert len(measured) == 4 + len(steps)
+
+
 def test_skip_existing_measures_again_the_references_of_what_it_measures(tmp_path, monkeypatch):
     """An earlier run of the commit measured eager, triton-norm, graph-prereqs and cuda-graph: a
     run resumed with --skip-existing measures the rest and, again, eager, their reference (a
