@@ -92,6 +92,7 @@ def save(
     run_id: str | None = None,
     gpu_uuid: str | None = GPU,
     compile_cache: str | None = None,
+    runs_at_once: int = 1,
 ) -> None:
     """Store records (with their machine record) as one run (default id: ``run-<date>``) of one
     machine and commit; a run without ``gpu_name`` has no ``gpu_uuid``."""
@@ -103,6 +104,7 @@ def save(
         "cuda": None,
         "gpu_uuid": gpu_uuid if gpu_name else None,
         "compile_cache": compile_cache,
+        "runs_at_once": runs_at_once,
     }
     full = [{**r, "commit": sha, "machine": machine, "date": date} for r in records]
     store.save(

@@ -490,6 +490,26 @@ def test_machine_filter_and_all(store, capsys):
     assert "gpu-host" in out and "StepTiny" in out and "h100-sxm" not in out
 
 
+def test_a_run_that_shared_its_host_is_compared_across_gpus_only(store):
+    """The shards of ``run --gpus`` measure at once on one host (``runs_at_once`` 4): host-bound
+    steps read slower there with no change of code, so a head measured so and a base measured
+    alone on the same GPU are compared across GPUs only, never gated (the mutation, a unit without
+    the count, gates this 69% slower kernel as a regression)."""
+    history(store)
+    save(store, "h100-sxm", BASE, "2025-01-01T00:00:00+00:00", kernels(0))
+    save(
+        store,
+        "h100-sxm",
+        HEAD,
+        "2025-01-02T00:00:00+00:00",
+        kernels(1000, slower=SLOW, scale=1.69),
+        runs_at_once=4,
+    )
+    changes = cmp.compare(store, BASE, HEAD)
+    assert changes and all(c.gpu is None and c.reason == cmp.CROSS_GPU for c in changes)
+    assert not [c for c in changes if c.regression or c.gated]
+
+
 def test_an_unknown_ref_exits_2_naming_the_ref_and_machine(store, capsys):
     save(store, "h100-sxm", BASE, "2025-01-01T00:00:00+00:00", kernels(0))
     assert cmp.compare(store, BASE, HEAD) == []

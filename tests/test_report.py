@@ -146,6 +146,21 @@ def test_a_later_partial_run_does_not_hide_a_fuller_one(tmp_path):
     assert "| 1B @ `fffffff3` |" in headline.headline_table(store)
 
 
+def test_a_size_measured_by_shards_that_shared_the_host_says_so(tmp_path):
+    """Shards of ``run --gpus`` (``runs_at_once`` 4 in their machine record) share the host's CPUs,
+    and its host-bound steps read slower than alone: the size's column says how many runs shared
+    it; a run measured alone says nothing."""
+    from synthetic_results import STEP_SIZES, _steps, save
+
+    store = ResultStore(tmp_path / "results")
+    sizes = {"1B": STEP_SIZES["1B"]}
+    save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", _steps(1, True, sizes))
+    assert "| 1B @ `fffffff1` |" in headline.headline_table(store)
+    records = _steps(2, True, sizes)
+    save(store, "h100-sxm", commit(2), "2025-01-02T12:00:00+00:00", records, runs_at_once=4)
+    assert "| 1B @ `fffffff2`, 4 runs at once |" in headline.headline_table(store)
+
+
 def test_a_later_run_of_fewer_kernel_shapes_does_not_hide_a_fuller_one(tmp_path):
     """A quick run (every implementation, one shape per kernel) after a full one: the kernel rows
     stay at the full run, which measured more shapes."""

@@ -67,12 +67,25 @@ class ChangePoint:
     significance: float
 
 
+def gpu_unit(info: Mapping[str, Any]) -> str | None:
+    """The GPU a run measured on, from its ``__machine__`` record's info: the GPU's UUID, and where
+    several runs measured on its host at once (``runs_at_once``: the shards of ``run --gpus``,
+    whose host-bound steps slow while the others launch and compile on the shared CPUs) their
+    number too, as another unit: such figures never sit in one series with the GPU's own. None
+    where the run recorded no UUID."""
+    if not info.get("gpu_uuid"):
+        return None
+    at_once = int(info.get("runs_at_once") or 1)
+    uuid = str(info["gpu_uuid"])
+    return uuid if at_once == 1 else f"{uuid} ({at_once} runs at once)"
+
+
 def unit_of(info: Mapping[str, Any], machine: str) -> str | None:
-    """The unit a run measured on, from its ``__machine__`` record's info: its GPU's UUID; the
-    machine folder for a run without a GPU; None for a GPU run that recorded no UUID (which of the
-    lent GPUs it ran on is unknown, so it joins no series)."""
+    """The unit a run measured on, from its ``__machine__`` record's info: its GPU
+    (:func:`gpu_unit`); the machine folder for a run without a GPU; None for a GPU run that
+    recorded no UUID (which of the lent GPUs it ran on is unknown, so it joins no series)."""
     if info.get("gpu_uuid"):
-        return str(info["gpu_uuid"])
+        return gpu_unit(info)
     return None if info.get("gpu_name") else machine
 
 

@@ -11,7 +11,8 @@ stored hash prefix. Two refs of one measured commit are the same code: nothing t
 unless ``--base-run``/``--head-run`` pick two sets of its runs (an A/A comparison).
 
 GPUs: lent machines of one kind differ by more than a change worth catching, so runs are judged
-only against runs of the same GPU (the UUID in each run's machine record, :func:`gpu_of`). For each
+only against runs of the same GPU (the UUID in each run's machine record, :func:`gpu_of`; a run
+that shared its host with others, a shard of ``run --gpus``, is another GPU's). For each
 record, the base and head runs on each GPU that ran it at both commits are compared; a record that
 no GPU ran at both commits is compared across GPUs, labelled CROSS-GPU, and never gated. A run
 without a GPU UUID (a CPU machine, records from before UUIDs) shares a GPU with no run.
@@ -68,6 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from optbench.core.changepoints import gpu_unit
 from optbench.core.records import INTERRUPTED, OK, Record, TimingView
 from optbench.core.runner import measured_commit
 from optbench.core.store import REPO_ROOT, ResultStore, StoredRun
@@ -167,9 +169,9 @@ class Change:
 
 
 def gpu_of(run: StoredRun) -> str | None:
-    """The UUID of the GPU a run measured on (its machine record's ``gpu_uuid``); None where
-    unknown."""
-    return run.info.get("gpu_uuid") or None
+    """The GPU a run measured on (``optbench.core.changepoints.gpu_unit``: its UUID, and how many
+    runs shared its host where more than one); None where unknown."""
+    return gpu_unit(run.info)
 
 
 def git_commit(ref: str) -> str | None:

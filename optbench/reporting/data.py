@@ -18,7 +18,7 @@ import dataclasses
 import math
 import re
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -486,6 +486,14 @@ def anchor_steps(run: Run) -> dict[str, Record]:
 def run_of(rec: Record) -> str:
     """The optbench run of a record: its run id, else (records from before run ids) its date."""
     return rec.run or rec.date
+
+
+def runs_at_once(run: Run, records: Iterable[Record]) -> int:
+    """The most runs that measured on the host at once (their machine records' ``runs_at_once``)
+    among the optbench runs of ``records``: over 1 where shards of ``run --gpus`` shared its CPUs,
+    which host-bound steps feel."""
+    infos = (run.by_run.get(run_of(rec), {}).get(MACHINE_KEY) for rec in records)
+    return max((int(i.info.get("runs_at_once") or 1) for i in infos if i is not None), default=1)
 
 
 def hf_ratio(run: Run, size: str) -> tuple[float, str, str] | None:

@@ -31,6 +31,7 @@ from optbench.reporting.data import (
     kernel_speedups,
     paired_steps,
     runs,
+    runs_at_once,
     scaling_rows,
     step_iqr_ms,
     step_ms,
@@ -73,6 +74,13 @@ def _step_rows(found: list[tuple[str, Run, object]]) -> list[list[str]]:
         ]
         for v in variants
     ]
+
+
+def _size_header(size: str, run: Run, by_variant: dict[str, Record]) -> str:
+    """'<size> @ `<commit>`', and how many runs shared the host where more than one
+    (:func:`runs_at_once`)."""
+    at_once = runs_at_once(run, by_variant.values())
+    return f"{size} @ `{run.commit[:8]}`" + (f", {at_once} runs at once" if at_once > 1 else "")
 
 
 def _ablation_markdown(history: list[Run]) -> tuple[list[str], dict[str, str]]:
@@ -131,9 +139,11 @@ def _headline(history: list[Run]) -> str:
             "best-* combinations vs eager), reference median / variant median from one run, and "
             "ms per optimizer step (wall clock; n/a: the reference was not measured in that run; "
             "a host-bound eager step, as at 100M, moves within and between runs, see its IQR: "
-            "there compare the optimized steps' own times):",
+            "there compare the optimized steps' own times; 'N runs at once': shards of "
+            "`run --gpus` shared the host's CPUs, and its host-bound steps read slower than "
+            "measured alone):",
             table(
-                ["optimization", *(f"{size} @ `{run.commit[:8]}`" for size, run, _ in found)],
+                ["optimization", *(_size_header(size, run, by_v) for size, run, by_v in found)],
                 body + hf_rows,
                 "markdown",
             ),
