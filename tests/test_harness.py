@@ -701,24 +701,33 @@ def test_skip_existing_leaves_out_what_an_earlier_run_of_the_commit_ended(tmp_pa
     assert measured == list(key.values())
 
 
-def test_a_case_that_timed_out_here_before_is_measured_after_every_other_grid(
+def test_a_case_that_ended_its_process_here_is_measured_after_every_other_grid(
     tmp_path, monkeypatch
 ):
-    """A case with a stored timeout on this machine (another commit's) goes after every grid of the
-    process: its watchdog may end the process (max-autotune's compile on an H100 did, and the
-    rest of that shard went unmeasured), and then nothing else is left unmeasured. The mutation,
-    measuring it in its grid's place, was seen to fail here."""
+    """A case whose stored record on this machine (another commit's) says the watchdog ended its
+    process goes after every grid of the process: it may end it again (max-autotune's compile on
+    an H100 did, and the rest of that shard went unmeasured), and then nothing else is left
+    unmeasured. A timeout the alarm interrupted stays in place; a multi-GPU grid goes late whole
+    (its cases share the 1-GPU figures of one call). The mutation, measuring it in its grid's
+    place, was seen to fail here."""
+    from optbench.core.runner import PROCESS_ENDED
     from optbench.suite import grids
 
     matmul = {
         mode: record_key("bench_precision.Matmul", {"n": "8192", "mode": mode})
         for mode in ("fp32", "tf32", "bf16", "fp16")
     }
+    dist = record_key("bench_distributed.DistributedStep1B", {"variant": "ddp", "world_size": "2"})
     measured = _resumed_quick_suite(tmp_path, monkeypatch, {})
+    ended = f"over its budget of 180 s, and the alarm could not interrupt it: {PROCESS_ENDED}"
     ResultStore(tmp_path).save(
         "test-machine",
         "f" * 40,
-        [{"key": matmul["tf32"], "status": "timeout"}],
+        [
+            {"key": matmul["tf32"], "status": "timeout", "reason": ended},
+            {"key": matmul["bf16"], "status": "timeout", "reason": "over its budget of 180 s"},
+            {"key": dist, "status": "timeout", "reason": ended},
+        ],
         run_id="20261124T000000Z-bbbbbb",
     )
     grids.measure_suite(["bench_precision.Matmul", "bench_step.Step100M"])
@@ -726,6 +735,13 @@ def test_a_case_that_timed_out_here_before_is_measured_after_every_other_grid(
     assert steps and measured[-1] == matmul["tf32"]
     assert measured[:3] == [matmul["fp32"], matmul["bf16"], matmul["fp16"]]
     assert len(measured) == 4 + len(steps)
+    calls: list[list[str]] = []
+    monkeypatch.setattr(
+        grids, "_measure_grid", lambda name, grid, chosen, device: calls.append(chosen) or {}
+    )
+    monkeypatch.setenv("OPTBENCH_SUITE", "multigpu")
+    grids.measure_suite(["bench_distributed.DistributedStep1B"])
+    assert len(calls) == 1 and dist in calls[0] and len(calls[0]) == 15
 
 
 def test_skip_existing_measures_again_the_references_of_what_it_measures(tmp_path, monkeypatch):

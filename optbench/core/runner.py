@@ -260,6 +260,8 @@ def deadline(seconds: float, what: str = "its budget") -> Iterator[None]:
 HARD_STOP_GRACE_S = 30.0
 # the exit status of a process that the watchdog ended (coreutils' timeout uses it too)
 HARD_STOP_EXIT = 124
+# in the reason of a case the watchdog ended its process in (what optbench.suite.grids looks for)
+PROCESS_ENDED = "the process was ended"
 WATCHDOG_THREAD = "optbench-watchdog"
 
 
@@ -405,7 +407,7 @@ def measure_case(
                     "status": "timeout",
                     "seconds": round(time.perf_counter() - start, 3),
                     "reason": f"over {budget_name} of {budget_s:g} s, and the alarm could not "
-                    f"interrupt it: the process was ended {2 * HARD_STOP_GRACE_S:g} s "
+                    f"interrupt it: {PROCESS_ENDED} {2 * HARD_STOP_GRACE_S:g} s "
                     "after the budget",
                 }
             )

@@ -250,9 +250,9 @@ def run_medians(run: StoredRun) -> dict[Series, float]:
 
 @dataclass
 class NoiseModel:
-    """Each series' run-to-run noise per GPU: ``fitted`` maps (GPU UUID, series) to the sum of
-    squared deviations of the log run medians from their A/A set's mean and its degrees of
-    freedom."""
+    """Each series' run-to-run noise per GPU: ``fitted`` maps (GPU as :func:`gpu_of` names it,
+    series) to the sum of squared deviations of the log run medians from their A/A set's mean and
+    its degrees of freedom."""
 
     fitted: dict[tuple[str, Series], tuple[float, int]] = field(default_factory=dict)
 

@@ -522,8 +522,8 @@ def hf_ratio(run: Run, size: str) -> tuple[float, str, str] | None:
 @dataclass(frozen=True)
 class RunTime:
     """One run's timing of a metric: the median and quartiles of its samples, ms per call, and the
-    unit it ran on (:func:`optbench.core.changepoints.unit_of`: its GPU's UUID; None for a GPU that
-    recorded none)."""
+    unit it ran on (:func:`optbench.core.changepoints.unit_of`: its GPU; None for a GPU that
+    recorded no UUID)."""
 
     run: str
     median_ms: float

@@ -391,12 +391,13 @@ CHANGE_POINT_COLUMNS = [
 
 def change_point_row(s: TimeHistory, cp: ChangePoint) -> list[str]:
     """A change point's cells (:data:`CHANGE_POINT_COLUMNS`): GPU UUIDs and commits shortened to 12
-    characters."""
+    characters (a unit's ' (N runs at once)' kept: ``optbench.core.changepoints.gpu_unit``)."""
     significance = "∞" if math.isinf(cp.significance) else f"{cp.significance:.1f}"
+    uuid, _, at_once = cp.unit.partition(" ")
     return [
         s.benchmark,
         s.label,
-        cp.unit[:12],
+        f"{uuid[:12]} {at_once}".rstrip(),
         f"{cp.before[:12]} → {cp.after[:12]}",
         f"{cp.ratio:.3f}×",
         significance,

@@ -18,9 +18,11 @@ batch as a single GPU's step has it: weak scaling, the global batch is world siz
   step variant ``compile-regional``'s): dynamo's DDPOptimizer splits a compiled model's graph where
   a bucket ends, so that its all-reduce can start while the backward goes on, and traces the pieces
   without AOTAutograd's cache (``fakify_first_call``): every case traced the whole forward and
-  backward again, however warm the cache. Compiled per block, the blocks' backwards are autograd
-  nodes of their own, their gradients ready block by block, and one block's graph, shared by the
-  rest, comes from the cache;
+  backward again, however warm the cache. Compiled per block, dynamo traces one block's graph for
+  all but the first (which adds no residual) and the first's: DDPOptimizer still splits a block's
+  graph where a bucket ends in it (DDP's first bucket holds 1 MB), and those pieces still miss the
+  cache, but a block is a small part of the model; the blocks' backwards are autograd nodes of their
+  own, their gradients ready block by block;
 - ``fsdp2``: ``torch.distributed.fsdp.fully_shard`` on every block, then on the root (parameters,
   gradients and optimizer states sharded: DTensors; fp32 parameters, reduced in fp32, under the
   step's bf16 autocast: no ``MixedPrecisionPolicy``), and builds the optimizer on the sharded

@@ -13,9 +13,9 @@ host-bound steps (eager, ~60-80 ms of launches at 100M) read about 1.3x slower i
 measured the kernel grids first. The price of sharing is isolation: a case that ends its process
 (the watchdog's hard stop, a crash in C) ends that process's remaining grids too (every record
 measured before it is stored), and one that leaves the CUDA context unusable marks the rest of them
-not measured (``optbench.core.runner.run_grid``). So a case that has timed out on this machine
-before (in any commit: its compile outlasting its budget, as max-autotune's does on an H100) is
-measured after every other grid of its process.
+not measured (``optbench.core.runner.run_grid``). So a case that has ended its process on this
+machine before (in any commit: its compile outlasting its budget, as max-autotune's does on an
+H100) is measured after every other grid of its process.
 """
 
 from __future__ import annotations
@@ -102,8 +102,9 @@ def measure_suite(
     """Measure, in this process, every case of this run's suite (``optbench.core.settings``) that
     ``$OPTBENCH_SELECT`` selects (less, with ``$OPTBENCH_SKIP_EXISTING``, those measured in an
     earlier run of this commit on this machine, but for the references of the rest:
-    ``catalog.with_references``), grid after grid in the catalog's order (a case that has timed
-    out on this machine before: after every grid, :func:`_timed_out_here`), and return what asv's
+    ``catalog.with_references``), grid after grid in the catalog's order (a case that has ended its
+    process on this machine before: after every grid, :func:`_ended_its_process_here`; a
+    multi-GPU grid then whole, whose cases share its 1-GPU figures), and return what asv's
     track methods read (:data:`KEPT_FIELDS`) by record key, for every case of ``names``
     (default: every grid benchmark of the catalog of one of ``kinds``; asv lists them all): a case
     outside the suite, unselected, or not started before the run's time budget ended is a skip with
@@ -117,7 +118,7 @@ def measure_suite(
     names = names or [b.name for b in catalog.BENCHMARKS.values() if b.kind in kinds]
     existing = _existing() if settings.skip_existing else set()
     kept: dict[str, dict[str, Any]] = {}
-    device, timed_out, last = None, set(), []
+    device, ended, last = None, set(), []
     for name in names:
         entry = catalog.benchmark(name)
         keys = [
@@ -143,10 +144,13 @@ def measure_suite(
 
             if device is None:  # a grid process ends with the one that started it (asv, ab)
                 die_with_parent()
-                device, timed_out = default_device(), _timed_out_here()
-            now = [k for k in chosen if k not in timed_out]
-            if len(now) < len(chosen):
-                last.append((name, entry.grid(suite), [k for k in chosen if k in timed_out]))
+                device, ended = default_device(), _ended_its_process_here()
+            late = [k for k in chosen if k in ended]
+            if late and entry.kind == "distributed":  # one call: the efficiency's 1-GPU figures
+                late = chosen
+            now = [k for k in chosen if k not in late]
+            if late:
+                last.append((name, entry.grid(suite), late))
             if now:
                 kept.update(_measure_grid(name, entry.grid(suite), now, device))
     for name, grid, chosen in last:
@@ -173,10 +177,10 @@ def _existing() -> set[str]:
     return ResultStore(current().results).measured_keys(current_machine(), current_commit())
 
 
-def _timed_out_here() -> set[str]:
-    """Keys of the cases this machine has a stored timeout of, in any commit: those whose
-    watchdog may end the process (``optbench.core.runner.watchdog``)."""
-    from optbench.core.runner import current_machine
+def _ended_its_process_here() -> set[str]:
+    """Keys of the cases this machine has a stored record of, in any commit, that the watchdog
+    ended the process in (``optbench.core.runner.watchdog``): a timeout whose reason says so."""
+    from optbench.core.runner import PROCESS_ENDED, current_machine
     from optbench.core.store import ResultStore
 
     store, machine = ResultStore(current().results), current_machine()
@@ -185,7 +189,7 @@ def _timed_out_here() -> set[str]:
         for commit in store.commits(machine)
         for run in store.runs(machine, commit)
         for key, rec in run.results().items()
-        if rec.get("status") == "timeout"
+        if rec.get("status") == "timeout" and PROCESS_ENDED in (rec.get("reason") or "")
     }
 
 
