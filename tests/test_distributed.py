@@ -88,6 +88,26 @@ def test_check_refuses_a_planted_bug(variant, plant):
     assert result["check"]["grad_error"] > 100 * result["check"]["tolerance"]
 
 
+# a compiled step: under either wrapper its blocks are compiled one by one
+COMPILED = (*CPU, "--step-variant", "compile-default", "--batch-size", "4", "--seq-len", "64")
+
+
+@pytest.mark.parametrize("plant", ["none", "loss-scale"])
+def test_a_compiled_step_under_fsdp2_compiles_per_block_and_is_checked(plant):
+    """As torchtitan does: the blocks compiled before fully_shard wraps them (FSDP2's hooks stay out
+    of the graphs); the check passes, and a loss scaled by the world size is still refused. The
+    mutation, FSDP2 compiling the model whole, fails the scope here."""
+    code, result, tail = _run("fsdp2", plant, extra=COMPILED)
+    assert result is not None, tail
+    assert result["options"]["compile_scope"] == "blocks"
+    assert result["phases"]["check_compile_seconds"] > 0
+    check = result["check"]
+    if plant == "none":
+        assert code == 0 and result["status"] == "ok" and check["ok"], tail
+    else:
+        assert result["status"] == "wrong" and check["grad_error"] > 100 * check["tolerance"]
+
+
 def test_a_step_timed_without_its_all_reduce_is_refused():
     """Mutation: gradients reduced in the eager check's pass but not in the step as timed (a CUDA
     graph captured without DDP's all-reduces, here the eager step with DDP's sync off): the eager

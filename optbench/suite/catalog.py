@@ -313,8 +313,8 @@ CONVERGENCE = [
 ]
 # Multi-GPU training steps (optbench.suite.distributed): DDP and FSDP2 over the eager step and over
 # 'best' (no CUDA graphs), each at 1, 2 and 4 GPUs of one host; the multigpu suite only. Each
-# variant -> (its wrapper, the single-GPU step variant of models.variants it wraps; under DDP its
-# torch.compile per block: optbench.suite.distributed).
+# variant -> (its wrapper, the single-GPU step variant of models.variants it wraps; compiled per
+# block: optbench.suite.distributed).
 DISTRIBUTED_VARIANTS: dict[str, tuple[str, str]] = {
     "ddp": ("ddp", "eager"),
     "fsdp2": ("fsdp2", "eager"),

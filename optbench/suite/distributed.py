@@ -13,20 +13,21 @@ this machine's baseline options for the size (``optbench.suite.baseline.base_opt
 batch as a single GPU's step has it: weak scaling, the global batch is world size x that), then
 
 - ``ddp``: wraps the model in ``torch.nn.parallel.DistributedDataParallel`` (gradients all-reduced,
-  averaged, in buckets during the backward) as torchtitan's ``apply_ddp`` sets it up: 100 MB
-  buckets, and torch.compile, where the step has it, per block (``compile_scope`` 'blocks', the
-  step variant ``compile-regional``'s): dynamo's DDPOptimizer splits a compiled model's graph where
-  a bucket ends, so that its all-reduce can start while the backward goes on, and traces the pieces
-  without AOTAutograd's cache (``fakify_first_call``): every case traced the whole forward and
-  backward again, however warm the cache. Compiled per block, dynamo traces one block's graph for
-  all but the first (which adds no residual) and the first's: DDPOptimizer still splits a block's
-  graph where a bucket ends in it (DDP's first bucket holds 1 MB), and those pieces still miss the
-  cache, but a block is a small part of the model; the blocks' backwards are autograd nodes of their
-  own, their gradients ready block by block;
+  averaged, in buckets during the backward) with torchtitan's 100 MB buckets (its ``apply_ddp``);
 - ``fsdp2``: ``torch.distributed.fsdp.fully_shard`` on every block, then on the root (parameters,
   gradients and optimizer states sharded: DTensors; fp32 parameters, reduced in fp32, under the
   step's bf16 autocast: no ``MixedPrecisionPolicy``), and builds the optimizer on the sharded
   parameters;
+- under either, a compiled step is compiled per block (``compile_scope`` 'blocks', the step variant
+  ``compile-regional``'s), as torchtitan compiles its blocks before it wraps them. Compiled whole
+  under DDP, the model's graph is split by dynamo's DDPOptimizer where each bucket ends (so that its
+  all-reduce can start while the backward goes on) and the pieces are traced past AOTAutograd's
+  cache (``fakify_first_call``): every case traced the whole forward and backward again, however
+  warm the cache. Per block, dynamo traces one block's graph for all but the first (which adds no
+  residual) and the first's (DDPOptimizer still splits a block where a bucket ends in it, and such
+  pieces still miss the cache, but a block is a small part of the model); FSDP2's hooks stay out of
+  the graphs (dynamo's ``skip_fsdp_hooks``); the blocks' backwards are autograd nodes of their own,
+  their gradients ready block by block;
 - ``ddp-best`` / ``fsdp2-best``: the same on top of the ``best`` single-GPU combination
   (``models.variants``: Triton RMSNorm and SwiGLU, our fused linear cross-entropy, foreach gradient
   statistics, fused AdamW, no per-step ``.item()``, SDPA ``is_causal``, torch.compile 'default').
@@ -185,14 +186,11 @@ def _wrap(step: Any, wrapper: str, device: Any, plant: str) -> Callable[[], None
     step.params = list(step.model.parameters())  # DTensors now: the optimizer takes the shards
     step.optimizer = _adamw(step.model, step.options.optimizer, step.options.cuda_graph, step.hyper)
     if scale != 1.0:
-        compile_model = bool(step.options.compile) and step.options.compile_scope == "model"
 
         def scaled_loss(model, loss, idx, targets):
             return _model_loss(model, loss, idx, targets) * scale
 
-        step._model_loss_fn = (
-            torch.compile(scaled_loss, mode=step.options.compile) if compile_model else scaled_loss
-        )
+        step._model_loss_fn = scaled_loss  # its blocks compiled, if at all: :func:`_options`
 
     def no_sync_fsdp() -> None:
         step.model.set_requires_gradient_sync(False)
@@ -444,15 +442,14 @@ def time_step(
 
 def _options(
     size: str,
-    wrapper: str,
     step_variant: str,
     device: Any,
     precision: str | None,
     batch_size: int | None,
     seq_len: int | None,
 ) -> Any:
-    """The options of ``step_variant`` for this machine with the overrides given; under DDP a
-    compiled step compiles per block (the module docstring)."""
+    """The options of ``step_variant`` for this machine with the overrides given, a compiled step
+    compiled per block (the module docstring)."""
     from optbench.suite.workloads import step_options
 
     options = step_options(size, step_variant, str(device))[1]
@@ -461,7 +458,7 @@ def _options(
         for k, v in {"precision": precision, "batch_size": batch_size, "seq_len": seq_len}.items()
         if v is not None
     }
-    if wrapper == "ddp" and options.compile:
+    if options.compile:
         changes["compile_scope"] = "blocks"
     return options.replace(**changes)
 
@@ -540,7 +537,7 @@ def _built(args: argparse.Namespace, device: Any, wrapper: str, step_variant: st
         if reason:
             raise _Ended("skipped", reason, SKIP_EXIT)
     options = _options(
-        args.size, wrapper, step_variant, device, args.precision, args.batch_size, args.seq_len
+        args.size, step_variant, device, args.precision, args.batch_size, args.seq_len
     )
     config = CONFIGS[args.size]
     try:
