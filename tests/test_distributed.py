@@ -94,9 +94,9 @@ COMPILED = (*CPU, "--step-variant", "compile-default", "--batch-size", "4", "--s
 
 @pytest.mark.parametrize("plant", ["none", "loss-scale"])
 def test_a_compiled_step_under_fsdp2_compiles_per_block_and_is_checked(plant):
-    """As torchtitan does: the blocks compiled before fully_shard wraps them (FSDP2's hooks stay out
-    of the graphs); the check passes, and a loss scaled by the world size is still refused. The
-    mutation, FSDP2 compiling the model whole, fails the scope here."""
+    """As torchtitan does: the blocks compiled before fully_shard adds its hooks to them; the check
+    passes, and a loss scaled by the world size is still refused. The mutation, FSDP2 compiling
+    the model whole, fails the scope here."""
     code, result, tail = _run("fsdp2", plant, extra=COMPILED)
     assert result is not None, tail
     assert result["options"]["compile_scope"] == "blocks"

@@ -25,9 +25,9 @@ batch as a single GPU's step has it: weak scaling, the global batch is world siz
   cache (``fakify_first_call``): every case traced the whole forward and backward again, however
   warm the cache. Per block, dynamo traces one block's graph for all but the first (which adds no
   residual) and the first's (DDPOptimizer still splits a block where a bucket ends in it, and such
-  pieces still miss the cache, but a block is a small part of the model); FSDP2's hooks stay out of
-  the graphs (dynamo's ``skip_fsdp_hooks``); the blocks' backwards are autograd nodes of their own,
-  their gradients ready block by block;
+  pieces still miss the cache, but a block is a small part of the model); under FSDP2 the blocks
+  are compiled before fully_shard adds its hooks to them, as torchtitan orders it; the blocks'
+  backwards are autograd nodes of their own, their gradients ready block by block;
 - ``ddp-best`` / ``fsdp2-best``: the same on top of the ``best`` single-GPU combination
   (``models.variants``: Triton RMSNorm and SwiGLU, our fused linear cross-entropy, foreach gradient
   statistics, fused AdamW, no per-step ``.item()``, SDPA ``is_causal``, torch.compile 'default').
