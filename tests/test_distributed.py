@@ -108,6 +108,39 @@ def test_a_compiled_step_under_fsdp2_compiles_per_block_and_is_checked(plant):
         assert result["status"] == "wrong" and check["grad_error"] > 100 * check["tolerance"]
 
 
+def test_the_model_compiled_whole_under_ddp_on_request(monkeypatch, tmp_path):
+    """``--compile-scope model`` (the A/B against per block): DDP's forward and the loss compiled
+    as one function, checked as ever. One gloo rank in this process, torch.compile's callers
+    recorded; the mutation, leaving that function uncompiled, was seen to fail here."""
+    import torch
+    import torch._dynamo
+
+    compiled: list[str] = []
+    real = torch.compile
+
+    def recording(fn=None, **kwargs):
+        compiled.append(getattr(fn, "__name__", type(fn).__name__))
+        return real(fn, **kwargs)
+
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0"}
+    for key, value in {**env, "WORLD_SIZE": "1", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(torch, "compile", recording)
+    out = tmp_path / "result.json"
+    args = distributed.parse(
+        ["--size", "tiny", "--variant", "ddp", *COMPILED, "--compile-scope", "model"]
+        + ["--out", str(out)]
+    )
+    torch._dynamo.reset()
+    try:
+        assert distributed.rank_main(args) == 0
+    finally:
+        torch._dynamo.reset()
+    result = json.loads(out.read_text())
+    assert result["status"] == "ok" and result["options"]["compile_scope"] == "model"
+    assert "ddp_loss" in compiled and result["check"]["ok"]
+
+
 def test_a_step_timed_without_its_all_reduce_is_refused():
     """Mutation: gradients reduced in the eager check's pass but not in the step as timed (a CUDA
     graph captured without DDP's all-reduces, here the eager step with DDP's sync off): the eager

@@ -27,7 +27,8 @@ batch as a single GPU's step has it: weak scaling, the global batch is world siz
   residual) and the first's (DDPOptimizer still splits a block where a bucket ends in it, and such
   pieces still miss the cache, but a block is a small part of the model); under FSDP2 the blocks
   are compiled before fully_shard adds its hooks to them, as torchtitan orders it; the blocks'
-  backwards are autograd nodes of their own, their gradients ready block by block;
+  backwards are autograd nodes of their own, their gradients ready block by block.
+  ``--compile-scope model`` compiles the wrapped forward and loss whole instead (a probe's A/B);
 - ``ddp-best`` / ``fsdp2-best``: the same on top of the ``best`` single-GPU combination
   (``models.variants``: Triton RMSNorm and SwiGLU, our fused linear cross-entropy, foreach gradient
   statistics, fused AdamW, no per-step ``.item()``, SDPA ``is_causal``, torch.compile 'default').
@@ -153,6 +154,11 @@ def _wrap(step: Any, wrapper: str, device: Any, plant: str) -> Callable[[], None
     dist = _dist()
     world = dist.get_world_size()
     scale = float(world) if plant == "loss-scale" else 1.0
+    whole = bool(step.options.compile) and step.options.compile_scope == "model"
+
+    def compiled(fn: Callable) -> Callable:  # the model compiled whole (--compile-scope model)
+        return torch.compile(fn, mode=step.options.compile) if whole else fn
+
     if wrapper == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
@@ -164,13 +170,12 @@ def _wrap(step: Any, wrapper: str, device: Any, plant: str) -> Callable[[], None
             step.capture_warmup = DDP_CAPTURE_WARMUP
         step.ddp = ddp
 
-        # ``model`` is step.model: the forward goes through DDP (its blocks compiled, if at all:
-        # :func:`_options`)
+        # ``model`` is step.model: the forward goes through DDP
         def ddp_loss(model, loss, idx, targets):
             hidden = ddp(idx).flatten(0, 1)
             return loss(hidden, ddp.module.lm_head.weight, targets.flatten()) * scale
 
-        step._model_loss_fn = ddp_loss
+        step._model_loss_fn = compiled(ddp_loss)
 
         def no_sync() -> None:
             ddp.require_backward_grad_sync = False  # what DDP.no_sync() sets inside its block
@@ -190,7 +195,7 @@ def _wrap(step: Any, wrapper: str, device: Any, plant: str) -> Callable[[], None
         def scaled_loss(model, loss, idx, targets):
             return _model_loss(model, loss, idx, targets) * scale
 
-        step._model_loss_fn = scaled_loss  # its blocks compiled, if at all: :func:`_options`
+        step._model_loss_fn = compiled(scaled_loss)
 
     def no_sync_fsdp() -> None:
         step.model.set_requires_gradient_sync(False)
@@ -447,9 +452,10 @@ def _options(
     precision: str | None,
     batch_size: int | None,
     seq_len: int | None,
+    compile_scope: str = "blocks",
 ) -> Any:
     """The options of ``step_variant`` for this machine with the overrides given, a compiled step
-    compiled per block (the module docstring)."""
+    compiled per block (the module docstring) unless ``compile_scope`` is 'model'."""
     from optbench.suite.workloads import step_options
 
     options = step_options(size, step_variant, str(device))[1]
@@ -459,7 +465,7 @@ def _options(
         if v is not None
     }
     if options.compile:
-        changes["compile_scope"] = "blocks"
+        changes["compile_scope"] = compile_scope
     return options.replace(**changes)
 
 
@@ -537,7 +543,13 @@ def _built(args: argparse.Namespace, device: Any, wrapper: str, step_variant: st
         if reason:
             raise _Ended("skipped", reason, SKIP_EXIT)
     options = _options(
-        args.size, step_variant, device, args.precision, args.batch_size, args.seq_len
+        args.size,
+        step_variant,
+        device,
+        args.precision,
+        args.batch_size,
+        args.seq_len,
+        args.compile_scope,
     )
     config = CONFIGS[args.size]
     try:
@@ -723,6 +735,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--step-variant",
         default=None,
         help="wrap this models.variants step instead of the variant's own (e.g. foreach-stats)",
+    )
+    p.add_argument(
+        "--compile-scope",
+        choices=["blocks", "model"],
+        default="blocks",
+        help="a compiled step: per block (default, as torchtitan does) or the model whole",
     )
     p.add_argument("--plant", choices=PLANTS, default="none", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
