@@ -134,3 +134,16 @@ def test_importable_without_torch_or_asv():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_run_that_shared_its_host_is_a_unit_of_its_own_and_says_so_shortened():
+    """Shards of ``run --gpus`` (``runs_at_once`` 4) measure on a GPU as another unit than its lone
+    runs; cut to 12 characters for a table, the unit keeps the count (the mutation, the unit cut
+    whole, reads as the lone GPU's)."""
+    from optbench.core.changepoints import gpu_unit, short_unit
+
+    uuid = "GPU-915ebd26-7e01-2129-fe06-7fe71276af70"
+    alone, shared = gpu_unit({"gpu_uuid": uuid}), gpu_unit({"gpu_uuid": uuid, "runs_at_once": 4})
+    assert alone == uuid and shared != alone and gpu_unit({"gpu_name": "H100"}) is None
+    assert short_unit(alone) == "GPU-915ebd26"
+    assert short_unit(shared) == "GPU-915ebd26 (4 runs at once)"

@@ -80,6 +80,13 @@ def gpu_unit(info: Mapping[str, Any]) -> str | None:
     return uuid if at_once == 1 else f"{uuid} ({at_once} runs at once)"
 
 
+def short_unit(unit: str, width: int = 12) -> str:
+    """A unit with its GPU's UUID cut to ``width`` characters (what :func:`gpu_unit` adds after it
+    kept)."""
+    uuid, _, at_once = unit.partition(" ")
+    return f"{uuid[:width]} {at_once}".rstrip()
+
+
 def unit_of(info: Mapping[str, Any], machine: str) -> str | None:
     """The unit a run measured on, from its ``__machine__`` record's info: its GPU
     (:func:`gpu_unit`); the machine folder for a run without a GPU; None for a GPU run that

@@ -45,7 +45,7 @@ from string import Template
 from matplotlib.figure import Figure
 
 from models.variants import ABLATED
-from optbench.core.changepoints import MIN_COMMITS, MIN_MAGNITUDE, ChangePoint
+from optbench.core.changepoints import MIN_COMMITS, MIN_MAGNITUDE, ChangePoint, short_unit
 from optbench.core.console import table
 from optbench.core.store import REPO_ROOT, ResultStore, asv_results_dir, results_dir
 from optbench.gate.compare import COLUMNS, compare, compared, resolve, rows, shown, verdict
@@ -391,13 +391,12 @@ CHANGE_POINT_COLUMNS = [
 
 def change_point_row(s: TimeHistory, cp: ChangePoint) -> list[str]:
     """A change point's cells (:data:`CHANGE_POINT_COLUMNS`): GPU UUIDs and commits shortened to 12
-    characters (a unit's ' (N runs at once)' kept: ``optbench.core.changepoints.gpu_unit``)."""
+    characters (``optbench.core.changepoints.short_unit``)."""
     significance = "∞" if math.isinf(cp.significance) else f"{cp.significance:.1f}"
-    uuid, _, at_once = cp.unit.partition(" ")
     return [
         s.benchmark,
         s.label,
-        f"{uuid[:12]} {at_once}".rstrip(),
+        short_unit(cp.unit),
         f"{cp.before[:12]} → {cp.after[:12]}",
         f"{cp.ratio:.3f}×",
         significance,

@@ -452,7 +452,7 @@ def _options(
     precision: str | None,
     batch_size: int | None,
     seq_len: int | None,
-    compile_scope: str = "blocks",
+    compile_scope: str,
 ) -> Any:
     """The options of ``step_variant`` for this machine with the overrides given, a compiled step
     compiled per block (the module docstring) unless ``compile_scope`` is 'model'."""
