@@ -66,8 +66,12 @@ def _work(fn, check=None) -> Work:
     return Work(timed={"call": fn}, check=check, memory=("call",))
 
 
+# the allocator's account comes after the first 300 characters of the message
+OOM_ACCOUNT = "and 5.20 GiB is reserved by PyTorch but unallocated."
+
+
 def _fail():
-    raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    raise RuntimeError(f"CUDA out of memory. Tried to allocate 2.00 GiB. {'x' * 300} {OOM_ACCOUNT}")
 
 
 def _wrong():
@@ -99,6 +103,9 @@ def test_grid_records_every_outcome_and_goes_on(tmp_path, monkeypatch):
         "oom": "oom",
         "error": "error",
     }
+    oom = records[record_key("bench_test.Grid", {"case": "oom"})]
+    assert oom["reason"].endswith("in its timing 'call'") and len(oom["reason"]) < 400
+    assert oom["oom_message"].endswith(OOM_ACCOUNT)  # kept whole (mutation: only the reason)
     ok = records[record_key("bench_test.Grid", {"case": "ok"})]
     assert (
         ok["metrics"]["call"]["device"] is None and ok["metrics"]["call"]["wall"]["median_ms"] > 0

@@ -526,7 +526,14 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
             rec["timeout_notes"] = list(notes)
     except Exception as exc:  # noqa: BLE001 - every failure is recorded and the grid goes on
         if _is_oom(exc):
-            rec.update(status="oom", reason=str(exc).splitlines()[0][:300])
+            # the allocator's whole account (allocated, in private pools, reserved but unused)
+            # stays beside the short reason: what explains an OOM where the case fitted before
+            message = str(exc).splitlines()[0]
+            rec.update(
+                status="oom",
+                reason=f"{message[:300]}, in its {phase}",
+                oom_message=message[:2000],
+            )
         else:
             rec.update(
                 status="error",
