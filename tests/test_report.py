@@ -161,6 +161,35 @@ def test_a_size_measured_by_shards_that_shared_the_host_says_so(tmp_path):
     assert "| 1B @ `fffffff2`, 4 runs at once |" in headline.headline_table(store)
 
 
+def test_a_step_that_ran_and_failed_shows_its_status_and_one_not_run_a_dash(tmp_path):
+    """A variant that ran and did not end ok (wrong, oom) shows its status in its column, also
+    where it failed at every size; one that was skipped there (not run) a dash, and no row where it
+    ran nowhere; an interrupt says nothing of the variant (mutations: a failure shown as a dash;
+    a skip shown as its status)."""
+    from synthetic_results import STEP_SIZES, _steps, record, save
+
+    store = ResultStore(tmp_path / "results")
+    ok = [r for r in _steps(1, True, STEP_SIZES) if r["params"]["variant"] in ("eager", "best")]
+    failed = [
+        record("bench_step.Step100M", {"variant": "triton-norm"}),
+        record("bench_step.Step1B", {"variant": "triton-norm"}, status="wrong"),
+        record("bench_step.Step100M", {"variant": "fused-ce"}, status="oom"),
+        record("bench_step.Step1B", {"variant": "fused-ce"}, status="interrupted"),
+        record("bench_step.Step100M", {"variant": "best-kernels"}, status="skipped"),
+        record("bench_step.Step1B", {"variant": "best-kernels"}, status="skipped"),
+    ]
+    failed[0] = next(r for r in _steps(1, True, STEP_SIZES) if r["key"] == failed[0]["key"])
+    save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", ok + failed)
+    rows = {
+        line.split(" |")[0]: line.split("|")[2:4]
+        for line in headline.headline_table(store).splitlines()
+        if line.startswith("| ")
+    }
+    assert rows["| triton-norm vs eager"][1].strip() == "wrong"
+    assert [cell.strip() for cell in rows["| fused-ce vs eager"]] == ["oom", "–"]
+    assert "| best-kernels vs eager" not in rows
+
+
 def test_a_later_run_of_fewer_kernel_shapes_does_not_hide_a_fuller_one(tmp_path):
     """A quick run (every implementation, one shape per kernel) after a full one: the kernel rows
     stay at the full run, which measured more shapes."""

@@ -33,6 +33,7 @@ from optbench.reporting.data import (
     runs,
     runs_at_once,
     scaling_rows,
+    step_failures,
     step_iqr_ms,
     step_ms,
     step_reference,
@@ -49,18 +50,29 @@ def _step_rows(found: list[tuple[str, Run, object]]) -> list[list[str]]:
     """The step table's rows, a column per (size, run) of found: variants that are their own
     reference (eager first), ms per step [IQR]; then each other variant vs its reference (named in
     its row): the speedup and its ms per step, 'n/a' where the reference was not measured in that
-    run, '–' where the variant was not."""
+    run, the status where the variant ran and did not end ok (:func:`step_failures`: 'wrong',
+    'oom', ...), '–' where it did not run."""
     measured = [
-        (steps(run).get(size, {}), step_speedups(run).get(size, {})) for size, run, _ in found
+        (
+            steps(run).get(size, {}),
+            step_speedups(run).get(size, {}),
+            step_failures(run).get(size, {}),
+        )
+        for size, run, _ in found
     ]
     variants = sorted(
-        dict.fromkeys(v for by_v, _ in measured for v in by_v),
+        dict.fromkeys(v for by_v, _, failed in measured for v in (*by_v, *failed)),
         key=lambda v: (v != "eager", step_reference(v) != v),
     )
 
-    def cell(variant: str, by_v: dict[str, Record], speedups: dict[str, float | None]) -> str:
+    def cell(
+        variant: str,
+        by_v: dict[str, Record],
+        speedups: dict[str, float | None],
+        failed: dict[str, str],
+    ) -> str:
         if variant not in by_v:
-            return "–"
+            return failed.get(variant, "–")
         rec = by_v[variant]
         if step_reference(variant) == variant:
             return f"{step_ms(rec):.1f} ms [{step_iqr_ms(rec):.1f}]"
@@ -70,7 +82,7 @@ def _step_rows(found: list[tuple[str, Run, object]]) -> list[list[str]]:
     return [
         [
             f"{v} (ms per step [IQR])" if step_reference(v) == v else vs_label(v),
-            *(cell(v, by_v, speedups) for by_v, speedups in measured),
+            *(cell(v, *column) for column in measured),
         ]
         for v in variants
     ]
@@ -138,6 +150,8 @@ def _headline(history: list[Run]) -> str:
             "Training-step speedup of each variant vs its own reference, named in its row (the "
             "best-* combinations vs eager), reference median / variant median from one run, and "
             "ms per optimizer step (wall clock; n/a: the reference was not measured in that run; "
+            "wrong, oom, timeout, error: the variant ran and did not end ok, the record says why; "
+            "–: not run; "
             "a host-bound eager step, as at 100M, moves within and between runs, see its IQR: "
             "there compare the optimized steps' own times; 'N runs at once': shards of "
             "`run --gpus` shared the host's CPUs, and its host-bound steps read slower than "
