@@ -74,6 +74,10 @@ def _fail():
     raise RuntimeError(f"CUDA out of memory. Tried to allocate 2.00 GiB. {'x' * 300} {OOM_ACCOUNT}")
 
 
+def _bare_oom():
+    raise torch.OutOfMemoryError()
+
+
 def _wrong():
     raise WrongResult("rel. error 0.5 over 0.01")
 
@@ -91,6 +95,7 @@ def test_grid_records_every_outcome_and_goes_on(tmp_path, monkeypatch):
         Case({"case": "skip"}, _skip),
         Case({"case": "wrong"}, lambda: _work(lambda: x @ x, check=_wrong)),
         Case({"case": "oom"}, lambda: _work(_fail)),
+        Case({"case": "oom-bare"}, lambda: _work(_bare_oom)),  # a message of no line at all
         Case({"case": "error"}, lambda: _work(lambda: 1 / 0)),
     ]
     store = ResultStore(tmp_path)
@@ -101,6 +106,7 @@ def test_grid_records_every_outcome_and_goes_on(tmp_path, monkeypatch):
         "skip": "skipped",
         "wrong": "wrong",
         "oom": "oom",
+        "oom-bare": "oom",
         "error": "error",
     }
     oom = records[record_key("bench_test.Grid", {"case": "oom"})]

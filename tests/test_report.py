@@ -18,6 +18,7 @@ from synthetic_results import commit, record, report_store, samples, save
 
 from models.variants import ABLATED, ABLATION, ADDED
 from optbench.core.hardware import lookup
+from optbench.core.records import NOT_MEASURED
 from optbench.core.store import REPO_ROOT, ResultStore
 from optbench.reporting import charts, data, headline, site
 
@@ -163,9 +164,9 @@ def test_a_size_measured_by_shards_that_shared_the_host_says_so(tmp_path):
 
 def test_a_step_that_ran_and_failed_shows_its_status_and_one_not_run_a_dash(tmp_path):
     """A variant that ran and did not end ok (wrong, oom) shows its status in its column, also
-    where it failed at every size; one that was skipped there (not run) a dash, and no row where it
-    ran nowhere; an interrupt says nothing of the variant (mutations: a failure shown as a dash;
-    a skip shown as its status)."""
+    where it ended ok at no size; one that did not run there a dash (skipped, interrupted, or left
+    unmeasured after its grid lost the CUDA context), and no row where it ran nowhere (mutations:
+    a failure shown as a dash; a skip, an interrupt or an unmeasured case shown as its status)."""
     from synthetic_results import STEP_SIZES, _steps, record, save
 
     store = ResultStore(tmp_path / "results")
@@ -177,7 +178,10 @@ def test_a_step_that_ran_and_failed_shows_its_status_and_one_not_run_a_dash(tmp_
         record("bench_step.Step1B", {"variant": "fused-ce"}, status="interrupted"),
         record("bench_step.Step100M", {"variant": "best-kernels"}, status="skipped"),
         record("bench_step.Step1B", {"variant": "best-kernels"}, status="skipped"),
+        record("bench_step.Step100M", {"variant": "compile-default"}, status="crashed"),
+        record("bench_step.Step1B", {"variant": "compile-default"}, status="crashed"),
     ]
+    failed[-1]["reason"] = f"{NOT_MEASURED}: the CUDA context was lost in an earlier case"
     failed[0] = next(r for r in _steps(1, True, STEP_SIZES) if r["key"] == failed[0]["key"])
     save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", ok + failed)
     rows = {
@@ -188,6 +192,7 @@ def test_a_step_that_ran_and_failed_shows_its_status_and_one_not_run_a_dash(tmp_
     assert rows["| triton-norm vs eager"][1].strip() == "wrong"
     assert [cell.strip() for cell in rows["| fused-ce vs eager"]] == ["oom", "–"]
     assert "| best-kernels vs eager" not in rows
+    assert [cell.strip() for cell in rows["| compile-default vs eager"]] == ["crashed", "–"]
 
 
 def test_a_later_run_of_fewer_kernel_shapes_does_not_hide_a_fuller_one(tmp_path):

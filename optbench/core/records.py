@@ -17,6 +17,9 @@ OK = "ok"
 # The status of a case that SIGINT or SIGTERM stopped (Ctrl-C, a runner's cancel): it says nothing
 # about the case, and its run is partial (its ``__run__`` record, optbench.core.store).
 INTERRUPTED = "interrupted"
+# How the reason of a record whose case never ran starts (the run's time budget ended before or in
+# it, or its grid lost the CUDA context in an earlier case): it says nothing about the case.
+NOT_MEASURED = "not measured"
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,14 @@ class Record:
     def interrupted(self) -> bool:
         """Whether the case was stopped by an interrupt of its run: no verdict on the case."""
         return self.status == INTERRUPTED
+
+    @property
+    def failed(self) -> bool:
+        """Whether the case ran and did not end ok (wrong, oom, timeout, error, crashed): not a
+        skip, an interrupt, or a case that never ran (its reason starts with NOT_MEASURED)."""
+        return self.status not in (OK, "skipped", INTERRUPTED) and not self.reason.startswith(
+            NOT_MEASURED
+        )
 
     @property
     def primary_clock(self) -> str:

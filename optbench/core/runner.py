@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from optbench.core import progress, settings
-from optbench.core.records import INTERRUPTED
+from optbench.core.records import INTERRUPTED, NOT_MEASURED
 from optbench.core.signals import Interrupted, interruptible
 from optbench.core.store import (
     IN_PROGRESS,
@@ -371,8 +371,8 @@ def out_of_run_time(budget_s: float = math.inf) -> bool:
     return left is not None and left < min(budget_s, _MIN_CASE_S)
 
 
-NOT_STARTED = "not measured: the run's time budget ended before this case"
-CUT_SHORT = "not measured: the run's time budget ended {seconds:.1f} s into this case"
+NOT_STARTED = f"{NOT_MEASURED}: the run's time budget ended before this case"
+CUT_SHORT = NOT_MEASURED + ": the run's time budget ended {seconds:.1f} s into this case"
 
 
 def measure_case(
@@ -528,7 +528,7 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
         if _is_oom(exc):
             # the allocator's whole account (allocated, in private pools, reserved but unused)
             # stays beside the short reason: what explains an OOM where the case fitted before
-            message = str(exc).splitlines()[0]
+            message = (str(exc).splitlines() or [type(exc).__name__])[0]
             rec.update(
                 status="oom",
                 reason=f"{message[:300]}, in its {phase}",
@@ -672,7 +672,7 @@ def _run_cases(
                 **head,
                 "params": case.params,
                 "status": "crashed",
-                "reason": f"not measured: the CUDA context was lost in {lost_in}",
+                "reason": f"{NOT_MEASURED}: the CUDA context was lost in {lost_in}",
             }
             store.save(machine, commit, [rec])
             records[key] = rec

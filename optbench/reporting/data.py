@@ -31,7 +31,7 @@ from optbench.core.changepoints import (
     unit_of,
     unit_series,
 )
-from optbench.core.records import INTERRUPTED, OK, Record
+from optbench.core.records import Record
 from optbench.core.roofline import Ceilings
 from optbench.core.store import (
     DEVICE_CLOCK,
@@ -157,14 +157,14 @@ def steps(run: Run) -> dict[str, dict[str, Record]]:
 
 
 def step_failures(run: Run) -> dict[str, dict[str, str]]:
-    """The status of each variant-grid step that ran in ``run`` and did not end ok ('wrong', 'oom',
-    'timeout', 'error', 'crashed'), by size, then variant: what a table shows in place of its
-    figure. A skip (not run on this machine, or cut by the run's time budget) and an interrupt say
-    nothing of the variant: none."""
+    """The status of each variant-grid step of ``run`` that ran and did not end ok
+    (``Record.failed``: 'wrong', 'oom', 'timeout', 'error', 'crashed'), by size, then variant: what
+    a table shows in place of its figure. ``run.records`` holds the latest record of each case, so
+    a variant is in this or in :func:`steps`, never both."""
     found: dict[str, dict[str, str]] = defaultdict(dict)
     for rec in run.records.values():
         entry = catalog.BENCHMARKS.get(rec.benchmark)
-        if entry and entry.role == "variants" and rec.status not in (OK, "skipped", INTERRUPTED):
+        if entry and entry.role == "variants" and rec.failed:
             found[entry.size][rec.params["variant"]] = rec.status
     return dict(found)
 
