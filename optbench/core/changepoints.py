@@ -67,6 +67,12 @@ class ChangePoint:
     significance: float
 
 
+def at_once(info: Mapping[str, Any]) -> int:
+    """How many runs measured on the host at once, from a run's ``__machine__`` record's info
+    (``runs_at_once``, written by ``run --gpus``); 1 where it says nothing."""
+    return int(info.get("runs_at_once") or 1)
+
+
 def gpu_unit(info: Mapping[str, Any]) -> str | None:
     """The GPU a run measured on, from its ``__machine__`` record's info: the GPU's UUID, and where
     several runs measured on its host at once (``runs_at_once``: the shards of ``run --gpus``,
@@ -75,9 +81,8 @@ def gpu_unit(info: Mapping[str, Any]) -> str | None:
     where the run recorded no UUID."""
     if not info.get("gpu_uuid"):
         return None
-    at_once = int(info.get("runs_at_once") or 1)
-    uuid = str(info["gpu_uuid"])
-    return uuid if at_once == 1 else f"{uuid} ({at_once} runs at once)"
+    uuid, shared = str(info["gpu_uuid"]), at_once(info)
+    return uuid if shared == 1 else f"{uuid} ({shared} runs at once)"
 
 
 def short_unit(unit: str, width: int = 12) -> str:

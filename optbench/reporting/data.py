@@ -27,6 +27,7 @@ from optbench.core.changepoints import (
     MIN_COMMITS,
     ChangePoint,
     RunMedian,
+    at_once,
     change_points,
     unit_of,
     unit_series,
@@ -506,7 +507,7 @@ def runs_at_once(run: Run, records: Iterable[Record]) -> int:
     among the optbench runs of ``records``: over 1 where shards of ``run --gpus`` shared its CPUs,
     which host-bound steps feel."""
     infos = (run.by_run.get(run_of(rec), {}).get(MACHINE_KEY) for rec in records)
-    return max((int(i.info.get("runs_at_once") or 1) for i in infos if i is not None), default=1)
+    return max((at_once(i.info) for i in infos if i is not None), default=1)
 
 
 def hf_ratio(run: Run, size: str) -> tuple[float, str, str] | None:
