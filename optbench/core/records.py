@@ -51,6 +51,36 @@ class TimingView:
 
 
 @dataclass(frozen=True)
+class CaseMemory:
+    """A case's device memory as training needs it, bytes, above what its process held before the
+    case (``held_before_bytes``: earlier cases' leftovers); each None where not measured (a CPU, a
+    record from before 2026-11-28).
+
+    ``peak_bytes``: the most allocated at any point while the case was built, warmed up, captured
+    (CUDA graphs) and timed: weights, gradients, optimizer state, activations and graph pools
+    together. The correctness check is not counted, nor the check's reference, whose bytes left
+    on the device are ``reference_bytes``, apart. ``resident_bytes``: what stays after timing
+    (weights, optimizer state, the CUDA graphs' private pools). ``reserved_peak_bytes``: the
+    caching allocator's reserved peak over the same phases (what ``nvidia-smi`` sees grow).
+    """
+
+    peak_bytes: float | None = None
+    resident_bytes: float | None = None
+    reserved_peak_bytes: float | None = None
+    held_before_bytes: float | None = None
+    reference_bytes: float | None = None
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> CaseMemory:
+        return cls(**{name: data.get(name) for name in cls.__dataclass_fields__})
+
+
+# The names under which Record.peaks() gives a case's own memory beside its metrics' per-call peaks:
+# the gate's memory class judges each.
+CASE_PEAK, CASE_RESIDENT = "case peak", "case resident"
+
+
+@dataclass(frozen=True)
 class Record:
     """One stored record. ``run`` is the run id ('' for records from before run ids), ``date`` the
     ISO 8601 time its run started; ``flops``/``bytes_moved`` map a metric to the work of one call
@@ -71,6 +101,7 @@ class Record:
     lockstep: bool  # timed in turns with another commit's process on one CPU (optbench ab)
     _timings: Mapping[str, Mapping[str, Mapping[str, Any] | None] | None] = field(repr=False)
     _peaks: Mapping[str, float | None] = field(repr=False)
+    memory: CaseMemory = CaseMemory()
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> Record:
@@ -90,6 +121,7 @@ class Record:
             lockstep="lockstep" in data,
             _timings=data.get("metrics") or {},
             _peaks=data.get("peak_mem_bytes") or {},
+            memory=CaseMemory.of(data.get("memory") or {}),
         )
 
     @property
@@ -133,8 +165,12 @@ class Record:
         return TimingView.of(t) if t else None
 
     def peaks(self) -> dict[str, float]:
-        """Peak extra device memory of each metric that has one, bytes."""
-        return {metric: value for metric, value in self._peaks.items() if value is not None}
+        """Peak extra device memory of each metric that has one (one call's, above what was
+        allocated before it), and the case's own peak and resident bytes (:class:`CaseMemory`)
+        under CASE_PEAK and CASE_RESIDENT where measured; bytes."""
+        case = {CASE_PEAK: self.memory.peak_bytes, CASE_RESIDENT: self.memory.resident_bytes}
+        both = {**self._peaks, **case}
+        return {metric: value for metric, value in both.items() if value is not None}
 
     def peak_bytes(self, metric: str) -> float | None:
         """Peak extra device memory during ``metric``, bytes; None where not measured."""
