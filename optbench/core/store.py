@@ -99,7 +99,8 @@ def require_writable(folder: Path) -> None:
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     try:
         if not existing.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, f"{existing} is not a folder")
+            where = "" if existing == folder else f"{existing} is "
+            raise NotADirectoryError(errno.ENOTDIR, f"{where}not a folder")
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as exc:
