@@ -25,7 +25,13 @@ from optbench.core.console import console
 from optbench.core.helptext import plain
 from optbench.core.settings import Settings, current
 from optbench.core.store import REPO_ROOT as ROOT
-from optbench.core.store import ResultStore, new_run_id, unwritable
+from optbench.core.store import (
+    CannotWrite,
+    ResultStore,
+    asv_results_dir,
+    new_run_id,
+    require_writable,
+)
 from optbench.suite import shard
 from optbench.suite.catalog import BENCHMARKS, SUITES, asv_pattern, with_references
 
@@ -209,10 +215,7 @@ def run(argv: list[str]) -> int:
     p = run_parser()
     args = run_args(p, argv)
     results = ROOT / "results"
-    problem = unwritable(results)
-    if problem:
-        print(f"optbench run: {problem}", file=sys.stderr)
-        return 2
+    require_writable(results)
     if args.gpus is not None:
 
         def register() -> None:  # once, before the shards: each would write asv's machine file
@@ -248,6 +251,8 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
     if suite == "auto":
         suite = "full" if torch.cuda.is_available() else "cpu"
     machine = machine_name(emulate=args.emulate)
+    for folder in (results / machine, asv_results_dir(results) / machine):  # before anything runs
+        require_writable(folder)
     commit = git_commit(args.commit)
     if args.emulate:
         from optbench.core.emulate import emulate_env
@@ -425,10 +430,11 @@ def machine(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``optbench <command> [options]`` (``argv``; default: the process's arguments): the command's
-    exit status; 2, with one line on stderr saying why and the usage, without a known command; 130,
-    with one line on stderr, when interrupted (Ctrl-C). A subcommand's module docstring, its
-    parser's description, is made plain text (:func:`optbench.core.helptext.plain`) before its
-    ``main`` runs."""
+    exit status; 2, with one line on stderr saying why and the usage, without a known command; 2,
+    with one line on stderr naming it, where a command cannot write a file or folder it needs
+    (:class:`optbench.core.store.CannotWrite`); 130, with one line on stderr, when interrupted
+    (Ctrl-C). A subcommand's module docstring, its parser's description, is made plain text
+    (:func:`optbench.core.helptext.plain`) before its ``main`` runs."""
     argv = sys.argv[1:] if argv is None else argv
     commands = {"run": run, "machine": machine}
     usage = f"usage: optbench {{{','.join([*commands, *SUBCOMMANDS])}}} [options]"
@@ -448,6 +454,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("optbench: interrupted", file=sys.stderr)
         return 130
+    except CannotWrite as exc:
+        print(f"optbench: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

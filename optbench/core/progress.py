@@ -521,16 +521,16 @@ def _wait_gone(pids: Iterable[int], until: float) -> None:
 
 
 def stop_processes(
-    proc: subprocess.Popen, measuring: Iterable[int], grace_s: float = STOP_GRACE_S
+    proc: subprocess.Popen, measuring: Iterable[int], signum: int, grace_s: float = STOP_GRACE_S
 ) -> None:
     """End ``proc`` (asv, the leader of its own process group), its group and the processes
-    ``measuring`` (those of the cases running): SIGTERM to ``measuring`` first, and as long as
-    ``grace_s`` for them to record what they stopped and end; then SIGINT to ``proc``'s group (asv
-    ends the process it runs, then itself) and as long again; then SIGKILL to whatever still
-    runs."""
+    ``measuring`` (those of the cases running): ``signum`` (the signal that stopped the run, which
+    they record) to ``measuring`` first, and as long as ``grace_s`` for them to record what they
+    stopped and end; then SIGINT to ``proc``'s group (asv ends the process it runs, then itself)
+    and as long again; then SIGKILL to whatever still runs."""
     measuring = [pid for pid in measuring if pid != proc.pid]
     for pid in measuring:
-        _signal(pid, signal.SIGTERM)
+        _signal(pid, signum)
     _wait_gone(measuring, time.monotonic() + grace_s)
     _signal(proc.pid, signal.SIGINT, group=True)
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -556,8 +556,9 @@ def run_followed(
     to this process (:func:`exec_bound`: SIGINT when this process ends, even by SIGKILL; a grid
     process is bound to its parent in turn), so a terminal's Ctrl-C reaches this process alone;
     SIGINT or SIGTERM here is passed on (:func:`stop_processes`: the processes of the cases running
-    then, from the progress file, first), and once they have ended :class:`RunInterrupted` names
-    those cases. Later signals are ignored meanwhile. Call it from the main thread."""
+    then, from the progress file, first, with the same signal, so that they record the one that
+    stopped the run), and once they have ended :class:`RunInterrupted` names those cases. Later
+    signals are ignored meanwhile. Call it from the main thread."""
     from optbench.core.signals import Interrupted, interruptible
 
     with follower, interruptible():
@@ -584,6 +585,6 @@ def run_followed(
                 for key, pid in running_cases(follower.events).items()
                 if isinstance(pid, int) and alive(pid)
             }
-            stop_processes(proc, running.values(), grace_s)
             name = exc.signal if isinstance(exc, Interrupted) else "SIGINT"
+            stop_processes(proc, running.values(), signal.Signals[name], grace_s)
             raise RunInterrupted(name, running) from exc
