@@ -460,7 +460,7 @@ def _announce(
         return planned, {}, by_asv
     print(
         f"optbench run: suite {suite!r} on {machine}, commit {commit[:12]}, run {run_id}: "
-        f"{len(planned)} grid cases"
+        f"{len(planned)} grid case{'' if len(planned) == 1 else 's'}"
         + (
             f" and {', '.join(by_asv)} (timed by asv: their lines follow its end)" if by_asv else ""
         ),

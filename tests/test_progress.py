@@ -351,6 +351,14 @@ def test_the_breakdown_sums_each_phase_over_the_run_and_leaves_the_rest_to_asv()
     assert breakdown.rows(breakdown.phases([], 0.0), 0.0)[-1] == ("total (wall time)", "0.0", "-")
     rendered = breakdown.render(split, 100.0)
     assert rendered.columns[0].header == "phase" and rendered.row_count == len(rows)
+    assert "left out" not in str(rendered.title)
+    # on the console, the phases of 0.0 s are left out, and the title says so
+    eager = {**split, "compile": 0.04, "timing_compile": 0.0}
+    compact = breakdown.render(eager, 100.0)
+    assert compact.row_count == len(rows) - 2 and str(compact.title).endswith(
+        "(phases of 0.0 s left out)"
+    )
+    assert breakdown.PHASES["compile"] not in [c for c in compact.columns[0].cells]
 
 
 def test_the_breakdown_record():
