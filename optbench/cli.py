@@ -20,12 +20,11 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
-from optbench.core import breakdown, progress
+from optbench.core import asv_timed, breakdown, progress
 from optbench.core.console import console
 from optbench.core.helptext import plain
-from optbench.core.records import Record
+from optbench.core.records import INTERRUPTED, Record
 from optbench.core.settings import Settings, current
 from optbench.core.store import REPO_ROOT as ROOT
 from optbench.core.store import ResultStore, new_run_id, unwritable
@@ -278,7 +277,6 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
     ``--no-html``. asv's exit code; 0, with one line, where nothing is selected."""
     import torch
 
-    from optbench.core import asv_timed
     from optbench.core.machine import machine_name
     from optbench.core.store import asv_results_dir
 
@@ -384,26 +382,30 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
 
 #: How many of the last lines of asv's log follow the result of a run that asv failed unexplained.
 LOG_TAIL_LINES = 20
+#: How many failed cases the result names (each has its line, with its reason, above it).
+NAMED_FAILURES = 10
 
 
 def _summary(
     follower: progress.Follower,
-    timed: list[Any],
+    timed: list[asv_timed.Outcome],
     code: int,
     wall_s: float,
     stored: Path,
     asv_log: Path,
 ) -> list[str]:
-    """The lines of a run's result, the result first: how many of its cases (grid cases, and
-    ``timed``: ``optbench.core.asv_timed.Outcome``) ended ok and how many with each other status,
-    the wall time, asv's exit code and where the records are; then the cases that failed (neither
-    ok nor skipped nor interrupted); where asv exited non-zero with none failed, the last
-    :data:`LOG_TAIL_LINES` lines of its log ``asv_log``."""
+    """The lines of a run's result, the result first: how many of its cases (grid cases, and the
+    combinations asv timed itself, ``timed``) ended ok and how many with each other status (those
+    that failed first, then skips and interrupts, then the cases that never ended), the wall time,
+    asv's exit code and where the records are; then the first :data:`NAMED_FAILURES` cases that
+    failed (neither ok nor skipped nor interrupted), by key; where asv exited non-zero with none
+    failed, the last :data:`LOG_TAIL_LINES` lines of its log ``asv_log``."""
     ended = progress.ended(follower.events)
     statuses = Counter(str(e.get("status")) for e in ended.values())
     statuses.update(o.status for o in timed)
     total = max(follower.total, len(ended)) + len(timed)
-    others = [f"{n} {s}" for s, n in statuses.most_common() if s != "ok"]
+    by_kind = sorted(statuses.items(), key=lambda sn: (sn[0] in ("skipped", INTERRUPTED), -sn[1]))
+    others = [f"{n} {s}" for s, n in by_kind if s != "ok"]
     if total > sum(statuses.values()):
         others.append(f"{total - sum(statuses.values())} never ended")
     where = f"records in {stored.relative_to(ROOT)}" if stored.exists() else "no record stored"
@@ -416,7 +418,11 @@ def _summary(
         f"{o.key} ({o.status})" for o in timed if o.status != "ok"
     ]
     if failed:
-        lines.append(f"optbench: not ok: {', '.join(failed)}")
+        more = len(failed) - NAMED_FAILURES
+        lines.append(
+            f"optbench: not ok: {', '.join(failed[:NAMED_FAILURES])}"
+            + (f" and {more} more (their lines above)" if more > 0 else "")
+        )
     elif code != 0:
         tail = asv_log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
         lines += [

@@ -472,9 +472,9 @@ def test_optbench_run_follows_its_asv_run_and_stores_the_breakdown(tmp_path, mon
     assert "9 grid cases and bench_cpu.MLP, bench_cpu.GradStats (timed by asv" in out
     assert seen["log"] == path.with_suffix(".asv.log") and str(seen["log"].name) in out
     assert "optbench: [1/9] a: ok, took 30.0 s" in out
-    # the result first: what ended how (each status once), what failed
+    # the result first: what ended how (each status once, failures first), what failed
     assert (
-        "optbench: 1 of 9 cases ok, 3 skipped, 1 wrong, 1 aborted, 3 never ended in " in out
+        "optbench: 1 of 9 cases ok, 1 wrong, 1 aborted, 3 skipped, 3 never ended in " in out
         and "optbench: not ok: d (wrong), e (aborted)\n" in out
     )
     assert (

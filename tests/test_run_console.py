@@ -242,3 +242,24 @@ def test_the_real_cpu_run_of_the_tiny_eager_step_is_quiet(tmp_path):
     logged = log.read_text()
     assert "Discovering benchmarks" in logged and "bench_step.StepTiny.track_step_ms" in logged
     assert "not selected" not in logged and "bench_cpu" not in logged
+
+
+def test_the_result_leads_with_what_failed_and_names_the_first_failures(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "ROOT", tmp_path)
+    path = tmp_path / "p.jsonl"
+    path.touch()
+    follower = progress.Follower(path, total=15, live=False)
+    ends = [
+        {"event": "end", "key": "ok", "status": "ok"},
+        {"event": "end", "key": "gpu", "status": "skipped", "reason": "no GPU"},
+        *({"event": "end", "key": f"k{i}", "status": "oom", "reason": "big"} for i in range(12)),
+    ]
+    path.write_text("".join(json.dumps(e) + "\n" for e in ends))
+    follower.poll()
+    lines = cli._summary(follower, [], 2, 65.0, tmp_path / "none.jsonl.gz", tmp_path / "asv.log")
+    named = ", ".join(f"k{i} (oom)" for i in range(cli.NAMED_FAILURES))
+    assert lines == [
+        "optbench: 1 of 15 cases ok, 12 oom, 1 skipped, 1 never ended in 1:05 (asv exit 2); "
+        "no record stored",
+        f"optbench: not ok: {named} and 2 more (their lines above)",
+    ]
