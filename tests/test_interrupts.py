@@ -304,7 +304,8 @@ PARENT = textwrap.dedent("""
     follower = progress.Follower(Path(sys.argv[3]), 1, live=False)
     try:
         command = [sys.executable, "-c", sys.argv[1], sys.argv[2], sys.argv[4]]
-        progress.run_followed(command, os.environ, follower, cwd=Path.cwd(), grace_s=30)
+        log = Path(sys.argv[3]).with_suffix(".asv.log")
+        progress.run_followed(command, os.environ, follower, Path.cwd(), log, grace_s=30)
     except progress.RunInterrupted as exc:
         said = {"signal": exc.signal, "stopped": exc.stopped}
         Path(sys.argv[4] + ".parent").write_text(json.dumps(said))
