@@ -102,7 +102,6 @@ def register_machine(machine: str) -> None:
     from asv.machine import MachineCollection
 
     from optbench.core.machine import machine_info
-    from optbench.core.store import asv_results_dir
 
     try:
         description = json.loads((asv_results_dir() / machine / "machine.json").read_text())
@@ -281,7 +280,6 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
     import torch
 
     from optbench.core.machine import machine_name
-    from optbench.core.store import asv_results_dir
 
     suite = args.suite
     if suite == "auto":
