@@ -2,8 +2,15 @@
 
 q (B, S, Hq, D) and k (B, S, Hkv, D) may have any strides with a contiguous last dim (the
 leading three dims are addressed in-kernel, so e.g. slices of a fused qkv projection are read
-in place); weights wq, wk are (D,). Row math and the dW partial-sum scheme come from
-`kernels.rmsnorm`.
+in place); weights wq, wk are (D,). The math per row, forward and backward with its derivation,
+and the dW partial-sum scheme are `kernels.rmsnorm`'s: its row bodies run here once for q's rows
+and once for k's, in one launch each way, so neither pays a launch or a tail of its own.
+
+Sources: normalizing queries and keys before their dot product is Henry et al., "Query-Key
+Normalization for Transformers" (2020, https://arxiv.org/abs/2010.04245), and, as a LayerNorm
+per head, Dehghani et al., "Scaling Vision Transformers to 22 Billion Parameters" (2023,
+https://arxiv.org/abs/2302.05442); an RMSNorm over head_dim with one (D,) weight shared by all
+heads is what Hugging Face's Qwen3 attention does (q_norm, k_norm in models/qwen3).
 """
 
 from __future__ import annotations
@@ -58,12 +65,35 @@ def _qk_norm_fwd_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    """Programs [0, cdiv(n_q, BLOCK_M)) normalize row blocks of q, the rest row blocks of k."""
-    pid = tl.program_id(0)
+    """Programs [0, cdiv(n_q, BLOCK_M)) normalize row blocks of q, the rest row blocks of k
+    (`rms_fwd_rows`: y = w * round(x * rstd), rstd = (mean(x^2) + eps)^(-1/2) per row of D).
+
+    Memory per call (R = n_q + n_k rows, s bytes per element): reads R*D*s + 2D*s_w, writes
+    R*D*s + 4R (rstd), the floor of kernels/README.md plus rstd.
+    """
+    # one grid over both tensors: the k programs start where q's end, so the GPU never idles
+    # between a q launch's tail and a k launch
     q_blocks = tl.cdiv(n_q, BLOCK_M)
-    if pid < q_blocks:
+    if tl.program_id(0) < q_blocks:
         rms_fwd_rows(
-            Q, q_n1, q_n2, q_s0, q_s1, q_s2, WQ, YQ, RSTD_Q, pid, n_q, D, eps, BLOCK_M, BLOCK_N
+            Q,
+            q_n1,
+            q_n2,
+            q_s0,
+            q_s1,
+            q_s2,
+            WQ,
+            YQ,
+            RSTD_Q,
+            0,
+            n_q,
+            D,
+            eps,
+            None,
+            None,
+            BLOCK_M,
+            BLOCK_N,
+            False,
         )
     else:
         rms_fwd_rows(
@@ -76,12 +106,15 @@ def _qk_norm_fwd_kernel(
             WK,
             YK,
             RSTD_K,
-            pid - q_blocks,
+            q_blocks,
             n_k,
             D,
             eps,
+            None,
+            None,
             BLOCK_M,
             BLOCK_N,
+            False,
         )
 
 
@@ -120,14 +153,16 @@ def _qk_norm_bwd_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    """Persistent grid over the q row blocks followed by the k row blocks, dealt round-robin.
+    """Persistent grid over the q row blocks followed by the k row blocks, dealt round-robin
+    (`rms_bwd_stripe`: dx = rstd * (g - x_hat * mean(g * x_hat)), g = dy * w, per row; dw = the
+    sum over rows of dy * x_hat).
 
     DW_PART is fp32 (2, num_programs, D): row pid of group 0 (q) and group 1 (k) gets this
-    program's partial dW sums.
+    program's partial dW sums. Memory per call (R rows, P programs): reads 2R*D*s + 4R + 2D*s_w,
+    writes R*D*s and 2*4PD of partials, which `sum_partials` reads back: 2*4PD bytes over the
+    floor of kernels/README.md, besides rstd's.
     """
-    pid = tl.program_id(0)
     step = tl.num_programs(0)
-    k_first = (pid + step - tl.cdiv(n_q, BLOCK_M) % step) % step
     rms_bwd_stripe(
         DYQ,
         dyq_s0,
@@ -142,17 +177,17 @@ def _qk_norm_bwd_kernel(
         WQ,
         RSTD_Q,
         DQ,
-        DW_PART + pid.to(tl.int64) * D,
-        pid,
-        step,
+        DW_PART,
+        0,
         n_q,
         D,
-        DQ,
-        DQ,
+        None,
+        None,
         BLOCK_M,
         BLOCK_N,
         False,
     )
+    # k's blocks continue the deal where q's ended
     rms_bwd_stripe(
         DYK,
         dyk_s0,
@@ -167,13 +202,12 @@ def _qk_norm_bwd_kernel(
         WK,
         RSTD_K,
         DK,
-        DW_PART + (step + pid).to(tl.int64) * D,
-        k_first,
-        step,
+        DW_PART + step.to(tl.int64) * D,
+        tl.cdiv(n_q, BLOCK_M) % step,
         n_k,
         D,
-        DK,
-        DK,
+        None,
+        None,
         BLOCK_M,
         BLOCK_N,
         False,
