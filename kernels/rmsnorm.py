@@ -6,16 +6,6 @@ residual gradient and writes the total in both inputs' dtypes. The two ops share
 (`rms_fwd_rows`) and one backward (`rms_bwd_stripe`) body, whose constexpr HAS_RES switches the
 residual terms on; off, they compile away. `kernels.qknorm` calls the same bodies and
 `sum_partials`.
-
-Sources: RMSNorm is Zhang and Sennrich, "Root Mean Square Layer Normalization" (2019,
-https://arxiv.org/abs/1910.07467), with the rounding of Hugging Face's LlamaRMSNorm (x_hat cast to
-the input dtype before the weight). The kernels follow the fused layer norm of the Triton tutorials
-(https://triton-lang.org/main/getting-started/tutorials/05-layer-norm.html): whole rows in
-registers, per-program partial dW sums reduced by a second kernel. Liger-Kernel's RMSNorm
-(https://github.com/linkedin/Liger-Kernel/blob/main/src/liger_kernel/ops/rms_norm.py) runs its
-backward on one program per SM, each summing dW over its rows in fp32, as ours does (here the row
-blocks are dealt round robin and the next block's loads are issued before the current one's math);
-its fused_add_rms_norm.py switches the residual gradient on by a constexpr flag, as HAS_RES does.
 """
 
 from __future__ import annotations
@@ -26,6 +16,17 @@ import triton.language as tl
 from torch import nn
 
 from kernels._common import persistent_programs, row_grid, row_tile, rows_2d
+
+# Sources. RMSNorm: Zhang and Sennrich, "Root Mean Square Layer Normalization" (2019,
+# https://arxiv.org/abs/1910.07467), with the rounding of Hugging Face's LlamaRMSNorm (x_hat cast to
+# the input dtype before the weight). The kernels follow the fused layer norm of the Triton
+# tutorials (https://triton-lang.org/main/getting-started/tutorials/05-layer-norm.html): whole rows
+# in registers, per-program partial dW sums reduced by a second kernel. Liger-Kernel's RMSNorm
+# (https://github.com/linkedin/Liger-Kernel/blob/main/src/liger_kernel/ops/rms_norm.py) runs its
+# backward on one program per SM, each summing dW over its rows in fp32, as ours does (here the row
+# blocks are dealt round robin and the next block's loads are issued before the current one's
+# math); its fused_add_rms_norm.py switches the residual gradient on by a constexpr flag, as HAS_RES
+# does.
 
 # Tiles (elements of x per program, or per backward loop step) and elements per thread, tuned on an
 # H100 at 16384 x {768, 2048, 4096} bf16 and QK-norm head_dim 64/96/128: the backward runs best with
@@ -84,21 +85,18 @@ def rms_fwd_rows(
     HAS_RES: tl.constexpr,
 ):
     """Normalize row block program_id(0) - first of X (row grid n1, n2, s0, s1, s2) into the
-    contiguous (n_rows, n_cols) Y, and store each row's fp32 rstd in RSTD. Launched with first = 0
+    contiguous (n_rows, n_cols) Y = w * round(x * rstd), rstd = (mean(x^2) + eps)^(-1/2) in fp32,
+    stored in RSTD; round() casts x * rstd to X's dtype and back, as HF's LlamaRMSNorm casts
+    before the weight. With HAS_RES the row normalized is h = x + ADD (ADD contiguous), rounded
+    to SUM's dtype and stored in SUM, and round() casts to SUM's dtype. Launched with first = 0
     for RMSNorm and AddRMSNorm; kernels.qknorm's forward calls it for q, then for k.
-
-    Per row of H = n_cols elements, in fp32: rstd = (sum_j x_j^2 / H + eps)^(-1/2) and
-    y = w * round(x * rstd), round() casting x_hat = x * rstd to X's dtype and back, as HF's
-    LlamaRMSNorm casts before the weight. With HAS_RES the row normalized is instead
-    h = x + ADD (ADD contiguous), rounded to SUM's dtype and stored in SUM; round() then casts to
-    SUM's dtype.
-
-    Memory per call (N rows, s_t bytes per element of tensor t): reads N*H*s_x + H*s_w, writes
-    N*H*s_y + 4N (rstd); HAS_RES adds N*H*(s_add + s_sum). Over the floor that kernels/README.md
-    derives: rstd's 4N bytes (and w's H*s_w, which optbench/suite/ops.py leaves out).
     """
+    # Memory per call (N rows, H = n_cols, s_t bytes per element of tensor t): reads N*H*s_x +
+    # H*s_w, writes N*H*s_y + 4N (rstd); HAS_RES adds N*H*(s_add + s_sum). Over the floor that
+    # kernels/README.md derives: rstd's 4N bytes (and w's H*s_w, which optbench/suite/ops.py
+    # leaves out). FLOPs per element: x^2 and its row sum, x * rstd, * w (4; +1 for the add).
     # BLOCK_M rows of BLOCK_N >= n_cols columns: a whole row lives in one program's registers, so
-    # the row sum needs no second pass over memory
+    # the row sum needs no second pass over memory.
     rows = (tl.program_id(0) - first) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     row_mask = rows < n_rows
@@ -198,11 +196,11 @@ def rms_bwd_stripe(
     residual path (DRES, contiguous) is added, and the total is stored twice, in DX's dtype (for x)
     and in DX_LOW's (for y). Launched persistent (one program per resident slot, start = 0) for
     RMSNorm and AddRMSNorm; kernels.qknorm's backward calls it for q, then for k.
-
-    Memory per call (N rows, P programs): reads N*H*(s_x + s_dy) + 4N (rstd) + H*s_w, writes
-    N*H*s_dx and 4PH (dW partials; `sum_partials` reads them back); HAS_RES adds
-    N*H*(s_dres + s_dx_low). The floor's dW write is sum_partials'.
     """
+    # Memory per call (N rows, P programs): reads N*H*(s_x + s_dy) + 4N (rstd) + H*s_w, writes
+    # N*H*s_dx and 4PH of dW partials, which `sum_partials` reads back; HAS_RES adds
+    # N*H*(s_dres + s_dx_low). The floor's dW write is sum_partials'.
+    #
     # Per row, with H = n_cols, r = rstd, x_hat = x * r and g = dy * w (the forward's rounding of
     # x_hat taken as the identity, as autograd takes a cast):
     #   dr/dx_j = -1/2 (sum_k x_k^2 / H + eps)^(-3/2) * 2 x_j / H = -r^3 x_j / H
@@ -265,6 +263,8 @@ def rms_bwd_stripe(
             BLOCK_M,
             HAS_RES,
         )
+        # x_hat is rebuilt from x and the saved rstd (no second reduction over x), then the two
+        # lines of the derivation above: c = mean(g * x_hat) per row, dx = r * (g - x_hat * c)
         x_hat = x.to(tl.float32) * rstd[:, None]
         dyf = dy.to(tl.float32)
         g = dyf * w[None, :]
@@ -274,9 +274,11 @@ def rms_bwd_stripe(
         offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
         mask = (rows < n_rows)[:, None] & col_mask[None, :]
         if HAS_RES:
+            # dh = the norm's dx + the residual path's; both summands get it, each in its dtype
             dx += dres.to(tl.float32)
             tl.store(DX_LOW + offsets, dx.to(DX_LOW.dtype.element_ty), mask=mask)
         tl.store(DX + offsets, dx.to(DX.dtype.element_ty), mask=mask)
+        # dw: elementwise into a (BLOCK_M, BLOCK_N) register tile, reduced over its rows once
         dw += dyf * x_hat
         blk += step
         x, dy, rstd, dres = x_next, dy_next, rstd_next, dres_next
@@ -287,7 +289,8 @@ def rms_bwd_stripe(
 def _sum_partials_kernel(PART, OUT, n_part, n_cols, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     """OUT[g, c] = sum_p PART[g, p, c] for a BLOCK_C stripe of columns of group g =
     program_id(1): the second stage of the dW reduction, the first being each backward program's
-    sum over its own rows. Reads 4GPC bytes (fp32 partials), writes GC*s_out."""
+    sum over its own rows."""
+    # Memory per call: reads 4GPC bytes (fp32 partials), writes G*C*s_out.
     g = tl.program_id(1).to(tl.int64)
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_mask = cols < n_cols
@@ -306,6 +309,8 @@ def _sum_partials_kernel(PART, OUT, n_part, n_cols, BLOCK_P: tl.constexpr, BLOCK
 def sum_partials(part: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Sum a contiguous fp32 (G, P, C) buffer of partial sums over P; returns (G, C) in `dtype`."""
     g, p, c = part.shape
+    # one program per stripe of up to 64 columns and group, reading 32 partial rows at a time
+    # (256 contiguous bytes of each): a small pass, 4GPC bytes against the backward's 3NHs
     out = torch.empty((g, c), dtype=dtype, device=part.device)
     block_c = min(64, triton.next_power_of_2(c))
     grid = (triton.cdiv(c, block_c), g)
@@ -396,7 +401,9 @@ def _launch_bwd(
     def args(part: torch.Tensor) -> tuple:
         return (*head, part, 0, n, h, *residual)
 
-    # rstd stands in for the fp32 partials buffer while the grid is sized
+    # Persistent: one program per resident slot (one per SM at the tuned tiles), each walking
+    # every P-th row block, so the dW partials are P rows whatever N is. rstd stands in for the
+    # fp32 partials buffer while the grid is sized.
     n_blocks = triton.cdiv(n, block_m)
     programs = persistent_programs(rms_bwd_stripe, n_blocks, args(rstd), meta, x2.device)
     part = torch.empty((1, programs, h), dtype=torch.float32, device=x2.device)
@@ -474,6 +481,7 @@ def add_rms_norm_fwd(
     """(h = x + y (N, H) in promote_types(x, y), out (N, H) in out_dtype, rstd (N,) fp32)."""
     h, out = _rows_of(x, torch.promote_types(x.dtype, y.dtype)), _rows_of(x, out_dtype)
     rstd = _rstd_of(x)
+    # x through the forward's row grid (contiguous here, so one stride), y as ADD: contiguous
     x2, y2 = (t.reshape(-1, t.shape[-1]).contiguous() for t in (x, y))
     _launch_fwd(x2, weight, eps, out, rstd, y2, h)
     return h, out, rstd
@@ -544,6 +552,7 @@ class AddRMSNormFunction(torch.autograd.Function):
         dx, dy, dw = add_rms_norm_bwd(
             dout, dh, h, weight, rstd, ctx.dtypes[1], ctx.needs_input_grad[2]
         )
+        # dx comes in h's dtype, promote_types(x, y): cast back where x was the narrower one
         shape = dout.shape
         return (
             dx.view(shape).to(ctx.dtypes[0]),
