@@ -14,6 +14,8 @@ import os
 
 import torch
 
+pytest_plugins = ("pytester",)
+
 # run Triton kernels on the CPU; must be set before triton is imported
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
