@@ -20,6 +20,10 @@ from collections.abc import Generator
 from dataclasses import dataclass
 
 import pytest
+
+# rich.style draws from Python's random when first imported (a seed for its link ids): imported
+# here, the test that first imports it is not taken for one that draws
+import rich.style  # noqa: F401
 import torch
 
 
@@ -57,7 +61,7 @@ def _drew_unseeded(gen: torch.Generator, seed: int) -> bool:
     return gen.initial_seed() == seed and not torch.equal(gen.get_state(), fresh.get_state())
 
 
-def unseeded_draws(start: _Start) -> list[str]:
+def _unseeded_draws(start: _Start) -> list[str]:
     """The global generators drawn from since ``start`` with no seeding, by name."""
     names = [
         f"torch's default {gen.device} generator"
@@ -88,7 +92,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     """Fail a test that passed but drew from a global generator it did not seed."""
     result = yield
-    drawn = unseeded_draws(item.stash[_START])
+    drawn = _unseeded_draws(item.stash[_START])
     if drawn:
         pytest.fail(
             f"drew from {' and '.join(drawn)} with no seed set: seed it in the test "

@@ -13,6 +13,8 @@ from models.model import Decoder
 from optbench.suite.ops import GRAD_STATS
 from optbench.suite.workloads import grad_stats_errors
 
+pytestmark = pytest.mark.usefixtures("seeded")
+
 # Relative-error tolerance: fp32 for the norms (fp32 accumulation of any dtype); clipped gradients
 # are rounded to their own dtype.
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
@@ -28,12 +30,6 @@ SHAPES = [
     (11, 1),
     (257, 3),
 ] * 2
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    """Each test draws its parameters and gradients from torch's generator seeded with 0."""
-    torch.manual_seed(0)
 
 
 def make_params(device: str = DEVICE) -> list[torch.Tensor]:
