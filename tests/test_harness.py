@@ -62,6 +62,11 @@ def test_machine_info_without_a_gpu(monkeypatch):
     assert machine.machine_name(info, emulate="t4").endswith("-emulating-t4")
 
 
+def _matrix(n: int) -> torch.Tensor:
+    """An n x n matrix for a case to multiply, drawn from a seeded generator."""
+    return torch.randn(n, n, generator=torch.Generator().manual_seed(0))
+
+
 def _work(fn, check=None) -> Work:
     return Work(timed={"call": fn}, check=check, memory=("call",))
 
@@ -89,7 +94,7 @@ def _skip():
 def test_grid_records_every_outcome_and_goes_on(tmp_path, monkeypatch):
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "c" * 40)
-    x = torch.randn(256, 256)
+    x = _matrix(256)
     cases = [
         Case({"case": "ok"}, lambda: _work(lambda: x @ x, check=lambda: {"max_rel_err": 0.0})),
         Case({"case": "skip"}, _skip),
@@ -145,7 +150,7 @@ def test_every_case_of_a_grid_reports_its_start_and_end_to_the_progress_file(tmp
     monkeypatch.setenv("ASV_COMMIT", "c" * 40)
     monkeypatch.setenv("OPTBENCH_PROGRESS", str(tmp_path / "progress.jsonl"))
     monkeypatch.setattr(progress, "_startup_reported", False)
-    x = torch.randn(64, 64)
+    x = _matrix(64)
     cases = [
         Case({"case": "ok"}, lambda: _work(lambda: x @ x, check=lambda: {"max_rel_err": 0.0})),
         Case({"case": "skip"}, _skip),
@@ -470,7 +475,7 @@ def test_a_case_that_loses_the_cuda_context_ends_the_grid_and_keeps_what_was_mea
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     monkeypatch.setattr(runner, "_free_device_memory", free)
-    x = torch.randn(64, 64)
+    x = _matrix(64)
     cases = [
         Case({"case": "before"}, lambda: _work(lambda: x @ x)),
         Case({"case": "crash"}, lambda: _work(illegal_access)),
@@ -568,7 +573,7 @@ def test_a_case_over_its_budget_is_stopped_even_inside_a_long_call_and_the_grid_
             exc.__notes__ = ["the compile was at step 3"]
             raise
 
-    x = torch.randn(64, 64)
+    x = _matrix(64)
     cases = [
         Case({"case": "slow"}, lambda: _work(lambda: x @ x, check=endless_compile)),
         Case({"case": "next"}, lambda: _work(lambda: x @ x)),
@@ -865,7 +870,7 @@ def test_a_run_with_a_time_budget_stops_in_time_and_stores_nothing_it_did_not_me
     monkeypatch.setattr(runner, "_MIN_CASE_S", 1.0)
     monkeypatch.setenv(RUN_DEADLINE_ENV, str(time.time() + 3.0))
     monkeypatch.setenv("OPTBENCH_PROGRESS", str(tmp_path / "progress.jsonl"))
-    x = torch.randn(64, 64)
+    x = _matrix(64)
 
     def long_check() -> None:
         try:

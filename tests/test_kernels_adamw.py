@@ -7,6 +7,8 @@ from kernel_numerics import DEVICE, assert_rel_close
 
 from kernels.adamw import MasterAdamW, adamw_reference
 
+pytestmark = pytest.mark.usefixtures("seeded")
+
 LR, WD, BETAS, EPS = 1e-2, 0.1, (0.9, 0.999), 1e-8
 # The update (new minus old master) is fp32 arithmetic on weights ~1 moved by ~lr = 1e-2: each
 # step's rounding of the stored master (2^-24 of ~1) is ~6e-6 of the update, two steps ~1.2e-5, and

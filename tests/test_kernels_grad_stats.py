@@ -8,8 +8,12 @@ import torch
 from kernel_numerics import DEVICE, assert_rel_close, requires_cuda
 
 from kernels import grad_stats as gs
+from models.config import CONFIGS
+from models.model import Decoder
 from optbench.suite.ops import GRAD_STATS
-from optbench.suite.workloads import KERNEL_RTOL, grad_stats_errors
+from optbench.suite.workloads import grad_stats_errors
+
+pytestmark = pytest.mark.usefixtures("seeded")
 
 # Relative-error tolerance: fp32 for the norms (fp32 accumulation of any dtype); clipped gradients
 # are rounded to their own dtype.
@@ -147,7 +151,7 @@ def test_kernel_check_passes_and_is_not_vacuous(impl):
     """Both implementations pass; the fp32 loop's error against the float64 loop is small but not
     0."""
     errs = kernel_check_errors(impl)
-    assert 0.0 < errs[0] and max(errs) <= KERNEL_RTOL[torch.float32], errs
+    assert 0.0 < errs[0] and max(errs) <= GRAD_STATS.rtol, errs
 
 
 def _norm_without_first(real):
@@ -166,7 +170,17 @@ def _clip_off_by_one_percent(real):
 def test_kernel_check_catches_a_planted_error(monkeypatch, target, plant):
     """Mutations of the foreach path only: kernel_work's check must reject them."""
     monkeypatch.setattr(gs, target, plant(getattr(gs, target)))
-    assert max(kernel_check_errors("foreach")) > KERNEL_RTOL[torch.float32]
+    assert max(kernel_check_errors("foreach")) > GRAD_STATS.rtol
+
+
+@pytest.mark.parametrize("size", list(GRAD_STATS.shapes))
+def test_kernel_check_sees_any_one_tensor_left_out(size):
+    """kernel_work's check runs on a model's parameter shapes with N(0, 1) gradients: a norm that
+    leaves out its smallest tensor is off by about half that tensor's share of the elements, which
+    the tolerance must lie below."""
+    with torch.device("meta"):
+        sizes = [p.numel() for p in Decoder(CONFIGS[size]).parameters()]
+    assert GRAD_STATS.rtol < min(sizes) / sum(sizes) / 2
 
 
 @pytest.mark.gpu
@@ -192,3 +206,21 @@ def test_grad_stats_gpu():
     )
     for i, (p, r) in enumerate(zip(params, ref, strict=True)):
         assert_rel_close(p.grad, r.grad, TOL[p.dtype], f"cuda clipped grad {i}")
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_kernel_work_check_sees_the_smallest_tensor_left_out(monkeypatch):
+    """kernel_work's check at 1B passes the foreach path at GRAD_STATS.rtol and rejects it once its
+    norms leave out the model's smallest tensor (a norm weight, 1.9e-6 of its squared norm)."""
+    from optbench.core.runner import WrongResult
+    from optbench.suite.workloads import kernel_work
+
+    work = kernel_work("grad_stats", "1B", "foreach", "cuda")
+    assert work.check()["tolerance"] == GRAD_STATS.rtol
+    del work
+    real = gs._norm_foreach
+    without_smallest = lambda ts: real([t for t in ts if t is not min(ts, key=torch.numel)])
+    monkeypatch.setattr(gs, "_norm_foreach", without_smallest)
+    with pytest.raises(WrongResult, match="over tolerance"):
+        kernel_work("grad_stats", "1B", "foreach", "cuda").check()

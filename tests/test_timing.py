@@ -19,6 +19,8 @@ from optbench.core.timing import (
 )
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+# the timed tensors are drawn from torch's generators, seeded for each test
+pytestmark = pytest.mark.usefixtures("seeded")
 
 # Durations are multiples of 2**-9 s (1.953125 ms) or 2**-13 s, exact in binary floating point.
 UNIT_S = 2.0**-9

@@ -190,7 +190,7 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
             ref = _grads_and_output(baseline, ref_inputs, ref_grad)
             got = _grads_and_output(fn, inputs, out_grad)
             errs = [rel_err(g, r) for g, r in zip(got, ref)]
-        tol = KERNEL_RTOL[dtype]
+        tol = KERNEL_RTOL[dtype] if op.rtol is None else op.rtol
         result = {
             "max_rel_err": max(errs),
             "rel_errs": errs,
