@@ -21,7 +21,7 @@ from models.variants import ABLATED, ABLATION, ADDED
 from optbench.core.hardware import lookup
 from optbench.core.records import NOT_MEASURED
 from optbench.core.store import REPO_ROOT, ResultStore
-from optbench.reporting import charts, data, headline, site
+from optbench.reporting import charts, data, headline, memory, site
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -848,8 +848,50 @@ def test_history_page_lists_the_planted_change_point(tmp_path, asv_calls):
     )
     assert row in page
     assert re.search(r"<td>1\.(19|20|21)\d× \(\+(19|20|21)\.\d%\)</td><td>\d+\.\d</td></tr>", page)
-    # before any chart of the page
+    # before any chart of the page; the index lists it too, under the machine's headline
     assert page.index(row) < page.index("<img")
+    index = (tmp_path / "html" / "optbench" / "index.html").read_text()
+    assert index.index('<h2 id="h100-sxm">') < index.index(row) < index.index('class="thumbs"')
+
+
+def test_a_difference_between_two_gpus_is_counted_never_listed(tmp_path, asv_calls):
+    """Commit 1 measured on one GPU, commit 2 on another, 30% slower: no verdict, no band, no row;
+    the history page counts it (mutation: the CROSS-GPU verdict kept as a change)."""
+    store = ResultStore(tmp_path / "results")
+    for n, (ms, gpu) in enumerate([(50.0, "GPU-a"), (65.0, "GPU-b")], 1):
+        records = [_step("bench_step.Step100M", "best", ms, n)]
+        save(store, "h100-sxm", commit(n), f"2025-01-0{n}T12:00:00+00:00", records, gpu_uuid=gpu)
+    (series,) = data.time_histories(store, "h100-sxm")
+    assert not series.flagged and series.cross_gpu == 1
+    assert not charts.history_grid("t", [series], [commit(1), commit(2)]).axes[0].patches
+    page = (site.publish(store.root, tmp_path / "html").parent / "history.html").read_text()
+    assert "CROSS-GPU" not in page and "<table" not in page
+    assert "0 changes flagged by the regression gate" in page
+    assert "; 1 differences beyond the threshold between runs on different GPUs only" in page
+
+
+def test_the_index_leads_with_each_machines_headline_and_a_thumbnail_per_page(store, published):
+    """Per machine: each size's fastest step, eager's time over it, x HF (none measured: n/a) and
+    its memory, then a thumbnail of each page's first chart linking to its section."""
+    out, _ = published
+    page = (out / "index.html").read_text()
+    run = data.runs(store)["h100-sxm"][-1]
+    best, eager = (data.steps(run)["100M"][v] for v in ("best", "eager"))
+    row = (
+        f"<tr><td>100M @ {commit(3)[:8]}</td><td>best</td><td>{data.step_ms(best):.1f} "
+        f"[{data.step_iqr_ms(best):.1f}]</td><td>{data.step_ms(eager) / data.step_ms(best):.2f}×"
+        f"</td><td>n/a</td><td>{memory.step_memory(run, '100M', 'best', best).cell()}</td></tr>"
+    )
+    section = page[page.index('<h2 id="h100-sxm">') : page.index('<h2 id="h100-sxm-emulating-t4">')]
+    assert row in section and "†</td>" in row
+    thumbs = re.findall(r'<a href="(\w+)\.html#h100-sxm"><img src="([^"]+)"', section)
+    assert [page for page, _ in thumbs] == list(site.PAGES)
+    firsts = [
+        next(p.name for p in images(out / f"{name}.html") if p.name.startswith(f"{name}-h100-sxm-"))
+        for name in site.PAGES
+    ]
+    assert [src for _, src in thumbs] == firsts
+    assert section.index(row) < section.index('class="thumbs"')
 
 
 def test_asv_publishes_into_a_folder_of_its_own(tmp_path, monkeypatch):
