@@ -281,7 +281,7 @@ def time_against_memory(
     marked: Sequence[str],
 ) -> Figure:
     """A panel per (title, x label, points): each point a step, (name, GB, ms per step); the
-    ``marked`` steps in colour, named in the legend, the others gray."""
+    ``marked`` steps in colour, named in the figure's legend under the panels, the others gray."""
     fig, axes = _figure(title, len(panels), ncols=min(3, len(panels)), width=5.5, height=4.2)
     colors = {name: f"C{i}" for i, name in enumerate(marked)}
     for ax, (name, xlabel, points) in zip(axes, panels):
@@ -294,5 +294,6 @@ def time_against_memory(
         ax.set(title=name, xlabel=xlabel, ylabel="ms per step (wall clock)")
         ax.set_xlim(left=0)
         ax.set_ylim(bottom=0)
-        ax.legend(fontsize="small", loc="lower right")
+    handles = {label: h for ax in axes for h, label in zip(*ax.get_legend_handles_labels())}
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=len(handles))
     return fig

@@ -172,8 +172,8 @@ table { border-collapse: collapse; font-size: small; }
 td, th { border: 1px solid #ccc; padding: 2px 6px; }
 .REGRESSION { color: #b00; font-weight: bold; } .improvement { color: #070; }
 .thumbs { display: flex; flex-wrap: wrap; gap: 12px; }
-.thumbs figure { margin: 0; width: 270px; font-size: small; }
-.thumbs img { width: 270px; height: 170px; object-fit: contain; border: 1px solid #ccc; }
+.thumbs figure { margin: 0; width: 320px; font-size: small; }
+.thumbs img { width: 320px; height: 200px; object-fit: contain; border: 1px solid #ccc; }
 </style>
 <script>
 // On load: body data-images-ok="1" when every image decoded,
