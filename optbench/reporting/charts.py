@@ -4,7 +4,7 @@ files, no HTML).
 Every function returns a :class:`matplotlib.figure.Figure` (no pyplot state) whose title names the
 machine. A page asks for a :class:`Chart`, a figure not yet drawn: what it is drawn from is all it
 depends on, so the site draws it only where no figure of the same inputs is kept
-(:mod:`optbench.reporting.cache`).
+(:mod:`optbench.reporting.cache`); matplotlib is imported by the first figure drawn.
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from optbench.gate.compare import Change, verdict
 from optbench.reporting.data import FloorRatio, TimeHistory
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 # other verdicts (not gated): gray
 VERDICT_COLORS = {"REGRESSION": "tab:red", "improvement": "tab:green"}
@@ -50,6 +52,8 @@ def _figure(
     title: str, n: int, ncols: int = 2, width: float = 7.5, height: float = 4.2
 ) -> tuple[Figure, list[Axes]]:
     """A figure of n panels of ``width`` x ``height`` inches, ncols to a row."""
+    from matplotlib.figure import Figure
+
     ncols = min(ncols, n)
     nrows = math.ceil(n / ncols)
     fig = Figure(figsize=(width * ncols, height * nrows + 0.6), layout="constrained")
@@ -173,6 +177,8 @@ def roofline(title: str, panels: Sequence[tuple[str, dict[str, dict[str, FloorRa
 def changes(title: str, labels: Sequence[str], found: Sequence[Change]) -> Figure:
     """Horizontal bars of head/base − 1 in % of each change (finite, positive ratios), colored by
     its verdict."""
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(12, 1.5 + 0.28 * len(found)), layout="constrained")
     ax = fig.subplots()
     ax.barh(

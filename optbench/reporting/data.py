@@ -34,7 +34,6 @@ from optbench.core.changepoints import (
     unit_series,
 )
 from optbench.core.records import Record
-from optbench.core.roofline import Ceilings
 from optbench.core.store import (
     DEVICE_CLOCK,
     MACHINE_KEY,
@@ -371,6 +370,8 @@ def peak_profile(run: Run) -> HardwareProfile | None:
 def mfu(rec: Record, profile: HardwareProfile | None) -> float | None:
     """Model FLOPs utilization of a step: flops['step'] / wall seconds / the profile's peak at its
     dtype."""
+    from optbench.core.roofline import Ceilings
+
     peak = Ceilings.from_profile(profile).peak(peak_dtype(rec)) if profile else None
     flops = rec.flops.get("step")
     return flops / (step_ms(rec) / 1e3) / (peak * 1e12) if peak and flops else None

@@ -57,7 +57,6 @@ from string import Template
 from models.variants import ABLATED
 from optbench.core.changepoints import MIN_COMMITS, MIN_MAGNITUDE
 from optbench.core.console import table
-from optbench.core.hardware import slugify
 from optbench.core.store import RECORDS_DIR, REPO_ROOT, ResultStore, asv_results_dir, results_dir
 from optbench.gate.compare import COLUMNS, compare, compared, resolve, rows, shown, verdict
 from optbench.reporting import charts
@@ -570,10 +569,18 @@ class Output:
         return True
 
 
+def _slug(machine: str) -> str:
+    """The machine as its PNGs and anchors name it (``optbench.core.hardware.slugify``, imported
+    where a page is written: it imports torch, which a publish of unchanged records never needs)."""
+    from optbench.core.hardware import slugify
+
+    return slugify(machine)
+
+
 def _section(run: Run, parts: list[Part], out: Output, stem: str) -> tuple[str, list[str]]:
     """A machine's section of a page (its HTML, anchored by the machine's slug) and the names of its
     charts' PNGs, ``<stem>-<part>.png``."""
-    html = [f'<h2 id="{slugify(run.machine)}">{escape(run.label)}</h2>']
+    html = [f'<h2 id="{_slug(run.machine)}">{escape(run.label)}</h2>']
     images = []
     for i, part in enumerate(parts):
         if isinstance(part, Chart):
@@ -604,7 +611,7 @@ def write_page(
         f"<details><summary>How this page is made</summary><p>{escape(more)}</p></details>",
     ]
     for m, h in found.items():
-        section, images[name, m] = _section(h[-1], chart(h), out, f"{name}-{slugify(m)}")
+        section, images[name, m] = _section(h[-1], chart(h), out, f"{name}-{_slug(m)}")
         body.append(section)
     if not found:
         body.append(note("No optbench results."))
@@ -636,7 +643,7 @@ def write_index(
         note(HEADLINE_NOTE),
     ]
     for m, history in found.items():
-        slug = slugify(m)
+        slug = _slug(m)
         body.append(f'<h2 id="{slug}">{escape(history[-1].label)}</h2>')
         rows = headline_rows(history)
         body.append(
