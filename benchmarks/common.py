@@ -40,6 +40,20 @@ class Grid(abc.ABC):
     def params(self) -> list[list[str]]:
         """asv's parameter grid."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A concrete class of the catalog (one that sets ``params``) gets asv's ``skip_params``:
+        the combinations this run leaves out (``optbench.suite.grids.unmeasured``), which asv skips
+        before ``setup`` and without a line of output. asv lists no ``skip_params`` (its name is
+        private to asv), so its list of benchmarks is the same under any settings."""
+        super().__init_subclass__(**kwargs)
+        if (
+            isinstance(cls.__dict__.get("params"), list)
+            and cls.benchmark_name() in catalog.BENCHMARKS
+        ):
+            from optbench.suite.grids import unmeasured
+
+            cls.skip_params = unmeasured(cls.benchmark_name())
+
     @classmethod
     def benchmark_name(cls) -> str:
         return f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"

@@ -49,6 +49,9 @@ def persistent_programs(
         compiled._init_handles()
         props = torch.cuda.get_device_properties(device)
         threads = 32 * meta["num_warps"]
+        # programs per SM: each limit is how many fit in one SM's threads, 32-bit registers and
+        # shared memory (the occupancy calculator's three terms, without allocation granularity);
+        # the smallest binds
         limits = [
             props.max_threads_per_multi_processor // threads,
             REGS_PER_SM // (max(compiled.n_regs, 1) * threads),
@@ -71,6 +74,8 @@ def row_tile(n_rows: int, n_cols: int, tile: int, per_thread: int = 16) -> tuple
     BLOCK_N = next_power_of_2(n_cols); BLOCK_M packs several short rows into about `tile`
     elements (one row when n_cols >= tile) and never exceeds the padded row count.
     """
+    # power-of-two blocks (tl.arange needs them); the padded columns are masked, so a row of
+    # n_cols costs the registers of next_power_of_2(n_cols)
     block_n = triton.next_power_of_2(n_cols)
     if block_n > MAX_ROW_BLOCK:
         raise ValueError(

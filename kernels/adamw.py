@@ -23,6 +23,13 @@ import triton.language as tl
 
 from kernels._common import warps_for
 
+# Sources: Adam is Kingma and Ba (2015, https://arxiv.org/abs/1412.6980), with the weight decay
+# decoupled from the gradient as in Loshchilov and Hutter, "Decoupled Weight Decay Regularization"
+# (2019, https://arxiv.org/abs/1711.05101), in the form of torch.optim.AdamW
+# (https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html); fp32 master copies of
+# low-precision weights are Micikevicius et al., "Mixed Precision Training" (2018,
+# https://arxiv.org/abs/1710.03740).
+
 BLOCK = 2048  # elements per program
 WARPS = warps_for(BLOCK, per_thread=8)
 
@@ -44,6 +51,18 @@ def _adamw_kernel(
     WRITE_WEIGHT: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
+    """One AdamW step over BLOCK elements of one tensor (an optimizer: no backward), in fp32:
+        g = grad * inv_grad_scale
+        m = beta1 m + (1 - beta1) g,  v = beta2 v + (1 - beta2) g^2
+        p = p (1 - lr wd) - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+    i.e. torch's AdamW: the bias-corrected moments m / (1 - beta1^t), v / (1 - beta2^t), and the
+    decay applied to the weight, not added to the gradient. The step-dependent factors come in
+    SCALARS, computed on the device, so a CUDA graph replays the step as t grows. SUMSQ[pid] =
+    the sum of squares of the weights this program read, before the update.
+    """
+    # Memory per element: reads the gradient (2 bytes bf16, 4 fp32) and the fp32 weight, m, v (12),
+    # writes weight, m, v (12) and, with WRITE_WEIGHT, the bf16 copy (2): 28 bytes either way, the
+    # floor of kernels/README.md; plus 4 bytes of SUMSQ per program.
     pid = tl.program_id(0)
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
@@ -55,6 +74,7 @@ def _adamw_kernel(
     g = tl.load(GRAD + offs, mask=mask, other=0.0).to(tl.float32) * inv_grad_scale
     m = tl.load(EXP_AVG + offs, mask=mask, other=0.0)
     v = tl.load(EXP_AVG_SQ + offs, mask=mask, other=0.0)
+    # the parameter norm rides on this read of the weights: a separate norm would read them again
     tl.store(SUMSQ + pid, tl.sum(p * p, axis=0))
     m = m + (1.0 - beta1) * (g - m)  # lerp, as torch's AdamW
     v = beta2 * v + (1.0 - beta2) * g * g
@@ -62,6 +82,8 @@ def _adamw_kernel(
     tl.store(MASTER + offs, p, mask=mask)
     tl.store(EXP_AVG + offs, m, mask=mask)
     tl.store(EXP_AVG_SQ + offs, v, mask=mask)
+    # the model's low-precision copy, rounded once from the fp32 master (what autocast's cast of
+    # an fp32 weight would give)
     if WRITE_WEIGHT:
         tl.store(WEIGHT + offs, p.to(WEIGHT.dtype.element_ty), mask=mask)
 
@@ -130,6 +152,8 @@ class MasterAdamW:
         self.exp_avgs = [torch.zeros_like(m) for m in self.masters]
         self.exp_avg_sqs = [torch.zeros_like(m) for m in self.masters]
         self.step_count = torch.zeros((), dtype=torch.float32, device=device)
+        # one fp32 slot per program of every tensor for its sum of squares: param_norm() sums
+        # them, so the parameter norm costs no pass of its own
         self._programs = [triton.cdiv(m.numel(), BLOCK) for m in self.masters]
         self._sumsq = torch.zeros(sum(self._programs), dtype=torch.float32, device=device)
         self._scalars = torch.ones(3, dtype=torch.float32, device=device)
@@ -165,6 +189,9 @@ class MasterAdamW:
             self._step()
 
     def _step(self) -> None:
+        # The step count and the factors that depend on it live on the device: a captured CUDA
+        # graph replays this step with t advancing, and nothing waits on the host. SCALARS holds
+        # 1 / grad_scale, lr / (1 - beta1^t) and 1 / sqrt(1 - beta2^t), read once per program.
         beta1, beta2 = self.betas
         self.step_count.add_(1)
         inv_grad_scale = (

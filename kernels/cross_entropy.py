@@ -21,6 +21,13 @@ import triton
 import triton.language as tl
 from torch.utils.checkpoint import checkpoint
 
+# Sources: the one-pass max / sum-exp is Milakov and Gimelshein, "Online normalizer calculation for
+# softmax" (2018, https://arxiv.org/abs/1805.02867); label smoothing is Szegedy et al., "Rethinking
+# the Inception Architecture for Computer Vision" (2016, https://arxiv.org/abs/1512.00567), with
+# ``F.cross_entropy``'s semantics. Writing the gradient during the forward, into the logits' own
+# buffer, is what Liger-Kernel's cross-entropy does
+# (https://github.com/linkedin/Liger-Kernel/blob/main/src/liger_kernel/ops/cross_entropy.py).
+
 REDUCTIONS = ("mean", "sum", "none")
 # Rows up to this width are processed from registers in one pass. Wider rows loop over
 # TWO_PASS_BLOCK columns. 16384, not 32768: a 32000-wide row (bf16, H100) runs faster as two passes
@@ -57,6 +64,15 @@ def _ce_fwd_kernel(
     V is a compile-time constant (one compilation per vocabulary size), so the loop bounds are
     static.
     """
+    # Memory per row (s bytes per logit): reads V*s logits and the int64 target, writes the fp32
+    # loss and, with WRITE_GRAD, V*s of gradient, for which the two-pass path (not ONE_BLOCK) reads
+    # the logits a second time (often from L2).
+    # With p = softmax(x) and the smoothed target q_j = (1 - eps) [j == y] + eps / V:
+    #   loss = -sum_j q_j log p_j = lse(x) - (1 - eps) x_y - (eps / V) sum_j x_j,
+    #   lse(x) = m + log(sum_j exp(x_j - m)), m = max_j x_j (no exp overflows)
+    #   d loss / d x_j = p_j - q_j = exp(x_j - m) / d - (1 - eps) [j == y] - eps / V
+    # with d = sum_j exp(x_j - m): the forward's statistics give the gradient with no second
+    # reduction. exp(t) is computed as exp2(t * log2(e)), the hardware's native exponential.
     row = tl.program_id(0).to(tl.int64)
     x_ptr += row * stride_x
     grad_ptr += row * stride_g
@@ -78,6 +94,8 @@ def _ce_fwd_kernel(
         if SMOOTH:
             sum_x = tl.sum(tl.where(cols < V, x, 0.0), 0)
     else:
+        # online max / sum-exp over blocks: when the running max rises from m to m_new, the sum
+        # so far is rescaled by exp(m - m_new), so one read of the row gives both
         m = float("-inf")
         d = 0.0
         sum_x = 0.0
@@ -99,12 +117,15 @@ def _ce_fwd_kernel(
     tl.store(loss_ptr + row, loss)
 
     if WRITE_GRAD:
+        # the gradient of the reduced loss: 'mean' divides each row's by n_valid (read from the
+        # device, so no host sync), 'sum' and 'none' leave it as is
         scale = 1.0
         if MEAN:
             scale = 1.0 / tl.load(n_valid_ptr).to(tl.float32)
         p_scale = scale / d
         hit = (1.0 - smoothing) * scale
         floor = smoothing / V * scale
+        # every thread's reads of the row are done before any overwrites it (in-place gradient)
         tl.debug_barrier()
         if ONE_BLOCK:
             g = tl.exp2((x - m) * _LOG2E) * p_scale - floor
@@ -121,6 +142,8 @@ def _ce_fwd_kernel(
 
 def _ce_config(V: int) -> tuple[int, bool, int]:
     """(BLOCK, ONE_BLOCK, num_warps) for a row of V logits."""
+    # a row in one register block up to MAX_ONE_BLOCK_V, else TWO_PASS_BLOCK columns at a time;
+    # about ELEMENTS_PER_THREAD logits per thread, 4 to 32 warps
     one_block = V <= MAX_ONE_BLOCK_V
     block = triton.next_power_of_2(V) if one_block else TWO_PASS_BLOCK
     return block, one_block, max(4, min(32, block // (32 * ELEMENTS_PER_THREAD)))
@@ -184,6 +207,9 @@ def reduce_loss(
 
 @triton.jit
 def _scale_kernel(x_ptr, scale_ptr, n, BLOCK: tl.constexpr):
+    """x *= scale (a 0-d device tensor) in place, BLOCK elements a program: the chain rule's
+    d loss / d x = grad_output * (d loss / d x at grad_output 1). Reads and writes n elements
+    (2n*s bytes) when scale != 1, none otherwise."""
     scale = tl.load(scale_ptr).to(tl.float32)
     if scale != 1.0:  # the usual grad_output of a loss is 1: then nothing is read or written
         offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -195,6 +221,8 @@ def _scale_kernel(x_ptr, scale_ptr, n, BLOCK: tl.constexpr):
 def scale_by_(grad: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
     """``grad *= grad_output`` in place for a 0-d grad_output, without a host sync (a no-op pass
     when it is 1)."""
+    # a per-row grad_output ('none') or a strided gradient: torch's broadcast multiply; a 0-d
+    # one goes to the kernel, which reads it on the device and skips the pass when it is 1
     if grad_output.ndim != 0 or not grad.is_contiguous():
         return grad.mul_(grad_output)
     BLOCK = 4096
@@ -244,6 +272,7 @@ class CrossEntropyFunction(torch.autograd.Function):
         n_valid = num_valid(target, ignore_index) if reduction == "mean" else None
         grad = None
         if ctx.needs_input_grad[0]:
+            # in place, the gradient takes the logits' memory: no second (N, V) buffer
             grad = logits if inplace_grad else torch.empty_like(logits)
         loss_rows = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
         ce_loss_and_grad_(logits, target, loss_rows, grad, n_valid, ignore_index, label_smoothing)
@@ -253,6 +282,8 @@ class CrossEntropyFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
+        # d loss / d logits = grad_output * G, G written by the forward at grad_output 1: one
+        # scalar for 'mean' and 'sum' (skipped when it is 1), one per row for 'none'
         (grad,) = ctx.saved_tensors
         if grad_output.ndim == 1:
             grad.mul_(grad_output.unsqueeze(1))
@@ -342,6 +373,9 @@ def chunked_cross_entropy(
     check_args(reduction, label_smoothing)
     n_tokens = hidden.shape[0]
     chunk = chunk_size or default_chunk_size(n_tokens, hidden.shape[1], weight.shape[0])
+    # chunks sum their losses ('mean' divides once by the valid count over all chunks, so a
+    # chunk's share does not depend on how many of its tokens are ignored); the checkpoint keeps
+    # each chunk's inputs only and recomputes its (chunk, V) logits in the backward
     part_reduction = "none" if reduction == "none" else "sum"
     parts = [
         checkpoint(

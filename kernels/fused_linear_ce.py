@@ -34,6 +34,12 @@ from kernels.cross_entropy import (
     scale_by_,
 )
 
+# Sources: chunking the LM head so that the (N, V) logits never exist at once, with the gradient
+# taken during the forward, is Liger-Kernel's fused linear cross-entropy
+# (https://github.com/linkedin/Liger-Kernel/blob/main/src/liger_kernel/ops/fused_linear_cross_entropy.py);
+# Wijmans et al., "Cut Your Losses in Large-Vocabulary Language Models" (2024,
+# https://arxiv.org/abs/2411.09009) go further and never materialize a logits chunk.
+
 __all__ = [
     "FusedLinearCrossEntropy",
     "FusedLinearCrossEntropyFunction",
@@ -93,6 +99,8 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
         defer_mean = n_valid is not None and hidden.dtype == torch.float16
         ctx.n_valid = n_valid if defer_mean else None
         loss_rows = torch.empty(n_tokens, dtype=torch.float32, device=hidden.device)
+        # Memory: grad_hidden (N, H) (none extra in place), grad_weight (V, H) and one (C, V)
+        # logits buffer that every chunk reuses, so the peak does not grow with N * V
         new = dict(dtype=hidden.dtype, device=hidden.device)
         grad_h = (
             hidden
@@ -103,6 +111,13 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
         )
         grad_w = torch.empty(vocab_size, hidden_size, **new) if need_grad_w else None
         logits_buf = torch.empty(chunk, vocab_size, **new)
+        # Per chunk c of tokens, with logits z_c = h_c W^T (C, V) and G_c = d loss / d z_c, which
+        # the CE kernel writes over z_c (softmax minus the smoothed one-hot, times the reduction's
+        # 1 / n_valid unless deferred):
+        #   d loss / d h_c = G_c W         (C, V) @ (V, H): this chunk's rows of grad_hidden
+        #   d loss / d W  = sum_c G_c^T h_c (V, C) @ (C, H), accumulated over the chunks
+        # so the backward of the GEMM z = h W^T is two GEMMs per chunk, done here, and only one
+        # (C, V) chunk of logits exists at a time.
         for start in range(0, n_tokens, chunk):
             stop = min(start + chunk, n_tokens)
             hidden_c = hidden[start:stop]
@@ -125,7 +140,7 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
                     grad_w.addmm_(grad_logits.t(), hidden_c)
             if need_grad_h:  # after the last read of hidden_c, which it may overwrite
                 torch.mm(grad_logits, weight, out=grad_h[start:stop])
-        if need_grad_w and n_tokens == 0:
+        if need_grad_w and n_tokens == 0:  # no chunk ran: the sum over no tokens is zero
             grad_w.zero_()
         ctx.save_for_backward(grad_h, grad_w)
         return reduce_loss(loss_rows, n_valid, reduction)

@@ -51,6 +51,8 @@ def _norm_loop(tensors: list[torch.Tensor]) -> torch.Tensor:
 def _norm_foreach(tensors: list[torch.Tensor]) -> torch.Tensor:
     """sqrt(sum_i ||t_i||^2) with one ``_foreach_norm`` per (device, dtype) group, in its
     accumulation dtype."""
+    # ||(t_1, ..., t_n)|| = ||(||t_1||, ..., ||t_n||)||: each group's per-tensor norms come from
+    # one multi-tensor launch, then two small norms of norms; reads every element once (P*s bytes)
     if not tensors:
         return torch.zeros((), dtype=torch.float32)
     device = tensors[0].device
@@ -93,6 +95,8 @@ def update_ratio(before: list[torch.Tensor], after: list[torch.Tensor]) -> torch
 
     The difference is taken in the tensors' dtype (exact for small updates) into one temporary copy.
     """
+    # after - before is exact in the tensors' dtype wherever after is within a factor 2 of
+    # before (Sterbenz's lemma): for any update under half the weight it changes
     groups = _groups([t.detach() for t in before])
     after_groups = _groups([t.detach() for t in after])
     diffs = [
@@ -104,6 +108,8 @@ def update_ratio(before: list[torch.Tensor], after: list[torch.Tensor]) -> torch
 def clip_coefficient(total: torch.Tensor, max_norm: float) -> torch.Tensor:
     """min(1, max_norm / (total + 1e-6)): what clipping multiplies every gradient by (0-d, total's
     dtype)."""
+    # torch.nn.utils.clip_grad_norm_'s coefficient, kept on the device as a 0-d tensor (no
+    # comparison on the host), so that clipping never waits for the norm to reach the CPU
     return (max_norm / (total + _CLIP_EPS)).clamp(max=1.0)
 
 

@@ -2,8 +2,9 @@
 
 q (B, S, Hq, D) and k (B, S, Hkv, D) may have any strides with a contiguous last dim (the
 leading three dims are addressed in-kernel, so e.g. slices of a fused qkv projection are read
-in place); weights wq, wk are (D,). Row math and the dW partial-sum scheme come from
-`kernels.rmsnorm`.
+in place); weights wq, wk are (D,). The math per row, forward and backward with its derivation,
+and the dW partial-sum scheme are `kernels.rmsnorm`'s: its row bodies run here once for q's rows
+and once for k's, in one launch each way, so neither pays a launch or a tail of its own.
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ from kernels.rmsnorm import (
     rms_norm_eager,
     sum_partials,
 )
+
+# Sources: normalizing queries and keys before their dot product is Henry et al., "Query-Key
+# Normalization for Transformers" (2020, https://arxiv.org/abs/2010.04245), and, as a LayerNorm per
+# head, Dehghani et al., "Scaling Vision Transformers to 22 Billion Parameters" (2023,
+# https://arxiv.org/abs/2302.05442); an RMSNorm over head_dim with one (D,) weight shared by all
+# heads is what Hugging Face's Qwen3 attention does (q_norm, k_norm in models/qwen3).
 
 
 def qk_norm_eager(
@@ -58,12 +65,34 @@ def _qk_norm_fwd_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    """Programs [0, cdiv(n_q, BLOCK_M)) normalize row blocks of q, the rest row blocks of k."""
-    pid = tl.program_id(0)
+    """Programs [0, cdiv(n_q, BLOCK_M)) normalize row blocks of q, the rest row blocks of k
+    (`rms_fwd_rows`: y = w * round(x * rstd), rstd = (mean(x^2) + eps)^(-1/2) per row of D).
+    """
+    # Memory per call (R = n_q + n_k rows, s bytes per element): reads R*D*s + 2D*s_w, writes
+    # R*D*s and 4R of rstd: the floor of kernels/README.md plus rstd.
+    # one grid over both tensors: the k programs start where q's end, so the GPU never idles
+    # between a q launch's tail and a k launch
     q_blocks = tl.cdiv(n_q, BLOCK_M)
-    if pid < q_blocks:
+    if tl.program_id(0) < q_blocks:
         rms_fwd_rows(
-            Q, q_n1, q_n2, q_s0, q_s1, q_s2, WQ, YQ, RSTD_Q, pid, n_q, D, eps, BLOCK_M, BLOCK_N
+            Q,
+            q_n1,
+            q_n2,
+            q_s0,
+            q_s1,
+            q_s2,
+            WQ,
+            YQ,
+            RSTD_Q,
+            0,
+            n_q,
+            D,
+            eps,
+            None,
+            None,
+            BLOCK_M,
+            BLOCK_N,
+            False,
         )
     else:
         rms_fwd_rows(
@@ -76,12 +105,15 @@ def _qk_norm_fwd_kernel(
             WK,
             YK,
             RSTD_K,
-            pid - q_blocks,
+            q_blocks,
             n_k,
             D,
             eps,
+            None,
+            None,
             BLOCK_M,
             BLOCK_N,
+            False,
         )
 
 
@@ -120,14 +152,18 @@ def _qk_norm_bwd_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    """Persistent grid over the q row blocks followed by the k row blocks, dealt round-robin.
+    """Persistent grid over the q row blocks followed by the k row blocks, dealt round-robin
+    (`rms_bwd_stripe`: dx = rstd * (g - x_hat * mean(g * x_hat)), g = dy * w, per row; dw = the
+    sum over rows of dy * x_hat).
 
     DW_PART is fp32 (2, num_programs, D): row pid of group 0 (q) and group 1 (k) gets this
-    program's partial dW sums.
+    program's partial dW sums. Memory per call (R rows, P programs): reads 2R*D*s + 4R + 2D*s_w,
+    writes R*D*s and 2*4PD of partials, which `sum_partials` reads back: 2*4PD bytes over the
+    floor of kernels/README.md, besides rstd's.
     """
-    pid = tl.program_id(0)
+    # Each program walks its share of q's row blocks, then of k's: one persistent grid sized
+    # for both, so programs finishing q early go on to k instead of idling for a second launch
     step = tl.num_programs(0)
-    k_first = (pid + step - tl.cdiv(n_q, BLOCK_M) % step) % step
     rms_bwd_stripe(
         DYQ,
         dyq_s0,
@@ -142,17 +178,18 @@ def _qk_norm_bwd_kernel(
         WQ,
         RSTD_Q,
         DQ,
-        DW_PART + pid.to(tl.int64) * D,
-        pid,
-        step,
+        DW_PART,
+        0,
         n_q,
         D,
-        DQ,
-        DQ,
+        None,
+        None,
         BLOCK_M,
         BLOCK_N,
         False,
     )
+    # k's blocks continue the deal where q's ended (k's block 0 to the program after the one
+    # that took q's last), so no program walks more than one block more than another
     rms_bwd_stripe(
         DYK,
         dyk_s0,
@@ -167,13 +204,12 @@ def _qk_norm_bwd_kernel(
         WK,
         RSTD_K,
         DK,
-        DW_PART + (step + pid).to(tl.int64) * D,
-        k_first,
-        step,
+        DW_PART + step.to(tl.int64) * D,
+        tl.cdiv(n_q, BLOCK_M) % step,
         n_k,
         D,
-        DK,
-        DK,
+        None,
+        None,
         BLOCK_M,
         BLOCK_N,
         False,
@@ -197,6 +233,7 @@ def qk_norm_fwd(
     yk = torch.empty(k.shape, dtype=torch.promote_types(k.dtype, wk.dtype), device=dev)
     rstd_q = torch.empty(n_q, dtype=torch.float32, device=dev)
     rstd_k = torch.empty(n_k, dtype=torch.float32, device=dev)
+    # one tile for both tensors (they share head_dim): q's row blocks, then k's, in one grid
     block_m, block_n, warps = fwd_tile(max(n_q, n_k), d)
     grid = (triton.cdiv(n_q, block_m) + triton.cdiv(n_k, block_m),)
     _qk_norm_fwd_kernel[grid](
@@ -246,6 +283,8 @@ def qk_norm_bwd(
     need_dw: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dwq, dwk); the weight gradients are empty tensors when not need_dw."""
+    # SDPA's gradients may come with any strides: only the last dim must be unit for the rows'
+    # loads; the leading three are addressed in the kernel as q's and k's are
     dyq, dyk, wq, wk = (
         unit_last_stride(dyq),
         unit_last_stride(dyk),
@@ -255,6 +294,8 @@ def qk_norm_bwd(
     n_q, n_k, d = _rows(q), _rows(k), q.shape[-1]
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    # one tile for both (they share head_dim; sized by q's element size): a single compiled
+    # kernel walks q's blocks and k's
     block_m, block_n, warps = bwd_tile(max(n_q, n_k), d, q)
     meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)
     q_n1, q_n2, *q_strides = row_grid(q)
@@ -293,6 +334,7 @@ def qk_norm_bwd(
     _qk_norm_bwd_kernel[(programs,)](*args(part), **meta)
     if not need_dw:
         return dq, dk, wq.new_empty(0), wk.new_empty(0)
+    # both weights' partials in one reduction launch (groups 0 and 1 of part)
     dw = sum_partials(part, torch.promote_types(wq.dtype, wk.dtype))
     # two outputs, not two views of one
     return dq, dk, dw[0].to(wq.dtype, copy=True), dw[1].to(wk.dtype, copy=True)
@@ -334,14 +376,19 @@ class QKNormFunction(torch.autograd.Function):
             raise ValueError(
                 f"expected 4-D q, k with equal head_dim, got {tuple(q.shape)}, {tuple(k.shape)}"
             )
+        # slices of a fused qkv projection keep their strides (no copy); only a non-unit last
+        # stride, which the kernels' row loads cannot take, is copied
         q, k = unit_last_stride(q), unit_last_stride(k)
         yq, yk, rstd_q, rstd_k = qk_norm_fwd(q, k, wq, wk, eps)
+        # q, k as read (views, where they came sliced) and 4 bytes a row of rstd: the backward
+        # rebuilds x_hat = x * rstd without a reduction
         ctx.save_for_backward(q, k, wq, wk, rstd_q, rstd_k)
         return yq, yk
 
     @staticmethod
     def backward(ctx, dyq: torch.Tensor, dyk: torch.Tensor):
         q, k, wq, wk, rstd_q, rstd_k = ctx.saved_tensors
+        # one flag for both weights: their partials come from the same launch either way
         need_dw = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
         dq, dk, dwq, dwk = qk_norm_bwd(dyq, dyk, q, k, wq, wk, rstd_q, rstd_k, need_dw)
         return dq, dk, dwq if need_dw else None, dwk if need_dw else None, None

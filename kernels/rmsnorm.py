@@ -1,9 +1,11 @@
-"""RMSNorm (HF Llama semantics) with forward and backward in Triton, beside its eager reference.
+"""RMSNorm (HF Llama semantics) and the residual add before it, forward and backward in Triton.
 
 y = weight * cast_to_x_dtype(x * rsqrt(mean(x^2, -1) + eps)), statistics in fp32. `add_rms_norm`
 also takes the residual add before the norm (h = x + y, then its norm) and, backward, adds the
-residual gradient and writes the total in both inputs' dtypes. The row-block building blocks here
-(`rms_fwd_rows`, `rms_bwd_stripe`, `sum_partials`) are reused by `kernels.qknorm`.
+residual gradient and writes the total in both inputs' dtypes. The two ops share one forward
+(`rms_fwd_rows`) and one backward (`rms_bwd_stripe`) body, whose constexpr HAS_RES switches the
+residual terms on; off, they compile away. `kernels.qknorm` calls the same bodies and
+`sum_partials`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,17 @@ import triton.language as tl
 from torch import nn
 
 from kernels._common import persistent_programs, row_grid, row_tile, rows_2d
+
+# Sources. RMSNorm: Zhang and Sennrich, "Root Mean Square Layer Normalization" (2019,
+# https://arxiv.org/abs/1910.07467), with the rounding of Hugging Face's LlamaRMSNorm (x_hat cast to
+# the input dtype before the weight). The kernels follow the fused layer norm of the Triton
+# tutorials (https://triton-lang.org/main/getting-started/tutorials/05-layer-norm.html): whole rows
+# in registers, per-program partial dW sums reduced by a second kernel. Liger-Kernel's RMSNorm
+# (https://github.com/linkedin/Liger-Kernel/blob/main/src/liger_kernel/ops/rms_norm.py) runs its
+# backward on one program per SM, each summing dW over its rows in fp32, as ours does (here the row
+# blocks are dealt round robin and the next block's loads are issued before the current one's
+# math); its fused_add_rms_norm.py switches the residual gradient on by a constexpr flag, as HAS_RES
+# does.
 
 # Tiles (elements of x per program, or per backward loop step) and elements per thread, tuned on an
 # H100 at 16384 x {768, 2048, 4096} bf16 and QK-norm head_dim 64/96/128: the backward runs best with
@@ -51,23 +64,6 @@ def _row_start(rows, n1, n2, s0, s1, s2):
 
 
 @triton.jit
-def _norm_rows(x, W, Y, RSTD, rows, cols, row_mask, col_mask, n_cols, eps, ROUND_TO):
-    """Normalize the fp32 rows x (their values in ROUND_TO's element type) into the contiguous
-    (n_rows, n_cols) Y, x_hat rounded to ROUND_TO's type before the weight, as the eager reference
-    does; store rstd."""
-    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)
-    tl.store(RSTD + rows, rstd, mask=row_mask)
-    x_hat = (x * rstd[:, None]).to(ROUND_TO.dtype.element_ty).to(tl.float32)
-    y_ptrs = Y + rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
-    tl.store(
-        y_ptrs,
-        (x_hat * w[None, :]).to(Y.dtype.element_ty),
-        mask=row_mask[:, None] & col_mask[None, :],
-    )
-
-
-@triton.jit
 def rms_fwd_rows(
     X,
     n1,
@@ -78,23 +74,55 @@ def rms_fwd_rows(
     W,
     Y,
     RSTD,
-    blk,
+    first,
     n_rows,
     n_cols,
     eps,
+    ADD,
+    SUM,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    HAS_RES: tl.constexpr,
 ):
-    """Normalize rows [blk*BLOCK_M, blk*BLOCK_M + BLOCK_M) of X (row grid n1, n2, s0, s1, s2) into
-    the contiguous (n_rows, n_cols) Y and store their fp32 rstd in RSTD."""
-    rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
+    """Normalize row block program_id(0) - first of X (row grid n1, n2, s0, s1, s2) into the
+    contiguous (n_rows, n_cols) Y = w * round(x * rstd), rstd = (mean(x^2) + eps)^(-1/2) in fp32,
+    stored in RSTD; round() casts x * rstd to X's dtype and back, as HF's LlamaRMSNorm casts
+    before the weight. With HAS_RES the row normalized is h = x + ADD (ADD contiguous), rounded
+    to SUM's dtype and stored in SUM, and round() casts to SUM's dtype. Launched with first = 0
+    for RMSNorm and AddRMSNorm; kernels.qknorm's forward calls it for q, then for k.
+    """
+    # Memory per call (N rows, H = n_cols, s_t bytes per element of tensor t): reads N*H*s_x +
+    # H*s_w, writes N*H*s_y + 4N (rstd); HAS_RES adds N*H*(s_add + s_sum). Over the floor that
+    # kernels/README.md derives: rstd's 4N bytes (and w's H*s_w, which optbench/suite/ops.py
+    # leaves out). FLOPs per element: x^2 and its row sum, x * rstd, * w (4; +1 for the add).
+    # BLOCK_M rows of BLOCK_N >= n_cols columns: a whole row lives in one program's registers, so
+    # the row sum needs no second pass over memory.
+    rows = (tl.program_id(0) - first) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     row_mask = rows < n_rows
     col_mask = cols < n_cols
     mask = row_mask[:, None] & col_mask[None, :]
     x_ptrs = X + _row_start(rows, n1, n2, s0, s1, s2)[:, None] + cols[None, :]
     x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
-    _norm_rows(x, W, Y, RSTD, rows, cols, row_mask, col_mask, n_cols, eps, X)
+    ROUND = X  # the pointer whose element type x_hat is rounded to
+    if HAS_RES:
+        # the residual add: h leaves in SUM's dtype and is normalized as stored (what autograd
+        # saves for the backward)
+        res = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]  # ADD and SUM are contiguous
+        x = (x + tl.load(ADD + res, mask=mask, other=0.0)).to(SUM.dtype.element_ty)
+        tl.store(SUM + res, x, mask=mask)
+        x = x.to(tl.float32)
+        ROUND = SUM
+    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+    # masked columns read 0, so the sum over BLOCK_N columns is the sum over n_cols
+    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)
+    tl.store(RSTD + rows, rstd, mask=row_mask)  # 4 bytes a row that spare the backward a reduction
+    x_hat = (x * rstd[:, None]).to(ROUND.dtype.element_ty).to(tl.float32)
+    # Y's offsets are computed here, after the reduction, as in the separate kernels this body
+    # replaced: computed beside x's, they gave the same instructions in another order, and
+    # QK-norm's forward measured slower on an H200
+    y_ptrs = Y + rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+    tl.store(y_ptrs, (x_hat * w[None, :]).to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -152,8 +180,7 @@ def rms_bwd_stripe(
     RSTD,
     DX,
     DW_PART,
-    first,
-    step,
+    start,
     n_rows,
     n_cols,
     DRES,
@@ -162,17 +189,34 @@ def rms_bwd_stripe(
     BLOCK_N: tl.constexpr,
     HAS_RES: tl.constexpr,
 ):
-    """dX for row blocks first, first + step, ... of X (dY and X share the row grid n1, n2; dX is
-    contiguous (n_rows, n_cols)), and the fp32 sum over those rows of dY * x_hat into
-    DW_PART[:n_cols]. With HAS_RES, X is a residual sum x + y: the gradient of X from the residual
-    path (DRES, contiguous) is added, and the total is stored twice, in DX's dtype (for x) and in
-    DX_LOW's (for y). The next block's loads are issued before the current block's math."""
+    """dX of X's row blocks dealt round robin over the programs, block 0 to program `start` (dY
+    and X share the row grid n1, n2; dX is contiguous (n_rows, n_cols)), and each program's fp32
+    sum over its rows of dY * x_hat in row program_id(0) of DW_PART (num_programs, n_cols), for
+    `sum_partials`. With HAS_RES, X is a residual sum h = x + y: the gradient reaching h by the
+    residual path (DRES, contiguous) is added, and the total is stored twice, in DX's dtype (for x)
+    and in DX_LOW's (for y). Launched persistent (one program per resident slot, start = 0) for
+    RMSNorm and AddRMSNorm; kernels.qknorm's backward calls it for q, then for k.
+    """
+    # Memory per call (N rows, P programs): reads N*H*(s_x + s_dy) + 4N (rstd) + H*s_w, writes
+    # N*H*s_dx and 4PH of dW partials, which `sum_partials` reads back; HAS_RES adds
+    # N*H*(s_dres + s_dx_low). The floor's dW write is sum_partials'.
+    #
+    # Per row, with H = n_cols, r = rstd, x_hat = x * r and g = dy * w (the forward's rounding of
+    # x_hat taken as the identity, as autograd takes a cast):
+    #   dr/dx_j = -1/2 (sum_k x_k^2 / H + eps)^(-3/2) * 2 x_j / H = -r^3 x_j / H
+    #   d x_hat_i / dx_j = r delta_ij + x_i dr/dx_j = r (delta_ij - x_hat_i x_hat_j / H)
+    #   dx_j = sum_i g_i d x_hat_i / dx_j = r (g_j - x_hat_j c),  c = sum_i g_i x_hat_i / H
+    # i.e. dx = rstd * (dy*w - x * rstd^2 * mean(dy*w*x)), and dw = sum over rows of dy * x_hat.
+    # With HAS_RES, h = x + y feeds both the norm and the residual stream, so dh is the norm's
+    # dx plus DRES, and dh/dx = dh/dy = 1 hand that same total to x and to y.
+    pid = tl.program_id(0)
+    step = tl.num_programs(0)
+    blk = (pid + step - start) % step  # this program's first block; then blk + step, ...
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     dw = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # summed over rows once, after the loop
     n_blocks = tl.cdiv(n_rows, BLOCK_M)
-    blk = first
     x, dy, rstd, dres = _load_bwd_block(
         DY,
         dy_s0,
@@ -196,6 +240,8 @@ def rms_bwd_stripe(
     )
     # a while loop: the interpreter (numpy >= 2.4) rejects runtime range() bounds
     while blk < n_blocks:
+        # software pipelining: the next block's loads are in flight during this block's math (a
+        # block past the end reads as zeros and is never stored)
         x_next, dy_next, rstd_next, dres_next = _load_bwd_block(
             DY,
             dy_s0,
@@ -217,6 +263,8 @@ def rms_bwd_stripe(
             BLOCK_M,
             HAS_RES,
         )
+        # x_hat is rebuilt from x and the saved rstd (no second reduction over x), then the two
+        # lines of the derivation above: c = mean(g * x_hat) per row, dx = r * (g - x_hat * c)
         x_hat = x.to(tl.float32) * rstd[:, None]
         dyf = dy.to(tl.float32)
         g = dyf * w[None, :]
@@ -226,19 +274,23 @@ def rms_bwd_stripe(
         offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
         mask = (rows < n_rows)[:, None] & col_mask[None, :]
         if HAS_RES:
+            # dh = the norm's dx + the residual path's; both summands get it, each in its dtype
             dx += dres.to(tl.float32)
             tl.store(DX_LOW + offsets, dx.to(DX_LOW.dtype.element_ty), mask=mask)
         tl.store(DX + offsets, dx.to(DX.dtype.element_ty), mask=mask)
+        # dw: elementwise into a (BLOCK_M, BLOCK_N) register tile, reduced over its rows once
         dw += dyf * x_hat
         blk += step
         x, dy, rstd, dres = x_next, dy_next, rstd_next, dres_next
-    tl.store(DW_PART + cols, tl.sum(dw, axis=0), mask=col_mask)
+    tl.store(DW_PART + pid.to(tl.int64) * n_cols + cols, tl.sum(dw, axis=0), mask=col_mask)
 
 
 @triton.jit
 def _sum_partials_kernel(PART, OUT, n_part, n_cols, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     """OUT[g, c] = sum_p PART[g, p, c] for a BLOCK_C stripe of columns of group g =
-    program_id(1)."""
+    program_id(1): the second stage of the dW reduction, the first being each backward program's
+    sum over its own rows."""
+    # Memory per call: reads 4GPC bytes (fp32 partials), writes G*C*s_out.
     g = tl.program_id(1).to(tl.int64)
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_mask = cols < n_cols
@@ -257,6 +309,8 @@ def _sum_partials_kernel(PART, OUT, n_part, n_cols, BLOCK_P: tl.constexpr, BLOCK
 def sum_partials(part: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Sum a contiguous fp32 (G, P, C) buffer of partial sums over P; returns (G, C) in `dtype`."""
     g, p, c = part.shape
+    # one program per stripe of up to 64 columns and group, reading 32 partial rows at a time
+    # (256 contiguous bytes of each): a small pass, 4GPC bytes against the backward's 3NHs
     out = torch.empty((g, c), dtype=dtype, device=part.device)
     block_c = min(64, triton.next_power_of_2(c))
     grid = (triton.cdiv(c, block_c), g)
@@ -264,78 +318,45 @@ def sum_partials(part: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return out
 
 
-@triton.jit
-def _rms_norm_fwd_kernel(
-    X,
-    n1,
-    n2,
-    s0,
-    s1,
-    s2,
-    W,
-    Y,
-    RSTD,
-    n_rows,
-    n_cols,
-    eps,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    rms_fwd_rows(
-        X, n1, n2, s0, s1, s2, W, Y, RSTD, tl.program_id(0), n_rows, n_cols, eps, BLOCK_M, BLOCK_N
-    )
+def _rows_of(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A new (N, H) tensor in `dtype` for the N rows of x (..., H)."""
+    return torch.empty((x.numel() // x.shape[-1], x.shape[-1]), dtype=dtype, device=x.device)
 
 
-@triton.jit
-def _rms_norm_bwd_kernel(
-    DY,
-    dy_s0,
-    dy_s1,
-    dy_s2,
-    X,
-    x_s0,
-    x_s1,
-    x_s2,
-    n1,
-    n2,
-    W,
-    RSTD,
-    DX,
-    DW_PART,
-    n_rows,
-    n_cols,
-    DRES,
-    DX_LOW,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    HAS_RES: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    dw_part = DW_PART + pid.to(tl.int64) * n_cols
-    rms_bwd_stripe(
-        DY,
-        dy_s0,
-        dy_s1,
-        dy_s2,
-        X,
-        x_s0,
-        x_s1,
-        x_s2,
-        n1,
-        n2,
-        W,
-        RSTD,
-        DX,
-        dw_part,
-        pid,
-        tl.num_programs(0),
-        n_rows,
-        n_cols,
-        DRES,
-        DX_LOW,
-        BLOCK_M,
-        BLOCK_N,
-        HAS_RES,
+def _rstd_of(x: torch.Tensor) -> torch.Tensor:
+    """A new fp32 (N,) tensor, one rstd per row of x (..., H)."""
+    return torch.empty(x.numel() // x.shape[-1], dtype=torch.float32, device=x.device)
+
+
+def _launch_fwd(
+    x2: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    y: torch.Tensor,
+    rstd: torch.Tensor,
+    add: torch.Tensor | None = None,
+    total: torch.Tensor | None = None,
+) -> None:
+    """The forward over the rows x2 (N, H) into y and rstd; with `add`, over x2 + add, the sum
+    stored in `total` (add, total, y contiguous (N, H))."""
+    n, h = x2.shape
+    block_m, block_n, warps = fwd_tile(n, h)
+    rms_fwd_rows[(triton.cdiv(n, block_m),)](
+        x2,
+        *row_grid(x2[:, None, None]),
+        weight.contiguous(),
+        y,
+        rstd,
+        0,
+        n,
+        h,
+        eps,
+        add,
+        total,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        HAS_RES=add is not None,
+        num_warps=warps,
     )
 
 
@@ -345,34 +366,14 @@ def rms_norm_fwd(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(y (N, H) in promote_types(x, weight), rstd (N,) fp32) for the rows of x (..., H). An opaque
     op, so torch.compile never traces the launch."""
-    x2, weight = rows_2d(x), weight.contiguous()
-    n, h = x2.shape
-    y = torch.empty((n, h), dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
-    rstd = torch.empty(n, dtype=torch.float32, device=x.device)
-    block_m, block_n, warps = fwd_tile(n, h)
-    _rms_norm_fwd_kernel[(triton.cdiv(n, block_m),)](
-        x2,
-        *row_grid(x2[:, None, None]),
-        weight,
-        y,
-        rstd,
-        n,
-        h,
-        eps,
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        num_warps=warps,
-    )
+    y, rstd = _rows_of(x, torch.promote_types(x.dtype, weight.dtype)), _rstd_of(x)
+    _launch_fwd(rows_2d(x), weight, eps, y, rstd)
     return y, rstd
 
 
 @rms_norm_fwd.register_fake
 def _(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    n = x.numel() // x.shape[-1]
-    return (
-        x.new_empty((n, x.shape[-1]), dtype=torch.promote_types(x.dtype, weight.dtype)),
-        x.new_empty(n, dtype=torch.float32),
-    )
+    return _rows_of(x, torch.promote_types(x.dtype, weight.dtype)), _rstd_of(x)
 
 
 def _launch_bwd(
@@ -394,16 +395,19 @@ def _launch_bwd(
     meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, HAS_RES=dres is not None)
     n1, n2, *x_strides = row_grid(x2[:, None, None])
     dy_strides = row_grid(dy2[:, None, None])[2:]
-    residual = (dx, dx) if dres is None else (dres.contiguous(), dx_low)
+    residual = (None, None) if dres is None else (dres.contiguous(), dx_low)
+    head = (dy2, *dy_strides, x2, *x_strides, n1, n2, weight, rstd, dx)
 
     def args(part: torch.Tensor) -> tuple:
-        return (dy2, *dy_strides, x2, *x_strides, n1, n2, weight, rstd, dx, part, n, h, *residual)
+        return (*head, part, 0, n, h, *residual)
 
-    # rstd stands in for the fp32 partials buffer while the grid is sized
+    # Persistent: one program per resident slot (one per SM at the tuned tiles), each walking
+    # every P-th row block, so the dW partials are P rows whatever N is. rstd stands in for the
+    # fp32 partials buffer while the grid is sized.
     n_blocks = triton.cdiv(n, block_m)
-    programs = persistent_programs(_rms_norm_bwd_kernel, n_blocks, args(rstd), meta, x2.device)
+    programs = persistent_programs(rms_bwd_stripe, n_blocks, args(rstd), meta, x2.device)
     part = torch.empty((1, programs, h), dtype=torch.float32, device=x2.device)
-    _rms_norm_bwd_kernel[(programs,)](*args(part), **meta)
+    rms_bwd_stripe[(programs,)](*args(part), **meta)
     return sum_partials(part, weight.dtype)[0] if need_dw else weight.new_empty(0)
 
 
@@ -412,17 +416,15 @@ def rms_norm_bwd(
     dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, need_dw: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(dx (N, H) in x.dtype, dweight in weight.dtype; an empty tensor when not need_dw)."""
-    x2 = rows_2d(x)
-    dx = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
-    return dx, _launch_bwd(dy, x2, weight, rstd, dx, need_dw)
+    dx = _rows_of(x, x.dtype)
+    return dx, _launch_bwd(dy, rows_2d(x), weight, rstd, dx, need_dw)
 
 
 @rms_norm_bwd.register_fake
 def _(
     dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, need_dw: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    n = x.numel() // x.shape[-1]
-    return x.new_empty((n, x.shape[-1])), weight.new_empty(weight.shape if need_dw else (0,))
+    return _rows_of(x, x.dtype), weight.new_empty(weight.shape if need_dw else (0,))
 
 
 class RMSNormFunction(torch.autograd.Function):
@@ -450,12 +452,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     return RMSNormFunction.apply(x, weight, eps)
 
 
-# --- The residual add and the next pre-norm in one pass: h = x + y, out = RMSNorm(h)
-# ---------------------- In a pre-norm decoder with an fp32 residual stream under bf16 autocast, x
-# is the stream (fp32) and y a branch's output (bf16). Eager code adds (one pass), normalizes
-# (another) and, backward, casts the residual gradient to bf16 for the branch (a third). Here the
-# forward reads x, y and writes h and out once; the backward reads dout, h and the residual gradient
-# dh and writes the total once per dtype.
+# --- The residual add and the next pre-norm in one pass: h = x + y, out = RMSNorm(h) ------------
+# In a pre-norm decoder with an fp32 residual stream under bf16 autocast, x is the stream (fp32) and
+# y a branch's output (bf16). Eager code adds (one pass), normalizes (another) and, backward, casts
+# the residual gradient to bf16 for the branch (a third). Here the forward reads x, y and writes h
+# and out once; the backward reads dout, h and the residual gradient dh and writes the total once
+# per dtype.
 
 
 def add_rms_norm_eager(
@@ -472,54 +474,16 @@ def add_rms_norm_eager(
     return h, out if out_dtype is None else out.to(out_dtype)
 
 
-@triton.jit
-def _add_rms_norm_fwd_kernel(
-    X, Y, H, W, OUT, RSTD, n_rows, n_cols, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
-):
-    """H = X + Y (rounded to H's dtype) and OUT = its norm, for one block of contiguous rows."""
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
-    row_mask = rows < n_rows
-    col_mask = cols < n_cols
-    mask = row_mask[:, None] & col_mask[None, :]
-    offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
-    h = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32) + tl.load(
-        Y + offsets, mask=mask, other=0.0
-    )
-    h = h.to(H.dtype.element_ty)
-    tl.store(H + offsets, h, mask=mask)
-    _norm_rows(h.to(tl.float32), W, OUT, RSTD, rows, cols, row_mask, col_mask, n_cols, eps, H)
-
-
 @torch.library.custom_op("optbench::add_rms_norm_fwd", mutates_args=())
 def add_rms_norm_fwd(
     x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(h = x + y (N, H) in promote_types(x, y), out (N, H) in out_dtype, rstd (N,) fp32)."""
-    x2, y2, weight = (
-        x.reshape(-1, x.shape[-1]).contiguous(),
-        y.reshape(-1, y.shape[-1]).contiguous(),
-        weight.contiguous(),
-    )
-    n, hidden = x2.shape
-    h = torch.empty((n, hidden), dtype=torch.promote_types(x.dtype, y.dtype), device=x.device)
-    out = torch.empty((n, hidden), dtype=out_dtype, device=x.device)
-    rstd = torch.empty(n, dtype=torch.float32, device=x.device)
-    block_m, block_n, warps = fwd_tile(n, hidden)
-    _add_rms_norm_fwd_kernel[(triton.cdiv(n, block_m),)](
-        x2,
-        y2,
-        h,
-        weight,
-        out,
-        rstd,
-        n,
-        hidden,
-        eps,
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        num_warps=warps,
-    )
+    h, out = _rows_of(x, torch.promote_types(x.dtype, y.dtype)), _rows_of(x, out_dtype)
+    rstd = _rstd_of(x)
+    # x through the forward's row grid (contiguous here, so one stride), y as ADD: contiguous
+    x2, y2 = (t.reshape(-1, t.shape[-1]).contiguous() for t in (x, y))
+    _launch_fwd(x2, weight, eps, out, rstd, y2, h)
     return h, out, rstd
 
 
@@ -527,12 +491,8 @@ def add_rms_norm_fwd(
 def _(
     x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float, out_dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    n, hidden = x.numel() // x.shape[-1], x.shape[-1]
-    return (
-        x.new_empty((n, hidden), dtype=torch.promote_types(x.dtype, y.dtype)),
-        x.new_empty((n, hidden), dtype=out_dtype),
-        x.new_empty(n, dtype=torch.float32),
-    )
+    h = _rows_of(x, torch.promote_types(x.dtype, y.dtype))
+    return h, _rows_of(x, out_dtype), _rstd_of(x)
 
 
 @torch.library.custom_op("optbench::add_rms_norm_bwd", mutates_args=())
@@ -547,8 +507,7 @@ def add_rms_norm_bwd(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dx in h's dtype, dy in y_dtype, dweight or an empty tensor): dx = dy = dh + the norm's input
     gradient."""
-    dx = torch.empty(h.shape, dtype=h.dtype, device=h.device)
-    dy = torch.empty(h.shape, dtype=y_dtype, device=h.device)
+    dx, dy = _rows_of(h, h.dtype), _rows_of(h, y_dtype)
     return dx, dy, _launch_bwd(dout, h, weight, rstd, dx, need_dw, dh.reshape(h.shape), dy)
 
 
@@ -562,11 +521,8 @@ def _(
     y_dtype: torch.dtype,
     need_dw: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return (
-        h.new_empty(h.shape),
-        h.new_empty(h.shape, dtype=y_dtype),
-        weight.new_empty(weight.shape if need_dw else (0,)),
-    )
+    dw = weight.new_empty(weight.shape if need_dw else (0,))
+    return _rows_of(h, h.dtype), _rows_of(h, y_dtype), dw
 
 
 class AddRMSNormFunction(torch.autograd.Function):
@@ -596,6 +552,7 @@ class AddRMSNormFunction(torch.autograd.Function):
         dx, dy, dw = add_rms_norm_bwd(
             dout, dh, h, weight, rstd, ctx.dtypes[1], ctx.needs_input_grad[2]
         )
+        # dx comes in h's dtype, promote_types(x, y): cast back where x was the narrower one
         shape = dout.shape
         return (
             dx.view(shape).to(ctx.dtypes[0]),

@@ -15,6 +15,13 @@ import triton.language as tl
 
 from kernels._common import unit_last_stride
 
+# Sources: rotary embeddings are Su et al., "RoFormer: Enhanced Transformer with Rotary Position
+# Embedding" (2021, https://arxiv.org/abs/2104.09864), in the layout of Hugging Face's Llama
+# (rotate_half over the two halves of head_dim, cos and sin repeated over both halves). Liger's RoPE
+# (https://github.com/linkedin/Liger-Kernel/blob/main/src/liger_kernel/ops/rope.py) also runs its
+# backward as the forward with sin negated; reading the packed projection and writing its gradient
+# in one launch is ours.
+
 TOKENS = 32  # tokens per program; a program handles one head of them
 WARPS = 4
 
@@ -78,7 +85,19 @@ def _qkv_rope_kernel(
     Hkv, D; heads q, then k, then v) and Q, K or V (B, S, heads, D), all addressed by strides with a
     unit last one. Forward (not TO_PACKED): Q, K = P's q, k heads rotated by position, V = P's v
     heads. Backward (TO_PACKED): P = the gradients in Q and K rotated back, and V's. Math in fp32; a
-    copy is a rotation by cos 1, sin 0."""
+    copy is a rotation by cos 1, sin 0.
+    """
+    # Memory per call (T tokens, s bytes per element): reads and writes T(Hq + 2Hkv)Ds each way,
+    # and reads the fp32 cos and sin of the S positions (the first D/2 columns of each table row,
+    # both halves being equal: 4SD bytes, L2-resident after the first heads). Over the floor of
+    # kernels/README.md: the forward's copy of v (2T*Hkv*D*s).
+    # At position p, frequency i < D/2 turns the pair (x1, x2) = (x[i], x[i + D/2]) by the angle
+    # phi = p * theta^(-2i/D) (cos phi, sin phi tabled in COS, SIN at offset p*D + i):
+    #   out1 = x1 cos - x2 sin,  out2 = x2 cos + x1 sin   (x * cos + rotate_half(x) * sin)
+    # a 2x2 rotation R(phi), linear, so its Jacobian is R(phi) itself. The backward multiplies the
+    # incoming gradient by R(phi)^T = R(-phi): dx1 = d1 cos + d2 sin, dx2 = d2 cos - d1 sin, the
+    # same two lines with sin negated, all that TO_PACKED changes besides the copy's direction.
+    # head j of the packed row: q heads first, then k heads, then v heads (copied, not rotated)
     j = tl.program_id(1)
     T, t_sb, t_ss, t_sh, h = V, v_sb, v_ss, v_sh, j - n_heads - n_kv
     if j < n_heads:
@@ -92,6 +111,7 @@ def _qkv_rope_kernel(
     mask = (tok < n_tokens)[:, None] & (d < half)[None, :]
     p_ptr = P + (b * p_sb + pos.to(tl.int64) * p_ss + j * 2 * half)[:, None] + d[None, :]
     t_ptr = T + (b * t_sb + pos.to(tl.int64) * t_ss + h * t_sh)[:, None] + d[None, :]
+    # v's heads take cos 1, sin 0 (rotate = 0): one code path, no branch on the head kind
     rotate = (j < n_heads + n_kv).to(tl.float32)
     angle = pos[:, None] * (2 * half) + d[None, :]
     c = 1.0 + rotate * (tl.load(COS + angle, mask=mask, other=1.0) - 1.0)
@@ -116,6 +136,9 @@ def _launch(
     to_packed: bool,
 ) -> None:
     """One launch over every head of p (B, S, Hq + 2 Hkv, D) and q, k, v (B, S, heads, D)."""
+    # The tables' first seq rows in fp32, contiguous (S, D): 8SD bytes (0.5 MB at S = 1024,
+    # D = 64), read by every head, so they stay in L2. Grid: token blocks x heads, each program
+    # one head of TOKENS tokens, HALF >= D/2 lanes per token.
     batch, seq, heads, dim = p.shape
     n_tokens, half = batch * seq, dim // 2
     cos, sin = (
@@ -181,6 +204,8 @@ def qkv_rope_bwd(
 ) -> torch.Tensor:
     """The packed gradient (B, S, Hq + 2 Hkv, D) in `dtype`, contiguous: dq, dk rotated back, and
     dv."""
+    # SDPA's backward may hand dq, dk, dv transposed: read through their strides, copied only
+    # where the last one is not 1
     dq, dk, dv = (unit_last_stride(g) for g in (dq, dk, dv))
     batch, seq, n_heads, dim = dq.shape
     dqkv = torch.empty((batch, seq, n_heads + 2 * dk.shape[2], dim), dtype=dtype, device=dq.device)

@@ -16,6 +16,13 @@ import triton.language as tl
 
 from kernels._common import warps_for
 
+# Sources: the gate is Shazeer's SwiGLU, "GLU Variants Improve Transformer" (2020,
+# https://arxiv.org/abs/2002.05202), with SiLU (swish, beta = 1) from Elfwing et al. (2017,
+# https://arxiv.org/abs/1702.03118) as Llama's MLP uses it. Liger-Kernel's SwiGLU
+# (https://github.com/linkedin/Liger-Kernel/blob/main/src/liger_kernel/ops/swiglu.py) also saves
+# only a and b and recomputes the sigmoid backward; the tiling by a row stride, which reads the
+# packed gate/up halves in place, is ours.
+
 TILE = 2048  # elements per program
 # columns per tile (fewer when the rows are shorter): 11 tiles span a 1B config's 5632 exactly
 COLS = 512
@@ -51,6 +58,12 @@ def _tile(n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 def _swiglu_fwd_kernel(
     A, B, s_in, C, s_out, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
 ):
+    """c = silu(a) * b = a * sigmoid(a) * b over one (BLOCK_M, BLOCK_N) tile, in fp32, stored in
+    C's dtype. A and B share the row stride s_in (two halves of one packed row, or two tensors
+    of their own); C has row stride s_out.
+    """
+    # Memory per call (M = n_rows * n_cols elements, s bytes each): reads 2Ms, writes Ms, the floor
+    # of kernels/README.md; nothing is saved for the backward but a and b themselves.
     rows, cols, mask = _tile(n_rows, n_cols, BLOCK_M, BLOCK_N)
     a = tl.load(A + rows * s_in + cols, mask=mask, other=0.0).to(tl.float32)
     b = tl.load(B + rows * s_in + cols, mask=mask, other=0.0).to(tl.float32)
@@ -72,6 +85,16 @@ def _swiglu_bwd_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
+    """da, db of c = silu(a) * b for the incoming gradient dc, over one tile, in fp32; DA and DB
+    share the row stride s_out (the halves of one packed gradient, or two tensors).
+    """
+    # Memory per call: reads 3Ms (dc, a, b), writes 2Ms (da, db), the floor of kernels/README.md.
+    # With s = sigmoid(a) and silu(a) = a * s:
+    #   ds/da = s * (1 - s), so silu'(a) = s + a * s * (1 - s) = s + silu(a) * (1 - s)
+    #   dc/db = silu(a)      -> db = dc * silu(a)
+    #   dc/da = b * silu'(a) -> da = dc * b * (s + silu(a) * (1 - s))
+    # s is recomputed from a (3 FLOPs an element) rather than saved: saving it would cost a write
+    # forward and a read backward of M elements each.
     rows, cols, mask = _tile(n_rows, n_cols, BLOCK_M, BLOCK_N)
     dc = tl.load(DC + rows * s_dc + cols, mask=mask, other=0.0).to(tl.float32)
     a = tl.load(A + rows * s_in + cols, mask=mask, other=0.0).to(tl.float32)
@@ -87,6 +110,8 @@ def _swiglu_bwd_kernel(
 
 
 def _grid(n_rows: int, n_cols: int) -> tuple[tuple[int], dict]:
+    # tiles of TILE elements, at most COLS wide: short rows (I < COLS) stack several rows a tile,
+    # long ones split into column blocks; one program a tile, no reuse, so any order will do
     block_n = min(COLS, triton.next_power_of_2(n_cols))
     block_m = max(1, TILE // block_n)
     grid = (triton.cdiv(n_rows, block_m) * triton.cdiv(n_cols, block_n),)
@@ -171,6 +196,8 @@ def _(gu: torch.Tensor) -> torch.Tensor:
 def swiglu_packed_bwd(dc: torch.Tensor, gu: torch.Tensor) -> torch.Tensor:
     """d gu = [da, db] (gu's shape and dtype, contiguous) of silu(a) * b for the incoming gradient
     dc."""
+    # a and b are the halves of each row of gu, da and db the halves of each row of dgu: the
+    # same kernels with row stride 2I, so the fused GEMM's gradient is written in one pass
     i = gu.shape[-1] // 2
     g = _rows(gu, 2 * i)
     dgu = torch.empty(gu.shape, dtype=gu.dtype, device=gu.device)

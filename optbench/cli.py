@@ -18,14 +18,22 @@ import re
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
-from optbench.core import breakdown, progress
+from optbench.core import asv_timed, breakdown, progress
 from optbench.core.console import console
 from optbench.core.helptext import plain
+from optbench.core.records import INTERRUPTED, Record
 from optbench.core.settings import Settings, current
 from optbench.core.store import REPO_ROOT as ROOT
-from optbench.core.store import ResultStore, new_run_id, unwritable
+from optbench.core.store import (
+    CannotWrite,
+    ResultStore,
+    asv_results_dir,
+    new_run_id,
+    require_writable,
+)
 from optbench.suite import shard
 from optbench.suite.catalog import BENCHMARKS, SUITES, asv_pattern, with_references
 
@@ -94,7 +102,6 @@ def register_machine(machine: str) -> None:
     from asv.machine import MachineCollection
 
     from optbench.core.machine import machine_info
-    from optbench.core.store import asv_results_dir
 
     try:
         description = json.loads((asv_results_dir() / machine / "machine.json").read_text())
@@ -119,6 +126,27 @@ def register_machine(machine: str) -> None:
     known = util.load_json(str(path)) if path.is_file() else {}
     if known.get(machine) != description:
         MachineCollection.save(machine, description)
+
+
+def asv_run_command(commit: str, machine: str, bench: str) -> list[str]:
+    """The command of ``optbench run``'s asv run: the benchmarks matching ``bench`` (asv's
+    ``--bench`` regex) in this Python's environment, recorded under ``commit`` on ``machine``,
+    through :mod:`optbench.core.asv_atomic`, with the benchmark processes' stderr in its output."""
+    return [
+        sys.executable,
+        "-m",
+        "optbench.core.asv_atomic",
+        "run",
+        "--environment",
+        f"existing:{sys.executable}",
+        "--set-commit-hash",
+        commit,
+        "--machine",
+        machine,
+        "--show-stderr",
+        "--bench",
+        bench,
+    ]
 
 
 def run_parser() -> argparse.ArgumentParser:
@@ -152,6 +180,12 @@ def run_parser() -> argparse.ArgumentParser:
         "measured now: a suite too long for one call (sweep) is run in parts that add up",
     )
     p.add_argument("--no-html", action="store_true", help="skip asv publish and optbench's charts")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show asv's output as it runs (always in its log file, "
+        "results/<machine>/progress/<run id>.asv.log)",
+    )
     p.add_argument(
         "--time-budget",
         type=float,
@@ -209,10 +243,7 @@ def run(argv: list[str]) -> int:
     p = run_parser()
     args = run_args(p, argv)
     results = ROOT / "results"
-    problem = unwritable(results)
-    if problem:
-        print(f"optbench run: {problem}", file=sys.stderr)
-        return 2
+    require_writable(results)
     if args.gpus is not None:
 
         def register() -> None:  # once, before the shards: each would write asv's machine file
@@ -238,8 +269,14 @@ def run(argv: list[str]) -> int:
 
 
 def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Path) -> int:
-    """The suite of ``args`` through asv on this machine, followed case by case; its breakdown
-    stored with the run; HTML published unless ``--no-html``. asv's exit code."""
+    """The suite of ``args`` through asv on this machine, shown compactly: a header
+    (:func:`_announce`), a line per finished case (``optbench.core.progress``; on a terminal above
+    a live progress bar), once asv has ended a line per combination of the benchmarks asv times
+    itself (``optbench.core.asv_timed``), then the result (:func:`_summary`) and where the time went
+    (its breakdown, stored with the run). asv's own output goes to a log file beside the run's
+    progress file, and to the console as well with ``--verbose``; where asv fails with no failed
+    case to explain it, the log's last lines follow the result. HTML is published last unless
+    ``--no-html``. asv's exit code; 0, with one line, where nothing is selected."""
     import torch
 
     from optbench.core.machine import machine_name
@@ -248,6 +285,8 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
     if suite == "auto":
         suite = "full" if torch.cuda.is_available() else "cpu"
     machine = machine_name(emulate=args.emulate)
+    for folder in (results / machine, asv_results_dir(results) / machine):  # before anything runs
+        require_writable(folder)
     commit = git_commit(args.commit)
     if args.emulate:
         from optbench.core.emulate import emulate_env
@@ -258,8 +297,9 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
             p.error(f"--emulate {args.emulate}: {exc}")
     deadline = time.time() + args.time_budget - ASV_WRAP_UP_S if args.time_budget else None
     run_id = current().run_id or new_run_id()
-    # the case events of every asv process
+    # the case events of every asv process, and asv's output beside them
     progress_file = results / machine / "progress" / f"{run_id}.jsonl"
+    asv_log = progress_file.with_suffix(".asv.log")
     progress_file.parent.mkdir(parents=True, exist_ok=True)
     progress_file.touch()
     settings = dataclasses.replace(
@@ -281,10 +321,11 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
     if args.skip_existing:
         settings = dataclasses.replace(settings, skip_existing="true")
     env = bench_env(settings)
-    register_machine(machine)
     store = ResultStore(results)
-    planned, expected = _announce(args, store, suite, machine, commit, run_id, progress_file)
-    selection = ["--bench", asv_pattern(suite)]
+    planned, expected, by_asv = _announce(args, store, suite, machine, commit, run_id, asv_log)
+    if not planned and not by_asv:
+        return 0
+    register_machine(machine)
     out = console()
     follower = progress.Follower(
         progress_file,
@@ -295,26 +336,15 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
         expected=expected,
     )
     date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
     try:
         code = progress.run_followed(
-            [
-                sys.executable,
-                "-m",
-                "optbench.core.asv_atomic",
-                "run",
-                "--environment",
-                f"existing:{sys.executable}",
-                "--set-commit-hash",
-                commit,
-                "--machine",
-                machine,
-                "--show-stderr",
-                *selection,
-            ],
+            asv_run_command(commit, machine, asv_pattern(suite, args.select)),
             env,
             follower,
             cwd=ROOT,
+            log=asv_log,
+            echo=args.verbose,
         )
     except progress.RunInterrupted as exc:  # its processes have ended: the run is partial
         store.mark_partial(
@@ -322,14 +352,15 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
         )
         raise
     wall = time.perf_counter() - started
-    done = follower.tally()
-    print(
-        f"optbench: suite {suite!r} on {machine} took {wall:.0f} s (asv exit {code}); {done.done} "
-        f"of {done.total} grid cases ended "
-        f"({', '.join(f'{n} {s}' for s, n in sorted(done.statuses.items())) or 'none'})",
-        flush=True,
+    timed = asv_timed.outcomes(
+        asv_results_dir(results),
+        machine,
+        commit,
+        {name: BENCHMARKS[name].param_names for name in by_asv},
+        since=started_at,
     )
-    split = breakdown.phases(follower.events, wall)
+    for outcome in timed:
+        print(outcome.line(), flush=True)
     stored = store.path(machine, commit, run_id)
     if stored.exists():  # a run that stored no record gets no file for this alone
         store.save(
@@ -342,18 +373,67 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
             ],
             run_id=run_id,
         )
+    for line in _summary(follower, timed, code, wall, stored, asv_log):
+        print(line, flush=True)
+    out.print(breakdown.render(breakdown.phases(follower.events, wall), wall))
     if not args.no_html:
         from optbench.reporting.site import publish
 
         publish()
-    out.print(breakdown.render(split, wall))
-    print(
-        f"optbench: the breakdown is {breakdown.KEY} in {stored.relative_to(ROOT)}"
-        if stored.exists()
-        else "optbench: the breakdown is not stored: the run stored no record",
-        flush=True,
-    )
     return code
+
+
+#: How many of the last lines of asv's log follow the result of a run that asv failed unexplained.
+LOG_TAIL_LINES = 20
+#: How many failed cases the result names (each has its line, with its reason, above it).
+NAMED_FAILURES = 10
+
+
+def _summary(
+    follower: progress.Follower,
+    timed: list[asv_timed.Outcome],
+    code: int,
+    wall_s: float,
+    stored: Path,
+    asv_log: Path,
+) -> list[str]:
+    """The lines of a run's result, the result first: how many of its cases (grid cases, and the
+    combinations asv timed itself, ``timed``) ended ok and how many with each other status (those
+    that failed first, then skips and interrupts, then the cases that never ended), the wall time,
+    asv's exit code and where the records are; then the first :data:`NAMED_FAILURES` cases that
+    failed (neither ok nor skipped nor interrupted), by key; where asv exited non-zero with none
+    failed, the last :data:`LOG_TAIL_LINES` lines of its log ``asv_log``."""
+    ended = progress.ended(follower.events)
+    statuses = Counter(str(e.get("status")) for e in ended.values())
+    statuses.update(o.status for o in timed)
+    total = max(follower.total, len(ended)) + len(timed)
+    by_kind = sorted(statuses.items(), key=lambda sn: (sn[0] in ("skipped", INTERRUPTED), -sn[1]))
+    others = [f"{n} {s}" for s, n in by_kind if s != "ok"]
+    if total > sum(statuses.values()):
+        others.append(f"{total - sum(statuses.values())} never ended")
+    where = f"records in {stored.relative_to(ROOT)}" if stored.exists() else "no record stored"
+    lines = [
+        f"optbench: {statuses['ok']} of {total} cases ok"
+        + "".join(f", {o}" for o in others)
+        + f" in {progress.clock(wall_s)} (asv exit {code}); {where}"
+    ]
+    failed = [f"{key} ({e.get('status')})" for key, e in ended.items() if Record.of(e).failed] + [
+        f"{o.key} ({o.status})" for o in timed if o.status != "ok"
+    ]
+    if failed:
+        more = len(failed) - NAMED_FAILURES
+        lines.append(
+            f"optbench: not ok: {', '.join(failed[:NAMED_FAILURES])}"
+            + (f" and {more} more (their lines above)" if more > 0 else "")
+        )
+    elif code != 0:
+        tail = asv_log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        lines += [
+            f"optbench: asv failed (exit {code}) with no failed case to explain it; the last "
+            f"{len(tail)} lines of {asv_log.relative_to(ROOT)}:",
+            *(f"  {line}" for line in tail),
+        ]
+    return lines
 
 
 def _announce(
@@ -363,15 +443,16 @@ def _announce(
     machine: str,
     commit: str,
     run_id: str,
-    progress_file: Path,
-) -> tuple[list[str], dict[str, float]]:
+    asv_log: Path,
+) -> tuple[list[str], dict[str, float], list[str]]:
     """The grid cases the run will measure (less, with ``--skip-existing``, those this commit has
-    here, but for the references of the rest) and their expected seconds from this machine's stored
-    runs, each said in a line."""
+    here, but for the references of the rest), their expected seconds from this machine's stored
+    runs and the selected benchmarks that asv times itself, said in a header: what runs where, the
+    estimate, where asv's output goes (where nothing is to be measured, a line saying so alone)."""
     entries = BENCHMARKS.values()
     planned, by_asv = (
         progress.planned_cases(entries, suite, args.select),
-        progress.asv_timed(entries, suite),
+        progress.asv_timed(entries, suite, args.select),
     )
     existing = store.measured_keys(machine, commit) if args.skip_existing else set()
     if existing & set(planned):
@@ -383,15 +464,15 @@ def _announce(
             flush=True,
         )
         planned = kept
+    if not planned and not by_asv:
+        print(f"optbench: nothing to measure in suite {suite!r}", flush=True)
+        return planned, {}, by_asv
     print(
-        f"optbench: suite {suite!r} on {machine} for {commit[:12]}, run {run_id}: {len(planned)} "
-        "grid cases"
+        f"optbench run: suite {suite!r} on {machine}, commit {commit[:12]}, run {run_id}: "
+        f"{len(planned)} grid case{'' if len(planned) == 1 else 's'}"
         + (
-            f" (and {', '.join(by_asv)}, timed by asv itself: no progress of theirs)"
-            if by_asv
-            else ""
-        )
-        + f"; progress in {progress_file.relative_to(ROOT)}",
+            f" and {', '.join(by_asv)} (timed by asv: their lines follow its end)" if by_asv else ""
+        ),
         flush=True,
     )
     expected = progress.expected_seconds(
@@ -401,7 +482,12 @@ def _announce(
         progress.estimate_note(planned, expected, args.time_budget, ASV_START_S + ASV_WRAP_UP_S),
         flush=True,
     )
-    return planned, expected
+    print(
+        f"optbench: asv's output goes to {asv_log.relative_to(ROOT)}"
+        + ("" if args.verbose else " (--verbose: here too)"),
+        flush=True,
+    )
+    return planned, expected, by_asv
 
 
 def machine(argv: list[str]) -> int:
@@ -425,10 +511,11 @@ def machine(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``optbench <command> [options]`` (``argv``; default: the process's arguments): the command's
-    exit status; 2, with one line on stderr saying why and the usage, without a known command; 130,
-    with one line on stderr, when interrupted (Ctrl-C). A subcommand's module docstring, its
-    parser's description, is made plain text (:func:`optbench.core.helptext.plain`) before its
-    ``main`` runs."""
+    exit status; 2, with one line on stderr saying why and the usage, without a known command; 2,
+    with one line on stderr naming it, where a command cannot write a file or folder it needs
+    (:class:`optbench.core.store.CannotWrite`); 130, with one line on stderr, when interrupted
+    (Ctrl-C). A subcommand's module docstring, its parser's description, is made plain text
+    (:func:`optbench.core.helptext.plain`) before its ``main`` runs."""
     argv = sys.argv[1:] if argv is None else argv
     commands = {"run": run, "machine": machine}
     usage = f"usage: optbench {{{','.join([*commands, *SUBCOMMANDS])}}} [options]"
@@ -448,6 +535,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("optbench: interrupted", file=sys.stderr)
         return 130
+    except CannotWrite as exc:
+        print(f"optbench: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -93,10 +93,14 @@ def save(
     gpu_uuid: str | None = GPU,
     compile_cache: str | None = None,
     runs_at_once: int = 1,
+    cpu: str | None = None,
+    host_id: str | None = None,
 ) -> None:
     """Store records (with their machine record) as one run (default id: ``run-<date>``) of one
-    machine and commit; a run without ``gpu_name`` has no ``gpu_uuid``."""
+    machine and commit; a run without ``gpu_name`` has no ``gpu_uuid``; ``cpu`` and ``host_id``,
+    where given, go into its info as a run's machine record holds them."""
     info = {
+        **{k: v for k, v in (("cpu", cpu), ("host_id", host_id)) if v is not None},
         "gpu_name": gpu_name,
         "profile": profile or ("h100-sxm" if gpu_name else "cpu"),
         "emulate": emulate,

@@ -106,18 +106,38 @@ def test_no_known_command_is_one_line_and_the_usage_on_stderr(argv, problem, tmp
     assert done.stderr.splitlines() == [f"optbench: {problem}", USAGE]
 
 
-@pytest.fixture(params=["a file", "a read-only folder"])
+UNWRITABLE = ["a file", "a read-only folder"]
+
+
+SYSFS_FOLDER = Path("/sys/fs")  # sysfs: no one creates a file in it, root neither
+
+
+def unwritable(folder: Path, how: str) -> Path:
+    """``folder`` made one that takes no file (``how``): a file in its place, or a folder one may
+    not write: read-only by its mode, or, for root, whom no mode stops, a link to a folder of
+    sysfs (skipped where there is none)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    if how == "a file":
+        folder.write_text("")
+    elif os.geteuid() != 0:
+        folder.mkdir()
+        folder.chmod(0o500)
+    elif SYSFS_FOLDER.is_dir():
+        folder.symlink_to(SYSFS_FOLDER, target_is_directory=True)
+    else:
+        pytest.skip("root writes into a read-only folder, and there is no sysfs")
+    return folder
+
+
+@pytest.fixture(params=UNWRITABLE)
 def unwritable_results(request, tmp_path: Path) -> Path:
     """A results root that takes no file: a file in its place, or a folder one may not write."""
-    results = tmp_path / "results"
-    if request.param == "a file":
-        results.write_text("")
-        return results
-    if os.geteuid() == 0:
-        pytest.skip("root writes into a read-only folder")
-    results.mkdir()
-    results.chmod(0o500)
-    return results
+    return unwritable(tmp_path / "results", request.param)
+
+
+def files(root: Path) -> dict[Path, bytes]:
+    """Every file under ``root`` with its bytes."""
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 def one_line_naming(path: Path, out: pytest.CaptureResult[str]) -> bool:
@@ -142,6 +162,72 @@ def test_merge_into_an_unwritable_results_folder_is_one_line_naming_it(
     assert exit_code(["merge", str(source), "--into", str(unwritable_results)]) == 2
     out = capsys.readouterr()
     assert one_line_naming(unwritable_results, out), out
+
+
+@pytest.mark.parametrize("how", UNWRITABLE)
+@pytest.mark.parametrize("folder", ["results/<machine>", "results/asv/<machine>"])
+def test_run_with_an_unwritable_machine_folder_is_one_line_naming_it_and_writes_nothing(
+    folder, how, tmp_path, monkeypatch, capsys
+):
+    """The machine's folder of optbench's records (or of asv's results) takes no file: one line
+    naming it, exit 2, before anything runs or is written (the progress file, asv's machine)."""
+    from optbench.core.machine import machine_name
+
+    path = tmp_path / folder.replace("<machine>", machine_name())
+    planted = unwritable(path, how)
+    before = files(tmp_path)
+    monkeypatch.setattr(cli, "ROOT", tmp_path)
+    assert exit_code(["run", "--no-html"]) == 2
+    out = capsys.readouterr()
+    assert one_line_naming(planted, out) and out.err.startswith("optbench: cannot write "), out
+    assert files(tmp_path) == before
+
+
+@pytest.mark.parametrize("how", UNWRITABLE)
+def test_merge_into_an_unwritable_machine_folder_is_one_line_naming_it_and_copies_nothing(
+    how, tmp_path, capsys
+):
+    """The destination's folder of the source's machine takes no file: one line naming it, exit
+    2, and nothing copied, asv's files of that machine (which sort first) included."""
+    from synthetic_results import commit, save
+
+    from optbench.core.store import ResultStore
+
+    source, dest = tmp_path / "source" / "results", tmp_path / "dest" / "results"
+    save(ResultStore(source), "h100-sxm", commit(1), "2026-01-01T00:00:00+00:00", [])
+    (source / "asv" / "h100-sxm").mkdir(parents=True)
+    (source / "asv" / "h100-sxm" / "machine.json").write_text('{"machine": "h100-sxm"}')
+    planted = unwritable(dest / "h100-sxm", how)
+    before = files(dest)
+    assert exit_code(["merge", str(source), "--into", str(dest)]) == 2
+    out = capsys.readouterr()
+    assert one_line_naming(planted, out) and out.err.startswith("optbench: cannot write "), out
+    assert files(dest) == before
+
+
+def test_report_compare_of_refs_with_no_stored_runs_is_one_line_and_writes_nothing(
+    tmp_path, capsys
+):
+    """``report --compare`` with a ref that resolves to no stored run on any machine: one line
+    naming it, exit 2, no page written."""
+    from synthetic_results import commit, save
+
+    from optbench.core.store import ResultStore
+
+    results, html = tmp_path / "results", tmp_path / "html"
+    save(ResultStore(results), "h100-sxm", commit(1), "2026-01-01T00:00:00+00:00", [])
+    for pair, unknown in (
+        (["nosuch", "alsonot"], "'nosuch' and 'alsonot' have"),
+        ([commit(1)[:8], "nosuch"], "'nosuch' has"),
+    ):
+        argv = ["report", "--results", str(results), "--html", str(html), "--compare", *pair]
+        assert exit_code(argv) == 2
+        out = capsys.readouterr()
+        assert not out.out and out.err.splitlines() == [
+            f"optbench report: --compare {' '.join(pair)}: {unknown} no stored runs on any "
+            f"machine (results in {results}); nothing written"
+        ]
+        assert not html.exists()
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -11,7 +11,7 @@ import random
 import subprocess
 
 import pytest
-from synthetic_results import GPU, commit, record, samples, save
+from synthetic_results import GPU, commit, record, samples, save, slower
 
 from optbench.core.store import ResultStore
 from optbench.gate import compare as cmp
@@ -660,3 +660,48 @@ def test_help_documents_the_exit_codes(capsys):
         cmp.main(["--help"])
     out = capsys.readouterr().out
     assert "0  no regression" in out and "1  a regression" in out and "2  nothing comparable" in out
+
+
+CPU = "AMD EPYC 7B13"
+CPU_MACHINE = "cpu-amd-epyc-003596"
+
+
+def cpu_run(store: ResultStore, sha: str, date: str, records: list[dict], **machine) -> None:
+    """One run of ``records`` on a CPU machine (no GPU), by default host 003596's with :data:`CPU`
+    (``machine``: its ``host_id`` or ``cpu`` instead)."""
+    save(
+        store,
+        CPU_MACHINE,
+        sha,
+        date,
+        records,
+        gpu_name=None,
+        **{"cpu": CPU, "host_id": "003596", **machine},
+    )
+
+
+def test_runs_of_one_cpu_machine_compare_as_that_machine_and_others_stay_apart(store, capsys):
+    """A CPU has no UUID: its runs are one unit by host id and CPU model (what its machine name
+    ``cpu-<model>-<host id>`` holds). A tiny step 69% slower at head on the host of the base and of
+    the A/A history is a regression on that machine (exit 1), headed by it, not CROSS-GPU; a head on
+    another host, or on another CPU, is compared across machines, never gated (exit 2). The
+    mutation, a CPU run with no unit, makes the first CROSS-GPU."""
+    for n in range(10, 13):  # the A/A history: 3 degrees of freedom
+        for r in range(2):
+            cpu_run(store, commit(n), f"2024-12-{n:02d}T0{r}:00:00+00:00", [step(100 * n + r)])
+    cpu_run(store, BASE, "2025-01-01T00:00:00+00:00", [step(0)])
+    cpu_run(store, HEAD, "2025-01-02T00:00:00+00:00", slower([step(1)], 1.69))
+    changes = cmp.compare(store, BASE, HEAD)
+    assert {c.gpu for c in changes} == {f"host 003596 ({CPU})"}
+    assert [c.key for c in changes if c.regression] == ["bench_step.StepTiny|variant=eager"]
+    assert run_main(store) == 1
+    out = capsys.readouterr().out
+    assert f"{CPU_MACHINE} on host 003596 ({CPU}):" in out and cmp.CROSS_GPU not in out
+    for n, other in enumerate(({"host_id": "00aaaa"}, {"cpu": "Intel Xeon Platinum 8480+"})):
+        apart = ResultStore(store.root.with_name(f"apart-{n}"))
+        cpu_run(apart, BASE, "2025-01-01T00:00:00+00:00", [step(0)])
+        cpu_run(apart, HEAD, "2025-01-02T00:00:00+00:00", slower([step(1)], 1.69), **other)
+        changes = cmp.compare(apart, BASE, HEAD)
+        assert changes and all(c.gpu is None and c.reason == cmp.CROSS_GPU for c in changes)
+        assert run_main(apart) == 2
+        assert f"{cmp.CROSS_GPU}, not gated: {CPU_MACHINE}" in capsys.readouterr().out

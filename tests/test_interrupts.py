@@ -304,7 +304,8 @@ PARENT = textwrap.dedent("""
     follower = progress.Follower(Path(sys.argv[3]), 1, live=False)
     try:
         command = [sys.executable, "-c", sys.argv[1], sys.argv[2], sys.argv[4]]
-        progress.run_followed(command, os.environ, follower, cwd=Path.cwd(), grace_s=30)
+        log = Path(sys.argv[3]).with_suffix(".asv.log")
+        progress.run_followed(command, os.environ, follower, Path.cwd(), log, grace_s=30)
     except progress.RunInterrupted as exc:
         said = {"signal": exc.signal, "stopped": exc.stopped}
         Path(sys.argv[4] + ".parent").write_text(json.dumps(said))
@@ -374,13 +375,13 @@ def test_a_signal_to_the_parent_is_passed_on_and_it_waits_for_its_children(
     tmp_path, parents, signum
 ):
     """SIGTERM (a cancel) or SIGINT (Ctrl-C) to optbench run's stand-in only: the grid process is
-    told first and records its interrupt, then asv's ends; the parent ends last, naming the running
-    case."""
+    told first, by the same signal, and records it; then asv's ends; the parent ends last, naming
+    the running case."""
     parent, pid_file, asv, grid = _tree(tmp_path, parents)
     parent.send_signal(signum)
     assert parent.wait(timeout=60) == 130
     assert not progress.alive(asv) and not progress.alive(grid)
-    assert Path(f"{pid_file}.interrupted").read_text() == "SIGTERM"
+    assert Path(f"{pid_file}.interrupted").read_text() == signal.Signals(signum).name
     said = json.loads(Path(f"{pid_file}.parent").read_text())
     assert said == {"signal": signal.Signals(signum).name, "stopped": {f"{GRID}|case=a": grid}}
 
@@ -422,8 +423,8 @@ def test_ctrl_c_in_a_real_cpu_run_records_the_case_interrupted_and_compare_inven
 ):
     """``optbench run`` of the CPU suite's eager tiny step, SIGINT to its process group (a
     terminal's Ctrl-C) once the case runs: exit 130, the grid process gone within seconds, the case
-    'interrupted' and the run partial; compare against committed CPU results reports it as such,
-    with no regression."""
+    'interrupted' and the run partial, both by SIGINT; compare against committed CPU results
+    reports it as such, with no regression."""
     from optbench.core.machine import machine_name
     from optbench.core.runner import measured_commit
 
@@ -463,8 +464,11 @@ def test_ctrl_c_in_a_real_cpu_run_records_the_case_interrupted_and_compare_inven
             run.wait()
     assert _gone([grid], within_s=30)
     [partial] = ResultStore(repo / "results").runs(machine, measured_commit("HEAD", cwd=repo))
-    stopped = partial.records["bench_step.StepTiny|variant=eager"]
-    assert stopped["status"] == INTERRUPTED and partial.records[RUN_KEY]["partial"]
+    stopped, run = partial.records["bench_step.StepTiny|variant=eager"], partial.records[RUN_KEY]
+    assert stopped["status"] == INTERRUPTED and run["partial"]
+    # the signal that stopped the run, not the one it was passed on with
+    assert stopped["reason"].startswith("interrupted by SIGINT ")
+    assert run["reason"].startswith("interrupted by SIGINT "), run
     out = subprocess.run(
         [sys.executable, "-m", "optbench", "compare", CPU_BASE[:8], "HEAD", "--machine", machine],
         cwd=repo,

@@ -193,6 +193,25 @@ def test_add_residual_gradient_counts():
             assert_rel_close(wrong, refs[2], TOL[torch.float32], "dx")
 
 
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_residual_switch_adds_only_the_residual_terms(x_dtype):
+    """RMSNorm and AddRMSNorm run one body per direction, switched by HAS_RES: with a zero addend
+    and a zero residual gradient, the residual path computes what the plain one does, bit for bit
+    (fp32 weights, as the model's; dweight to rounding, as the two may sum partials over
+    different grids)."""
+    x, dy = torch.randn(2, 37, 257, device=DEVICE).to(x_dtype).unbind()
+    w = torch.randn(257, device=DEVICE)
+    zero = torch.zeros(37, 257, device=DEVICE, dtype=x_dtype)
+    (y, dx, dw), _ = run_and_reference(rms_norm, rms_norm_eager, [x, w], [dy.float()])
+    results, _ = run_and_reference(
+        add_rms_norm, add_rms_norm_eager, [x, zero, w], [zero, dy.float()]
+    )
+    h, out, dx_add, dy_add, dw_add = results
+    assert torch.equal(h, x) and torch.equal(out, y)
+    assert torch.equal(dx_add, dx) and torch.equal(dy_add, dx)
+    assert rel_err(dw_add, dw) <= 1e-6
+
+
 def test_module_add_and_norm_impls_agree():
     eager, triton_ = (
         RMSNorm(200, impl="eager", device=DEVICE),

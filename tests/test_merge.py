@@ -329,3 +329,88 @@ def test_the_shards_of_one_commit_from_several_runners_merge_without_replacing_a
         }
         asv = json.loads((dest / "asv" / "h100-sxm" / f"{SHA[:8]}-existing-py.json").read_text())
         assert asv["results"]["bench_step.Step100M.track_step_ms"][0] == [80.0, 20.0]
+
+
+def passwd_like(tmp_path):
+    """A text file, as /etc/passwd: no folder, no tar."""
+    path = tmp_path / "passwd"
+    path.write_text("root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534::/:/bin/false\n")
+    return path
+
+
+def unrelated_files(tmp_path):
+    """A folder of 15 files that are no results."""
+    folder = tmp_path / "unrelated"
+    folder.mkdir()
+    for n in range(15):
+        (folder / f"file{n}.txt").write_text(f"{n}\n")
+    return folder
+
+
+def tar_of_unrelated_files(tmp_path):
+    with tarfile.open(tmp_path / "unrelated.tgz", "w:gz") as tar:
+        tar.add(unrelated_files(tmp_path), arcname="results")
+    return tmp_path / "unrelated.tgz"
+
+
+def records_beside_a_stray_file(tmp_path):
+    """A results tree but for one file at its root that has no place in one."""
+    root = tmp_path / "stray" / "results"
+    save(ResultStore(root), "h100-sxm", SHA, "2026-01-01T02:00:00+00:00", [step("fp32", 99.0, 4)])
+    (root / "notes.txt").write_text("not a result")
+    return root
+
+
+def asv_results_that_are_not_asvs(tmp_path):
+    """asv's results file of a machine in its place, holding JSON that is no asv results."""
+    root = tmp_path / "fake" / "results"
+    write_asv_file(root, [1.0, None]).write_text('{"hello": "world"}')
+    return root
+
+
+def asv_results_that_are_no_json(tmp_path):
+    root = tmp_path / "nojson" / "results"
+    write_asv_file(root, [1.0, None], old_layout=True).write_text("<html>not json</html>")
+    return root
+
+
+def an_empty_folder(tmp_path):
+    (tmp_path / "empty").mkdir()
+    return tmp_path / "empty"
+
+
+NOT_TREES = [
+    passwd_like,
+    unrelated_files,
+    tar_of_unrelated_files,
+    records_beside_a_stray_file,
+    asv_results_that_are_not_asvs,
+    asv_results_that_are_no_json,
+    an_empty_folder,
+]
+
+
+def _files(root) -> dict:
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("plant", NOT_TREES, ids=lambda plant: plant.__name__)
+def test_what_is_no_results_tree_is_refused_in_one_line_and_nothing_is_merged(
+    tmp_path, plant, capsys
+):
+    """A source that is neither an optbench or asv results tree nor a tar of one, named after a
+    good one: one line on stderr naming it, exit 2, and nothing merged from either."""
+    from optbench import cli
+
+    good, dest = tmp_path / "good" / "results", tmp_path / "dest" / "results"
+    save(ResultStore(good), "h100-sxm", SHA, "2026-01-01T00:00:00+00:00", [step("eager", 80.0, 1)])
+    write_asv_file(good, [80.0, None])
+    write_asv_file(dest, [None, 20.0])
+    before = _files(dest)
+    bad = plant(tmp_path)
+    assert cli.main(["merge", str(good), str(bad), "--into", str(dest)]) == 2
+    out = capsys.readouterr()
+    assert not out.out and len(out.err.splitlines()) == 1, out
+    assert out.err.startswith(f"optbench merge: {bad} is not an optbench or asv results tree")
+    assert out.err.rstrip().endswith("; nothing merged")
+    assert _files(dest) == before

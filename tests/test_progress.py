@@ -113,9 +113,14 @@ def test_the_estimate_before_a_run_says_whether_its_budget_will_cut_cases():
 def test_the_line_of_a_finished_case():
     t = progress.tally([_end("a", 10.0), _end("b", 20.0)], total=5, elapsed_s=3725.0)
     line = progress.case_line(_end("b", 20.0), t)
-    assert line == "optbench: [2/5] b: ok, 20.0 s; elapsed 1:02:05, ETA 0:45"
+    assert line == "optbench: [2/5] b: ok, took 20.0 s; elapsed 1:02:05, ETA 0:45"
+    shown = {"clock": "wall", "ms": {"forward": 91.94, "step": 542.87}}
+    assert progress.case_line(_end("b", 20.0, figure=shown), t) == (
+        "optbench: [2/5] b: ok, forward 91.9 ms, step 543 ms (wall), took 20.0 s; "
+        "elapsed 1:02:05, ETA 0:45"
+    )
     failed = progress.case_line(_end("c", 1.25, "oom", reason="CUDA out of memory"), t)
-    assert "c: oom (CUDA out of memory), 1.2 s" in failed
+    assert "c: oom (CUDA out of memory), took 1.2 s" in failed
     unstarted = _end(
         "d", None, "skipped", not_started=True, reason="not measured: the run's time budget ended"
     )
@@ -148,7 +153,7 @@ def test_plain_mode_prints_one_line_per_finished_case(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert (
         len(out) == 1
-        and out[0].startswith("optbench: [1/3] a: ok, 4.0 s; elapsed ")
+        and out[0].startswith("optbench: [1/3] a: ok, took 4.0 s; elapsed ")
         and out[0].endswith("0:08")
     )
     with open(path, "a") as f:
@@ -176,34 +181,80 @@ def test_live_mode_shows_richs_progress_and_the_lines_above_it(tmp_path):
         follower.print("[ 50.00%] ··· asv's line, [not] markup")
     text = screen.getvalue()
     assert (
-        "optbench: [1/2] bench.A|x=1: ok, 3.0 s" in text
+        "optbench: [1/2] bench.A|x=1: ok, took 3.0 s" in text
         and "[ 50.00%] ··· asv's line, [not] markup" in text
     )
 
 
-def test_a_followed_command_shows_its_output_and_the_events_of_its_processes(tmp_path, capsys):
-    """run_followed: the command's output line by line through the follower, while the follower
-    reads the events that the command's processes append."""
-    path = tmp_path / "p.jsonl"
+@pytest.mark.parametrize("echo", [False, True])
+def test_a_followed_command_logs_its_output_and_shows_the_events_of_its_processes(
+    tmp_path, capsys, echo
+):
+    """run_followed: the command's output (stdout and stderr) line by line into its log file, and
+    through the follower only with ``echo``, while the follower reads the events that the command's
+    processes append."""
+    path, log = tmp_path / "p.jsonl", tmp_path / "p.asv.log"
     path.touch()
     child = textwrap.dedent("""
+        import sys
         from optbench.core import progress
         print("asv: starting", flush=True)
         progress.case_started("bench.A|x=1", "bench.A")
         done = {"status": "ok", "seconds": 0.5, "build_seconds": 0.1}
         progress.case_ended("bench.A|x=1", "bench.A", done)
+        print("asv: an error line", file=sys.stderr, flush=True)
         print("asv: done")
         raise SystemExit(3)
     """)
     follower = progress.Follower(path, total=1, live=False, poll_s=0.05)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OPTBENCH_PROGRESS": str(path)}
-    code = progress.run_followed([sys.executable, "-c", child], env, follower, cwd=tmp_path)
+    code = progress.run_followed(
+        [sys.executable, "-c", child], env, follower, cwd=tmp_path, log=log, echo=echo
+    )
     out = capsys.readouterr().out
-    assert code == 3 and "asv: starting\n" in out and "asv: done\n" in out
-    assert "optbench: [1/1] bench.A|x=1: ok, 0.5 s" in out
+    asv = ["asv: starting", "asv: an error line", "asv: done"]
+    assert code == 3 and log.read_text().splitlines() == asv
+    assert all((line in out.splitlines()) == echo for line in asv)
+    assert "optbench: [1/1] bench.A|x=1: ok, took 0.5 s" in out
     assert [e["event"] for e in follower.events] == ["start", "end"] and follower.events[1][
         "build_seconds"
     ] == 0.1
+
+
+def test_the_end_of_an_ok_case_carries_its_figure_by_its_primary_clock(tmp_path, monkeypatch):
+    """A case's figure: each metric's median by the record's primary clock, by wall time where that
+    clock has none (a CPU); none for a case that is not ok."""
+    path = tmp_path / "p.jsonl"
+    monkeypatch.setenv("OPTBENCH_PROGRESS", str(path))
+
+    def rec(status: str, primary: str | None) -> dict:
+        def timing(ms: float) -> dict:
+            return {"median_ms": ms, "q25_ms": ms, "q75_ms": ms}
+
+        return {
+            "status": status,
+            "seconds": 1.0,
+            "info": {"primary_clock": primary} if primary else {},
+            "metrics": {
+                "fwd": {"device": timing(0.5), "wall": timing(0.7)},
+                "fwdbwd": {"device": timing(1.5), "wall": timing(1.9)},
+            },
+        }
+
+    cpu = rec("ok", None)
+    for metric in cpu["metrics"].values():
+        metric["device"] = None
+    progress.case_ended("k|a=1", "k", rec("ok", None))
+    progress.case_ended("k|a=2", "k", rec("ok", "wall"))
+    progress.case_ended("k|a=3", "k", cpu)
+    progress.case_ended("k|a=4", "k", rec("wrong", None))
+    ends = [e.get("figure") for e in progress.read_events(path)]
+    assert ends == [
+        {"clock": "device", "ms": {"fwd": 0.5, "fwdbwd": 1.5}},
+        {"clock": "wall", "ms": {"fwd": 0.7, "fwdbwd": 1.9}},
+        {"clock": "wall", "ms": {"fwd": 0.7, "fwdbwd": 1.9}},
+        None,
+    ]
 
 
 def test_the_start_up_of_a_process_is_its_age_by_the_kernel():
@@ -300,6 +351,14 @@ def test_the_breakdown_sums_each_phase_over_the_run_and_leaves_the_rest_to_asv()
     assert breakdown.rows(breakdown.phases([], 0.0), 0.0)[-1] == ("total (wall time)", "0.0", "-")
     rendered = breakdown.render(split, 100.0)
     assert rendered.columns[0].header == "phase" and rendered.row_count == len(rows)
+    assert "left out" not in str(rendered.title)
+    # on the console, the phases of 0.0 s are left out, and the title says so
+    eager = {**split, "compile": 0.04, "timing_compile": 0.0}
+    compact = breakdown.render(eager, 100.0)
+    assert compact.row_count == len(rows) - 2 and str(compact.title).endswith(
+        "(phases of 0.0 s left out)"
+    )
+    assert breakdown.PHASES["compile"] not in [c for c in compact.columns[0].cells]
 
 
 def test_the_breakdown_record():
@@ -379,8 +438,8 @@ def test_optbench_run_follows_its_asv_run_and_stores_the_breakdown(tmp_path, mon
 
     seen = {}
 
-    def fake_asv(command, env, follower, cwd):
-        seen.update(command=command, env=env)
+    def fake_asv(command, env, follower, cwd, log, echo):
+        seen.update(command=command, env=env, log=log)
         settings = Settings.from_env(env)
         store = ResultStore(settings.results)
         store.save(
@@ -410,10 +469,14 @@ def test_optbench_run_follows_its_asv_run_and_stores_the_breakdown(tmp_path, mon
     assert rec["cases"] == 6 and rec["processes"] == 2 and rec["phases"]["startup"] == 8.0
     assert sum(rec["phases"].values()) == pytest.approx(rec["wall_seconds"], abs=0.01)
     out = capsys.readouterr().out
+    assert "9 grid cases and bench_cpu.MLP, bench_cpu.GradStats (timed by asv" in out
+    assert seen["log"] == path.with_suffix(".asv.log") and str(seen["log"].name) in out
+    assert "optbench: [1/9] a: ok, took 30.0 s" in out
+    # the result first: what ended how (each status once, failures first), what failed
     assert (
-        "9 grid cases" in out and "bench_cpu.MLP, bench_cpu.GradStats, timed by asv itself" in out
+        "optbench: 1 of 9 cases ok, 1 wrong, 1 aborted, 3 skipped, 3 never ended in " in out
+        and "optbench: not ok: d (wrong), e (aborted)\n" in out
     )
-    assert "optbench: [1/9] a: ok, 30.0 s" in out and "6 of 9 grid cases ended" in out
     assert (
         "where the" in out
         and breakdown.PHASES["compile"] in out

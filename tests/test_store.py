@@ -13,9 +13,11 @@ from optbench.core.records import Record
 from optbench.core.store import (
     LEGACY_RUN,
     REPO_ROOT,
+    CannotWrite,
     ResultStore,
     asv_results_dir,
     records_text,
+    require_writable,
     write_records_file,
 )
 from optbench.core.timing import Measurement, Timing
@@ -207,3 +209,24 @@ def test_a_damaged_compressed_file_keeps_what_precedes_the_damage(tmp_path, caps
     half = text.index("\n", len(text) // 2) + 1
     path.write_bytes(gzip.compress(text[:half].encode()) + gzip.compress(text[half:].encode()))
     assert len(ResultStore(tmp_path).runs("m", SHA)[0].results()) == 400
+
+
+def test_a_write_the_store_cannot_make_is_one_line_naming_the_file_and_leaves_all_as_it_was(
+    tmp_path,
+):
+    """A file where the machine folder goes: saving a run raises CannotWrite (an OSError) whose
+    message, one line, names the file it could not write; nothing else is written, and
+    ``require_writable`` says the same of the folder, leaving nothing behind, where a missing
+    folder under a writable one passes and is not made."""
+    (tmp_path / "m").write_text("")
+    store = ResultStore(tmp_path)
+    with pytest.raises(CannotWrite) as raised:
+        store.save("m", SHA, [step(50.0)], run_id="r1")
+    message = str(raised.value)
+    assert message.startswith(f"cannot write {store.path('m', SHA, 'r1')} (")
+    assert "\n" not in message and isinstance(raised.value, OSError)
+    with pytest.raises(CannotWrite) as raised:
+        require_writable(tmp_path / "m" / "optbench")
+    assert str(raised.value).startswith(f"cannot write {tmp_path / 'm' / 'optbench'} (")
+    require_writable(tmp_path / "new" / "optbench")
+    assert [p.name for p in tmp_path.iterdir()] == ["m"] and not (tmp_path / "m").read_text()

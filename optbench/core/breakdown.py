@@ -89,11 +89,15 @@ def rows(split: Mapping[str, float], wall_s: float) -> list[tuple[str, str, str]
 def render(
     split: Mapping[str, float], wall_s: float, title: str = "where the time of asv's run went"
 ):
-    """The rich table of :func:`rows` (``optbench.core.console.table``)."""
+    """The compact rich table of :func:`rows` (``optbench.core.console.table``) less the phases of
+    0.0 s, which its title then says it leaves out."""
     from optbench.core.console import table
 
+    shown = [row for row in rows(split, wall_s) if row[1] != "0.0"]
+    if len(shown) <= len(split):
+        title += " (phases of 0.0 s left out)"
     return table(
-        ("phase", "seconds", "share"), rows(split, wall_s), title=title, right=("seconds", "share")
+        ("phase", "seconds", "share"), shown, title=title, right=("seconds", "share"), compact=True
     )
 
 

@@ -81,8 +81,23 @@ def gpu_unit(info: Mapping[str, Any]) -> str | None:
     where the run recorded no UUID."""
     if not info.get("gpu_uuid"):
         return None
-    uuid, shared = str(info["gpu_uuid"]), at_once(info)
-    return uuid if shared == 1 else f"{uuid} ({shared} runs at once)"
+    return _with_runs_at_once(str(info["gpu_uuid"]), info)
+
+
+def cpu_unit(info: Mapping[str, Any]) -> str | None:
+    """The CPU machine a run without a GPU measured on, from its ``__machine__`` record's info: its
+    host id and CPU model (what its machine name, ``cpu-<model>-<host id>``, holds), e.g. 'host
+    003596 (AMD EPYC 7B13)', with the runs at once as :func:`gpu_unit` counts them; None for a GPU
+    run, or a run that recorded no host id (which host it ran on is unknown)."""
+    if info.get("gpu_name") or not info.get("host_id"):
+        return None
+    return _with_runs_at_once(f"host {info['host_id']} ({info.get('cpu') or 'unknown CPU'})", info)
+
+
+def _with_runs_at_once(unit: str, info: Mapping[str, Any]) -> str:
+    """``unit``, and the number of runs that measured on its host at once where more than one."""
+    shared = at_once(info)
+    return unit if shared == 1 else f"{unit} ({shared} runs at once)"
 
 
 def short_unit(unit: str, width: int = 12) -> str:

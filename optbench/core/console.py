@@ -39,6 +39,7 @@ def table(
     title: str = "",
     marks: Sequence[str] = (),
     right: Collection[str] = (),
+    compact: bool = False,
 ) -> Table: ...
 
 
@@ -51,6 +52,7 @@ def table(
     title: str = "",
     marks: Sequence[str] = (),
     right: Collection[str] = (),
+    compact: bool = False,
 ) -> str: ...
 
 
@@ -62,16 +64,23 @@ def table(
     title: str = "",
     marks: Sequence[str] = (),
     right: Collection[str] = (),
+    compact: bool = False,
 ) -> Table | str:
     """``rows`` under ``columns`` as ``fmt``. ``marks``: one per row from the first ('' for none);
     ``title`` (rich only) above the table; ``right``: the columns aligned right (rich and
-    Markdown)."""
+    Markdown); ``compact`` (rich only): no lines but the one under the header (a console's
+    table among other lines)."""
     cells = [[str(c) for c in row] for row in rows]
     marked = [*marks, *[""] * (len(cells) - len(marks))]
     if fmt == "rich":
+        from rich import box
         from rich.table import Table
 
-        out = Table(title=title or None)
+        out = (
+            Table(title=title or None, box=box.SIMPLE_HEAD, show_edge=False)
+            if compact
+            else Table(title=title or None)
+        )
         for column in columns:
             out.add_column(column, justify="right" if column in right else "left")
         for row, mark in zip(cells, marked):

@@ -1,11 +1,14 @@
-"""Peak memory of one call of a callable."""
+"""Device memory: the peak of one call of a callable (:func:`peak_memory`), and a case's own memory
+as training needs it (:class:`CaseMeter`, stored as a record's ``memory``,
+:class:`optbench.core.records.CaseMemory`)."""
 
 from __future__ import annotations
 
 import contextlib
 import resource
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch.autograd import DeviceType
@@ -73,3 +76,129 @@ def _max_rss_bytes() -> int:
     """The process's peak resident set size, bytes (ru_maxrss is KiB on Linux, bytes on macOS)."""
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss if sys.platform == "darwin" else rss * 1024
+
+
+# The meter of the case being measured in this process (CaseMeter.metering), for not_counted().
+_active: CaseMeter | None = None
+
+
+class CaseMeter:
+    """The CUDA memory one case uses as training needs it, above what its process held when the
+    meter started (earlier cases' leftovers, ``held_before_bytes``).
+
+    Only the code inside :meth:`counting` counts (the runner's build, warm-up and timing); the
+    correctness check runs outside it. Within a counted phase, :func:`not_counted` sets work apart
+    (the check's reference): its own peak is dropped, and the bytes it leaves on the device are
+    moved from the case to ``reference_bytes``. :meth:`result` is the record's ``memory``:
+
+    - ``peak_bytes``: max over counted phases of (``max_memory_allocated`` - base). A CUDA graph's
+      buffers count at capture, where they are allocated; a replay allocates nothing.
+    - ``resident_bytes``: what is held at the end: allocated bytes plus the free bytes inside
+      private pools (a live CUDA graph's, kept for its replays), less the same at the start.
+    - ``reserved_peak_bytes``: ``max_memory_reserved`` over counted phases, less the bytes
+      reserved at the start (and those set apart).
+
+    A meter on a device other than CUDA measures nothing: its :meth:`result` is empty.
+    """
+
+    def __init__(self, device: str | torch.device) -> None:
+        self.cuda = torch.device(device).type == "cuda" and torch.cuda.is_available()
+        self._peak = self._reserved_peak = self._reference = 0
+        self._base = self._held_before = self._reserved_base = 0
+        self._counting = False
+        if self.cuda:
+            torch.cuda.synchronize()
+            self._held_before = self._base = held_bytes()
+            self._reserved_base = torch.cuda.memory_reserved()
+
+    @contextlib.contextmanager
+    def metering(self) -> Iterator[CaseMeter]:
+        """Make this the meter :func:`not_counted` reports to, for the code inside."""
+        global _active
+        outer, _active = _active, self
+        try:
+            yield self
+        finally:
+            _active = outer
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[None]:
+        """Count the peaks of the code inside (also where it raises)."""
+        if not self.cuda:
+            yield
+            return
+        self._restart()
+        self._counting = True
+        try:
+            yield
+        finally:
+            self._counting = False
+            self._fold()
+
+    @contextlib.contextmanager
+    def apart(self) -> Iterator[None]:
+        """The code inside is not the case's: its peak is dropped and what it leaves allocated (or
+        frees) moves the base, as ``reference_bytes``."""
+        if not (self.cuda and self._counting):
+            yield
+            return
+        self._fold()
+        before = torch.cuda.memory_allocated()
+        try:
+            yield
+        finally:
+            torch.cuda.synchronize()
+            left = torch.cuda.memory_allocated() - before
+            self._base += left
+            self._reserved_base += left
+            self._reference += left
+            self._restart()
+
+    def result(self) -> dict[str, int]:
+        """The record's ``memory`` (records.CaseMemory's fields), bytes; empty without CUDA."""
+        if not self.cuda:
+            return {}
+        torch.cuda.synchronize()
+        return {
+            "peak_bytes": self._peak,
+            "resident_bytes": max(0, held_bytes() - self._base),
+            "reserved_peak_bytes": self._reserved_peak,
+            "held_before_bytes": self._held_before,
+            "reference_bytes": self._reference,
+        }
+
+    def _restart(self) -> None:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+    def _fold(self) -> None:
+        torch.cuda.synchronize()
+        self._peak = max(self._peak, torch.cuda.max_memory_allocated() - self._base)
+        self._reserved_peak = max(
+            self._reserved_peak, torch.cuda.max_memory_reserved() - self._reserved_base
+        )
+
+
+@contextlib.contextmanager
+def not_counted() -> Iterator[None]:
+    """Set the code inside apart from the case being metered (:meth:`CaseMeter.apart`); a no-op
+    where no meter is active (a case measured outside the runner, a CPU)."""
+    with _active.apart() if _active is not None else contextlib.nullcontext():
+        yield
+
+
+def held_bytes() -> int:
+    """CUDA bytes this process holds for its tensors: those allocated, plus the free bytes of
+    private pools (a live CUDA graph's: its replays write there)."""
+    return torch.cuda.memory_allocated() + sum(
+        segment["total_size"] - segment["allocated_size"] for segment in _private_segments()
+    )
+
+
+def _private_segments() -> list[dict[str, Any]]:
+    """The caching allocator's segments that belong to a private pool (not the default, (0, 0))."""
+    return [
+        segment
+        for segment in torch.cuda.memory_snapshot()
+        if tuple(segment.get("segment_pool_id", (0, 0))) != (0, 0)
+    ]

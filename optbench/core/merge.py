@@ -18,6 +18,10 @@ Merging copies every file the destination lacks and, for the files that several 
 tree of the old layout, with asv's files beside optbench's (``<machine>/machine.json``,
 ``<machine>/<commit>-<env>.json``, ``benchmarks.json`` at its root), has them merged into asv's tree
 (``asv/``) all the same.
+
+A source that is neither an optbench or asv results tree (a file outside that layout, or none in
+it) nor a tar of one is refused, as is a destination folder that cannot be written: one line on
+stderr, exit 2, nothing merged from any source.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ import argparse
 import itertools
 import json
 import math
-import shutil
 import sys
 import tarfile
 import tempfile
@@ -40,8 +43,9 @@ from optbench.core.store import (
     StoredRun,
     read_records,
     records_stem,
+    require_writable,
     results_dir,
-    unwritable,
+    write_atomic,
     write_json_atomic,
 )
 
@@ -145,8 +149,7 @@ def merge_tree(src: Path, dest: Path) -> list[str]:
             )
             # an old-layout file the destination lacks: as it is
             if run_id is None and not store.legacy_path(machine, commit).exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(path, target)
+                write_atomic(target, path.read_bytes())
                 changed.append(str(rel))
                 continue
             known = {r.run_id: r.records for r in store.runs(machine, commit)}
@@ -162,15 +165,78 @@ def merge_tree(src: Path, dest: Path) -> list[str]:
             write_json_atomic(target, merged)
             changed.append(str(rel))
         else:  # new here, or newer: the later source wins
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
+            write_atomic(target, path.read_bytes())
             changed.append(str(rel))
     return changed
 
 
+def _misplaced(rel: Path) -> bool:
+    """Whether a file of a tree (path relative to its root) has no place in a results tree: at its
+    root any file but asv's ``benchmarks.json`` of the old layout; directly in a machine folder any
+    but asv's ``.json`` files of the old layout; in a machine's ``optbench/`` any but a records
+    file at its place; in ``asv/`` any but ``benchmarks.json`` and a machine's ``.json`` files. A
+    file in a machine's other folders (profiles, probes' outputs, ...) has its place."""
+    if rel.parts[0] == ASV_DIR:
+        return rel.parts[1:] != ("benchmarks.json",) and not (
+            len(rel.parts) == 3 and rel.suffix == ".json"
+        )
+    if len(rel.parts) <= 2:
+        return _asv_file(rel) is None
+    return rel.parts[1] == RECORDS_DIR and _records_file(rel) is None
+
+
+def tree_problem(root: Path) -> str | None:
+    """Why the folder ``root`` is not an optbench or asv results tree (the layout of
+    ``optbench.core.store``, asv's tree included, or the old one), in words; None where it is: it
+    holds files, each at its place (:func:`_misplaced`), and asv's files are JSON objects, its
+    results files with the columns a merge reads."""
+    files = sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
+    if not files:
+        return "it holds no file"
+    misplaced = [rel for rel in files if _misplaced(rel)]
+    if misplaced:
+        return (
+            f"{len(misplaced)} of its {len(files)} files "
+            f"{'lies' if len(misplaced) == 1 else 'lie'} outside its layout "
+            f"(<machine>/{RECORDS_DIR}/<commit>/<run id>.jsonl.gz, {ASV_DIR}/<machine>/*.json, "
+            f"<machine>/<folder>/...), e.g. {misplaced[0]}"
+        )
+    for rel in files:
+        asv = _asv_file(rel)
+        if asv is None:
+            continue
+        try:
+            data = json.loads((root / rel).read_bytes())
+        except (OSError, ValueError) as exc:
+            return f"{rel} is not asv's: no JSON ({exc})"
+        if not isinstance(data, dict):
+            return f"{rel} is not asv's: no JSON object"
+        results = len(asv.parts) == 3 and asv.name != "machine.json"
+        lacks = sorted({"results", "result_columns"} - data.keys()) if results else []
+        if lacks:
+            return f"{rel} is not asv's results: no {' or '.join(lacks)}"
+    return None
+
+
+def folders_written(src: Path, dest: Path) -> set[Path]:
+    """The folders of the results root ``dest`` that merging the results root ``src`` into it may
+    write in: those of each file ``dest`` lacks as it is, and of a records file its run's."""
+    folders = set()
+    for path in (p for p in src.rglob("*") if p.is_file()):
+        rel = path.relative_to(src)
+        target = dest / (_asv_file(rel) or rel)
+        if target.is_file() and target.read_bytes() == path.read_bytes():
+            continue
+        folders.add(target.parent)
+        where = _records_file(rel)
+        if where is not None:
+            folders.add(dest / where[0] / RECORDS_DIR / where[1])
+    return folders
+
+
 def _results_root(path: Path, scratch: Path) -> Path:
     """A results root from a folder (the root itself, or a folder holding ``results/``) or a tar of
-    one."""
+    one (unpacked into ``scratch``; ``tarfile.TarError`` or ``OSError`` where it is none)."""
     if path.is_file():
         with tarfile.open(path) as tar:
             tar.extractall(scratch, filter="data")
@@ -179,6 +245,10 @@ def _results_root(path: Path, scratch: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``optbench merge SRC... [--into DEST]``: 0 once every source is merged; 2, with one line on
+    stderr and nothing merged, where a source is not a results tree nor a tar of one
+    (:func:`tree_problem`), or a folder of DEST cannot be written
+    (``optbench.core.store.CannotWrite``, checked before anything is)."""
     p = argparse.ArgumentParser(
         prog="optbench merge",
         description=__doc__,
@@ -198,22 +268,38 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(s) for s in args.sources if not s.exists()]
     if missing:
         p.error(f"no such results root or tar: {', '.join(missing)}")
-    problem = unwritable(dest)
-    if problem:
-        print(f"optbench merge: {problem}", file=sys.stderr)
-        return 2
-    for source in args.sources:
-        with tempfile.TemporaryDirectory() as scratch:
-            changed = merge_tree(_results_root(source, Path(scratch)), dest)
-        print(f"optbench merge: {source}: {len(changed)} files merged into {dest}")
-        for rel in changed:
-            print(f"  {rel}")
-        for folder in ignored_folders(dest, changed):
-            print(
-                f"optbench merge: {folder} is ignored by git (a machine with no committed "
-                f"results): commit it on purpose with `git add -f {folder}`",
-                file=sys.stderr,
-            )
+    require_writable(dest)
+    with tempfile.TemporaryDirectory() as scratch:
+        roots = []
+        for n, source in enumerate(args.sources):
+            try:
+                root = _results_root(source, Path(scratch, str(n)))
+                problem = tree_problem(root)
+            except tarfile.TarError as exc:
+                problem = f"no folder, and no tar archive ({str(exc).splitlines()[0].rstrip(':')})"
+            except OSError as exc:
+                problem = f"it cannot be read ({exc})"
+            if problem:
+                print(
+                    f"optbench merge: {source} is not an optbench or asv results tree, nor a "
+                    f"tar of one: {problem}; nothing merged",
+                    file=sys.stderr,
+                )
+                return 2
+            roots.append(root)
+        for folder in sorted({f for root in roots for f in folders_written(root, dest)}):
+            require_writable(folder)
+        for source, root in zip(args.sources, roots):
+            changed = merge_tree(root, dest)
+            print(f"optbench merge: {source}: {len(changed)} files merged into {dest}")
+            for rel in changed:
+                print(f"  {rel}")
+            for folder in ignored_folders(dest, changed):
+                print(
+                    f"optbench merge: {folder} is ignored by git (a machine with no committed "
+                    f"results): commit it on purpose with `git add -f {folder}`",
+                    file=sys.stderr,
+                )
     return 0
 
 

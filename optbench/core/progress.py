@@ -13,15 +13,17 @@ id>.jsonl``), opened in append mode and flushed per line:
   benchmark modules and torch, building the grid's cases, the machine info. CUDA's context, made at
   the first allocation, falls in the first case's build.
 - ``{"event": "start", "key", "benchmark"}`` before a case and ``{"event": "end", "key", "status",
-  "seconds", "build_seconds", "check_seconds", "compile_seconds", ...}`` after it, whatever its
-  outcome (status ``interrupted`` where an interrupt stopped it; ``aborted`` where it raised past
-  the runner's handlers otherwise). A case that the run's time budget left out ends with
-  ``"not_started": true`` and no seconds.
+  "seconds", "build_seconds", "check_seconds", "compile_seconds", ..., "figure"}`` after it,
+  whatever its outcome (status ``interrupted`` where an interrupt stopped it; ``aborted`` where it
+  raised past the runner's handlers otherwise). A case that the run's time budget left out ends with
+  ``"not_started": true`` and no seconds. ``figure`` (an ok case only, :func:`figure`): the median
+  ms of each of its metrics by its record's primary clock.
 
 Every event carries ``t`` (Unix time) and ``pid``. The ``optbench run`` process follows the file
 while asv runs (:class:`Follower`): on a terminal, a rich progress bar with the running case,
 done/total, elapsed time and ETA, and one line per finished case above it; elsewhere (CI logs) the
-line per finished case alone (:func:`case_line`). Done/total/ETA come from the events by one pure
+line per finished case alone (:func:`case_line`). asv's own output goes to a log file, shown as well
+where asked for (:func:`run_followed`). Done/total/ETA come from the events by one pure
 function, :func:`tally`: the ETA sums, over the cases left, how long each took on this machine
 before (:func:`expected_seconds`: the median of its stored records), and for a case never run here
 the mean seconds per finished case of this run (it leaves out each process's start-up and asv's own
@@ -131,6 +133,7 @@ def case_ended(
         if rec is not None
         else (ABORTED, f"{type(exc).__name__}: {exc}" if exc is not None else "")
     )
+    shown = figure(rec) if rec is not None else None
     emit(
         "end",
         key=key,
@@ -140,7 +143,29 @@ def case_ended(
         reason=reason[:300],
         **({"not_started": True} if timed.get("seconds") is None and rec is not None else {}),
         **{f: timed[f] for f in PHASE_FIELDS if timed.get(f) is not None},
+        **({"figure": shown} if shown else {}),
     )
+
+
+def figure(rec: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a case's line shows of its record ``rec``: ``{"clock", "ms": {metric: median ms}}``,
+    each metric timed by the record's primary clock (by wall time where none is: a CPU); None for a
+    case that is not ok or has no timing."""
+    from optbench.core.records import Record
+
+    view = Record.of(rec)
+    if not view.ok:
+        return None
+    clock = view.primary_clock
+    if not any(view.timing(m, clock) for m in view.metrics):
+        clock = "wall"
+    ms = {m: t.median_ms for m in view.metrics if (t := view.timing(m, clock)) is not None}
+    return {"clock": clock, "ms": ms} if ms else None
+
+
+def milliseconds(ms: float) -> str:
+    """``ms`` as a case's line shows it: whole ms from 100 up, else three significant digits."""
+    return f"{ms:.0f}" if abs(ms) >= 100 else f"{ms:.3g}"
 
 
 def planned_cases(benchmarks: Iterable[Any], suite: str, select: str | None = None) -> list[str]:
@@ -159,9 +184,17 @@ def planned_cases(benchmarks: Iterable[Any], suite: str, select: str | None = No
     return [k for k in keys if not select or re.search(select, k)]
 
 
-def asv_timed(benchmarks: Iterable[Any], suite: str) -> list[str]:
-    """The benchmarks of ``suite`` that asv times itself (no grid, so no progress events)."""
-    return [b.name for b in benchmarks if b.kind == "cpu" and b.cases(suite)]
+def asv_timed(benchmarks: Iterable[Any], suite: str, select: str | None = None) -> list[str]:
+    """The benchmarks of ``suite`` that asv times itself (no grid, so no progress events), those
+    with a case whose record key ``select`` matches where given."""
+    from optbench.core.store import record_key
+
+    return [
+        b.name
+        for b in benchmarks
+        if b.kind == "cpu"
+        and any(not select or re.search(select, record_key(b.name, p)) for p in b.cases(suite))
+    ]
 
 
 def expected_seconds(runs: Iterable[Any], keys: Iterable[str]) -> dict[str, float]:
@@ -278,6 +311,16 @@ def tally(
     return Tally(len(finished), total, running, elapsed_s, mean, eta, statuses)
 
 
+def ended(events: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """The last 'end' event of each case that ``events`` (in order) end, by key, in the order they
+    first ended."""
+    last: dict[str, Mapping[str, Any]] = {}
+    for event in events:
+        if event.get("event") == "end":
+            last[event.get("key")] = event
+    return last
+
+
 def clock(seconds: float | None) -> str:
     """``seconds`` as m:ss or h:mm:ss; '?' for None."""
     if seconds is None:
@@ -288,16 +331,20 @@ def clock(seconds: float | None) -> str:
 
 
 def case_line(event: Mapping[str, Any], t: Tally) -> str:
-    """The line of one finished case: key, status, seconds, done/total, elapsed, ETA."""
-    took = "" if event.get("seconds") is None else f", {event['seconds']:.1f} s"
+    """The line of one finished case: done/total, key, status (with its reason where not ok), its
+    figure (:func:`figure`), the seconds it took, elapsed, ETA."""
+    shown = event.get("figure") or {}
+    measured = ", ".join(f"{m} {milliseconds(v)} ms" for m, v in (shown.get("ms") or {}).items())
+    took = "" if event.get("seconds") is None else f", took {event['seconds']:.1f} s"
     reason = (
         f" ({event['reason'][:80]})"
         if event.get("status") not in ("ok", None) and event.get("reason")
         else ""
     )
     return (
-        f"optbench: [{t.done}/{t.total}] {event.get('key')}: {event.get('status')}{reason}{took}; "
-        f"elapsed {clock(t.elapsed_s)}, ETA {clock(t.eta_s)}"
+        f"optbench: [{t.done}/{t.total}] {event.get('key')}: {event.get('status')}{reason}"
+        + (f", {measured} ({shown.get('clock')})" if measured else "")
+        + f"{took}; elapsed {clock(t.elapsed_s)}, ETA {clock(t.eta_s)}"
     )
 
 
@@ -320,8 +367,9 @@ def read_events(path: Path) -> list[dict[str, Any]]:
 class Follower:
     """Follows a run's progress file from the ``optbench run`` process while asv runs: a thread
     reads the lines appended since its last look (every ``poll_s``) and shows them (``live``: rich's
-    progress bar, with a line per finished case printed above it; else that line alone, on stdout).
-    :meth:`print` shows another line (asv's output) without breaking the bar."""
+    progress bar, with a line per finished case printed above it, gone once the run ends; else that
+    line alone, on stdout). :meth:`print` shows another line (asv's output) without breaking the
+    bar."""
 
     def __init__(
         self,
@@ -357,6 +405,7 @@ class Follower:
                 rp.TimeElapsedColumn(),
                 rp.TextColumn("ETA {task.fields[eta]}"),
                 console=console,
+                transient=True,
             )
             self._task = self._progress.add_task("asv: starting", total=total or None, eta="?")
 
@@ -521,16 +570,16 @@ def _wait_gone(pids: Iterable[int], until: float) -> None:
 
 
 def stop_processes(
-    proc: subprocess.Popen, measuring: Iterable[int], grace_s: float = STOP_GRACE_S
+    proc: subprocess.Popen, measuring: Iterable[int], signum: int, grace_s: float = STOP_GRACE_S
 ) -> None:
     """End ``proc`` (asv, the leader of its own process group), its group and the processes
-    ``measuring`` (those of the cases running): SIGTERM to ``measuring`` first, and as long as
-    ``grace_s`` for them to record what they stopped and end; then SIGINT to ``proc``'s group (asv
-    ends the process it runs, then itself) and as long again; then SIGKILL to whatever still
-    runs."""
+    ``measuring`` (those of the cases running): ``signum`` (the signal that stopped the run, which
+    they record) to ``measuring`` first, and as long as ``grace_s`` for them to record what they
+    stopped and end; then SIGINT to ``proc``'s group (asv ends the process it runs, then itself)
+    and as long again; then SIGKILL to whatever still runs."""
     measuring = [pid for pid in measuring if pid != proc.pid]
     for pid in measuring:
-        _signal(pid, signal.SIGTERM)
+        _signal(pid, signum)
     _wait_gone(measuring, time.monotonic() + grace_s)
     _signal(proc.pid, signal.SIGINT, group=True)
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -547,20 +596,24 @@ def run_followed(
     env: Mapping[str, str],
     follower: Follower,
     cwd: Path,
+    log: Path,
+    echo: bool = False,
     grace_s: float = STOP_GRACE_S,
 ) -> int:
-    """Run ``command`` with its output (stdout and stderr, line by line) shown through ``follower``
-    while it follows the progress file; the command's exit status.
+    """Run ``command`` with its output (stdout and stderr, line by line) written to the file
+    ``log`` (appended, flushed per line) and, with ``echo``, shown through ``follower`` too, while
+    the follower follows the progress file; the command's exit status.
 
     The command's processes end with this one. The command runs in a process group of its own, bound
     to this process (:func:`exec_bound`: SIGINT when this process ends, even by SIGKILL; a grid
     process is bound to its parent in turn), so a terminal's Ctrl-C reaches this process alone;
     SIGINT or SIGTERM here is passed on (:func:`stop_processes`: the processes of the cases running
-    then, from the progress file, first), and once they have ended :class:`RunInterrupted` names
-    those cases. Later signals are ignored meanwhile. Call it from the main thread."""
+    then, from the progress file, first, with the same signal, so that they record the one that
+    stopped the run), and once they have ended :class:`RunInterrupted` names those cases. Later
+    signals are ignored meanwhile. Call it from the main thread."""
     from optbench.core.signals import Interrupted, interruptible
 
-    with follower, interruptible():
+    with follower, interruptible(), open(log, "a", encoding="utf-8") as sink:
         proc = subprocess.Popen(
             [sys.executable, "-c", BOUND, str(os.getpid()), *command],
             cwd=cwd,
@@ -575,7 +628,10 @@ def run_followed(
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
-                follower.print(line.rstrip("\n"))
+                sink.write(line)
+                sink.flush()
+                if echo:
+                    follower.print(line.rstrip("\n"))
             return proc.wait()
         except KeyboardInterrupt as exc:
             follower.poll()
@@ -584,6 +640,6 @@ def run_followed(
                 for key, pid in running_cases(follower.events).items()
                 if isinstance(pid, int) and alive(pid)
             }
-            stop_processes(proc, running.values(), grace_s)
             name = exc.signal if isinstance(exc, Interrupted) else "SIGINT"
+            stop_processes(proc, running.values(), signal.Signals[name], grace_s)
             raise RunInterrupted(name, running) from exc

@@ -15,7 +15,9 @@ holds the seconds of each phase of its case (``build_seconds`` with its ``build_
 ``check_seconds``, ``compile_seconds``: torch.compile's seconds in the build and the check, what the
 case costs to compile; ``timing_seconds`` with its ``timing_compile_seconds``, ``memory_seconds``);
 each case's start and end, with those seconds, also go to the run's progress file
-(:mod:`optbench.core.progress`), which ``optbench run`` follows.
+(:mod:`optbench.core.progress`), which ``optbench run`` follows. On a GPU a record also holds its
+case's own ``memory`` (:class:`optbench.core.memory.CaseMeter`: the peak over its build, warm-up
+and timing, not its check; what stays resident) beside each metric's per-call peak.
 """
 
 from __future__ import annotations
@@ -468,10 +470,11 @@ def timed_phase(
 def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) -> None:
     from optbench.core.lockstep import partner
     from optbench.core.machine import gpu_state
-    from optbench.core.memory import peak_memory
+    from optbench.core.memory import CaseMeter, peak_memory
     from optbench.core.timing import measure
 
     work, phase, baseline = None, "build", _allocated(device)
+    meter = CaseMeter(device)
     if partner() is not None:  # the whole record, whatever its end, is the paired design's
         rec["lockstep"] = {}
     # what earlier cases of this process still hold: not this case's own memory
@@ -479,7 +482,11 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
         rec["mem_before_bytes"] = baseline
     try:
         # inputs, models, references
-        with timed_phase(rec, "build_seconds", compile_field="build_compile_seconds"):
+        with (
+            timed_phase(rec, "build_seconds", compile_field="build_compile_seconds"),
+            meter.metering(),
+            meter.counting(),
+        ):
             # (a step captured in a CUDA graph compiles here, in its warm-up calls)
             work = case.build()
         rec["compile_seconds"] = rec.get("build_compile_seconds", 0.0)
@@ -494,6 +501,7 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
             pair = partner()
             with (
                 timed_phase(rec, "timing_seconds", compile_field="timing_compile_seconds"),
+                meter.counting(),
                 pair.session(f"{key} {name}") if pair else nullcontext() as turns,
             ):
                 rec["metrics"][name] = measure(
@@ -514,6 +522,8 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
                         work.before_memory()
                     rec["mem_base_bytes"][name] = _allocated(device)
                     rec["peak_mem_bytes"][name] = peak_memory(fn, device=device)
+        if work.timed:  # a case timed elsewhere only (work.measured) used no memory here
+            rec["memory"] = meter.result()
         rec["metrics"].update(work.measured)  # timed elsewhere (after the check passed there)
     except NotImplementedError as exc:
         rec.update(status="skipped", reason=str(exc) or type(exc).__name__)

@@ -34,6 +34,7 @@ process (records that share their ``date``).
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import json
@@ -79,16 +80,31 @@ def results_dir() -> Path:
     return current().results or REPO_ROOT / "results"
 
 
-def unwritable(root: Path) -> str | None:
-    """Why no file can be written into the results root ``root`` (made, with its parents, where
-    missing), in words that name it; None where one can."""
+class CannotWrite(OSError):
+    """A path optbench cannot write (a read-only folder, a file where a folder goes, a full disk):
+    its message, one line, names the path and why. ``optbench`` prints it as ``optbench: cannot
+    write <path> (<why>)`` and exits 2 (:func:`optbench.cli.main`)."""
+
+    def __init__(self, path: Path, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause), str(path))
+
+    def __str__(self) -> str:
+        return f"cannot write {self.filename} ({self.strerror})"
+
+
+def require_writable(folder: Path) -> None:
+    """Check, leaving nothing behind, that files can be written in ``folder`` (made with its parents
+    by whoever writes there, where missing): the nearest part of it that exists must be a folder
+    that takes a file. :class:`CannotWrite` naming ``folder`` where not."""
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=root):
+        if not existing.is_dir():
+            where = "" if existing == folder else f"{existing} is "
+            raise NotADirectoryError(errno.ENOTDIR, f"{where}not a folder")
+        with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as exc:
-        return f"{root} is not a writable folder ({exc.strerror or exc})"
-    return None
+        raise CannotWrite(folder, exc) from exc
 
 
 def asv_results_dir(root: Path | str | None = None) -> Path:
@@ -129,22 +145,26 @@ def current_run_id() -> str:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part;
+    :class:`CannotWrite` where it cannot (the file as it was)."""
     try:
-        # mkstemp makes 0600; the file it replaces was an ordinary one
-        os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        umask = os.umask(0)
+        os.umask(umask)
+        try:
+            # mkstemp makes 0600; the file it replaces was an ordinary one
+            os.chmod(tmp, 0o666 & ~umask)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise CannotWrite(path, exc) from exc
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -14,8 +14,11 @@ GPUs: lent machines of one kind differ by more than a change worth catching, so 
 only against runs of the same GPU (the UUID in each run's machine record, :func:`gpu_of`; a run
 that shared its host with others, a shard of ``run --gpus``, is another GPU's). For each
 record, the base and head runs on each GPU that ran it at both commits are compared; a record that
-no GPU ran at both commits is compared across GPUs, labelled CROSS-GPU, and never gated. A run
-without a GPU UUID (a CPU machine, records from before UUIDs) shares a GPU with no run.
+no GPU ran at both commits is compared across GPUs, labelled CROSS-GPU, and never gated. A CPU
+machine is one as a GPU is: its host id and CPU model, which its machine name holds, in each run's
+machine record; runs of one such host are compared and gated as those of one GPU. A GPU run
+without a UUID, or a CPU run without a host id (records from before them), shares its unit with
+no run.
 
 The rule, per record, metric and clock (``device``, ``device_warm``, ``wall``), on one GPU:
 
@@ -69,7 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from optbench.core.changepoints import gpu_unit
+from optbench.core.changepoints import cpu_unit, gpu_unit
 from optbench.core.records import INTERRUPTED, OK, Record, TimingView
 from optbench.core.runner import measured_commit
 from optbench.core.store import REPO_ROOT, ResultStore, StoredRun
@@ -170,8 +173,9 @@ class Change:
 
 def gpu_of(run: StoredRun) -> str | None:
     """The GPU a run measured on (``optbench.core.changepoints.gpu_unit``: its UUID, and how many
-    runs shared its host where more than one); None where unknown."""
-    return gpu_unit(run.info)
+    runs shared its host where more than one), or for a run without a GPU its CPU machine
+    (``cpu_unit``: its host id and CPU model); None where unknown."""
+    return gpu_unit(run.info) or cpu_unit(run.info)
 
 
 def git_commit(ref: str) -> str | None:

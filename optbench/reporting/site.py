@@ -858,7 +858,9 @@ def _write_pages(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``optbench report``: asv's site and optbench's pages; --headline rewrites docs/results.md."""
+    """``optbench report``: asv's site and optbench's pages; --headline rewrites docs/results.md.
+    Exit 0; 2, with one line on stderr and nothing written, where a ref of ``--compare`` has no
+    stored runs on any machine (``optbench.gate.compare.resolve``)."""
     p = argparse.ArgumentParser(
         prog="optbench report",
         description=__doc__,
@@ -877,6 +879,21 @@ def main(argv: list[str] | None = None) -> int:
         "--headline", action="store_true", help=f"rewrite the headline page {HEADLINE_PAGE}"
     )
     args = p.parse_args(argv)
+    if args.compare:
+        store = ResultStore(args.results)
+        unknown = [
+            ref
+            for ref in args.compare
+            if not any(resolve(store, machine, ref) for machine in store.machines())
+        ]
+        if unknown:
+            print(
+                f"optbench report: --compare {' '.join(args.compare)}: "
+                f"{' and '.join(map(repr, unknown))} {'has' if len(unknown) == 1 else 'have'} "
+                f"no stored runs on any machine (results in {store.root}); nothing written",
+                file=sys.stderr,
+            )
+            return 2
     publish(args.results, args.html, args.compare)
     if args.headline:
         write_headline(REPO_ROOT / HEADLINE_PAGE, ResultStore(args.results))

@@ -550,10 +550,24 @@ def suite_cases(suite: str) -> list[tuple[str, dict[str, str]]]:
     return [(b.name, params) for b in BENCHMARKS.values() for params in b.cases(suite)]
 
 
-def asv_pattern(suite: str) -> str:
-    """asv's ``--bench`` regex selecting the benchmarks of ``suite`` (every track method of
-    each)."""
-    return "^(" + "|".join(re.escape(name) for name in SUITES[suite]) + r")\."
+def asv_pattern(suite: str, select: str | None = None) -> str:
+    """asv's ``--bench`` regex selecting the benchmarks of ``suite`` (every track method of each);
+    with ``select``, those of them with a case it selects (:func:`selected_benchmarks`)."""
+    names = selected_benchmarks(suite, select)
+    return "^(" + "|".join(re.escape(name) for name in names) + r")\."
+
+
+def selected_benchmarks(suite: str, select: str | None = None) -> list[str]:
+    """The benchmarks of ``suite`` with a case whose record key ``select`` (a regex) matches; all of
+    them without ``select``."""
+    from optbench.core.store import record_key
+
+    return [
+        name
+        for name in SUITES[suite]
+        if not select
+        or any(re.search(select, record_key(name, p)) for p in BENCHMARKS[name].cases(suite))
+    ]
 
 
 #: The cases ``optbench ab`` measures by default (a regex on case keys, in the full suite): a kernel

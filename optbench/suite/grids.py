@@ -158,6 +158,25 @@ def measure_suite(
     return kept
 
 
+def unmeasured(name: str) -> list[tuple[str, ...]]:
+    """The combinations of asv's grid of benchmark ``name`` (``Benchmark.asv_params``: every
+    suite's) that this run leaves out by its settings, each a tuple of its parameter values: those
+    outside its suite, and those ``$OPTBENCH_SELECT`` does not select. :func:`measure_suite` records
+    them as skips; asv skips them before their ``setup``, without a word (the grid classes'
+    ``skip_params``, ``benchmarks/common.py``), so a run's output never lists them."""
+    from optbench.core.store import record_key
+
+    settings = current()
+    entry = catalog.benchmark(name)
+    ours = {record_key(name, params) for params in entry.cases(settings.suite)}
+    left_out = []
+    for combo in itertools.product(*entry.asv_params()):
+        key = record_key(name, dict(zip(entry.param_names, combo)))
+        if key not in ours or (settings.select and not re.search(settings.select, key)):
+            left_out.append(tuple(combo))
+    return left_out
+
+
 def _short(select: str | None, width: int = 80) -> str | None:
     """``select`` cut to ``width`` characters (a shard's selection names every key it holds)."""
     if select is None or len(select) <= width:

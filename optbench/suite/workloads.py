@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from kernels.numerics import rel_err
+from optbench.core.memory import not_counted
 from optbench.core.runner import Work, WrongResult
 from optbench.core.store import DEVICE_CLOCK
 
@@ -387,15 +388,17 @@ def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
         _REFERENCES[key] = _REFERENCES.pop(key)  # now the most recently used
     while key not in _REFERENCES and len(_REFERENCES) >= _KEEP_REFERENCES:
         del _REFERENCES[next(iter(_REFERENCES))]  # a 1B reference is 8.8 GB of host memory
-    place_references(key, home)
     try:
-        if key not in _REFERENCES:
-            _REFERENCES[key] = baseline_of(
-                lambda opts: build_step(config, opts, device, seed, profile=profile),
-                reference,
-                options.precision,
-                host=home == "cpu",
-            )
+        # the check's reference is not the step's memory (records.CaseMemory.reference_bytes)
+        with not_counted():
+            place_references(key, home)
+            if key not in _REFERENCES:
+                _REFERENCES[key] = baseline_of(
+                    lambda opts: build_step(config, opts, device, seed, profile=profile),
+                    reference,
+                    options.precision,
+                    host=home == "cpu",
+                )
         step = build_step(config, options, device, seed, profile=profile)
     except UnsupportedOptions as exc:
         raise NotImplementedError(str(exc)) from exc
