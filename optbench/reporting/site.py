@@ -697,18 +697,24 @@ def asv_publish(results: Path, html: Path) -> str | None:
     return None
 
 
+def _branch_heads(conf: Path) -> str:
+    """The commits of the branches the asv configuration ``conf`` names (git rev-parse's output;
+    '' without git)."""
+    branches = json.loads(conf.read_text()).get("branches", [])
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", *branches], cwd=REPO_ROOT, capture_output=True, text=True
+        ).stdout
+    except OSError:
+        return ""
+
+
 def _asv_inputs(results: Path) -> str:
     """A digest of what asv's site is made from: the results root and asv's results in it,
     asv.conf.json, the commits of the branches it names, and the code (asv's version with it)."""
     conf = REPO_ROOT / "asv.conf.json"
-    branches = json.loads(conf.read_text()).get("branches", [])
-    try:
-        heads = subprocess.run(
-            ["git", "rev-parse", *branches], cwd=REPO_ROOT, capture_output=True, text=True
-        ).stdout
-    except OSError:
-        heads = ""
     found = files_digest(asv_results_dir(results))
+    heads = _branch_heads(conf)
     return ReportCache.key("asv", (str(results.resolve()), found, conf.read_bytes(), heads))
 
 
