@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,7 +21,7 @@ from models.variants import ABLATED, ABLATION, ADDED
 from optbench.core.hardware import lookup
 from optbench.core.records import NOT_MEASURED
 from optbench.core.store import REPO_ROOT, ResultStore
-from optbench.reporting import charts, data, headline, site
+from optbench.reporting import charts, data, headline, memory, site
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -56,7 +57,8 @@ def test_publish_writes_index_and_chart_pages(store, published):
     [(results, stage)] = calls  # asv's site goes into the stage beside the trees, then in with them
     assert results == store.root and stage.parent == out.parent
     assert stage.name.startswith(site.STAGE_PREFIX) and not stage.exists()
-    assert sorted(p.name for p in out.parent.iterdir()) == ["index.html", "optbench"]
+    published = sorted(p.name for p in out.parent.iterdir() if not p.name.startswith("."))
+    assert published == ["index.html", "optbench"]
     text = (out / "index.html").read_text()
     assert 'href="../asv/index.html"' in text
     for name in site.PAGES:
@@ -316,9 +318,17 @@ def test_the_headline_page_is_written_whole(store, tmp_path):
 
 
 def _tree(root: Path) -> dict[str, bytes]:
+    """The published files under ``root`` (not the report's cache), by path."""
     return {
-        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.relative_to(root).parts[0] == ".cache"
     }
+
+
+def _forget(html: Path) -> None:
+    """Drop the report's cache: the next publish makes every page again."""
+    shutil.rmtree(html / site.CACHE)
 
 
 def _fake_asv(results: Path, html: Path) -> None:
@@ -358,6 +368,7 @@ def test_a_publish_that_fails_midway_leaves_the_previous_pages_byte_identical(
     def fail(*args, **kwargs):
         raise RuntimeError("killed midway")
 
+    _forget(html)
     with monkeypatch.context() as mp:  # while the pages are written: after the first, at history
         written = site.write_page
         mp.setattr(
@@ -412,6 +423,7 @@ def test_a_publish_killed_midway_leaves_the_previous_pages_whole(store, tmp_path
     subprocess.run([sys.executable, "-c", script, "fast"], env=env, check=True, timeout=300)
     before = _tree(html)
     (tmp_path / "page").unlink()
+    _forget(html)
     proc = subprocess.Popen([sys.executable, "-c", script, "slow"], env=env)
     try:
         deadline = time.monotonic() + 300
@@ -424,9 +436,9 @@ def test_a_publish_killed_midway_leaves_the_previous_pages_whole(store, tmp_path
     assert {k: v for k, v in _tree(html).items() if not k.startswith(site.STAGE_PREFIX)} == before
 
 
-def test_asv_publish_skips_a_foreign_results_dir(tmp_path, capsys):
-    site.asv_publish(tmp_path / "results", tmp_path / "html")
-    assert "asv publish skipped" in capsys.readouterr().out
+def test_asv_publish_skips_a_foreign_results_dir(tmp_path):
+    said = site.asv_publish(tmp_path / "results", tmp_path / "html")
+    assert said and said.startswith("skipped: asv reads asv.conf.json's results_dir")
 
 
 def test_main_with_an_empty_store_still_writes_the_index(asv_calls, tmp_path):
@@ -490,7 +502,7 @@ def test_speedups_divide_by_each_variants_own_reference(tmp_path):
         "cuda-graph vs graph-prereqs",
         "triton-qknorm vs qknorm",
     }
-    assert site.speedup_parts(history)  # the chart draws n/a as no bar
+    assert site.speedup_parts(history)[0].png().startswith(PNG)  # the chart draws n/a as no bar
 
 
 def _ablation_store(root, missing: str) -> ResultStore:
@@ -627,7 +639,8 @@ def test_a_cold_time_at_or_under_its_floor_is_a_measurement_problem_not_a_bar(tm
     assert ratios["eager"].cold == pytest.approx(2.0) and ratios["eager"].warm == pytest.approx(1.0)
     assert ratios["eager"].fits_l2 is True
     assert [r.suspect for r in ratios.values()] == [False, True, True]
-    fig, text, table = site.roofline_parts(history)
+    chart, text, table = site.roofline_parts(history)
+    fig = chart.figure()
     assert "Measurement problems: 2 cold-L2 device times" in text
     assert (
         "<td>triton</td><td>0.80×</td><td>yes</td>" in table
@@ -657,8 +670,8 @@ def test_a_roofline_without_problems_has_no_list_and_old_records_have_no_warm_fi
     history = _floor_run(tmp_path, {"eager": 3.0}, fits_l2=None, warm=False)
     ratio = data.floor_ratios(history[-1])["RMSNorm fwd"]["8192x768"]["eager"]
     assert ratio.warm is None and ratio.fits_l2 is None and not ratio.suspect
-    (fig,) = site.roofline_parts(history)
-    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["8192x768"]
+    (chart,) = site.roofline_parts(history)
+    assert [t.get_text() for t in chart.figure().axes[0].get_xticklabels()] == ["8192x768"]
 
 
 def test_a_speedup_needs_its_reference_from_the_same_run(tmp_path):
@@ -738,9 +751,11 @@ def test_history_page_lists_the_flagged_change_and_writes_its_charts(published):
         "<td>shape=16384x4096 impl=triton fwd (device)</td>"
     )
     assert row in page
+    section = page[: page.index("h100-sxm-emulating-t4")]
     pngs = [p for p in images(out / "history.html") if p.name.startswith("history-h100-sxm-")]
-    # a chart per benchmark
-    assert len(pngs) == page[: page.index("h100-sxm-emulating-t4")].count("<h3>bench_")
+    # the metrics that changed, before the table of the gate's verdicts; then a chart per benchmark
+    assert section.index(pngs[0].name) < section.index(row)
+    assert len(pngs) == 1 + section.count("<h3>bench_")
     assert all(p.read_bytes().startswith(PNG) for p in pngs)
 
 
@@ -826,13 +841,57 @@ def test_history_chart_bands_the_change_points_commit_range(tmp_path):
 def test_history_page_lists_the_planted_change_point(tmp_path, asv_calls):
     store = change_point_store(tmp_path / "results")
     page = (site.publish(store.root, tmp_path / "html").parent / "history.html").read_text()
-    assert "1 change points in 1 series of a metric on one GPU" in page
+    assert "1 change points in 1 series searched" in page
     row = (
         f"<tr><td>bench_step.Step100M</td><td>variant=best step (wall)</td><td>{GPU_A[:12]}</td>"
         f"<td>{commit(8)[:12]} → {commit(9)[:12]}</td><td>1.2"
     )
     assert row in page
-    assert re.search(r"<td>1\.(19|20|21)\d×</td><td>\d+\.\d</td></tr>", page)
+    assert re.search(r"<td>1\.(19|20|21)\d× \(\+(19|20|21)\.\d%\)</td><td>\d+\.\d</td></tr>", page)
+    # before any chart of the page; the index lists it too, under the machine's headline
+    assert page.index(row) < page.index("<img")
+    index = (tmp_path / "html" / "optbench" / "index.html").read_text()
+    assert index.index('<h2 id="h100-sxm">') < index.index(row) < index.index('class="thumbs"')
+
+
+def test_a_difference_between_two_gpus_is_counted_never_listed(tmp_path, asv_calls):
+    """Commit 1 measured on one GPU, commit 2 on another, 30% slower: no verdict, no band, no row;
+    the history page counts it (mutation: the CROSS-GPU verdict kept as a change)."""
+    store = ResultStore(tmp_path / "results")
+    for n, (ms, gpu) in enumerate([(50.0, "GPU-a"), (65.0, "GPU-b")], 1):
+        records = [_step("bench_step.Step100M", "best", ms, n)]
+        save(store, "h100-sxm", commit(n), f"2025-01-0{n}T12:00:00+00:00", records, gpu_uuid=gpu)
+    (series,) = data.time_histories(store, "h100-sxm")
+    assert not series.flagged and series.cross_gpu == 1
+    assert not charts.history_grid("t", [series], [commit(1), commit(2)]).axes[0].patches
+    page = (site.publish(store.root, tmp_path / "html").parent / "history.html").read_text()
+    assert "CROSS-GPU" not in page and "<table" not in page
+    assert "0 changes flagged by the regression gate" in page
+    assert "; 1 differences beyond the threshold between runs on different GPUs only" in page
+
+
+def test_the_index_leads_with_each_machines_headline_and_a_thumbnail_per_page(store, published):
+    """Per machine: each size's fastest step, eager's time over it, x HF (none measured: n/a) and
+    its memory, then a thumbnail of each page's first chart linking to its section."""
+    out, _ = published
+    page = (out / "index.html").read_text()
+    run = data.runs(store)["h100-sxm"][-1]
+    best, eager = (data.steps(run)["100M"][v] for v in ("best", "eager"))
+    row = (
+        f"<tr><td>100M @ {commit(3)[:8]}</td><td>best</td><td>{data.step_ms(best):.1f} "
+        f"[{data.step_iqr_ms(best):.1f}]</td><td>{data.step_ms(eager) / data.step_ms(best):.2f}×"
+        f"</td><td>n/a</td><td>{memory.step_memory(run, '100M', 'best', best).cell()}</td></tr>"
+    )
+    section = page[page.index('<h2 id="h100-sxm">') : page.index('<h2 id="h100-sxm-emulating-t4">')]
+    assert row in section and "†</td>" in row
+    thumbs = re.findall(r'<a href="(\w+)\.html#h100-sxm"><img src="([^"]+)"', section)
+    assert [page for page, _ in thumbs] == list(site.PAGES)
+    firsts = [
+        next(p.name for p in images(out / f"{name}.html") if p.name.startswith(f"{name}-h100-sxm-"))
+        for name in site.PAGES
+    ]
+    assert [src for _, src in thumbs] == firsts
+    assert section.index(row) < section.index('class="thumbs"')
 
 
 def test_asv_publishes_into_a_folder_of_its_own(tmp_path, monkeypatch):
@@ -842,7 +901,9 @@ def test_asv_publishes_into_a_folder_of_its_own(tmp_path, monkeypatch):
     from optbench.core.store import REPO_ROOT
 
     calls = []
-    monkeypatch.setattr(asv_atomic, "asv", lambda args, env=None: calls.append(args) or 0)
+    monkeypatch.setattr(
+        asv_atomic, "asv", lambda args, env=None, echo=True: calls.append(args) or 0
+    )
     site.asv_publish(REPO_ROOT / "results", tmp_path / "html")
     assert calls == [
         ["publish", "--no-pull", "--html-dir", str((tmp_path / "html" / "asv").resolve())]
@@ -850,9 +911,17 @@ def test_asv_publishes_into_a_folder_of_its_own(tmp_path, monkeypatch):
     assert json.loads((REPO_ROOT / "asv.conf.json").read_text())["html_dir"] == "html/asv"
 
 
-def test_publish_says_each_page_as_it_is_written(store, asv_calls, tmp_path, capsys):
-    """Writing the charts takes minutes on a large store: a line per page, none left silent."""
-    site.publish(store.root, tmp_path / "html")
-    lines = [line for line in capsys.readouterr().out.splitlines() if " page " in line]
-    assert [line.split(",")[1].strip() for line in lines] == [f"{name}.html" for name in site.PAGES]
-    assert lines[0].startswith(f"optbench report: page 1 of {len(site.PAGES)}")
+def test_publish_says_in_one_line_where_the_pages_are_and_how_long_it_took(
+    store, asv_calls, tmp_path, capsys
+):
+    """One line per publish, not one per page: where, how long, how many charts were drawn."""
+    html = tmp_path / "html"
+    site.publish(store.root, html)
+    (line,) = capsys.readouterr().out.splitlines()
+    charts_drawn = re.search(r"; (\d+) of \1 charts drawn; asv's site: ", line)
+    assert (
+        line.startswith(f"optbench report: {html / 'optbench' / 'index.html'} in ") and charts_drawn
+    )
+    site.publish(store.root, html)
+    (line,) = capsys.readouterr().out.splitlines()
+    assert "; records unchanged: the pages as before; " in line

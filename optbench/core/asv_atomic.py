@@ -53,16 +53,23 @@ def _over_disk(path: Path, data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "results": merged["results"], "durations": merged["durations"]}
 
 
-def asv(args: list[str], env: dict[str, str] | None = None) -> int:
+def asv(args: list[str], env: dict[str, str] | None = None, echo: bool = True) -> int:
     """Runs asv (through this module, so its JSON writer is atomic) in the repository root; its exit
-    code."""
+    code. Without ``echo``, asv's output is held back and written to stderr only where it fails."""
     import subprocess
 
     from optbench.core.store import REPO_ROOT
 
-    return subprocess.run(
-        [sys.executable, "-m", "optbench.core.asv_atomic", *args], cwd=REPO_ROOT, env=env
-    ).returncode
+    done = subprocess.run(
+        [sys.executable, "-m", "optbench.core.asv_atomic", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=not echo,
+        text=True,
+    )
+    if not echo and done.returncode:
+        sys.stderr.write(done.stdout + done.stderr)
+    return done.returncode
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -67,7 +67,7 @@ import statistics
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -326,6 +326,7 @@ def compare_runs(
         return run.machine, gpu_of(run)
 
     keys = dict.fromkeys(k for side in (base, head) for run in side for k in run.results())
+    medians = {id(run): run_medians(run) for side in (base, head) for run in side}
     changes: list[Change] = []
     for key in keys:
         old = [r for r in base if key in r.records]
@@ -340,9 +341,10 @@ def compare_runs(
                 noise,
                 threshold,
                 gpu,
+                medians,
             )
         if not common:
-            changes += _record_changes(old, new, key, where, noise, threshold, None)
+            changes += _record_changes(old, new, key, where, noise, threshold, None, medians)
     return changes
 
 
@@ -354,8 +356,10 @@ def _record_changes(
     noise: NoiseModel,
     threshold: float | None,
     gpu: str | None,
+    run_series: Mapping[int, dict[Series, float]],
 ) -> list[Change]:
-    """The changes of one record between runs of one GPU (``gpu``) or of different GPUs (None)."""
+    """The changes of one record between runs of one GPU (``gpu``) or of different GPUs (None);
+    ``run_series``: each run's :func:`run_medians` by the run's ``id``."""
     b, h = _latest(base, key), _latest(head, key)
     rec = h or b
     assert rec is not None
@@ -405,7 +409,7 @@ def _record_changes(
         ]
     assert b is not None and h is not None
     changes = []
-    medians = [[run_medians(r) for r in side] for side in (base, head)]
+    medians = [[run_series[id(r)] for r in side] for side in (base, head)]
     for metric in h.metrics:
         for clock in dict.fromkeys(series_clock(h, c) for c in h.clocks(metric)):
             tb, th = timing_of(b, metric, clock), timing_of(h, metric, clock)

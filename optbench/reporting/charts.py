@@ -2,31 +2,58 @@
 files, no HTML).
 
 Every function returns a :class:`matplotlib.figure.Figure` (no pyplot state) whose title names the
-machine.
+machine. A page asks for a :class:`Chart`, a figure not yet drawn: what it is drawn from is all it
+depends on, so the site draws it only where no figure of the same inputs is kept
+(:mod:`optbench.reporting.cache`); matplotlib is imported by the first figure drawn.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
-
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from optbench.gate.compare import Change, verdict
 from optbench.reporting.data import FloorRatio, TimeHistory
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
 # other verdicts (not gated): gray
 VERDICT_COLORS = {"REGRESSION": "tab:red", "improvement": "tab:green"}
 CHANGE_POINT_COLOR = "tab:purple"
+DPI = 80  # of the PNGs
+MAX_COMMIT_LABELS = 16  # under a history panel (3.8 inches)
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A figure to draw: ``draw(*args)``, a function of this module and plain data."""
+
+    draw: Callable[..., Figure]
+    args: tuple
+
+    def figure(self) -> Figure:
+        return self.draw(*self.args)
+
+    def png(self) -> bytes:
+        """The figure as a PNG at :data:`DPI` (the same inputs give the same bytes)."""
+        out = io.BytesIO()
+        self.figure().savefig(out, format="png", dpi=DPI)
+        return out.getvalue()
 
 
 def _figure(
     title: str, n: int, ncols: int = 2, width: float = 7.5, height: float = 4.2
 ) -> tuple[Figure, list[Axes]]:
     """A figure of n panels of ``width`` x ``height`` inches, ncols to a row."""
+    from matplotlib.figure import Figure
+
     ncols = min(ncols, n)
     nrows = math.ceil(n / ncols)
     fig = Figure(figsize=(width * ncols, height * nrows + 0.6), layout="constrained")
@@ -150,6 +177,8 @@ def roofline(title: str, panels: Sequence[tuple[str, dict[str, dict[str, FloorRa
 def changes(title: str, labels: Sequence[str], found: Sequence[Change]) -> Figure:
     """Horizontal bars of head/base − 1 in % of each change (finite, positive ratios), colored by
     its verdict."""
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(12, 1.5 + 0.28 * len(found)), layout="constrained")
     ax = fig.subplots()
     ax.barh(
@@ -169,12 +198,14 @@ def history_grid(
     title: str, series: Sequence[TimeHistory], commits: Sequence[str], ncols: int = 4
 ) -> Figure:
     """Small multiples, one panel per series, over ``commits`` (x, oldest first; each series'
-    commits among them): each run's median ms as a point with its samples' IQR as an error bar, a
-    line through each commit's geometric mean of run medians, a band at each commit with a verdict
+    commits among them; at most :data:`MAX_COMMIT_LABELS` of them named, evenly spaced, under the
+    lowest panel of each column): each run's median ms as a
+    point with its samples' IQR as an error bar, a line through each commit's geometric mean of run
+    medians, a band at each commit with a verdict
     (red: regression, green: improvement, gray: not gated) labelled with head/base − 1, and a
     hatched purple band over the commit range of each change point (its last commit before to its
     first after) labelled with after/before − 1 at the bottom."""
-    fig, axes = _figure(title, len(series), ncols=ncols, width=3.8, height=2.7)
+    fig, axes = _figure(title, len(series), ncols=ncols, width=3.8, height=2.2)
     x = {commit: i for i, commit in enumerate(commits)}
     for ax, s in zip(axes, series):
         xs, ys, low, high = [], [], [], []
@@ -234,11 +265,41 @@ def history_grid(
                 fontsize="x-small",
                 color=CHANGE_POINT_COLOR,
             )
-        ax.set_xticks(
-            range(len(commits)), [c[:7] for c in commits], rotation=90, fontsize="x-small"
-        )
-        ax.set_xlim(-0.5, len(commits) - 0.5)
         ax.set_title(s.label, fontsize="small")
         ax.set_ylabel(f"ms ({s.clock})", fontsize="small")
         ax.tick_params(axis="y", labelsize="x-small")
+        ax.set_xlim(-0.5, len(commits) - 0.5)
+        ax.set_xticks([])
+    every = math.ceil(len(commits) / MAX_COMMIT_LABELS)
+    for ax in axes[-ncols:]:  # the lowest panel of each column names the commits
+        ax.set_xticks(
+            range(0, len(commits), every),
+            [c[:7] for c in commits[::every]],
+            rotation=90,
+            fontsize="x-small",
+        )
+    return fig
+
+
+def time_against_memory(
+    title: str,
+    panels: Sequence[tuple[str, str, Sequence[tuple[str, float, float]]]],
+    marked: Sequence[str],
+) -> Figure:
+    """A panel per (title, x label, points): each point a step, (name, GB, ms per step); the
+    ``marked`` steps in colour, named in the figure's legend under the panels, the others gray."""
+    fig, axes = _figure(title, len(panels), ncols=min(3, len(panels)), width=5.5, height=4.2)
+    colors = {name: f"C{i}" for i, name in enumerate(marked)}
+    for ax, (name, xlabel, points) in zip(axes, panels):
+        others = [(gb, ms) for step, gb, ms in points if step not in colors]
+        if others:
+            ax.plot(*zip(*others), "o", color="tab:gray", markersize=4, label="other steps")
+        for step, gb, ms in points:
+            if step in colors:
+                ax.plot(gb, ms, "o", color=colors[step], markersize=7, label=step)
+        ax.set(title=name, xlabel=xlabel, ylabel="ms per step (wall clock)")
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
+    handles = {label: h for ax in axes for h, label in zip(*ax.get_legend_handles_labels())}
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=len(handles))
     return fig

@@ -15,6 +15,7 @@ regression gate's verdicts (:mod:`optbench.gate.compare`) and its change points
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from collections import defaultdict
@@ -33,7 +34,6 @@ from optbench.core.changepoints import (
     unit_series,
 )
 from optbench.core.records import Record
-from optbench.core.roofline import Ceilings
 from optbench.core.store import (
     DEVICE_CLOCK,
     MACHINE_KEY,
@@ -41,7 +41,15 @@ from optbench.core.store import (
     record_key,
     split_key,
 )
-from optbench.gate.compare import compare, series_clock, verdict
+from optbench.gate.compare import (
+    CROSS_GPU,
+    NoiseModel,
+    compare_runs,
+    machine_runs,
+    series_clock,
+    verdict,
+)
+from optbench.reporting.cache import ReportCache
 from optbench.suite import catalog
 from optbench.suite.catalog import ANCHOR_BENCHMARK
 
@@ -362,6 +370,8 @@ def peak_profile(run: Run) -> HardwareProfile | None:
 def mfu(rec: Record, profile: HardwareProfile | None) -> float | None:
     """Model FLOPs utilization of a step: flops['step'] / wall seconds / the profile's peak at its
     dtype."""
+    from optbench.core.roofline import Ceilings
+
     peak = Ceilings.from_profile(profile).peak(peak_dtype(rec)) if profile else None
     flops = rec.flops.get("step")
     return flops / (step_ms(rec) / 1e3) / (peak * 1e12) if peak and flops else None
@@ -550,12 +560,15 @@ class RunTime:
 class CommitTimes:
     """A metric's runs at one commit, and the gate's verdict (:func:`optbench.gate.compare.verdict`:
     'REGRESSION', 'improvement', '... (not gated)'; '' for none) with its head/base ratio, on the
-    change from the machine's previous commit to this one."""
+    change from the machine's previous commit to this one on one GPU; ``cross_gpu``: whether that
+    change, measured on different GPUs only, went beyond the metric's threshold (a difference
+    between GPUs: counted, never a verdict)."""
 
     commit: str
     runs: tuple[RunTime, ...]
     verdict: str = ""
     ratio: float | None = None
+    cross_gpu: bool = False
 
 
 @dataclass(frozen=True)
@@ -584,6 +597,11 @@ class TimeHistory:
         """The commits with a verdict."""
         return tuple(c for c in self.commits if c.verdict)
 
+    @property
+    def cross_gpu(self) -> int:
+        """How many commits differ from the previous one beyond the threshold across GPUs only."""
+        return sum(c.cross_gpu for c in self.commits)
+
     def unit_runs(self) -> list[tuple[str, list[RunMedian]]]:
         """(commit, run medians with their unit) in commit order, without the runs of no known
         unit: the input of :func:`optbench.core.changepoints.change_points`."""
@@ -600,15 +618,21 @@ class TimeHistory:
 
 
 def time_histories(
-    store: ResultStore, machine: str, min_commits: int = 2, threshold: float | None = None
+    store: ResultStore,
+    machine: str,
+    min_commits: int = 2,
+    threshold: float | None = None,
+    cache: ReportCache | None = None,
 ) -> list[TimeHistory]:
     """Each ok record's metrics on ``machine`` by the record's primary clock (wall where that has no
     timing), with every run's median and quartiles per commit and the unit it ran on, in the store's
     commit order (by the date of each commit's first run); only metrics measured at ``min_commits``
-    commits or more. Verdicts: ``compare(store, previous, commit, [machine], threshold)`` for each
-    commit after the first, on time metrics only (a status change is no time). Change points:
-    :func:`optbench.core.changepoints.change_points` of each metric's runs, each GPU on its own;
-    verdicts beyond what each comparison detects (none without a noise estimate on its GPU)."""
+    commits or more. Verdicts: :func:`optbench.gate.compare.compare_runs` of each commit's runs
+    against the previous commit's, with the noise of every run of the machine and ``threshold``, on
+    time metrics only (a status change is no time); a change beyond the threshold between different
+    GPUs is no verdict, only marked ``cross_gpu``. Change points:
+    :func:`optbench.core.changepoints.change_points` of each metric's runs, each GPU on its own,
+    each search kept in ``cache`` by its input."""
     commits = store.commits(machine)
     found: dict[tuple[str, str, str], dict[str, list[RunTime]]] = defaultdict(
         lambda: defaultdict(list)
@@ -632,11 +656,19 @@ def time_histories(
     }
     if not kept:
         return []
-    verdicts: dict[tuple[str, str, str, str], tuple[str, float | None]] = {}
+    noise = NoiseModel.of(machine_runs(store, machine))
+    verdicts: dict[tuple[str, str, str, str], tuple[str, float | None, bool]] = {}
     for base, head in zip(commits, commits[1:]):
-        for c in compare(store, base, head, [machine], threshold):
+        for c in compare_runs(
+            store.runs(machine, base), store.runs(machine, head), noise, threshold
+        ):
             if c.quantity == "time" and c.significant and verdict(c):
-                verdicts[c.key, c.metric, c.clock, head] = (verdict(c), c.ratio)
+                cross = c.reason == CROSS_GPU
+                verdicts[c.key, c.metric, c.clock, head] = (
+                    "" if cross else verdict(c),
+                    c.ratio,
+                    cross,
+                )
     histories = []
     for series, by_commit in kept.items():
         history = TimeHistory(
@@ -646,6 +678,19 @@ def time_histories(
                 for commit, times in by_commit.items()
             ),
         )
-        found_points = tuple(change_points(history.unit_runs()))
-        histories.append(dataclasses.replace(history, change_points=found_points))
+        histories.append(
+            dataclasses.replace(history, change_points=_change_points(history.unit_runs(), cache))
+        )
     return histories
+
+
+def _change_points(
+    series: list[tuple[str, list[RunMedian]]], cache: ReportCache | None
+) -> tuple[ChangePoint, ...]:
+    """:func:`optbench.core.changepoints.change_points` of ``series``, kept in ``cache`` (JSON)."""
+
+    def search() -> bytes:
+        return json.dumps([dataclasses.asdict(p) for p in change_points(series)]).encode()
+
+    found = (cache or ReportCache(None)).make(ReportCache.key("change points", series), search)
+    return tuple(ChangePoint(**p) for p in json.loads(found))

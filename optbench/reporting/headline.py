@@ -107,7 +107,9 @@ def _ablation_markdown(history: list[Run]) -> tuple[list[str], dict[str, str]]:
     return parts, {run.commit: run.date for _, run, _ in found}
 
 
-def _x_hf_cell(ratio: tuple[float, str, str] | None) -> str:
+def x_hf_cell(ratio: tuple[float, str, str] | None) -> str:
+    """A :func:`optbench.reporting.data.hf_ratio` as '1.22× vs <our variant>', and where the two
+    steps come from unless the same run; 'n/a' for None."""
     if ratio is None:
         return "n/a"
     x, variant, where = ratio
@@ -125,7 +127,7 @@ def _hf_rows(found: list[tuple[str, Run, object]]) -> tuple[list[list[str]], str
         "HF + torch.compile (ms per step [IQR])",
         *(f"{step_ms(a):.1f} ms [{step_iqr_ms(a):.1f}]" if a else "n/a" for a in anchors),
     ]
-    x_hf = ["× HF (HF ms / our fastest's ms)", *map(_x_hf_cell, ratios)]
+    x_hf = ["× HF (HF ms / our fastest's ms)", *map(x_hf_cell, ratios)]
     setups = dict.fromkeys(
         f"{a.info.get('setup')} (transformers {a.info.get('transformers')})" for a in anchors if a
     )
