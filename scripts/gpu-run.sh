@@ -3,6 +3,8 @@
 #
 #   scripts/gpu-run.sh [optbench arguments]      (default: run --suite full)
 #   scripts/gpu-run.sh pytest [pytest arguments]  (e.g. the pytest-benchmark twin, benchmarks/test_pytest_kernels.py)
+#   scripts/gpu-run.sh each 'ARGS' 'ARGS' ...     several optbench commands in turn, one setup and one hand-back
+#                                                 (each ARGS as a shell would split it; the worst exit status)
 #
 # With $OUT set (a lent machine's hand-back folder), results/ (optbench's records, and asv's own tree that
 # asv.conf.json names, results/asv/) is packed into $OUT/results.tgz after the command; `optbench merge
@@ -44,7 +46,21 @@ OPTBENCH_COMPILE_CACHE=$(python3 -m optbench.core.compile_cache restore)
 export OPTBENCH_COMPILE_CACHE
 echo "compile cache: $OPTBENCH_COMPILE_CACHE" >&2
 [ $# -gt 0 ] || set -- run --suite full
-if [ "$1" = pytest ]; then shift; set -- python3 -m pytest "$@"; else set -- python3 -m optbench.cli "$@"; fi
+each() {  # each argument an optbench command line: all run, the worst status is returned
+    local worst=0 rc line
+    for line in "$@"; do
+        eval "set -- $line"
+        echo "== optbench $line" >&2
+        python3 -m optbench.cli "$@" && rc=0 || rc=$?
+        [ "$rc" -gt "$worst" ] && worst=$rc
+    done
+    return "$worst"
+}
+case "$1" in
+    pytest) shift; set -- python3 -m pytest "$@" ;;
+    each) shift; set -- each "$@" ;;
+    *) set -- python3 -m optbench.cli "$@" ;;
+esac
 if [ -n "${OUT:-}" ]; then
     # A lent machine hands back only $OUT, and not folders nested deeper than its limit: pack what the
     # command wrote in results/ (newer than the stamp; after every command, also a failed one) for
@@ -66,5 +82,5 @@ if [ -n "${OUT:-}" ]; then
     "$@" 2>&1 | tee -a "$OUT/gpu-run.log"
     exit "${PIPESTATUS[0]}"
 else
-    exec "$@"
+    "$@"
 fi
