@@ -79,6 +79,25 @@ def test_bad_input_is_refused():
         ratio([1.0, 0.0], [1.0])
 
 
+def _memory_verdicts(base: list[float], head: list[float]) -> ab.Verdict:
+    series = ab.Series(STEP_1B, "case peak", "peak memory", "")
+    (verdict,) = ab.judge([{series: b} for b in base], [{series: h} for h in head], 0.95)
+    return verdict
+
+
+def test_a_peak_memory_each_side_gave_to_the_byte_twice_is_known_exactly():
+    gib = float(1 << 30)
+    grown = _memory_verdicts([5 * gib, 5 * gib], [6 * gib, 6 * gib])
+    assert grown.ratio.low == grown.ratio.high == 1.2 and grown.verdict == REGRESSION
+    assert _memory_verdicts([5 * gib] * 2, [5 * gib] * 2).verdict == NO_CHANGE
+
+
+def test_a_peak_memory_that_moves_between_runs_of_one_side_is_bounded_as_noise():
+    gib = float(1 << 30)
+    assert _memory_verdicts([5 * gib, 5.01 * gib], [6 * gib, 6 * gib]).verdict == INCONCLUSIVE
+    assert _memory_verdicts([5 * gib], [6 * gib]).verdict == INCONCLUSIVE  # once: no replicate
+
+
 # The rounds: a fake side run writes synthetic records where a real one would.
 
 

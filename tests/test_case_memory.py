@@ -23,6 +23,7 @@ class FakeAllocator:
     def __init__(self) -> None:
         self.blocks: dict[int, tuple[int, tuple[int, int]]] = {}  # id -> (bytes, pool)
         self.private_free: dict[tuple[int, int], int] = {}  # pool -> free bytes kept reserved
+        self.dead: set[tuple[int, int]] = set()  # pools whose graph was destroyed
         self.peak = self.reserved_peak = 0
         self._next = 0
 
@@ -37,6 +38,15 @@ class FakeAllocator:
         nbytes, pool = self.blocks.pop(block)
         if pool != (0, 0):  # a private pool keeps its segment for the graph's replays
             self.private_free[pool] = self.private_free.get(pool, 0) + nbytes
+
+    def release_pool(self, pool: tuple[int, int]) -> None:
+        """The pool's graph is gone: its free segments stay reserved until empty_cache()."""
+        self.dead.add(pool)
+
+    def empty_cache(self) -> None:
+        live = {pool for _, pool in self.blocks.values()}
+        for pool in [p for p in self.dead if p not in live]:
+            self.private_free.pop(pool, None)
 
     def allocated(self) -> int:
         return sum(nbytes for nbytes, _ in self.blocks.values())
@@ -68,6 +78,7 @@ class FakeAllocator:
         monkeypatch.setattr(cuda, "memory_reserved", lambda *a, **k: self.reserved())
         monkeypatch.setattr(cuda, "max_memory_reserved", lambda *a, **k: self.reserved_peak)
         monkeypatch.setattr(cuda, "memory_snapshot", lambda *a, **k: self.snapshot())
+        monkeypatch.setattr(cuda, "empty_cache", self.empty_cache)
 
 
 @pytest.fixture
@@ -100,6 +111,20 @@ def test_a_graphed_step_reads_what_its_graph_holds_not_zero(fake):
     assert got["resident_bytes"] == 3 * GIB  # weights + the graph's whole pool
     assert got["reserved_peak_bytes"] == 3 * GIB
     fake.free(earlier)
+
+
+def test_a_graph_captured_again_counts_only_its_live_pool(fake):
+    meter = CaseMeter("cuda")
+    with meter.metering(), meter.counting():
+        _graphed_step_build(fake)  # pool (1, 0)
+    fake.release_pool((1, 0))  # the check captures again: a new graph, the old one destroyed
+    fake.free(next(b for b, (_, pool) in fake.blocks.items() if pool == (1, 0)))
+    activations = fake.alloc(3 * GIB // 2, pool=(2, 0))
+    fake.alloc(GIB // 2, pool=(2, 0))
+    fake.free(activations)
+    with meter.counting():
+        pass
+    assert meter.result()["resident_bytes"] == 3 * GIB  # weights + the live graph's pool alone
 
 
 def test_the_check_and_its_reference_are_not_counted(fake):

@@ -189,7 +189,9 @@ def not_counted() -> Iterator[None]:
 
 def held_bytes() -> int:
     """CUDA bytes this process holds for its tensors: those allocated, plus the free bytes of
-    private pools (a live CUDA graph's: its replays write there)."""
+    private pools (a live CUDA graph's: its replays write there). The allocator's cache is emptied
+    first: a dead graph's pool (a step captured again) keeps its segments until then."""
+    torch.cuda.empty_cache()
     return torch.cuda.memory_allocated() + sum(
         segment["total_size"] - segment["allocated_size"] for segment in _private_segments()
     )

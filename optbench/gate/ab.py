@@ -75,7 +75,14 @@ from optbench.core.store import (
     read_records,
     write_json_atomic,
 )
-from optbench.gate.ratio import INCONCLUSIVE, REGRESSION, Ratio, paired_ratio, ratio
+from optbench.gate.ratio import (
+    INCONCLUSIVE,
+    REGRESSION,
+    Ratio,
+    paired_ratio,
+    ratio,
+    replicated_ratio,
+)
 from optbench.suite import catalog
 from optbench.suite.grids import PROCESSES
 from optbench.suite.shard import pattern
@@ -366,7 +373,9 @@ class Verdict:
 def judge(
     base: list[dict[Series, float]], head: list[dict[Series, float]], confidence: float
 ) -> list[Verdict]:
-    """A verdict for every series that each judged round of both sides measured."""
+    """A verdict for every series that each judged round of both sides measured; a peak memory
+    that each side gave to the byte in every round is known exactly
+    (:func:`optbench.gate.ratio.replicated_ratio`)."""
     common = set.intersection(*(set(run) for run in [*base, *head])) if base and head else set()
     out = []
     for series in sorted(common):
@@ -377,9 +386,9 @@ def judge(
         if klass is None:
             continue
         b, h = tuple(run[series] for run in base), tuple(run[series] for run in head)
-        out.append(
-            Verdict(series, klass, catalog.GATE_THRESHOLDS[klass], b, h, ratio(b, h, confidence))
-        )
+        exact = replicated_ratio(b, h) if series.quantity == "peak memory" else None
+        judged = exact or ratio(b, h, confidence)
+        out.append(Verdict(series, klass, catalog.GATE_THRESHOLDS[klass], b, h, judged))
     return out
 
 

@@ -97,6 +97,17 @@ def ratio(base: Sequence[float], head: Sequence[float], confidence: float = 0.95
     return Ratio(math.exp(estimate), math.exp(low), math.exp(high), len(base), len(head))
 
 
+def replicated_ratio(base: Sequence[float], head: Sequence[float]) -> Ratio | None:
+    """head/base of a quantity that one code state gives exactly, run after run (peak memory: the
+    allocator's bytes), known exactly where it was measured at least twice on each side and each
+    side's runs agree to the byte; None otherwise (a value that moves between runs of one side is
+    noise, for :func:`ratio` to bound)."""
+    if min(len(base), len(head)) < 2 or len(set(base)) > 1 or len(set(head)) > 1:
+        return None
+    exact = head[0] / base[0]
+    return Ratio(exact, exact, exact, len(base), len(head))
+
+
 def paired_ratio(shifts: Sequence[float], confidence: float = 0.95) -> Ratio:
     """head/base from paired rounds, each given as its log shift (a lockstep round's median of
     ``log head - log base`` over its paired samples): the one-sample Hodges-Lehmann estimate (the
