@@ -85,11 +85,16 @@ def _memory_verdicts(base: list[float], head: list[float]) -> ab.Verdict:
     return verdict
 
 
-def test_a_peak_memory_each_side_gave_to_the_byte_twice_is_known_exactly():
+def test_a_peak_memory_each_side_gave_alike_twice_is_bounded_by_its_extreme_ratios():
     gib = float(1 << 30)
     grown = _memory_verdicts([5 * gib, 5 * gib], [6 * gib, 6 * gib])
     assert grown.ratio.low == grown.ratio.high == 1.2 and grown.verdict == REGRESSION
     assert _memory_verdicts([5 * gib] * 2, [5 * gib] * 2).verdict == NO_CHANGE
+    # one small block more in one run of a side (512 bytes, as the allocator's rounding gives)
+    jittered = _memory_verdicts([5 * gib, 5 * gib + 512], [5 * gib + 512, 5 * gib])
+    assert jittered.verdict == NO_CHANGE and jittered.ratio.low < 1 < jittered.ratio.high
+    grown = _memory_verdicts([5 * gib, 5 * gib + 512], [6 * gib, 6 * gib + 512])
+    assert grown.verdict == REGRESSION
 
 
 def test_a_peak_memory_that_moves_between_runs_of_one_side_is_bounded_as_noise():

@@ -88,6 +88,9 @@ from optbench.suite.grids import PROCESSES
 from optbench.suite.shard import pattern
 
 EXIT_OK, EXIT_REGRESSION, EXIT_NOTHING, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+# A peak memory whose runs on each side agree within this share of its class's threshold is judged
+# by its extreme ratios, not a rank test (which bounds nothing from 2 runs against 2)
+REPLICATED_SHARE = 0.1
 # the fewest lockstep rounds whose exact signed-rank test reaches 5% two-sided
 LOCKSTEP_MIN_ROUNDS = 6
 GRID_ENTRY = (
@@ -374,8 +377,8 @@ def judge(
     base: list[dict[Series, float]], head: list[dict[Series, float]], confidence: float
 ) -> list[Verdict]:
     """A verdict for every series that each judged round of both sides measured; a peak memory
-    that each side gave to the byte in every round is known exactly
-    (:func:`optbench.gate.ratio.replicated_ratio`)."""
+    that each side gave alike in every round, within REPLICATED_SHARE of its threshold, is bounded
+    by its extreme ratios (:func:`optbench.gate.ratio.replicated_ratio`)."""
     common = set.intersection(*(set(run) for run in [*base, *head])) if base and head else set()
     out = []
     for series in sorted(common):
@@ -386,9 +389,13 @@ def judge(
         if klass is None:
             continue
         b, h = tuple(run[series] for run in base), tuple(run[series] for run in head)
-        exact = replicated_ratio(b, h) if series.quantity == "peak memory" else None
-        judged = exact or ratio(b, h, confidence)
-        out.append(Verdict(series, klass, catalog.GATE_THRESHOLDS[klass], b, h, judged))
+        threshold = catalog.GATE_THRESHOLDS[klass]
+        exact = (
+            replicated_ratio(b, h, threshold * REPLICATED_SHARE)
+            if series.quantity == "peak memory"
+            else None
+        )
+        out.append(Verdict(series, klass, threshold, b, h, exact or ratio(b, h, confidence)))
     return out
 
 
