@@ -41,6 +41,7 @@ from optbench.reporting.data import (
     steps,
     vs_label,
 )
+from optbench.reporting.memory import MEMORY_NOTE, memory_columns, memory_rows
 from optbench.suite.catalog import ANCHOR_BENCHMARK
 
 HEADLINE_PAGE = "docs/results.md"
@@ -167,6 +168,14 @@ def _headline(history: list[Run]) -> str:
             *([hf_note] if hf_note else []),
         ]
         used.update((run.commit, run.date) for _, run, _ in found)
+    sizes = by_size(fullest(history, steps))
+    if sizes:
+        parts += [
+            "Memory of each training step, GB per variant and size, measured beside "
+            "`optbench.suite.memory_estimate`'s estimate. " + MEMORY_NOTE,
+            table(memory_columns(sizes), memory_rows(sizes), "markdown"),
+        ]
+        used.update((run.commit, run.date) for _, run, _ in sizes)
     ablation, ablation_used = _ablation_markdown(history)
     parts += ablation
     used.update(ablation_used)
