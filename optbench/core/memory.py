@@ -127,6 +127,7 @@ class CaseMeter:
         if not self.cuda:
             yield
             return
+        torch.cuda.empty_cache()  # what ran between counted phases left cached is not the case's
         self._restart()
         self._counting = True
         try:
