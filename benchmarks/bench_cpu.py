@@ -1,23 +1,40 @@
-"""The CPU suite: what a machine without a GPU measures, in about a minute.
+"""The CPU suite's own classes: what a machine without a GPU measures beside the tiny step.
 
-Wall-clock seconds per call, timed by asv itself with optbench's synchronizing timer. torch is
-imported in ``setup``, not at the top: asv imports every benchmark module to list them, and stays
-torch-free doing so.
+Seconds per call, timed by asv itself, on one torch thread (as optbench times what runs on a CPU,
+``optbench.core.timing.one_thread``), by that thread's CPU time (asv's ``timer``): on a CPU other
+processes share, the wall time of a call measures how often the scheduler took its core away (a
+call read 2x slower at random), its CPU time the call. Each benchmark runs in :data:`ROUNDS`
+processes, which ``asv continuous`` interleaves between the two commits and pools: one process's
+CPU times sit up to ~15% off another's on the same code. torch is imported in ``setup``, not at
+the top: asv imports every benchmark module to list them, and stays torch-free doing so.
 """
 
 from __future__ import annotations
 
+import abc
+import time
 from functools import cache
 
-from .common import sync_clock
+ROUNDS = 4
 
 
-class _CPUTimed:
-    timer = staticmethod(sync_clock)
-    rounds = 1
+class _CPUTimed(abc.ABC):
+    timer = staticmethod(time.thread_time)
+    rounds = ROUNDS
     repeat = (3, 10, 5.0)
     warmup_time = 0.5
-    version = 1
+    version = 2  # 2: one torch thread, its CPU time, 4 rounds
+
+    def setup(self, impl: str) -> None:
+        """torch on one thread in this benchmark process, then :meth:`prepare`."""
+        import torch
+
+        torch.set_num_threads(1)
+        self.prepare(impl)
+
+    @abc.abstractmethod
+    def prepare(self, impl: str) -> None:
+        """Builds what the timed method calls."""
 
 
 @cache
@@ -47,7 +64,7 @@ class MLP(_CPUTimed):
     params = [["eager", "compile"]]
     param_names = ["impl"]
 
-    def setup(self, impl):
+    def prepare(self, impl):
         self.step = _mlp_step(impl)
 
     def time_fwdbwd(self, impl):
@@ -74,7 +91,7 @@ class GradStats(_CPUTimed):
     params = [["loop", "foreach"]]
     param_names = ["impl"]
 
-    def setup(self, impl):
+    def prepare(self, impl):
         from kernels import grad_stats
 
         self.params_ = _params_with_grads(300)

@@ -19,6 +19,8 @@ class StepTiny(StepGrid):
     """The tiny config (B=2, S=128) on any device: the switches a CPU can run."""
 
     params = grid(__module__, __qualname__)
+    # 3: on a CPU, one torch thread, timed by its CPU time (optbench.suite.workloads.step_timing)
+    version = 3
 
 
 class Step100M(StepGrid):

@@ -21,7 +21,7 @@ from optbench.core import hardware, machine
 from optbench.core.roofline import Ceilings, floor_ms, roofline
 from optbench.core.runner import RUN_DEADLINE_ENV, Case, Work, WrongResult, run_grid
 from optbench.core.store import MACHINE_KEY, REPO_ROOT, ResultStore, record_key
-from optbench.core.timing import Timing
+from optbench.core.timing import Timing, measure
 from optbench.gate.compare import compare
 
 ROOT = REPO_ROOT
@@ -303,18 +303,32 @@ def test_a_work_sets_the_timers_budgets_per_metric(tmp_path, monkeypatch):
 
 def test_steps_on_a_gpu_are_timed_at_a_power_steady_clock():
     from optbench.core.machine import PowerSettle
-    from optbench.suite.workloads import STEP_REP_MS, STEP_WARMUP_MS, step_timing, step_work
+    from optbench.suite.workloads import STEP_REP_MS, STEP_WARMUP_MS, step_timing
 
     # an H100 reaches its power cap about a second into sustained steps
     assert STEP_WARMUP_MS >= 1000
-    # a CPU has no boost to wait out
-    assert step_work("tiny", "eager", "cpu").timing == {} == step_timing("cpu", {})
     info: dict = {}
     gpu = step_timing("cuda", info)["step"]
     assert (gpu["warmup_ms"], gpu["rep_ms"]) == (STEP_WARMUP_MS, STEP_REP_MS)
     assert isinstance(gpu["settled"], PowerSettle) and gpu["settled"].min_ms >= 500
     gpu["settled"].on_settled(612.34)  # where the warm-up ends early, the record says so
     assert info == {"step_warmup_ms": 612.3}
+
+
+def test_steps_on_a_cpu_are_timed_by_the_cpu_time_of_their_thread():
+    """A CPU has no boost to wait out (default budgets), and other processes may hold its cores: a
+    step's wall time would count their turns, its thread's CPU time does not (a call that sleeps
+    costs next to none of it). Mutation: step_timing's CPU clock back to perf_counter."""
+    from optbench.suite.workloads import step_timing, step_work
+
+    timing = step_work("tiny", "eager", "cpu").timing
+    assert timing == step_timing("cpu", {})
+    assert set(timing) == {"step", "forward"}
+    asleep = measure(
+        lambda: time.sleep(0.002), warmup_ms=0, min_reps=3, max_reps=3, **timing["step"]
+    )
+    assert asleep.wall.method == "thread-time"
+    assert asleep.wall.median_ms < 1.0  # 2 ms asleep per call, a few microseconds on the CPU
 
 
 def test_a_timeout_s_notes_include_those_of_the_exceptions_it_replaced():

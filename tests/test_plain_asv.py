@@ -1,14 +1,17 @@
-"""Plain asv, as README's "asv by hand" lines run it, in a new clone after the quick start
-registered the machine: ``asv run -E worktree:same HEAD~2..HEAD`` stores asv's results and
-optbench's records under the same machine and commits, ``asv compare`` pairs them (numbers, not
-n/a), ``asv publish`` writes the site and ``asv preview`` serves it, and git sees nothing new."""
+"""Plain asv, as README's "asv by hand" lines and docs/runners.md type it, in a new clone with the
+committed asv.conf.json (its environment: optbench's worktree one). After the quick start registered
+the machine, ``asv run HEAD~2..HEAD`` stores asv's results and optbench's records under the same
+machine and commits, ``asv compare`` pairs them (numbers, not n/a), ``asv publish`` writes the site
+and ``asv preview`` serves it, and git sees nothing new. ``asv continuous HEAD~1 HEAD`` on two
+commits of the same code exits 0 at asv's default factor, and reports a planted 1.5x slowdown;
+``asv run HEAD^!`` stores one commit and ``asv find`` names the planted one (the CPU suite's own
+classes, timed by asv: benchmarks/bench_cpu.py)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -16,40 +19,23 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from asv_repo import (
+    MACHINE,
+    asv,
+    asv_env,
+    copy_checkout,
+    git,
+    head,
+    planted_commit,
+    same_code_commit,
+)
 from free_port import free_port
 
-from optbench.core.store import REPO_ROOT, ResultStore
+from optbench.core.store import ResultStore
 
-GIT = ["git", "-c", "user.name=optbench", "-c", "user.email=optbench@example.invalid"]
 BENCH = "StepTiny.track_step_ms"
-# One case, on one thread: two threads per step on a loaded 2-core machine slow it 10-70x at random.
-SELECT = r"StepTiny\|variant=eager$"
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        [*GIT, *args], cwd=repo, check=True, capture_output=True, text=True
-    ).stdout.strip()
-
-
-def _clone(path: Path) -> Path:
-    """This checkout's files (tracked and untracked, not ignored) with asv's committed list of
-    benchmarks and without the other results, as one commit of a new repository at ``path``."""
-    files = _git(REPO_ROOT, "ls-files", "-co", "--exclude-standard").splitlines()
-    path.mkdir(parents=True)
-    _git(path, "init", "-q", "-b", "main")
-    for name in files:
-        if (
-            name.startswith("results/")
-            and name != "results/asv/benchmarks.json"
-            or not (REPO_ROOT / name).is_file()
-        ):
-            continue
-        (path / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO_ROOT / name, path / name)
-    _git(path, "add", "-A")
-    _git(path, "commit", "-q", "-m", "base")
-    return path
+SELECT = r"StepTiny\|variant=eager$"  # one case: a short test
+CPU_BENCH = r"GradStats.time_grad_stats"  # the smallest of the CPU suite's classes
 
 
 def _run(repo: Path, env: dict[str, str], *args: str) -> str:
@@ -62,18 +48,13 @@ def _run(repo: Path, env: dict[str, str], *args: str) -> str:
 
 @pytest.mark.slow
 def test_plain_asv_runs_compares_and_publishes_under_optbench_machine_and_commits(tmp_path):
-    repo = _clone(tmp_path / "repo")
-    step_py = repo / "models" / "step.py"
-    for name in ("base", "head"):  # two commits after the clone's first
-        step_py.write_text(step_py.read_text() + f"# {name}: a comment, no change in what runs\n")
-        _git(repo, "commit", "-qam", name)
-    base, head = _git(repo, "rev-parse", "HEAD~1", "HEAD").split()
+    repo = copy_checkout(tmp_path / "repo")
+    commits = [same_code_commit(repo, name) for name in ("base", "head")]
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("OPTBENCH_", "ASV", "PYTHONPATH"))
     }
     env.update(
         HOME=str(tmp_path / "home"),
-        OMP_NUM_THREADS="1",
         OPTBENCH_SUITE="cpu",
         OPTBENCH_SELECT=SELECT,
         PYTHONPATH=str(repo),
@@ -95,10 +76,8 @@ def test_plain_asv_runs_compares_and_publishes_under_optbench_machine_and_commit
     del env["PYTHONPATH"]  # asv by hand: the worktree environment puts each commit's code first
 
     on = ("--machine", machine)  # README: M=$(python -m optbench machine --name)
-    _run(
-        repo, env, "-m", "asv", "run", "-E", "worktree:same", *on, "--bench", BENCH, "HEAD~2..HEAD"
-    )
-    for commit in (base, head):
+    _run(repo, env, "-m", "asv", "run", *on, "--bench", BENCH, "HEAD~2..HEAD")
+    for commit in commits:
         assert list((repo / "results" / "asv" / machine).glob(f"{commit[:8]}-worktree-py*.json"))
         assert ResultStore(repo / "results").load(machine, commit), commit  # optbench's, beside
 
@@ -133,5 +112,47 @@ def test_plain_asv_runs_compares_and_publishes_under_optbench_machine_and_commit
 
     # The new machine's results and the HTML are ignored; asv's rewritten list of benchmarks
     # (results/asv/benchmarks.json) is the committed one: the same whatever the suite.
-    changed = _git(repo, "status", "--porcelain", "--untracked-files=all").splitlines()
+    changed = git(repo, "status", "--porcelain", "--untracked-files=all").splitlines()
     assert changed == [], changed
+
+
+def _results(repo: Path, commit: str) -> dict[str, list]:
+    """asv's stored values of ``commit`` in ``repo`` (the worktree environment's file), by
+    benchmark."""
+    (path,) = (repo / "results" / "asv" / MACHINE).glob(f"{commit[:8]}-worktree-py*.json")
+    data = json.loads(path.read_text())
+    column = data["result_columns"].index("result")
+    return {name: row[column] for name, row in data["results"].items()}
+
+
+@pytest.mark.slow
+def test_asv_continuous_run_and_find_as_typed_on_the_cpu_classes(tmp_path):
+    """The committed config, no -E, no -f: ``asv continuous HEAD~1 HEAD`` of two same-code commits
+    exits 0 with both measured; the same command reports a 1.5x slower ``grad_stats_loop``;
+    ``asv run <commit>^!`` stores that commit; ``asv find`` names the planted commit. Commits: the
+    clone's c0, c1 (same code), c2 (planted), c3 and c4 (same code as c2)."""
+    repo = copy_checkout(tmp_path / "repo")
+    c0 = head(repo)
+    same_code_commit(repo, "c1")
+    c2 = planted_commit(repo, "kernels/grad_stats.py", "grad_stats_loop", 1.5)
+    c3, c4 = (same_code_commit(repo, name) for name in ("c3", "c4"))
+    env = asv_env(tmp_path / "home")
+    on = ("--machine", MACHINE, "--bench", CPU_BENCH)
+
+    same = asv(repo, env, "continuous", *on, "HEAD~1", "HEAD")
+    assert same.returncode == 0, same.stdout + same.stderr
+    for commit in (c3, c4):  # every parameter of each commit measured
+        assert None not in _results(repo, commit)["bench_cpu.GradStats.time_grad_stats"], commit
+
+    slower = asv(repo, env, "continuous", *on, "HEAD~3", "HEAD~2")
+    assert slower.returncode == 1, slower.stdout + slower.stderr
+    assert "PERFORMANCE DECREASED" in slower.stdout
+    assert "time_grad_stats('loop')" in slower.stdout
+
+    one = asv(repo, env, "run", *on, "HEAD~4^!")
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert None not in _results(repo, c0)["bench_cpu.GradStats.time_grad_stats"]
+
+    found = asv(repo, env, "find", "--machine", MACHINE, "HEAD~4..HEAD", f"bench_cpu.{CPU_BENCH}")
+    assert found.returncode == 0, found.stdout + found.stderr
+    assert f"Greatest regression found: {c2[:8]}" in found.stdout + found.stderr

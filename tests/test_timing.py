@@ -3,6 +3,7 @@ import gc
 import json
 import math
 import statistics
+import time
 import weakref
 
 import pytest
@@ -112,6 +113,26 @@ def test_real_cpu_callable():
     assert m.device is None
     assert m.wall.n >= 3
     assert m.wall.median_ms > 0
+
+
+def test_a_cpu_timing_runs_on_one_torch_thread_and_gives_the_threads_back():
+    """Mutation: measure without one_thread on a CPU (every call then sees two threads)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seen: list[int] = []
+        measure(lambda: seen.append(torch.get_num_threads()), warmup_ms=0, rep_ms=0, min_reps=3)
+        assert set(seen) == {1}
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_wall_samples_say_which_clock_timed_them():
+    """A caller's clock other than perf_counter is named only where it is the thread's CPU time."""
+    thread = measure(lambda: None, warmup_ms=0, rep_ms=0, min_reps=3, clock=time.thread_time)
+    assert thread.wall.method == "thread-time"
+    assert measure(lambda: None, warmup_ms=0, rep_ms=0, min_reps=3).wall.method == "perf-counter"
 
 
 def test_timing_round_trips_through_json():

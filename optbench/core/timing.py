@@ -6,8 +6,8 @@ from __future__ import annotations
 import bisect
 import math
 import time
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,9 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from optbench.core.lockstep import Turns
 
-METHODS: tuple[str, ...] = ("cuda-graph", "cuda-events", "profiler", "perf-counter")
+METHODS: tuple[str, ...] = ("cuda-graph", "cuda-events", "profiler", "perf-counter", "thread-time")
+# the method of wall samples timed by a clock other than perf_counter (or a caller's own clock)
+_CLOCK_METHODS: dict[Callable[[], float], str] = {time.thread_time: "thread-time"}
 
 _WARMUP_CALLS = 3  # at least this many calls before anything is timed
 _WALL_SAMPLE_MS = 1.0  # a wall sample repeats fn until it lasts about this long...
@@ -35,7 +37,7 @@ class Timing:
     """Repeated timings of one callable, milliseconds per call."""
 
     samples_ms: tuple[float, ...]
-    method: str  # 'cuda-graph' | 'cuda-events' | 'profiler' | 'perf-counter'
+    method: str  # one of METHODS
 
     def __post_init__(self) -> None:
         if not self.samples_ms:
@@ -223,7 +225,8 @@ def measure(
     (:class:`optbench.core.machine.PowerSettle`: a clock no power cap or heat holds back). A wall
     sample repeats it until it lasts about 1 ms (synchronizing CUDA around it, timed with `clock`,
     seconds); samples are taken until rep_ms is spent, at least min_reps and at most max_reps of
-    them. Device time: with graph=True, replays of a CUDA graph of k back-to-back calls (k a
+    them. On a CPU the warm-up and the samples run on one torch thread (:func:`one_thread`).
+    Device time: with graph=True, replays of a CUDA graph of k back-to-back calls (k a
     multiple of the sets, so that a replay lasts about 0.5 ms; one round for long calls) timed with
     CUDA events: no host launch gap is in the figure. If the calls cannot be captured, the per-call
     sum of device-kernel durations from torch.profiler, and if that fails, CUDA events around each
@@ -243,11 +246,10 @@ def measure(
     budget = _Budget(rep_ms, min_reps, max_reps)
     dev = torch.device(device)
     if dev.type == "cpu":
-        estimate_ms = _warm_up(rotation, _no_sync, clock, warmup_ms, settled)
-        return Measurement(
-            device=None,
-            wall=_wall_timing(rotation, _no_sync, clock, estimate_ms, budget, turns=turns)[1],
-        )
+        with one_thread():
+            estimate_ms = _warm_up(rotation, _no_sync, clock, warmup_ms, settled)
+            _, wall = _wall_timing(rotation, _no_sync, clock, estimate_ms, budget, turns=turns)
+        return Measurement(device=None, wall=wall)
     if dev.type != "cuda":
         raise ValueError(f"measure() supports cpu and cuda devices, not {dev.type!r}")
     with torch.cuda.device(dev):
@@ -264,6 +266,19 @@ def measure(
         warm = cold if len(sets) == 1 else _device_timing(_Rotation(sets[:1]), budget, estimate_ms)
         _, wall = _wall_timing(rotation, sync, clock, estimate_ms, budget, turns=turns)
         return Measurement(device=cold, wall=wall, device_warm=warm)
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """torch's intra-op threads set to one inside the block, restored after. What a CPU times runs
+    on one thread: on a CPU that other processes share, several threads per call wait for each
+    other's cores and slow a call down many times over, at random."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _device_timing(rotation: _Rotation, budget: _Budget, estimate_ms: float) -> Timing:
@@ -359,7 +374,7 @@ def _wall_timing(
         if events
         else None
     )
-    return device, _nonzero(Timing(tuple(samples), "perf-counter"))
+    return device, _nonzero(Timing(tuple(samples), _CLOCK_METHODS.get(clock, "perf-counter")))
 
 
 def _wall_sample(

@@ -7,6 +7,7 @@ builders, so each benchmark's work is defined once.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -359,12 +360,16 @@ STEP_WARMUP_MS, STEP_REP_MS = 2000.0, 1000.0
 
 
 def step_timing(device: str, info: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``timing.measure``'s keywords for a training step's ``step`` metric (ours and the anchors'):
-    on a GPU, at least STEP_REP_MS of samples after STEP_WARMUP_MS of steps, or fewer where
-    PowerSettle finds the GPU not held back (the warm-up's ms then go to
-    ``info['step_warmup_ms']``); on a CPU (no boost to wait out), the defaults."""
+    """``timing.measure``'s keywords for a training step's metrics (ours and the anchors'): on a
+    GPU, the ``step`` metric's: at least STEP_REP_MS of samples after STEP_WARMUP_MS of steps, or
+    fewer where PowerSettle finds the GPU not held back (the warm-up's ms then go to
+    ``info['step_warmup_ms']``). On a CPU (no boost to wait out) the default budgets, and the
+    ``step`` and ``forward`` samples timed by the CPU time of the thread that runs them
+    (``time.thread_time``; ``measure`` runs them on one torch thread): on a CPU that other
+    processes share, a step's wall time also counts the time the scheduler gives its core to them,
+    which moves a tiny step's median several times over between two processes of the same code."""
     if not str(device).startswith("cuda"):
-        return {}
+        return {metric: {"clock": time.thread_time} for metric in ("step", "forward")}
     from optbench.core.machine import PowerSettle
 
     settle = PowerSettle(on_settled=lambda ms: info.__setitem__("step_warmup_ms", round(ms, 1)))
