@@ -43,11 +43,12 @@ def _mlp_step(impl: str):
     once)."""
     import torch
 
-    gen = torch.Generator().manual_seed(0)
-    mlp = torch.nn.Sequential(
-        torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512)
-    )
-    x = torch.randn(256, 512, generator=gen)
+    with torch.random.fork_rng():  # a seeded init that leaves the process's generator as it was
+        torch.manual_seed(0)
+        mlp = torch.nn.Sequential(
+            torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512)
+        )
+        x = torch.randn(256, 512)
     fwd = torch.compile(mlp) if impl == "compile" else mlp
 
     def step() -> None:
