@@ -21,13 +21,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from optbench.core import asv_timed, breakdown, progress
-from optbench.core.console import console
-from optbench.core.helptext import plain
-from optbench.core.records import INTERRUPTED, Record
-from optbench.core.settings import Settings, current
-from optbench.core.store import REPO_ROOT as ROOT
-from optbench.core.store import (
+from optbench.asv import asv_timed
+from optbench.run import breakdown, progress
+from optbench.run.console import console
+from optbench.run.helptext import plain
+from optbench.store.records import INTERRUPTED, Record
+from optbench.store.settings import Settings, current
+from optbench.store.store import REPO_ROOT as ROOT
+from optbench.store.store import (
     CannotWrite,
     ResultStore,
     asv_results_dir,
@@ -43,11 +44,11 @@ SUBCOMMANDS = {
     "compare": "optbench.gate.compare",
     "report": "optbench.reporting.site",
     "history": "optbench.reporting.history",
-    "calibrate": "optbench.core.calibrate",
+    "calibrate": "optbench.run.calibrate",
     "profile": "optbench.profiling.profile",
     "plan": "optbench.suite.plan",
     "noisecheck": "optbench.gate.noisecheck",
-    "merge": "optbench.core.merge",
+    "merge": "optbench.store.merge",
 }
 
 
@@ -60,14 +61,14 @@ ASV_WRAP_UP_S = 60.0
 ASV_START_S = 20.0
 # The shortest --time-budget that can measure a case: the wrap-up, asv's start-up before the first
 # grid (about 30 s on an H100 runner) and the 30 s a case needs left to start
-# (optbench.core.runner): a shorter budget is refused, since it would measure nothing.
+# (optbench.run.runner): a shorter budget is refused, since it would measure nothing.
 MIN_TIME_BUDGET_S = ASV_WRAP_UP_S + 60.0
 
 
 def git_commit(ref: str = "HEAD") -> str:
-    """The commit whose code ``ref`` has (``optbench.core.runner.measured_commit``: commits of
+    """The commit whose code ``ref`` has (``optbench.run.runner.measured_commit``: commits of
     results and notes alone are skipped); a clear error where the work tree has no git history."""
-    from optbench.core.runner import measured_commit
+    from optbench.run.runner import measured_commit
 
     try:
         return measured_commit(ref, cwd=str(ROOT))
@@ -79,10 +80,10 @@ def git_commit(ref: str = "HEAD") -> str:
 
 
 def bench_env(settings: Settings) -> dict[str, str]:
-    """Environment of the asv processes: the run's settings (``optbench.core.settings``, read back
+    """Environment of the asv processes: the run's settings (``optbench.store.settings``, read back
     there), a run id they share, persistent compile caches."""
-    from optbench.core.settings import process_env
-    from optbench.core.store import new_run_id
+    from optbench.store.settings import process_env
+    from optbench.store.store import new_run_id
 
     if settings.run_id is None:
         settings = dataclasses.replace(settings, run_id=new_run_id())
@@ -101,7 +102,7 @@ def register_machine(machine: str) -> None:
     from asv import util
     from asv.machine import MachineCollection
 
-    from optbench.core.machine import machine_info
+    from optbench.measure.machine import machine_info
 
     try:
         description = json.loads((asv_results_dir() / machine / "machine.json").read_text())
@@ -131,11 +132,11 @@ def register_machine(machine: str) -> None:
 def asv_run_command(commit: str, machine: str, bench: str) -> list[str]:
     """The command of ``optbench run``'s asv run: the benchmarks matching ``bench`` (asv's
     ``--bench`` regex) in this Python's environment, recorded under ``commit`` on ``machine``,
-    through :mod:`optbench.core.asv_atomic`, with the benchmark processes' stderr in its output."""
+    through :mod:`optbench.asv.asv_atomic`, with the benchmark processes' stderr in its output."""
     return [
         sys.executable,
         "-m",
-        "optbench.core.asv_atomic",
+        "optbench.asv.asv_atomic",
         "run",
         "--environment",
         f"existing:{sys.executable}",
@@ -228,7 +229,7 @@ def run_args(p: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
         except re.error as exc:
             p.error(f"--select {args.select!r} is not a regular expression: {exc}")
     if args.emulate:
-        from optbench.core.hardware import PROFILES
+        from optbench.measure.hardware import PROFILES
 
         if args.emulate not in PROFILES:
             p.error(
@@ -247,7 +248,7 @@ def run(argv: list[str]) -> int:
     if args.gpus is not None:
 
         def register() -> None:  # once, before the shards: each would write asv's machine file
-            from optbench.core.machine import machine_name
+            from optbench.measure.machine import machine_name
 
             register_machine(machine_name(emulate=args.emulate))
 
@@ -270,16 +271,16 @@ def run(argv: list[str]) -> int:
 
 def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Path) -> int:
     """The suite of ``args`` through asv on this machine, shown compactly: a header
-    (:func:`_announce`), a line per finished case (``optbench.core.progress``; on a terminal above
+    (:func:`_announce`), a line per finished case (``optbench.run.progress``; on a terminal above
     a live progress bar), once asv has ended a line per combination of the benchmarks asv times
-    itself (``optbench.core.asv_timed``), then the result (:func:`_summary`) and where the time went
+    itself (``optbench.asv.asv_timed``), then the result (:func:`_summary`) and where the time went
     (its breakdown, stored with the run). asv's own output goes to a log file beside the run's
     progress file, and to the console as well with ``--verbose``; where asv fails with no failed
     case to explain it, the log's last lines follow the result. HTML is published last unless
     ``--no-html``. asv's exit code; 0, with one line, where nothing is selected."""
     import torch
 
-    from optbench.core.machine import machine_name
+    from optbench.measure.machine import machine_name
 
     suite = args.suite
     if suite == "auto":
@@ -289,7 +290,7 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
         require_writable(folder)
     commit = git_commit(args.commit)
     if args.emulate:
-        from optbench.core.emulate import emulate_env
+        from optbench.measure.emulate import emulate_env
 
         try:
             emulate_env(args.emulate)
@@ -498,10 +499,10 @@ def machine(argv: list[str]) -> int:
     args = p.parse_args(argv)
     import json
 
-    from optbench.core.machine import machine_info, machine_name
+    from optbench.measure.machine import machine_info, machine_name
 
     if args.name:  # where this machine's records go (OPTBENCH_MACHINE, --emulate honoured)
-        from optbench.core.runner import current_machine
+        from optbench.run.runner import current_machine
 
         print(current_machine())
         return 0
@@ -513,9 +514,9 @@ def main(argv: list[str] | None = None) -> int:
     """``optbench <command> [options]`` (``argv``; default: the process's arguments): the command's
     exit status; 2, with one line on stderr saying why and the usage, without a known command; 2,
     with one line on stderr naming it, where a command cannot write a file or folder it needs
-    (:class:`optbench.core.store.CannotWrite`); 130, with one line on stderr, when interrupted
+    (:class:`optbench.store.store.CannotWrite`); 130, with one line on stderr, when interrupted
     (Ctrl-C). A subcommand's module docstring, its parser's description, is made plain text
-    (:func:`optbench.core.helptext.plain`) before its ``main`` runs."""
+    (:func:`optbench.run.helptext.plain`) before its ``main`` runs."""
     argv = sys.argv[1:] if argv is None else argv
     commands = {"run": run, "machine": machine}
     usage = f"usage: optbench {{{','.join([*commands, *SUBCOMMANDS])}}} [options]"

@@ -1,4 +1,4 @@
-"""asv's ``worktree`` environment (optbench.core.asv_worktree): commits checked out into git
+"""asv's ``worktree`` environment (optbench.asv.asv_worktree): commits checked out into git
 worktrees and run on this interpreter, so that ``asv continuous BASE HEAD`` measures both and gates
 on them."""
 
@@ -14,9 +14,9 @@ import pytest
 from asv.config import Config
 from asv.runner import BENCHMARK_RUN_SCRIPT
 
-from optbench.core.asv_worktree import KEEP_WORKTREES, WorktreeEnvironment, python_path
-from optbench.core.records import Record
-from optbench.core.store import REPO_ROOT, ResultStore, record_key
+from optbench.asv.asv_worktree import KEEP_WORKTREES, WorktreeEnvironment, python_path
+from optbench.store.records import Record
+from optbench.store.store import REPO_ROOT, ResultStore, record_key
 
 GIT = ["git", "-c", "user.name=optbench", "-c", "user.email=optbench@example.invalid"]
 MACHINE = "optbench-test"

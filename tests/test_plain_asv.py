@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from free_port import free_port
 
-from optbench.core.store import REPO_ROOT, ResultStore
+from optbench.store.store import REPO_ROOT, ResultStore
 
 GIT = ["git", "-c", "user.name=optbench", "-c", "user.email=optbench@example.invalid"]
 BENCH = "StepTiny.track_step_ms"
@@ -88,7 +88,7 @@ def test_plain_asv_runs_compares_and_publishes_under_optbench_machine_and_commit
         env,
         "-c",
         "from optbench.cli import register_machine; "
-        "from optbench.core.machine import machine_name; "
+        "from optbench.measure.machine import machine_name; "
         "register_machine(machine_name()); print(machine_name())",
     ).strip()
     assert _run(repo, env, "-m", "optbench", "machine", "--name").strip() == machine

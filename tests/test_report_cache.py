@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from synthetic_results import _kernels, commit, record, report_store, samples, save
 
-from optbench.core.store import REPO_ROOT, ResultStore
 from optbench.reporting import charts, data, site
 from optbench.reporting.cache import ReportCache
+from optbench.store.store import REPO_ROOT, ResultStore
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

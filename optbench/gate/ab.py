@@ -12,11 +12,11 @@ checked before it is timed, as always. The selected cases are measured in one of
   (:func:`optbench.gate.ratio.ratio`).
 - **Lockstep rounds** (cases whose step is host-bound: below 1B, no CUDA graph): both commits'
   processes at once, every thread of both on one CPU (another each round), taking turns sample by
-  sample (:mod:`optbench.core.lockstep`), the base first in every other round. A host-bound step's
-  time is the host's, whose speed moves within seconds on a shared machine: paired samples meet the
-  same spells. Per metric, each round's median of ``log(head_i / base_i)``, and over the rounds the
-  signed-rank interval (:func:`optbench.gate.ratio.paired_ratio`; 6 rounds are the fewest that bound
-  it). Where a side's code predates lockstep, these cases go to the ABBA rounds.
+  sample (:mod:`optbench.measure.lockstep`), the base first in every other round. A host-bound
+  step's time is the host's, whose speed moves within seconds on a shared machine: paired samples
+  meet the same spells. Per metric, each round's median of ``log(head_i / base_i)``, and over the
+  rounds the signed-rank interval (:func:`optbench.gate.ratio.paired_ratio`; 6 rounds are the fewest
+  that bound it). Where a side's code predates lockstep, these cases go to the ABBA rounds.
 
 Each round's processes make an ordinary run of their commit: the records go to the store
 (``results/<machine>/optbench/``; a lockstep run's records say so, ``lockstep``) and the history
@@ -62,19 +62,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from optbench.core.lockstep import ENV as LOCKSTEP_ENV
-from optbench.core.lockstep import Partner
-from optbench.core.records import OK, Record
-from optbench.core.runner import measured_commit
-from optbench.core.settings import Settings, process_env
-from optbench.core.store import (
-    MACHINE_KEY,
-    REPO_ROOT,
-    ResultStore,
-    new_run_id,
-    read_records,
-    write_json_atomic,
-)
 from optbench.gate.ratio import (
     INCONCLUSIVE,
     REGRESSION,
@@ -82,6 +69,19 @@ from optbench.gate.ratio import (
     paired_ratio,
     ratio,
     replicated_ratio,
+)
+from optbench.measure.lockstep import ENV as LOCKSTEP_ENV
+from optbench.measure.lockstep import Partner
+from optbench.run.runner import measured_commit
+from optbench.store.records import OK, Record
+from optbench.store.settings import Settings, process_env
+from optbench.store.store import (
+    MACHINE_KEY,
+    REPO_ROOT,
+    ResultStore,
+    new_run_id,
+    read_records,
+    write_json_atomic,
 )
 from optbench.suite import catalog
 from optbench.suite.grids import PROCESSES
@@ -93,6 +93,9 @@ EXIT_OK, EXIT_REGRESSION, EXIT_NOTHING, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 REPLICATED_SHARE = 0.1
 # the fewest lockstep rounds whose exact signed-rank test reaches 5% two-sided
 LOCKSTEP_MIN_ROUNDS = 6
+# a side's code has lockstep where its tree holds one of these: today's path, or that of the commits
+# before optbench/core/ was split into rooms (ab measures those in their own worktrees)
+LOCKSTEP_MODULES = ("optbench/measure/lockstep.py", "optbench/core/lockstep.py")
 GRID_ENTRY = (
     "from optbench.suite.grids import PROCESSES, measure_suite; "
     "measure_suite(kinds=PROCESSES[{!r}])"
@@ -121,7 +124,7 @@ class Side:
 
 
 def resolve(ref: str, root: Path = REPO_ROOT) -> str:
-    """The commit whose code ``ref`` holds (``optbench.core.runner.measured_commit``); ValueError
+    """The commit whose code ``ref`` holds (``optbench.run.runner.measured_commit``); ValueError
     naming the ref where git cannot resolve it."""
     try:
         commit = measured_commit(ref, cwd=root)
@@ -158,7 +161,7 @@ def remove_worktree(tree: Path, root: Path = REPO_ROOT) -> None:
 def planned(suite: str, select: str | None) -> dict[str, list[str]]:
     """The selected cases of ``suite`` by grid process ('steps', 'other'): what each round
     measures."""
-    from optbench.core.progress import planned_cases
+    from optbench.run.progress import planned_cases
 
     groups: dict[str, list[str]] = defaultdict(list)
     for key in planned_cases(catalog.BENCHMARKS.values(), suite, select):
@@ -223,8 +226,8 @@ def split_lockstep(
     groups: dict[str, list[str]], trees: Iterable[Path]
 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """(the cases timed in ABBA rounds, the host-bound cases timed in lockstep rounds) by grid
-    process; none in lockstep where a side's code predates it (no ``optbench/core/lockstep.py``)."""
-    if not all((tree / "optbench" / "core" / "lockstep.py").exists() for tree in trees):
+    process; none in lockstep where a side's code predates it (none of :data:`LOCKSTEP_MODULES`)."""
+    if not all(any((tree / m).exists() for m in LOCKSTEP_MODULES) for tree in trees):
         return groups, {}
     split: tuple[dict[str, list[str]], dict[str, list[str]]] = ({}, {})
     for group, keys in groups.items():
@@ -251,9 +254,10 @@ def run_lockstep_round(
     base_first: bool,
 ) -> tuple[dict[str, str], float, int]:
     """One lockstep round: for each grid process of ``groups``, both sides' processes at once, each
-    in its worktree, timing the same cases in turns on ``cpu`` (:mod:`optbench.core.lockstep`), the
-    base first where ``base_first``. Each side's processes make one run of its commit. Returns the
-    run ids by side, the seconds it took and the worst exit code (logs in ``logs/<run id>.log``)."""
+    in its worktree, timing the same cases in turns on ``cpu`` (:mod:`optbench.measure.lockstep`),
+    the base first where ``base_first``. Each side's processes make one run of its commit. Returns
+    the run ids by side, the seconds it took and the worst exit code (logs in
+    ``logs/<run id>.log``)."""
     ids = {label: new_run_id() for label in sides}
     logs.mkdir(parents=True, exist_ok=True)
     started, worst = time.perf_counter(), 0
@@ -900,7 +904,7 @@ def _verdict(
 ) -> int:
     """Print ``head``'s verdicts against the base, store its pairing record, and return its exit
     code."""
-    from optbench.core.console import console, table
+    from optbench.run.console import console, table
 
     assert args.results is not None
     on_abba, on_lock = evidence.verdicts(args.confidence)

@@ -5,7 +5,7 @@ The CI gate is ``optbench ab`` (both commits measured interleaved on one GPU in 
 comparison reads stored history: it answers trends, and it must never raise a false alarm.
 
 Refs: BASE and HEAD are commit-ish. Each resolves to the commit whose code it measures
-(:func:`optbench.core.runner.measured_commit`: a commit that changes only docs or results measures
+(:func:`optbench.run.runner.measured_commit`: a commit that changes only docs or results measures
 its parent's code), under which its runs are stored; else to its own hash; else it is taken as a
 stored hash prefix. Two refs of one measured commit are the same code: nothing to gate (exit 0),
 unless ``--base-run``/``--head-run`` pick two sets of its runs (an A/A comparison).
@@ -72,10 +72,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from optbench.core.changepoints import cpu_unit, gpu_unit
-from optbench.core.records import INTERRUPTED, OK, Record, TimingView
-from optbench.core.runner import measured_commit
-from optbench.core.store import REPO_ROOT, ResultStore, StoredRun
+from optbench.gate.changepoints import cpu_unit, gpu_unit
+from optbench.run.runner import measured_commit
+from optbench.store.records import INTERRUPTED, OK, Record, TimingView
+from optbench.store.store import REPO_ROOT, ResultStore, StoredRun
 from optbench.suite.catalog import GATE_THRESHOLDS, gate_threshold
 
 MISSING = "missing"
@@ -172,7 +172,7 @@ class Change:
 
 
 def gpu_of(run: StoredRun) -> str | None:
-    """The GPU a run measured on (``optbench.core.changepoints.gpu_unit``: its UUID, and how many
+    """The GPU a run measured on (``optbench.gate.changepoints.gpu_unit``: its UUID, and how many
     runs shared its host where more than one), or for a run without a GPU its CPU machine
     (``cpu_unit``: its host id and CPU model); None where unknown."""
     return gpu_unit(run.info) or cpu_unit(run.info)
@@ -194,7 +194,7 @@ def git_commit(ref: str) -> str | None:
 
 
 def code_commit(ref: str) -> str | None:
-    """The commit whose code ``ref`` measures (:func:`optbench.core.runner.measured_commit`), or
+    """The commit whose code ``ref`` measures (:func:`optbench.run.runner.measured_commit`), or
     None where git cannot resolve ``ref``."""
     if git_commit(ref) is None:
         return None
@@ -715,7 +715,7 @@ def _title(c: Change) -> str:
 def main(argv: list[str] | None = None) -> int:
     """``optbench compare BASE HEAD``: exit 0 no regression (or the same code), 1 a regression, 2
     nothing comparable."""
-    from optbench.core.console import console, table
+    from optbench.run.console import console, table
 
     p = argparse.ArgumentParser(
         prog="optbench compare",

@@ -23,7 +23,7 @@ from functools import cache
 from importlib.metadata import version
 from pathlib import Path
 
-from optbench.core.store import REPO_ROOT, write_atomic
+from optbench.store.store import REPO_ROOT, write_atomic
 
 # The packages whose code makes a figure: the report's, and the libraries that draw or detect.
 SOURCES = ("optbench", "models")

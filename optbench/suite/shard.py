@@ -10,7 +10,7 @@ seconds on this machine; one never run here, the median of those known of its be
 all known, or 1 s where none is.
 
 :func:`shard_select` applies it in a run. The times are the medians of this machine's stored runs
-of *other* commits (``optbench.core.progress.expected_seconds``), so that shards of one commit
+of *other* commits (``optbench.run.progress.expected_seconds``), so that shards of one commit
 started at once (whose records land while the others still split) and shards on several runners
 of one checkout split alike. A shard measures its cases and their references that other shards
 hold (:func:`optbench.suite.catalog.with_references`), so that each speedup divides two times of
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from optbench.core.store import ResultStore
+    from optbench.store.store import ResultStore
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -120,7 +120,7 @@ def shard_select(
     ``select`` matches; says on ``out`` (default stdout) how many cases it holds and their expected
     seconds, beside every shard's. The runs in ``store`` of ``machine``, but for those of
     ``commit``, give the times."""
-    from optbench.core import progress
+    from optbench.run import progress
     from optbench.suite.catalog import BENCHMARKS, with_references
 
     planned = progress.planned_cases(BENCHMARKS.values(), suite, select)
@@ -238,7 +238,7 @@ def run_on_gpus(
     0; 2, with one line, where ``spec`` names no GPU here. ``device_count``: how many GPUs this
     process sees (default :func:`cuda_device_count`); ``machine``: the results folder (default
     this machine's, emulating ``emulate`` where given)."""
-    from optbench.core import store
+    from optbench.store import store
 
     env = dict(os.environ if env is None else env)
     try:
@@ -250,7 +250,7 @@ def run_on_gpus(
     if prepare is not None:
         prepare()
     if machine is None:
-        from optbench.core.machine import machine_name
+        from optbench.measure.machine import machine_name
 
         machine = machine_name(emulate=emulate)
     logs = root / "results" / machine / "progress"
