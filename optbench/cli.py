@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from optbench.asv import asv_timed
@@ -278,6 +279,66 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
     progress file, and to the console as well with ``--verbose``; where asv fails with no failed
     case to explain it, the log's last lines follow the result. HTML is published last unless
     ``--no-html``. asv's exit code; 0, with one line, where nothing is selected."""
+    plan = _plan(p, args, results)
+    store = ResultStore(results)
+    planned, expected, by_asv = _announce(
+        args, store, plan.suite, plan.machine, plan.commit, plan.run_id, plan.asv_log
+    )
+    if not planned and not by_asv:
+        return 0
+    register_machine(plan.machine)
+    out = console()
+    follower = progress.Follower(
+        plan.progress_file,
+        len(planned),
+        live=out.is_terminal,
+        console=out,
+        planned=planned,
+        expected=expected,
+    )
+    date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    started, started_at = time.perf_counter(), time.time()
+    code = _run_asv(args, plan, store, follower)
+    wall = time.perf_counter() - started
+    timed = asv_timed.outcomes(
+        asv_results_dir(results),
+        plan.machine,
+        plan.commit,
+        {name: BENCHMARKS[name].param_names for name in by_asv},
+        since=started_at,
+    )
+    for outcome in timed:
+        print(outcome.line(), flush=True)
+    stored = _store_breakdown(store, plan, follower, wall, date)
+    for line in _summary(follower, timed, code, wall, stored, plan.asv_log):
+        print(line, flush=True)
+    out.print(breakdown.render(breakdown.phases(follower.events, wall), wall))
+    if not args.no_html:
+        from optbench.reporting.site import publish
+
+        publish()
+    return code
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Where and what one ``optbench run`` measures: its suite, machine, commit and run, the files
+    its case events and asv's output go to, and the environment of asv's processes."""
+
+    suite: str
+    machine: str
+    commit: str
+    run_id: str
+    progress_file: Path
+    asv_log: Path
+    env: dict[str, str]
+
+
+def _plan(p: argparse.ArgumentParser, args: argparse.Namespace, results: Path) -> _Plan:
+    """The run ``args`` asks for: its suite (``auto``: full with a GPU, else cpu), its machine
+    (whose results folders must be writable before anything runs), commit, deadline, run id and
+    progress file (created empty), and its settings with ``--emulate``, ``--shard`` (which narrows
+    ``args.select`` to the shard's cases), ``--select`` and ``--skip-existing``."""
     import torch
 
     from optbench.measure.machine import machine_name
@@ -321,67 +382,58 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
         settings = dataclasses.replace(settings, select=args.select)
     if args.skip_existing:
         settings = dataclasses.replace(settings, skip_existing="true")
-    env = bench_env(settings)
-    store = ResultStore(results)
-    planned, expected, by_asv = _announce(args, store, suite, machine, commit, run_id, asv_log)
-    if not planned and not by_asv:
-        return 0
-    register_machine(machine)
-    out = console()
-    follower = progress.Follower(
-        progress_file,
-        len(planned),
-        live=out.is_terminal,
-        console=out,
-        planned=planned,
-        expected=expected,
-    )
-    date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    started, started_at = time.perf_counter(), time.time()
+    return _Plan(suite, machine, commit, run_id, progress_file, asv_log, bench_env(settings))
+
+
+def _run_asv(
+    args: argparse.Namespace, plan: _Plan, store: ResultStore, follower: progress.Follower
+) -> int:
+    """asv's run of the plan's benchmarks, its case events followed (:func:`progress.run_followed`;
+    asv's output in the plan's log, and on the console with ``--verbose``); asv's exit code. An
+    interrupt marks the stored run partial and goes on up."""
     try:
-        code = progress.run_followed(
-            asv_run_command(commit, machine, asv_pattern(suite, args.select)),
-            env,
+        return progress.run_followed(
+            asv_run_command(plan.commit, plan.machine, asv_pattern(plan.suite, args.select)),
+            plan.env,
             follower,
             cwd=ROOT,
-            log=asv_log,
+            log=plan.asv_log,
             echo=args.verbose,
         )
     except progress.RunInterrupted as exc:  # its processes have ended: the run is partial
         store.mark_partial(
-            machine, commit, f"interrupted by {exc.signal}", exc.stopped, run_id=run_id
+            plan.machine,
+            plan.commit,
+            f"interrupted by {exc.signal}",
+            exc.stopped,
+            run_id=plan.run_id,
         )
         raise
-    wall = time.perf_counter() - started
-    timed = asv_timed.outcomes(
-        asv_results_dir(results),
-        machine,
-        commit,
-        {name: BENCHMARKS[name].param_names for name in by_asv},
-        since=started_at,
-    )
-    for outcome in timed:
-        print(outcome.line(), flush=True)
-    stored = store.path(machine, commit, run_id)
-    if stored.exists():  # a run that stored no record gets no file for this alone
+
+
+def _store_breakdown(
+    store: ResultStore, plan: _Plan, follower: progress.Follower, wall: float, date: str
+) -> Path:
+    """The run's file in the store, with the run's time breakdown (:func:`breakdown.record`) added
+    where the run stored a record (a run that stored none gets no file for this alone)."""
+    stored = store.path(plan.machine, plan.commit, plan.run_id)
+    if stored.exists():
         store.save(
-            machine,
-            commit,
+            plan.machine,
+            plan.commit,
             [
                 breakdown.record(
-                    follower.events, wall, commit=commit, machine=machine, run_id=run_id, date=date
+                    follower.events,
+                    wall,
+                    commit=plan.commit,
+                    machine=plan.machine,
+                    run_id=plan.run_id,
+                    date=date,
                 )
             ],
-            run_id=run_id,
+            run_id=plan.run_id,
         )
-    for line in _summary(follower, timed, code, wall, stored, asv_log):
-        print(line, flush=True)
-    out.print(breakdown.render(breakdown.phases(follower.events, wall), wall))
-    if not args.no_html:
-        from optbench.reporting.site import publish
-
-        publish()
-    return code
+    return stored
 
 
 #: How many of the last lines of asv's log follow the result of a run that asv failed unexplained.

@@ -255,10 +255,38 @@ def run_on_gpus(
         machine = machine_name(emulate=emulate)
     logs = root / "results" / machine / "progress"
     logs.mkdir(parents=True, exist_ok=True)
+    children = _start_shards(argv, gpus, start, env, root, logs, new_run_id or store.new_run_id)
+    codes = _wait_for_shards(children, len(gpus), time_budget)
+    for (n, gpu, run_id, log, _), code in zip(children, codes):
+        print(
+            f"optbench: shard {n}/{len(gpus)} on GPU {gpu} (run {run_id}) ended with exit "
+            f"{code}; log {log}",
+            flush=True,
+        )
+    if publish is not None:
+        publish()
+    return next((c for c in codes if c), 0)
+
+
+#: A started shard: its number (from 1), its GPU, run id, log file and process.
+Shard = tuple[int, int, str, Path, Any]
+
+
+def _start_shards(
+    argv: Sequence[str],
+    gpus: list[int],
+    start: Callable[..., Any],
+    env: Mapping[str, str],
+    root: Path,
+    logs: Path,
+    new_run_id: Callable[[], str],
+) -> list[Shard]:
+    """Start ``optbench run ARGV --shard i/N --no-html`` on each of ``gpus`` (:func:`run_on_gpus`),
+    each with its GPU, run id and log file in ``logs``, and say where each went."""
     visible = env["CUDA_VISIBLE_DEVICES"].split(",") if env.get("CUDA_VISIBLE_DEVICES") else None
     children = []
     for n, gpu in enumerate(gpus, 1):
-        run_id = (new_run_id or store.new_run_id)()
+        run_id = new_run_id()
         log = logs / f"{run_id}.log"
         command = [
             sys.executable,
@@ -281,22 +309,20 @@ def run_on_gpus(
             proc = start(command, cwd=root, env=child_env, stdout=f, stderr=subprocess.STDOUT)
         children.append((n, gpu, run_id, log, proc))
         print(f"optbench: shard {n}/{len(gpus)} on GPU {gpu}: run {run_id}, log {log}", flush=True)
+    return children
+
+
+def _wait_for_shards(children: list[Shard], count: int, time_budget: float | None) -> list[int]:
+    """Each shard's exit status, in order (with ``time_budget``, one still running
+    :data:`STOP_GRACE_S` past it is interrupted, then killed: :func:`_wait`). On an interrupt here,
+    which the shards got too, waits for them all to end, then raises it."""
     deadline = None if time_budget is None else time.monotonic() + time_budget + STOP_GRACE_S
     try:
-        codes = [
-            _wait(proc, deadline, f"shard {n}/{len(gpus)} on GPU {gpu}")
+        return [
+            _wait(proc, deadline, f"shard {n}/{count} on GPU {gpu}")
             for n, gpu, *_, proc in children
         ]
     except BaseException:  # an interrupt: the children got it too; let them end
         for *_, proc in children:
             proc.wait()
         raise
-    for (n, gpu, run_id, log, _), code in zip(children, codes):
-        print(
-            f"optbench: shard {n}/{len(gpus)} on GPU {gpu} (run {run_id}) ended with exit "
-            f"{code}; log {log}",
-            flush=True,
-        )
-    if publish is not None:
-        publish()
-    return next((c for c in codes if c), 0)
