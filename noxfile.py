@@ -230,7 +230,7 @@ def _keep_native_libraries(wheel: str, builds: tuple[str, ...]) -> None:
 @nox.session(venv_backend="none")
 def compile_cache(session: nox.Session) -> None:
     """`nox -s compile_cache -- DIR/compile-cache/*.tar.xz`: keep a GPU run's packed compile caches
-    in .compile-cache/ for the next run to carry (optbench.core.compile_cache; one file per
+    in .compile-cache/ for the next run to carry (optbench.run.compile_cache; one file per
     GPU/torch/Triton/CUDA key)."""
     import shutil
 

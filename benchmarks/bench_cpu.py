@@ -1,7 +1,7 @@
 """The CPU suite's own classes: what a machine without a GPU measures beside the tiny step.
 
 Seconds per call, timed by asv itself, on one torch thread (as optbench times what runs on a CPU,
-``optbench.core.timing.one_thread``), by that thread's CPU time (asv's ``timer``): on a CPU other
+``optbench.measure.timing.one_thread``), by that thread's CPU time (asv's ``timer``): on a CPU other
 processes share, the wall time of a call measures how often the scheduler took its core away (a
 call read 2x slower at random), its CPU time the call. Each benchmark runs in :data:`ROUNDS`
 processes, which ``asv continuous`` interleaves between the two commits and pools: one process's

@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 from typing import Any
 
-from optbench.core.records import Record
+from optbench.store.records import Record
 from optbench.suite import catalog
 
 
@@ -70,7 +70,7 @@ class Grid(abc.ABC):
     def kept(self, records: dict[str, dict[str, Any]], params: tuple[str, ...]) -> dict[str, Any]:
         """What ``setup_cache`` kept of one parameter combination
         (``optbench.suite.grids.KEPT_FIELDS``)."""
-        from optbench.core.store import record_key
+        from optbench.store.store import record_key
 
         return records[record_key(self.benchmark_name(), dict(zip(self.param_names, params)))]
 
@@ -110,11 +110,11 @@ class Grid(abc.ABC):
 
 
 def sync_clock() -> float:
-    """``optbench.core.timing.sync_clock`` (perf_counter seconds after a CUDA synchronize), imported
-    at its first call: asv imports every module of this package twice per run (discovery,
+    """``optbench.measure.timing.sync_clock`` (perf_counter seconds after a CUDA synchronize),
+    imported at its first call: asv imports every module of this package twice per run (discovery,
     forkserver) and pytest collects the twin's, and none of them should pay for torch before a
     benchmark needs it."""
-    from optbench.core.timing import sync_clock as clock
+    from optbench.measure.timing import sync_clock as clock
 
     return clock()
 

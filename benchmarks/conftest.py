@@ -1,8 +1,8 @@
 """pytest-benchmark's saved runs carry optbench's machine record (GPU name, driver, CUDA, torch,
 triton), which its own ``machine_info`` (CPU and Python only) lacks, and are named after the commit
-whose code they measure (:func:`optbench.core.runner.measured_commit`), as optbench's own results
+whose code they measure (:func:`optbench.run.runner.measured_commit`), as optbench's own results
 are: a run is marked dirty only where code differs from HEAD, not results, docs or notes
-(:data:`optbench.core.runner.UNMEASURED_PATHS`)."""
+(:data:`optbench.run.runner.UNMEASURED_PATHS`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ ROOT = str(Path(__file__).resolve().parents[1])  # the work tree whose code the 
 
 
 def pytest_benchmark_update_machine_info(config: Any, machine_info: dict[str, Any]) -> None:
-    from optbench.core.machine import machine_info as optbench_machine_info
+    from optbench.measure.machine import machine_info as optbench_machine_info
 
     machine_info["optbench"] = optbench_machine_info()
 
@@ -24,7 +24,7 @@ def pytest_benchmark_update_machine_info(config: Any, machine_info: dict[str, An
 def code_differs(repo: str = ROOT) -> bool:
     """Whether tracked files of the work tree at ``repo`` differ from HEAD outside
     UNMEASURED_PATHS."""
-    from optbench.core.runner import UNMEASURED_PATHS
+    from optbench.run.runner import UNMEASURED_PATHS
 
     excludes = [f":(exclude){path}" for path in UNMEASURED_PATHS]
     done = subprocess.run(
@@ -48,7 +48,7 @@ def measured_commit_info(repo: str = ROOT, project_name: str | None = None) -> d
     code."""
     from pytest_benchmark.utils import get_commit_info
 
-    from optbench.core.runner import measured_commit
+    from optbench.run.runner import measured_commit
 
     commit = measured_commit(cwd=repo)
     committed, authored = _git(repo, "show", "-s", "--format=%cI %aI", commit).split()

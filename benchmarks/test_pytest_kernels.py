@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from optbench.core.settings import current
+from optbench.store.settings import current
 from optbench.suite import catalog
 
 from .common import sync_clock
@@ -38,9 +38,9 @@ CASES = [
 def test_kernel(benchmark, op: str, shape: str, impl: str) -> None:
     import torch
 
-    from optbench.core.hardware import detect
-    from optbench.core.roofline import Ceilings, roofline
-    from optbench.core.timing import measure
+    from optbench.measure.hardware import detect
+    from optbench.measure.roofline import Ceilings, roofline
+    from optbench.measure.timing import measure
     from optbench.suite.workloads import kernel_work
 
     device = "cuda" if torch.cuda.is_available() else "cpu"

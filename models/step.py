@@ -273,7 +273,7 @@ def _cuda_graph_problems(options: StepOptions) -> list[str]:
 def validate(options: StepOptions, device: str | torch.device, profile: Any = None) -> None:
     """Raise UnsupportedOptions listing every reason ``options`` cannot run on ``device``.
 
-    ``profile`` (optional, e.g. optbench.core.hardware.HardwareProfile) has ``supports_bf16``,
+    ``profile`` (optional, e.g. optbench.measure.hardware.HardwareProfile) has ``supports_bf16``,
     ``supports_tf32``, ``fp8`` (FP8 tensor cores; False where it lacks the attribute) and ``key``;
     without it, a CUDA device's own capabilities are asked.
     """

@@ -19,15 +19,17 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
-from optbench.core import asv_timed, breakdown, progress
-from optbench.core.console import console
-from optbench.core.helptext import plain
-from optbench.core.records import INTERRUPTED, Record
-from optbench.core.settings import Settings, current
-from optbench.core.store import REPO_ROOT as ROOT
-from optbench.core.store import (
+from optbench.asv import asv_timed
+from optbench.run import breakdown, progress
+from optbench.run.console import console
+from optbench.run.helptext import plain
+from optbench.store.records import INTERRUPTED, Record
+from optbench.store.settings import Settings, current
+from optbench.store.store import REPO_ROOT as ROOT
+from optbench.store.store import (
     CannotWrite,
     ResultStore,
     asv_results_dir,
@@ -43,11 +45,11 @@ SUBCOMMANDS = {
     "compare": "optbench.gate.compare",
     "report": "optbench.reporting.site",
     "history": "optbench.reporting.history",
-    "calibrate": "optbench.core.calibrate",
+    "calibrate": "optbench.run.calibrate",
     "profile": "optbench.profiling.profile",
     "plan": "optbench.suite.plan",
     "noisecheck": "optbench.gate.noisecheck",
-    "merge": "optbench.core.merge",
+    "merge": "optbench.store.merge",
 }
 
 
@@ -60,14 +62,14 @@ ASV_WRAP_UP_S = 60.0
 ASV_START_S = 20.0
 # The shortest --time-budget that can measure a case: the wrap-up, asv's start-up before the first
 # grid (about 30 s on an H100 runner) and the 30 s a case needs left to start
-# (optbench.core.runner): a shorter budget is refused, since it would measure nothing.
+# (optbench.run.runner): a shorter budget is refused, since it would measure nothing.
 MIN_TIME_BUDGET_S = ASV_WRAP_UP_S + 60.0
 
 
 def git_commit(ref: str = "HEAD") -> str:
-    """The commit whose code ``ref`` has (``optbench.core.runner.measured_commit``: commits of
+    """The commit whose code ``ref`` has (``optbench.run.runner.measured_commit``: commits of
     results and notes alone are skipped); a clear error where the work tree has no git history."""
-    from optbench.core.runner import measured_commit
+    from optbench.run.runner import measured_commit
 
     try:
         return measured_commit(ref, cwd=str(ROOT))
@@ -79,10 +81,10 @@ def git_commit(ref: str = "HEAD") -> str:
 
 
 def bench_env(settings: Settings) -> dict[str, str]:
-    """Environment of the asv processes: the run's settings (``optbench.core.settings``, read back
+    """Environment of the asv processes: the run's settings (``optbench.store.settings``, read back
     there), a run id they share, persistent compile caches."""
-    from optbench.core.settings import process_env
-    from optbench.core.store import new_run_id
+    from optbench.store.settings import process_env
+    from optbench.store.store import new_run_id
 
     if settings.run_id is None:
         settings = dataclasses.replace(settings, run_id=new_run_id())
@@ -101,7 +103,7 @@ def register_machine(machine: str) -> None:
     from asv import util
     from asv.machine import MachineCollection
 
-    from optbench.core.machine import machine_info
+    from optbench.measure.machine import machine_info
 
     try:
         description = json.loads((asv_results_dir() / machine / "machine.json").read_text())
@@ -131,11 +133,11 @@ def register_machine(machine: str) -> None:
 def asv_run_command(commit: str, machine: str, bench: str) -> list[str]:
     """The command of ``optbench run``'s asv run: the benchmarks matching ``bench`` (asv's
     ``--bench`` regex) in this Python's environment, recorded under ``commit`` on ``machine``,
-    through :mod:`optbench.core.asv_atomic`, with the benchmark processes' stderr in its output."""
+    through :mod:`optbench.asv.asv_atomic`, with the benchmark processes' stderr in its output."""
     return [
         sys.executable,
         "-m",
-        "optbench.core.asv_atomic",
+        "optbench.asv.asv_atomic",
         "run",
         "--environment",
         f"existing:{sys.executable}",
@@ -228,7 +230,7 @@ def run_args(p: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
         except re.error as exc:
             p.error(f"--select {args.select!r} is not a regular expression: {exc}")
     if args.emulate:
-        from optbench.core.hardware import PROFILES
+        from optbench.measure.hardware import PROFILES
 
         if args.emulate not in PROFILES:
             p.error(
@@ -247,7 +249,7 @@ def run(argv: list[str]) -> int:
     if args.gpus is not None:
 
         def register() -> None:  # once, before the shards: each would write asv's machine file
-            from optbench.core.machine import machine_name
+            from optbench.measure.machine import machine_name
 
             register_machine(machine_name(emulate=args.emulate))
 
@@ -270,16 +272,76 @@ def run(argv: list[str]) -> int:
 
 def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Path) -> int:
     """The suite of ``args`` through asv on this machine, shown compactly: a header
-    (:func:`_announce`), a line per finished case (``optbench.core.progress``; on a terminal above
+    (:func:`_announce`), a line per finished case (``optbench.run.progress``; on a terminal above
     a live progress bar), once asv has ended a line per combination of the benchmarks asv times
-    itself (``optbench.core.asv_timed``), then the result (:func:`_summary`) and where the time went
+    itself (``optbench.asv.asv_timed``), then the result (:func:`_summary`) and where the time went
     (its breakdown, stored with the run). asv's own output goes to a log file beside the run's
     progress file, and to the console as well with ``--verbose``; where asv fails with no failed
     case to explain it, the log's last lines follow the result. HTML is published last unless
     ``--no-html``. asv's exit code; 0, with one line, where nothing is selected."""
+    plan = _plan(p, args, results)
+    store = ResultStore(results)
+    planned, expected, by_asv = _announce(
+        args, store, plan.suite, plan.machine, plan.commit, plan.run_id, plan.asv_log
+    )
+    if not planned and not by_asv:
+        return 0
+    register_machine(plan.machine)
+    out = console()
+    follower = progress.Follower(
+        plan.progress_file,
+        len(planned),
+        live=out.is_terminal,
+        console=out,
+        planned=planned,
+        expected=expected,
+    )
+    date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    started, started_at = time.perf_counter(), time.time()
+    code = _run_asv(args, plan, store, follower)
+    wall = time.perf_counter() - started
+    timed = asv_timed.outcomes(
+        asv_results_dir(results),
+        plan.machine,
+        plan.commit,
+        {name: BENCHMARKS[name].param_names for name in by_asv},
+        since=started_at,
+    )
+    for outcome in timed:
+        print(outcome.line(), flush=True)
+    stored = _store_breakdown(store, plan, follower, wall, date)
+    for line in _summary(follower, timed, code, wall, stored, plan.asv_log):
+        print(line, flush=True)
+    out.print(breakdown.render(breakdown.phases(follower.events, wall), wall))
+    if not args.no_html:
+        from optbench.reporting.site import publish
+
+        publish()
+    return code
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Where and what one ``optbench run`` measures: its suite, machine, commit and run, the files
+    its case events and asv's output go to, and the environment of asv's processes."""
+
+    suite: str
+    machine: str
+    commit: str
+    run_id: str
+    progress_file: Path
+    asv_log: Path
+    env: dict[str, str]
+
+
+def _plan(p: argparse.ArgumentParser, args: argparse.Namespace, results: Path) -> _Plan:
+    """The run ``args`` asks for: its suite (``auto``: full with a GPU, else cpu), its machine
+    (whose results folders must be writable before anything runs), commit, deadline, run id and
+    progress file (created empty), and its settings with ``--emulate``, ``--shard`` (which narrows
+    ``args.select`` to the shard's cases), ``--select`` and ``--skip-existing``."""
     import torch
 
-    from optbench.core.machine import machine_name
+    from optbench.measure.machine import machine_name
 
     suite = args.suite
     if suite == "auto":
@@ -289,7 +351,7 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
         require_writable(folder)
     commit = git_commit(args.commit)
     if args.emulate:
-        from optbench.core.emulate import emulate_env
+        from optbench.measure.emulate import emulate_env
 
         try:
             emulate_env(args.emulate)
@@ -320,67 +382,58 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
         settings = dataclasses.replace(settings, select=args.select)
     if args.skip_existing:
         settings = dataclasses.replace(settings, skip_existing="true")
-    env = bench_env(settings)
-    store = ResultStore(results)
-    planned, expected, by_asv = _announce(args, store, suite, machine, commit, run_id, asv_log)
-    if not planned and not by_asv:
-        return 0
-    register_machine(machine)
-    out = console()
-    follower = progress.Follower(
-        progress_file,
-        len(planned),
-        live=out.is_terminal,
-        console=out,
-        planned=planned,
-        expected=expected,
-    )
-    date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    started, started_at = time.perf_counter(), time.time()
+    return _Plan(suite, machine, commit, run_id, progress_file, asv_log, bench_env(settings))
+
+
+def _run_asv(
+    args: argparse.Namespace, plan: _Plan, store: ResultStore, follower: progress.Follower
+) -> int:
+    """asv's run of the plan's benchmarks, its case events followed (:func:`progress.run_followed`;
+    asv's output in the plan's log, and on the console with ``--verbose``); asv's exit code. An
+    interrupt marks the stored run partial and goes on up."""
     try:
-        code = progress.run_followed(
-            asv_run_command(commit, machine, asv_pattern(suite, args.select)),
-            env,
+        return progress.run_followed(
+            asv_run_command(plan.commit, plan.machine, asv_pattern(plan.suite, args.select)),
+            plan.env,
             follower,
             cwd=ROOT,
-            log=asv_log,
+            log=plan.asv_log,
             echo=args.verbose,
         )
     except progress.RunInterrupted as exc:  # its processes have ended: the run is partial
         store.mark_partial(
-            machine, commit, f"interrupted by {exc.signal}", exc.stopped, run_id=run_id
+            plan.machine,
+            plan.commit,
+            f"interrupted by {exc.signal}",
+            exc.stopped,
+            run_id=plan.run_id,
         )
         raise
-    wall = time.perf_counter() - started
-    timed = asv_timed.outcomes(
-        asv_results_dir(results),
-        machine,
-        commit,
-        {name: BENCHMARKS[name].param_names for name in by_asv},
-        since=started_at,
-    )
-    for outcome in timed:
-        print(outcome.line(), flush=True)
-    stored = store.path(machine, commit, run_id)
-    if stored.exists():  # a run that stored no record gets no file for this alone
+
+
+def _store_breakdown(
+    store: ResultStore, plan: _Plan, follower: progress.Follower, wall: float, date: str
+) -> Path:
+    """The run's file in the store, with the run's time breakdown (:func:`breakdown.record`) added
+    where the run stored a record (a run that stored none gets no file for this alone)."""
+    stored = store.path(plan.machine, plan.commit, plan.run_id)
+    if stored.exists():
         store.save(
-            machine,
-            commit,
+            plan.machine,
+            plan.commit,
             [
                 breakdown.record(
-                    follower.events, wall, commit=commit, machine=machine, run_id=run_id, date=date
+                    follower.events,
+                    wall,
+                    commit=plan.commit,
+                    machine=plan.machine,
+                    run_id=plan.run_id,
+                    date=date,
                 )
             ],
-            run_id=run_id,
+            run_id=plan.run_id,
         )
-    for line in _summary(follower, timed, code, wall, stored, asv_log):
-        print(line, flush=True)
-    out.print(breakdown.render(breakdown.phases(follower.events, wall), wall))
-    if not args.no_html:
-        from optbench.reporting.site import publish
-
-        publish()
-    return code
+    return stored
 
 
 #: How many of the last lines of asv's log follow the result of a run that asv failed unexplained.
@@ -498,10 +551,10 @@ def machine(argv: list[str]) -> int:
     args = p.parse_args(argv)
     import json
 
-    from optbench.core.machine import machine_info, machine_name
+    from optbench.measure.machine import machine_info, machine_name
 
     if args.name:  # where this machine's records go (OPTBENCH_MACHINE, --emulate honoured)
-        from optbench.core.runner import current_machine
+        from optbench.run.runner import current_machine
 
         print(current_machine())
         return 0
@@ -513,9 +566,9 @@ def main(argv: list[str] | None = None) -> int:
     """``optbench <command> [options]`` (``argv``; default: the process's arguments): the command's
     exit status; 2, with one line on stderr saying why and the usage, without a known command; 2,
     with one line on stderr naming it, where a command cannot write a file or folder it needs
-    (:class:`optbench.core.store.CannotWrite`); 130, with one line on stderr, when interrupted
+    (:class:`optbench.store.store.CannotWrite`); 130, with one line on stderr, when interrupted
     (Ctrl-C). A subcommand's module docstring, its parser's description, is made plain text
-    (:func:`optbench.core.helptext.plain`) before its ``main`` runs."""
+    (:func:`optbench.run.helptext.plain`) before its ``main`` runs."""
     argv = sys.argv[1:] if argv is None else argv
     commands = {"run": run, "machine": machine}
     usage = f"usage: optbench {{{','.join([*commands, *SUBCOMMANDS])}}} [options]"

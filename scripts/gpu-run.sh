@@ -34,7 +34,7 @@ if ! python3 -c "import asv, liger_kernel" 2>/dev/null; then
 fi
 # The compile caches optbench's asv runs use (optbench.cli.bench_env), also for pytest: restored from a carried
 # .compile-cache/<key>.tar.xz of this GPU, torch, Triton and CUDA where there is one (the run records 'restored <key>',
-# 'cold', or 'local' on a warm machine that kept its own: optbench.core.compile_cache), packed again afterwards.
+# 'cold', or 'local' on a warm machine that kept its own: optbench.run.compile_cache), packed again afterwards.
 # Python's bytecode too: a runner image that ships no .pyc files and sets PYTHONDONTWRITEBYTECODE (the lent H100s
 # do) compiles torch's modules again in every process (`import torch._dynamo` 7.9-10.0 s each time there), and a run
 # has several (optbench's, asv's, each grid's). The first process writes the bytecode under .cache/pycache, the
@@ -42,7 +42,7 @@ fi
 unset PYTHONDONTWRITEBYTECODE
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX="$PWD/.cache/pycache" \
     TORCHINDUCTOR_CACHE_DIR="$PWD/.cache/inductor" TRITON_CACHE_DIR="$PWD/.cache/triton"
-OPTBENCH_COMPILE_CACHE=$(python3 -m optbench.core.compile_cache restore)
+OPTBENCH_COMPILE_CACHE=$(python3 -m optbench.run.compile_cache restore)
 export OPTBENCH_COMPILE_CACHE
 echo "compile cache: $OPTBENCH_COMPILE_CACHE" >&2
 [ $# -gt 0 ] || set -- run --suite full
@@ -75,7 +75,7 @@ if [ -n "${OUT:-}" ]; then
         set +e
         find results -type f -newer "$stamp" -print0 | tar czf "$OUT/results.tgz" --null -T -
         if [ -d .cache/ab/logs ]; then tar czf "$OUT/ab-logs.tgz" -C .cache/ab logs; fi
-        python3 -m optbench.core.compile_cache pack --out "$OUT/compile-cache" >&2
+        python3 -m optbench.run.compile_cache pack --out "$OUT/compile-cache" >&2
         exit "$rc"
     }
     trap hand_back EXIT

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from optbench.core.store import REPO_ROOT
+from optbench.store.store import REPO_ROOT
 
 GIT = ["git", "-c", "user.name=optbench", "-c", "user.email=optbench@example.invalid"]
 MACHINE = "optbench-test"

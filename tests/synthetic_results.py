@@ -11,7 +11,7 @@ import random
 import statistics
 from typing import Any
 
-from optbench.core.store import MACHINE_KEY, ResultStore, record_key
+from optbench.store.store import MACHINE_KEY, ResultStore, record_key
 
 H100 = "NVIDIA H100 80GB HBM3"
 GPU = "GPU-00000000-0000-0000-0000-000000000001"  # the UUID of the synthetic runs' GPU

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from synthetic_results import record, samples
 
-from optbench.core.store import MACHINE_KEY, ResultStore
 from optbench.gate import ab, bisect
 from optbench.gate.ratio import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, Ratio, ratio
+from optbench.store.store import MACHINE_KEY, ResultStore
 
 STEP_1B = "bench_step.Step1B|variant=best-kernels"
 STEP_100M = "bench_step.Step100M|variant=eager"
@@ -135,8 +135,8 @@ def fake(tmp_path, monkeypatch):
         (tree / "optbench" / "suite").mkdir(parents=True, exist_ok=True)
         (tree / "optbench" / "suite" / "grids.py").write_text("def measure_suite(): ...\n")
         if state["lockstep"]:
-            (tree / "optbench" / "core").mkdir(parents=True, exist_ok=True)
-            (tree / "optbench" / "core" / "lockstep.py").write_text("")
+            (tree / ab.LOCKSTEP_MODULES[0]).parent.mkdir(parents=True, exist_ok=True)
+            (tree / ab.LOCKSTEP_MODULES[0]).write_text("")
         return tree
 
     def save(side, run_id, recs):
@@ -515,3 +515,34 @@ def test_a_round_measures_exactly_its_groups_cases(tmp_path, monkeypatch):
 )
 def test_only_one_process_host_bound_steps_go_to_lockstep(key, paired):
     assert ab.host_bound(key) is paired
+
+
+NEW, OLD = "optbench/measure/lockstep.py", "optbench/core/lockstep.py"
+
+
+@pytest.mark.parametrize(
+    ("modules", "paired"),
+    [
+        ((NEW, NEW), True),
+        ((OLD, NEW), True),  # a base from before the rooms of optbench/
+        ((OLD, OLD), True),
+        ((None, NEW), False),  # a base from before lockstep
+        ((NEW, "optbench/measure/timing.py"), False),
+    ],
+)
+def test_host_bound_steps_go_to_lockstep_where_every_side_has_it_at_either_path(
+    tmp_path, modules, paired
+):
+    trees = []
+    for side, module in zip(("base", "head"), modules):
+        tree = tmp_path / side
+        tree.mkdir()
+        if module:
+            (tree / module).parent.mkdir(parents=True)
+            (tree / module).write_text("")
+        trees.append(tree)
+    groups = {"steps": [STEP_100M, STEP_1B]}
+    abba, lockstep = ab.split_lockstep(groups, trees)
+    assert (abba, lockstep) == (
+        ({"steps": [STEP_1B]}, {"steps": [STEP_100M]}) if paired else (groups, {})
+    )

@@ -16,10 +16,10 @@ from synthetic_results import _steps, commit, record, samples, save
 
 from models.config import CONFIGS, flops_per_token, param_count
 from models.step import BASELINE
-from optbench.core.hardware import PROFILES
-from optbench.core.runner import WrongResult
-from optbench.core.store import REPO_ROOT, ResultStore, record_key
+from optbench.measure.hardware import PROFILES
 from optbench.reporting import data, headline
+from optbench.run.runner import WrongResult
+from optbench.store.store import REPO_ROOT, ResultStore, record_key
 from optbench.suite import anchors, catalog
 from optbench.suite import plan as P
 from optbench.suite.workloads import step_timing

@@ -1,4 +1,4 @@
-"""asv's ``worktree`` environment (optbench.core.asv_worktree): commits checked out into git
+"""asv's ``worktree`` environment (optbench.asv.asv_worktree): commits checked out into git
 worktrees and run on this interpreter, so that ``asv continuous BASE HEAD`` measures both and gates
 on them."""
 
@@ -23,9 +23,9 @@ from asv_repo import (
     same_code_commit,
 )
 
-from optbench.core.asv_worktree import KEEP_WORKTREES, WorktreeEnvironment, python_path
-from optbench.core.records import Record
-from optbench.core.store import ResultStore, record_key
+from optbench.asv.asv_worktree import KEEP_WORKTREES, WorktreeEnvironment, python_path
+from optbench.store.records import Record
+from optbench.store.store import ResultStore, record_key
 
 STEP_KEY = record_key("bench_step.StepTiny", {"variant": "eager"})
 # asv continuous's -f for the tiny steps on a CPU (docs/runners.md): above the spread of a step's

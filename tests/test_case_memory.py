@@ -1,4 +1,4 @@
-"""A case's own memory (optbench.core.memory.CaseMeter), on a fake CUDA caching allocator: what
+"""A case's own memory (optbench.measure.memory.CaseMeter), on a fake CUDA caching allocator: what
 counts (build, warm-up, capture, timing), what does not (the check, the check's reference), and
 that a step replayed from a CUDA graph reads what its graph holds, not 0."""
 
@@ -7,11 +7,11 @@ import contextlib
 import pytest
 import torch
 
-from optbench.core import memory
-from optbench.core.memory import CaseMeter, not_counted
-from optbench.core.records import CASE_PEAK, CASE_RESIDENT, Record
-from optbench.core.runner import Case, Work, run_grid
-from optbench.core.store import ResultStore
+from optbench.measure import memory
+from optbench.measure.memory import CaseMeter, not_counted
+from optbench.run.runner import Case, Work, run_grid
+from optbench.store.records import CASE_PEAK, CASE_RESIDENT, Record
+from optbench.store.store import ResultStore
 
 GIB = 1 << 30
 

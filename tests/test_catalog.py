@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from models.variants import ABLATED
-from optbench.core.store import REPO_ROOT, record_key
+from optbench.store.store import REPO_ROOT, record_key
 from optbench.suite import catalog
 
 ROOT = REPO_ROOT

@@ -1,4 +1,4 @@
-"""optbench.core.changepoints on synthetic series (test data, not measurements): a planted step is
+"""optbench.gate.changepoints on synthetic series (test data, not measurements): a planted step is
 found in its commit range, a flat noisy series gives none, and GPUs never share a series."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from optbench.core.changepoints import (
+from optbench.gate.changepoints import (
     MIN_COMMITS,
     ChangePoint,
     RunMedian,
@@ -129,7 +129,7 @@ def test_importable_without_torch_or_asv():
     """The module loads neither torch nor asv (asv's step detection is imported when a series is
     searched)."""
     code = (
-        "import sys, optbench.core.changepoints; "
+        "import sys, optbench.gate.changepoints; "
         "print(sorted(m for m in ('torch', 'asv') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -140,7 +140,7 @@ def test_a_run_that_shared_its_host_is_a_unit_of_its_own_and_says_so_shortened()
     """Shards of ``run --gpus`` (``runs_at_once`` 4) measure on a GPU as another unit than its lone
     runs; cut to 12 characters for a table, the unit keeps the count (the mutation, the unit cut
     whole, reads as the lone GPU's)."""
-    from optbench.core.changepoints import gpu_unit, short_unit
+    from optbench.gate.changepoints import gpu_unit, short_unit
 
     uuid = "GPU-915ebd26-7e01-2129-fe06-7fe71276af70"
     alone, shared = gpu_unit({"gpu_uuid": uuid}), gpu_unit({"gpu_uuid": uuid, "runs_at_once": 4})

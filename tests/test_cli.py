@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from optbench import cli
-from optbench.core.helptext import plain
-from optbench.core.store import REPO_ROOT
+from optbench.run.helptext import plain
+from optbench.store.store import REPO_ROOT
 
 BAD = [
     ["run", "--emulate", "nosuch"],
@@ -171,7 +171,7 @@ def test_run_with_an_unwritable_machine_folder_is_one_line_naming_it_and_writes_
 ):
     """The machine's folder of optbench's records (or of asv's results) takes no file: one line
     naming it, exit 2, before anything runs or is written (the progress file, asv's machine)."""
-    from optbench.core.machine import machine_name
+    from optbench.measure.machine import machine_name
 
     path = tmp_path / folder.replace("<machine>", machine_name())
     planted = unwritable(path, how)
@@ -191,7 +191,7 @@ def test_merge_into_an_unwritable_machine_folder_is_one_line_naming_it_and_copie
     2, and nothing copied, asv's files of that machine (which sort first) included."""
     from synthetic_results import commit, save
 
-    from optbench.core.store import ResultStore
+    from optbench.store.store import ResultStore
 
     source, dest = tmp_path / "source" / "results", tmp_path / "dest" / "results"
     save(ResultStore(source), "h100-sxm", commit(1), "2026-01-01T00:00:00+00:00", [])
@@ -212,7 +212,7 @@ def test_report_compare_of_refs_with_no_stored_runs_is_one_line_and_writes_nothi
     naming it, exit 2, no page written."""
     from synthetic_results import commit, save
 
-    from optbench.core.store import ResultStore
+    from optbench.store.store import ResultStore
 
     results, html = tmp_path / "results", tmp_path / "html"
     save(ResultStore(results), "h100-sxm", commit(1), "2026-01-01T00:00:00+00:00", [])

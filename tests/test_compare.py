@@ -13,8 +13,8 @@ import subprocess
 import pytest
 from synthetic_results import GPU, commit, record, samples, save, slower
 
-from optbench.core.store import ResultStore
 from optbench.gate import compare as cmp
+from optbench.store.store import ResultStore
 
 BASE, HEAD = commit(1), commit(2)
 OTHER_GPU = "GPU-00000000-0000-0000-0000-000000000002"

@@ -3,7 +3,7 @@ run started from is said (cold, restored, local)."""
 
 from __future__ import annotations
 
-from optbench.core import compile_cache as C
+from optbench.run import compile_cache as C
 
 
 def _fill(root, name="kernel.cubin", data=b"x"):
@@ -34,7 +34,7 @@ def test_another_key_starts_cold_and_a_warm_machine_keeps_its_own(tmp_path):
 
 
 def test_the_machine_record_says_what_the_caches_started_from(monkeypatch):
-    from optbench.core.machine import machine_info
+    from optbench.measure.machine import machine_info
 
     monkeypatch.setenv("OPTBENCH_COMPILE_CACHE", "restored h100-torch2.11")
     assert machine_info()["compile_cache"] == "restored h100-torch2.11"

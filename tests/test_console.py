@@ -1,10 +1,10 @@
-"""optbench.core.console: one table renderer (rich, Markdown, HTML) and one console."""
+"""optbench.run.console: one table renderer (rich, Markdown, HTML) and one console."""
 
 from __future__ import annotations
 
 import pytest
 
-from optbench.core.console import STYLES, console, table
+from optbench.run.console import STYLES, console, table
 
 COLUMNS = ("name", "ms")
 ROWS = [("a|b", 1.5), ("<c>", "2")]

@@ -16,8 +16,8 @@ import torch
 from models.config import CONFIGS
 from models.step import BASELINE, Hyper, TrainStep
 from models.variants import VARIANTS, numerics
-from optbench.core.hardware import PROFILES
-from optbench.core.runner import Case, measure_case
+from optbench.measure.hardware import PROFILES
+from optbench.run.runner import Case, measure_case
 from optbench.suite import catalog
 from optbench.suite import convergence as C
 from optbench.suite import plan as P
@@ -245,8 +245,8 @@ def _stored_seeds_run(tmp_path, monkeypatch, eager, protocol=PROTOCOL, **softwar
     """Results under tmp_path holding one run (id 'r1') of the commit being measured whose eager
     convergence record keeps ``eager``'s seeds, on this machine's software (``software`` overrides
     part of it)."""
-    from optbench.core.machine import machine_info
-    from optbench.core.store import MACHINE_KEY, ResultStore
+    from optbench.measure.machine import machine_info
+    from optbench.store.store import MACHINE_KEY, ResultStore
 
     for var, value in {
         "OPTBENCH_RESULTS": str(tmp_path),
@@ -359,7 +359,7 @@ def test_the_asv_class_reads_the_figures(monkeypatch):
     import importlib
     import sys
 
-    from optbench.core.store import REPO_ROOT, record_key
+    from optbench.store.store import REPO_ROOT, record_key
 
     monkeypatch.syspath_prepend(str(REPO_ROOT))
     monkeypatch.setenv("OPTBENCH_SUITE", "convergence")

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 from free_port import free_port
 
-from optbench.core.runner import Case, measure_case
+from optbench.run.runner import Case, measure_case
 from optbench.suite import distributed
 
 CPU = (
@@ -213,8 +213,8 @@ def test_a_wrong_case_is_recorded_wrong_and_not_timed():
 def test_runner_stores_a_measurement_taken_elsewhere():
     """Work.measured: stored as it is beside what ``timed`` times, after the check; a failing check
     stores none."""
-    from optbench.core.runner import WrongResult
-    from optbench.core.timing import Measurement, Timing
+    from optbench.measure.timing import Measurement, Timing
+    from optbench.run.runner import WrongResult
 
     taken = Measurement(device=None, wall=Timing((2.0, 3.0, 4.0), "perf-counter")).to_dict()
     ok = measure_case(
@@ -234,7 +234,7 @@ def test_runner_stores_a_measurement_taken_elsewhere():
 
 
 def distributed_work_stub(taken, check):
-    from optbench.core.runner import Work
+    from optbench.run.runner import Work
 
     return Work(timed={}, check=check, measured={"step": taken})
 

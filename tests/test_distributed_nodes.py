@@ -18,7 +18,7 @@ import pytest
 from free_port import free_port
 from test_distributed import CPU
 
-from optbench.core.store import REPO_ROOT
+from optbench.store.store import REPO_ROOT
 from optbench.suite import distributed
 
 TIMEOUT_S = 180.0

@@ -1,4 +1,4 @@
-"""optbench.core.emulate: the emulated profile, the environment of an emulated run, and what
+"""optbench.measure.emulate: the emulated profile, the environment of an emulated run, and what
 apply_emulation does to a CUDA process (here with torch.cuda faked) or, without CUDA, does not."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from optbench.core import emulate as E
-from optbench.core.hardware import PROFILES
+from optbench.measure import emulate as E
+from optbench.measure.hardware import PROFILES
 from optbench.suite import plan as P
 
 

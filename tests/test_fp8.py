@@ -36,7 +36,7 @@ from models.variants import (
     numerics,
     switches,
 )
-from optbench.core.hardware import PROFILES
+from optbench.measure.hardware import PROFILES
 from optbench.suite import catalog
 from optbench.suite import plan as P
 

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from optbench.core import hardware
-from optbench.core.hardware import DTYPES, PROFILES, detect, key_for, lookup
+from optbench.measure import hardware
+from optbench.measure.hardware import DTYPES, PROFILES, detect, key_for, lookup
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

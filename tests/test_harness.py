@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from optbench.core import hardware, machine
-from optbench.core.roofline import Ceilings, floor_ms, roofline
-from optbench.core.runner import RUN_DEADLINE_ENV, Case, Work, WrongResult, run_grid
-from optbench.core.store import MACHINE_KEY, REPO_ROOT, ResultStore, record_key
-from optbench.core.timing import Timing, measure
 from optbench.gate.compare import compare
+from optbench.measure import hardware, machine
+from optbench.measure.roofline import Ceilings, floor_ms, roofline
+from optbench.measure.timing import Timing, measure
+from optbench.run.runner import RUN_DEADLINE_ENV, Case, Work, WrongResult, run_grid
+from optbench.store.store import MACHINE_KEY, REPO_ROOT, ResultStore, record_key
 
 ROOT = REPO_ROOT
 
@@ -144,7 +144,7 @@ def test_every_case_of_a_grid_reports_its_start_and_end_to_the_progress_file(tmp
     """Each case appends 'start' and 'end' (status, seconds, the phases of its record) to the run's
     progress file, whatever its outcome; the process reports its start-up once, at its first
     case."""
-    from optbench.core import progress
+    from optbench.run import progress
 
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "c" * 40)
@@ -207,7 +207,7 @@ def test_a_case_whose_measurement_raises_past_the_runner_still_reports_its_end(
 ):
     """An exception past the runner's handlers that is no interrupt (SystemExit) leaves an 'end'
     event, status 'aborted', and goes on up (an interrupt: tests/test_interrupts.py)."""
-    from optbench.core import progress, runner
+    from optbench.run import progress, runner
 
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "c" * 40)
@@ -240,7 +240,7 @@ def test_a_case_records_the_seconds_torch_compile_spent_in_its_check_and_timing(
     before, None where its timers are named otherwise."""
     import types
 
-    from optbench.core import runner
+    from optbench.run import runner
 
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "c" * 40)
@@ -302,7 +302,7 @@ def test_a_work_sets_the_timers_budgets_per_metric(tmp_path, monkeypatch):
 
 
 def test_steps_on_a_gpu_are_timed_at_a_power_steady_clock():
-    from optbench.core.machine import PowerSettle
+    from optbench.measure.machine import PowerSettle
     from optbench.suite.workloads import STEP_REP_MS, STEP_WARMUP_MS, step_timing
 
     # an H100 reaches its power cap about a second into sustained steps
@@ -335,7 +335,7 @@ def test_a_timeout_s_notes_include_those_of_the_exceptions_it_replaced():
     """A timeout raised again while the case's code handled the first (the alarm fires every few
     seconds) keeps what the code noted on the first. Mutation: reading the last exception's own
     notes only loses it."""
-    from optbench.core.runner import CaseTimeout, exception_notes
+    from optbench.run.runner import CaseTimeout, exception_notes
 
     try:
         try:
@@ -349,7 +349,7 @@ def test_a_timeout_s_notes_include_those_of_the_exceptions_it_replaced():
 
 def _settle_on(monkeypatch, states: list[dict | None], limit_w: float | None = 700.0):
     """A PowerSettle whose polls read ``states`` in turn (the last one after that), polling fast."""
-    from optbench.core import machine
+    from optbench.measure import machine
 
     feed = iter(states)
     last = states[-1]
@@ -359,7 +359,7 @@ def _settle_on(monkeypatch, states: list[dict | None], limit_w: float | None = 7
 
 
 def _warm_up_ms(settled) -> float:
-    from optbench.core.timing import _Rotation, _warm_up
+    from optbench.measure.timing import _Rotation, _warm_up
 
     start = time.perf_counter()
     _warm_up(
@@ -417,7 +417,7 @@ def test_gpu_state_reads_nvml_in_process_and_falls_back_to_nvidia_smi(monkeypatc
     nvidia-smi."""
     import types
 
-    from optbench.core import machine
+    from optbench.measure import machine
 
     calls: list = []
     instant = types.SimpleNamespace(
@@ -473,7 +473,7 @@ def test_gpu_state_reads_nvml_in_process_and_falls_back_to_nvidia_smi(monkeypatc
 def test_a_case_that_loses_the_cuda_context_ends_the_grid_and_keeps_what_was_measured(
     tmp_path, monkeypatch
 ):
-    from optbench.core import runner
+    from optbench.run import runner
 
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "c" * 40)
@@ -553,7 +553,7 @@ def test_asv_discovers_the_suite():
         [
             sys.executable,
             "-m",
-            "optbench.core.asv_atomic",
+            "optbench.asv.asv_atomic",
             "check",
             "-E",
             f"existing:{sys.executable}",
@@ -614,7 +614,7 @@ def test_a_case_over_its_budget_is_stopped_even_inside_a_long_call_and_the_grid_
 def test_the_deadline_restores_an_outer_timer():
     import signal
 
-    from optbench.core.runner import deadline
+    from optbench.run.runner import deadline
 
     fired = []
     previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(True))
@@ -665,7 +665,7 @@ def test_a_suite_with_nothing_selected_returns_its_skips_without_building_cases(
 def test_the_kept_records_carry_each_cases_compile_seconds(monkeypatch):
     """What a grid process hands asv's track methods holds the runner's compile_seconds
     (track_compile_s reads it)."""
-    from optbench.core import runner
+    from optbench.run import runner
     from optbench.suite import grids
 
     params = {"variant": "best-kernels"}
@@ -706,7 +706,7 @@ def _resumed_quick_suite(tmp_path, monkeypatch, earlier: dict[str, str]) -> list
     monkeypatch.setattr(
         grids, "_measure_grid", lambda name, grid, chosen, device: measured.extend(chosen) or {}
     )
-    monkeypatch.setattr("optbench.core.runner.default_device", lambda: "cpu")
+    monkeypatch.setattr("optbench.run.runner.default_device", lambda: "cpu")
     return measured
 
 
@@ -742,7 +742,7 @@ def test_a_case_that_ended_its_process_here_is_measured_after_every_other_grid(
     unmeasured. A timeout the alarm interrupted stays in place; a multi-GPU grid goes late whole
     (its cases share the 1-GPU figures of one call). The mutation, measuring it in its grid's
     place, was seen to fail here."""
-    from optbench.core.runner import PROCESS_ENDED
+    from optbench.run.runner import PROCESS_ENDED
     from optbench.suite import grids
 
     matmul = {
@@ -841,7 +841,7 @@ def test_results_belong_to_the_commit_whose_code_was_measured(tmp_path):
     """Commits that only add results, docs or notes do not change what a run measures: a later
     session's run of the same code is stored under the same commit, and adds up with the earlier
     one."""
-    from optbench.core.runner import measured_commit
+    from optbench.run.runner import measured_commit
 
     def git(*args):
         return subprocess.run(
@@ -876,8 +876,8 @@ def test_a_run_with_a_time_budget_stops_in_time_and_stores_nothing_it_did_not_me
     nothing about the case, skipped as not measured (its placeholder removed from the store); later
     cases are skipped unmeasured and not stored (a later run fills them in), and a grid that starts
     after the end builds no cases."""
-    from optbench.core import runner
-    from optbench.core.runner import NOT_STARTED
+    from optbench.run import runner
+    from optbench.run.runner import NOT_STARTED
 
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "d" * 40)
@@ -937,7 +937,7 @@ def test_a_run_with_a_time_budget_stops_in_time_and_stores_nothing_it_did_not_me
 def test_a_case_needs_a_minimum_of_the_runs_time_budget_left_to_start(tmp_path, monkeypatch):
     """With less than 30 s of the run's budget left, a case with a longer budget is not started (nor
     stored); one whose own budget fits in what is left still runs."""
-    from optbench.core.runner import _MIN_CASE_S, NOT_STARTED, out_of_run_time
+    from optbench.run.runner import _MIN_CASE_S, NOT_STARTED, out_of_run_time
 
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "e" * 40)
@@ -973,7 +973,7 @@ def test_the_store_drops_records_by_key(tmp_path):
 def test_a_case_that_ends_stops_its_watchdog(monkeypatch):
     """Whether a case ends in time or by its alarm, its watchdog thread is gone when it returns and
     never fires into what comes after."""
-    from optbench.core import runner
+    from optbench.run import runner
 
     # Margins for a loaded CPU, where a case's end (a gc pass over this process: 0.1-0.3 s on an
     # idle machine) may take seconds: the quick case's budget, and the grace after the slow one's.
@@ -1001,7 +1001,7 @@ def test_a_case_that_ends_stops_its_watchdog(monkeypatch):
 
 
 def test_the_watchdog_restarts_inductors_compile_workers_after_killing_them(monkeypatch):
-    from optbench.core import runner
+    from optbench.run import runner
 
     restarted = []
     async_compile = type(sys)("torch._inductor.async_compile")
@@ -1013,11 +1013,12 @@ def test_the_watchdog_restarts_inductors_compile_workers_after_killing_them(monk
 
 _UNINTERRUPTIBLE_GRID = """
     import signal, subprocess, sys, time
-    from optbench.core import runner
-    from optbench.core.runner import Case, Work, run_grid
-    from optbench.core.store import ResultStore
+    from optbench.run import runner
+    from optbench.run.runner import Case, Work, run_grid
+    from optbench.store.store import ResultStore
 
-    import optbench.core.memory, optbench.core.timing  # a case's first imports: outside its budget
+    # a case's first imports: outside its budget
+    import optbench.measure.memory, optbench.measure.timing
 
     runner.HARD_STOP_GRACE_S = float(sys.argv[3])
     runner._restart_compile_workers = lambda: print("compile workers restarted")
@@ -1053,7 +1054,7 @@ def test_a_case_the_alarm_cannot_interrupt_is_hard_stopped_by_the_watchdog(tmp_p
     that the alarm lands and the grid goes on; a case that stays blocked ends the process, with its
     timeout stored. In a child process, which the watchdog ends. Each case ends well before the 30 s
     of either blocked wait."""
-    from optbench.core.runner import HARD_STOP_EXIT
+    from optbench.run.runner import HARD_STOP_EXIT
 
     # Margins for a loaded CPU: the budget holds "next" (its end runs a gc pass: seconds there), the
     # grace the alarm's landing and the first case's end after the kill.

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from synthetic_results import GPU, commit, record, samples, save
 
-from optbench.core import progress
-from optbench.core.records import INTERRUPTED
-from optbench.core.runner import Case, Work, run_grid
-from optbench.core.signals import Interrupted, interruptible
-from optbench.core.store import IN_PROGRESS, REPO_ROOT, RUN_KEY, ResultStore, record_key
 from optbench.gate import compare as cmp
+from optbench.measure.signals import Interrupted, interruptible
+from optbench.run import progress
+from optbench.run.runner import Case, Work, run_grid
+from optbench.store.records import INTERRUPTED
+from optbench.store.store import IN_PROGRESS, REPO_ROOT, RUN_KEY, ResultStore, record_key
 
 MACHINE, SHA = "test-machine", "c" * 40
 GRID = "bench_test.Grid"
@@ -276,8 +276,8 @@ def test_a_head_with_only_interrupted_records_is_nothing_comparable(tmp_path, ca
 GRID_PROCESS = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from optbench.core import progress
-    from optbench.core.signals import die_with_parent, interruptible
+    from optbench.run import progress
+    from optbench.measure.signals import die_with_parent, interruptible
     die_with_parent()
     Path(sys.argv[1]).write_text(str(os.getpid()))
     try:
@@ -300,7 +300,7 @@ ASV = textwrap.dedent("""
 PARENT = textwrap.dedent("""
     import json, os, sys
     from pathlib import Path
-    from optbench.core import progress
+    from optbench.run import progress
     follower = progress.Follower(Path(sys.argv[3]), 1, live=False)
     try:
         command = [sys.executable, "-c", sys.argv[1], sys.argv[2], sys.argv[4]]
@@ -425,8 +425,8 @@ def test_ctrl_c_in_a_real_cpu_run_records_the_case_interrupted_and_compare_inven
     terminal's Ctrl-C) once the case runs: exit 130, the grid process gone within seconds, the case
     'interrupted' and the run partial, both by SIGINT; compare against committed CPU results
     reports it as such, with no regression."""
-    from optbench.core.machine import machine_name
-    from optbench.core.runner import measured_commit
+    from optbench.measure.machine import machine_name
+    from optbench.run.runner import measured_commit
 
     machine = machine_name()
     repo = _project_copy(tmp_path / "repo", machine)

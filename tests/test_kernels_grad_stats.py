@@ -213,7 +213,7 @@ def test_grad_stats_gpu():
 def test_kernel_work_check_sees_the_smallest_tensor_left_out(monkeypatch):
     """kernel_work's check at 1B passes the foreach path at GRAD_STATS.rtol and rejects it once its
     norms leave out the model's smallest tensor (a norm weight, 1.9e-6 of its squared norm)."""
-    from optbench.core.runner import WrongResult
+    from optbench.run.runner import WrongResult
     from optbench.suite.workloads import kernel_work
 
     work = kernel_work("grad_stats", "1B", "foreach", "cuda")

@@ -1,5 +1,5 @@
-"""Lockstep pairs (optbench.core.lockstep) between real processes on a CPU, timing's turns, and the
-paired interval ab judges them with (synthetic shifts: test data, not measurements)."""
+"""Lockstep pairs (optbench.measure.lockstep) between real processes on a CPU, timing's turns, and
+the paired interval ab judges them with (synthetic shifts: test data, not measurements)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,16 @@ import time
 
 import pytest
 
-from optbench.core import lockstep
-from optbench.core.runner import Case, measure_case
-from optbench.core.timing import measure
 from optbench.gate.ratio import INCONCLUSIVE, NO_CHANGE, REGRESSION, paired_ratio
+from optbench.measure import lockstep
+from optbench.measure.timing import measure
+from optbench.run.runner import Case, measure_case
 
 # One side: a session per label given, 5 samples each of ~20 ms of sleep, timestamps printed.
 SIDE = textwrap.dedent(
     """
     import json, os, sys, time
-    from optbench.core.lockstep import partner
+    from optbench.measure.lockstep import partner
     out, fail_at = [], int(os.environ.get("FAIL_AT", "-1"))
     pair = partner()
     for label in sys.argv[1:]:
@@ -113,7 +113,7 @@ def test_a_partner_whose_case_fails_midway_leaves_the_other_to_finish_alone_then
 WARMING = textwrap.dedent(
     """
     import json, os, time
-    from optbench.core.lockstep import partner
+    from optbench.measure.lockstep import partner
     pair, out = partner(), {}
     with pair.session("case step") as turns:
         time.sleep(float(os.environ["WARM_S"]))  # this side's warm-up, inside the timing

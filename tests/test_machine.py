@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from optbench.core import machine
-from optbench.core.machine import machine_info, machine_name
+from optbench.measure import machine
+from optbench.measure.machine import machine_info, machine_name
 
 KEYS = {
     "gpu_name",

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from optbench.core import memory
-from optbench.core.memory import peak_memory
+from optbench.measure import memory
+from optbench.measure.memory import peak_memory
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

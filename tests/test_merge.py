@@ -9,8 +9,8 @@ import tarfile
 import pytest
 from synthetic_results import commit, record, samples, save
 
-from optbench.core import merge
-from optbench.core.store import ResultStore, asv_results_dir, write_records_file
+from optbench.store import merge
+from optbench.store.store import ResultStore, asv_results_dir, write_records_file
 
 SHA = commit(7)
 COLUMNS = ["result", "params", "version", "started_at", "duration", "samples"]
@@ -141,8 +141,8 @@ def test_values_follow_their_combination_when_the_grid_grows():
 
 def test_a_selected_run_keeps_the_cases_an_earlier_run_of_the_commit_measured(tmp_path):
     """asv rewrites a commit's whole grid, null where a --select left a case out: its writer
-    (optbench.core.asv_atomic) keeps what an earlier run of the commit measured there."""
-    from optbench.core import asv_atomic
+    (optbench.asv.asv_atomic) keeps what an earlier run of the commit measured there."""
+    from optbench.asv import asv_atomic
 
     # a first --select run measured 'eager'
     path = write_asv_file(tmp_path / "results", [80.0, None])
@@ -265,7 +265,7 @@ def test_a_merge_into_a_folder_git_ignores_says_how_to_commit_it(tmp_path, capsy
     nothing."""
     import subprocess
 
-    from optbench.core import merge
+    from optbench.store import merge
 
     repo = tmp_path / "repo"
     (repo / "results" / "known").mkdir(parents=True)

@@ -9,10 +9,10 @@ import random
 import pytest
 from synthetic_results import commit, record, samples, save
 
-from optbench.core.records import CASE_PEAK, CASE_RESIDENT, Record
-from optbench.core.store import ResultStore
 from optbench.gate import noisecheck as nc
 from optbench.gate.compare import ALPHA, Change, Noise, Summary
+from optbench.store.records import CASE_PEAK, CASE_RESIDENT, Record
+from optbench.store.store import ResultStore
 
 SHAPES = ["8192x768", "16384x768"]
 SLOW_KEY = "bench_kernels.RMSNorm|shape=16384x768|impl=triton"
@@ -188,7 +188,7 @@ def test_a_plant_missed_where_required_exits_1(tmp_path, capsys):
 
 
 def with_case_memory(records: list[dict]) -> list[dict]:
-    """``records`` with a case memory (:class:`optbench.core.records.CaseMemory`) each."""
+    """``records`` with a case memory (:class:`optbench.store.records.CaseMemory`) each."""
     memory = {
         "peak_bytes": 3 * 2**30,
         "resident_bytes": 2**30,

@@ -1,10 +1,10 @@
-"""optbench.core.overlap: collectives' time split into hidden and exposed, per step."""
+"""optbench.measure.overlap: collectives' time split into hidden and exposed, per step."""
 
 from __future__ import annotations
 
 import pytest
 
-from optbench.core.overlap import Overlap, intersection, merged
+from optbench.measure.overlap import Overlap, intersection, merged
 
 ALLREDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
 

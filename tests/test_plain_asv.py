@@ -31,7 +31,7 @@ from asv_repo import (
 )
 from free_port import free_port
 
-from optbench.core.store import ResultStore
+from optbench.store.store import ResultStore
 
 BENCH = "StepTiny.track_step_ms"
 SELECT = r"StepTiny\|variant=eager$"  # one case: a short test
@@ -69,7 +69,7 @@ def test_plain_asv_runs_compares_and_publishes_under_optbench_machine_and_commit
         env,
         "-c",
         "from optbench.cli import register_machine; "
-        "from optbench.core.machine import machine_name; "
+        "from optbench.measure.machine import machine_name; "
         "register_machine(machine_name()); print(machine_name())",
     ).strip()
     assert _run(repo, env, "-m", "optbench", "machine", "--name").strip() == machine

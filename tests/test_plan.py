@@ -25,10 +25,10 @@ from models.variants import (
     switch_name,
     switches,
 )
-from optbench.core.hardware import PROFILES
-from optbench.core.roofline import Ceilings
-from optbench.core.store import REPO_ROOT as ROOT
-from optbench.core.store import ResultStore
+from optbench.measure.hardware import PROFILES
+from optbench.measure.roofline import Ceilings
+from optbench.store.store import REPO_ROOT as ROOT
+from optbench.store.store import ResultStore
 from optbench.suite import baseline as B
 from optbench.suite import memory_estimate as M
 from optbench.suite import plan as P

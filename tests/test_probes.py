@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from optbench.core.store import REPO_ROOT
+from optbench.store.store import REPO_ROOT
 
 pytest.importorskip("torch")  # every probe needs torch; nothing else is a reason to skip
 

@@ -213,8 +213,8 @@ def test_a_gpu_steps_mfu_divides_by_the_profiles_peak(monkeypatch: pytest.Monkey
     datasheet)."""
     from types import SimpleNamespace as NS
 
-    from optbench.core import hardware
-    from optbench.core.roofline import Ceilings
+    from optbench.measure import hardware
+    from optbench.measure.roofline import Ceilings
 
     h100 = hardware.PROFILES["h100-sxm"]
     monkeypatch.setattr(hardware, "detect", lambda device=None: h100)

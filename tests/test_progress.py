@@ -1,5 +1,5 @@
-"""The live progress of a run (optbench.core.progress) and the breakdown of its time
-(optbench.core.breakdown)."""
+"""The live progress of a run (optbench.run.progress) and the breakdown of its time
+(optbench.run.breakdown)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from optbench.core import breakdown, progress
-from optbench.core.settings import Settings
-from optbench.core.store import MACHINE_KEY, REPO_ROOT, ResultStore, StoredRun, record_key
+from optbench.run import breakdown, progress
+from optbench.store.settings import Settings
+from optbench.store.store import MACHINE_KEY, REPO_ROOT, ResultStore, StoredRun, record_key
 
 ROOT = REPO_ROOT
 
@@ -197,7 +197,7 @@ def test_a_followed_command_logs_its_output_and_shows_the_events_of_its_processe
     path.touch()
     child = textwrap.dedent("""
         import sys
-        from optbench.core import progress
+        from optbench.run import progress
         print("asv: starting", flush=True)
         progress.case_started("bench.A|x=1", "bench.A")
         done = {"status": "ok", "seconds": 0.5, "build_seconds": 0.1}
@@ -262,7 +262,7 @@ def test_the_start_up_of_a_process_is_its_age_by_the_kernel():
         [
             sys.executable,
             "-c",
-            "import time; time.sleep(0.3); from optbench.core import progress; "
+            "import time; time.sleep(0.3); from optbench.run import progress; "
             "print(progress.process_age())",
         ],
         cwd=ROOT,
@@ -373,10 +373,10 @@ def test_the_breakdown_record():
 def test_optbenchs_readers_leave_the_breakdown_record_out(tmp_path):
     """A run file with ``__breakdown__``: compare, the report's data, the noise check and the typed
     reader see the cases alone, and the run's date stays its start."""
-    from optbench.core.records import Record
     from optbench.gate.compare import NoiseModel, compare_runs, run_medians
     from optbench.gate.noisecheck import planted
     from optbench.reporting import data
+    from optbench.store.records import Record
 
     def step(ms: float) -> dict:
         timing = {"median_ms": ms, "q25_ms": ms, "q75_ms": ms, "samples_ms": [ms] * 5, "n": 5}
@@ -455,7 +455,7 @@ def test_optbench_run_follows_its_asv_run_and_stores_the_breakdown(tmp_path, mon
     monkeypatch.setattr(cli, "ROOT", tmp_path)
     monkeypatch.setattr(cli, "git_commit", lambda ref: "f" * 40)
     monkeypatch.setattr(cli, "register_machine", lambda machine: None)
-    monkeypatch.setattr("optbench.core.machine.machine_name", lambda emulate=None: "cpu-test")
+    monkeypatch.setattr("optbench.measure.machine.machine_name", lambda emulate=None: "cpu-test")
     monkeypatch.setattr(progress, "run_followed", fake_asv)
     monkeypatch.delenv("OPTBENCH_RUN_ID", raising=False)
     assert cli.run(["--suite", "cpu", "--no-html"]) == 0

@@ -15,7 +15,7 @@ import io
 import re
 import tokenize
 
-from optbench.core.store import REPO_ROOT, records_stem
+from optbench.store.store import REPO_ROOT, records_stem
 
 ROOT = REPO_ROOT
 SCANNED = ("optbench", "kernels", "models", "benchmarks")
@@ -34,7 +34,7 @@ RUN_SUFFIX = re.compile(_SUFFIX)
 # Hex-looking words that name no commit or run, each with what it is. A new entry needs its reason.
 NOT_PROVENANCE: dict[str, str] = {
     "f8f8bf16": "CUTLASS's rowwise FP8 GEMM kernel name (fp8 x fp8 -> bf16)",
-    "20261124T190512Z-3fa1c2": "the run id format's example in optbench.core.store.new_run_id; no "
+    "20261124T190512Z-3fa1c2": "the run id format's example in optbench.store.store.new_run_id; no "
     "stored run",
 }
 

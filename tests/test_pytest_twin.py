@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from optbench.core.store import REPO_ROOT
+from optbench.store.store import REPO_ROOT
 
 ROOT = REPO_ROOT
 Run = tuple[str, dict]  # a saved run's file name and content

@@ -1,4 +1,4 @@
-"""optbench.core.records: one typed view of stored records, new and old (synthetic test data)."""
+"""optbench.store.records: one typed view of stored records, new and old (synthetic test data)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import pytest
 from synthetic_results import record, samples
 
 from benchmarks.common import Grid, StepGrid
-from optbench.core.records import Record, TimingView
-from optbench.core.store import record_key
+from optbench.store.records import Record, TimingView
+from optbench.store.store import record_key
 
 
 def test_a_record_reads_back_what_the_runner_wrote():
-    from optbench.core.timing import Measurement, Timing
+    from optbench.measure.timing import Measurement, Timing
 
     wall = Timing((1.0, 2.0, 3.0, 4.0), "perf-counter")
     data = {

@@ -12,7 +12,7 @@ import torch
 
 from models.config import CONFIGS, param_count
 from models.step import Baseline
-from optbench.core.hardware import PROFILES
+from optbench.measure.hardware import PROFILES
 from optbench.suite import workloads
 from optbench.suite.baseline import step_pair
 from optbench.suite.memory_estimate import MEMORY_MARGIN, step_memory_bytes

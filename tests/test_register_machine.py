@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from asv.machine import Machine
 
+from optbench.asv import asv_atomic
 from optbench.cli import register_machine
-from optbench.core import asv_atomic, store
-from optbench.core.runner import asv_machine
-from optbench.core.store import REPO_ROOT
+from optbench.run.runner import asv_machine
+from optbench.store import store
+from optbench.store.store import REPO_ROOT
 
 COMMITTED = REPO_ROOT / "results" / "asv" / "cpu-amd-epyc" / "machine.json"
 

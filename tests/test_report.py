@@ -18,10 +18,10 @@ import pytest
 from synthetic_results import commit, record, report_store, samples, save
 
 from models.variants import ABLATED, ABLATION, ADDED
-from optbench.core.hardware import lookup
-from optbench.core.records import NOT_MEASURED
-from optbench.core.store import REPO_ROOT, ResultStore
+from optbench.measure.hardware import lookup
 from optbench.reporting import charts, data, headline, memory, site
+from optbench.store.records import NOT_MEASURED
+from optbench.store.store import REPO_ROOT, ResultStore
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -897,8 +897,8 @@ def test_the_index_leads_with_each_machines_headline_and_a_thumbnail_per_page(st
 def test_asv_publishes_into_a_folder_of_its_own(tmp_path, monkeypatch):
     """asv publish empties its html dir first: it gets html/asv/, so optbench's pages beside it
     survive."""
-    from optbench.core import asv_atomic
-    from optbench.core.store import REPO_ROOT
+    from optbench.asv import asv_atomic
+    from optbench.store.store import REPO_ROOT
 
     calls = []
     monkeypatch.setattr(

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from synthetic_results import _kernels, commit, record, report_store, samples, save
 
-from optbench.core.store import REPO_ROOT, ResultStore
 from optbench.reporting import charts, data, site
 from optbench.reporting.cache import ReportCache
+from optbench.store.store import REPO_ROOT, ResultStore
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -124,6 +124,26 @@ def test_an_unchanged_store_is_published_without_torch_or_matplotlibs_drawing(tm
     assert done.returncode == 0, done.stderr
     said, imported = done.stdout.splitlines()
     assert "records unchanged" in said and imported == "[]"
+
+
+def test_the_code_digest_is_the_same_after_matplotlib_use():
+    """A process that imported optbench.profiling.charts (``matplotlib.use("Agg")``, which switches
+    matplotlib's backend fallback off) keys the report's cache as a fresh one does (mutation: the
+    fallback in the digest; a publish after the profiler's charts then drew every chart again)."""
+    script = (
+        "import matplotlib\n"
+        "from optbench.reporting.cache import code_digest\n"
+        "fresh = code_digest()\n"
+        "code_digest.cache_clear()\n"
+        "matplotlib.use('Agg')\n"
+        "print(fresh == code_digest())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
 
 
 def test_the_cache_keeps_only_what_the_last_publish_used(tmp_path, asv_calls):

@@ -1,7 +1,7 @@
 """The report's memory figures (optbench.reporting.memory) on synthetic records with a ``memory``
-dict (optbench.core.records.CaseMemory): the case's peak where recorded, else the per-call figure of
-a step not replayed from a CUDA graph, marked; a graphed step's per-call figure is never shown; the
-estimate beside each. Test data, not measurements."""
+dict (optbench.store.records.CaseMemory): the case's peak where recorded, else the per-call figure
+of a step not replayed from a CUDA graph, marked; a graphed step's per-call figure is never shown;
+the estimate beside each. Test data, not measurements."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from synthetic_results import commit, record, samples, save
 
 from models.config import CONFIGS
-from optbench.core.hardware import lookup
-from optbench.core.store import ResultStore
+from optbench.measure.hardware import lookup
 from optbench.reporting import dashboard, data, memory, site
+from optbench.store.store import ResultStore
 from optbench.suite.baseline import step_pair
 from optbench.suite.memory_estimate import step_memory_bytes
 

@@ -5,7 +5,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from optbench.core.store import REPO_ROOT
+from optbench.store.store import REPO_ROOT
 
 ROOT = REPO_ROOT
 

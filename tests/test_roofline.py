@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from optbench.core.hardware import PROFILES
-from optbench.core.roofline import (
+from optbench.measure.hardware import PROFILES
+from optbench.measure.roofline import (
     Ceilings,
     copy_probe,
     floor_ms,
@@ -47,8 +47,8 @@ def test_probes_count_their_work():
 
 
 def test_calibrate_times_the_roofline_probes(monkeypatch):
-    from optbench.core import calibrate
-    from optbench.core import roofline as R
+    from optbench.measure import roofline as R
+    from optbench.run import calibrate
 
     made = []
     monkeypatch.setattr(
@@ -132,7 +132,7 @@ def test_measure_ceilings_on_gpu():
 
 
 def test_a_time_at_or_under_its_floor_is_below_it():
-    from optbench.core.roofline import below_floor
+    from optbench.measure.roofline import below_floor
 
     floor = floor_ms(0, 4e9, CEIL, "bf16")  # 4 ms
     assert below_floor(roofline(0, 4e9, 0.8 * floor, CEIL, "bf16").floor_ratio)

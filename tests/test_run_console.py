@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from optbench import cli
-from optbench.core import asv_timed, progress
-from optbench.core.store import REPO_ROOT
+from optbench.asv import asv_timed
+from optbench.run import progress
+from optbench.store.store import REPO_ROOT
 from optbench.suite import catalog, grids
 
 # The done-when of the issue: the CPU run of the tiny eager step prints at most this many lines.
@@ -30,7 +31,7 @@ UNSELECTED = "asv: skipped: NotImplementedError('not selected in this run (OPTBE
 FAKE_ASV = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])
-    from optbench.core import progress
+    from optbench.run import progress
     for i in range(60):
         print(f"[{i:5.2f}%] ··· asv's line {i}", flush=True)
         print(f"              {sys.argv[3]}", file=sys.stderr, flush=True)
@@ -51,7 +52,7 @@ def _run(tmp_path, monkeypatch, capsys, *options: str, exit_code: int = 0) -> tu
     monkeypatch.setattr(cli, "ROOT", tmp_path)
     monkeypatch.setattr(cli, "git_commit", lambda ref: "f" * 40)
     monkeypatch.setattr(cli, "register_machine", lambda machine: None)
-    monkeypatch.setattr("optbench.core.machine.machine_name", lambda emulate=None: "cpu-test")
+    monkeypatch.setattr("optbench.measure.machine.machine_name", lambda emulate=None: "cpu-test")
     monkeypatch.setattr(
         cli,
         "asv_run_command",
@@ -114,7 +115,7 @@ def test_asv_failing_with_no_failed_case_shows_the_last_lines_of_its_log(
 def test_a_selection_of_nothing_is_one_line_and_runs_no_asv(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cli, "ROOT", tmp_path)
     monkeypatch.setattr(cli, "git_commit", lambda ref: "f" * 40)
-    monkeypatch.setattr("optbench.core.machine.machine_name", lambda emulate=None: "cpu-test")
+    monkeypatch.setattr("optbench.measure.machine.machine_name", lambda emulate=None: "cpu-test")
     monkeypatch.setattr(progress, "run_followed", lambda *a, **k: pytest.fail("asv ran"))
     assert cli.run(["--suite", "cpu", "--select", "nosuchcase", "--no-html"]) == 0
     assert capsys.readouterr().out == "optbench: nothing to measure in suite 'cpu'\n"
@@ -216,7 +217,7 @@ def test_the_real_cpu_run_of_the_tiny_eager_step_is_quiet(tmp_path):
     in the run's log, which lists no unselected combination either (what --verbose would show)."""
     from test_interrupts import _project_copy
 
-    from optbench.core.machine import machine_name
+    from optbench.measure.machine import machine_name
 
     machine = machine_name()
     repo = _project_copy(tmp_path / "repo", machine)
@@ -236,7 +237,8 @@ def test_the_real_cpu_run_of_the_tiny_eager_step_is_quiet(tmp_path):
     )
     lines = run.stdout.splitlines()
     assert run.returncode == 0 and len(lines) <= LINE_BUDGET, run.stdout
-    assert re.search(rf"\[1/1\] {re.escape(KEY)}: ok, .*step \d+ ms.* \(wall\)", run.stdout)
+    # progress.milliseconds: whole ms from 100 up, else three significant digits (9.64)
+    assert re.search(rf"\[1/1\] {re.escape(KEY)}: ok, .*step \d+(\.\d+)? ms.* \(wall\)", run.stdout)
     assert "optbench: 1 of 1 cases ok in " in run.stdout and "not selected" not in run.stdout
     [log] = (repo / "results" / machine / "progress").glob("*.asv.log")
     logged = log.read_text()

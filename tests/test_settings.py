@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from optbench.core import settings as S
-from optbench.core.store import REPO_ROOT
+from optbench.store import settings as S
+from optbench.store.store import REPO_ROOT
 
 
 def test_settings_round_trip_through_the_environment():
@@ -54,7 +54,7 @@ OTHER_READS = {
 
 def test_only_settings_reads_the_environment():
     """No module of the harness, the suites, the models or the kernels reads an environment variable
-    but ``optbench.core.settings`` (and the reads of other tools' variables in OTHER_READS)."""
+    but ``optbench.store.settings`` (and the reads of other tools' variables in OTHER_READS)."""
     import re
 
     root = REPO_ROOT
@@ -90,7 +90,7 @@ def test_a_plain_asv_run_stores_under_asvs_machine(tmp_path, monkeypatch):
     the one machine of asv's machine file; with none or several there, the detected name."""
     import json
 
-    from optbench.core import runner
+    from optbench.run import runner
 
     one = tmp_path / "one.json"
     one.write_text(json.dumps({"vm": {"machine": "vm"}, "version": 1}))

@@ -17,8 +17,8 @@ import pytest
 from synthetic_results import commit, record, save
 
 from optbench import cli
-from optbench.core import progress
-from optbench.core.store import ResultStore, record_key, split_key
+from optbench.run import progress
+from optbench.store.store import ResultStore, record_key, split_key
 from optbench.suite import catalog, shard
 from optbench.suite.catalog import BENCHMARKS
 
@@ -357,7 +357,7 @@ def test_shards_writing_one_asv_results_file_at_once_keep_each_others_cases(tmp_
     """asv reads a commit's results file as it starts and writes it whole as it ends: the shard that
     ends last keeps the cases that another shard wrote meanwhile; a null never erases a value, a
     new value replaces an old one."""
-    from optbench.core import asv_atomic
+    from optbench.asv import asv_atomic
 
     columns = ["result", "params", "version"]
     row = "bench_step.Step100M.track_step_ms"

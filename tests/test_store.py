@@ -1,4 +1,4 @@
-"""optbench.core.store: one file per run, never touched by another run (synthetic records)."""
+"""optbench.store.store: one file per run, never touched by another run (synthetic records)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import os
 import pytest
 from synthetic_results import commit, record, samples
 
-from optbench.core.records import Record
-from optbench.core.store import (
+from optbench.measure.timing import Measurement, Timing
+from optbench.store.records import Record
+from optbench.store.store import (
     LEGACY_RUN,
     REPO_ROOT,
     CannotWrite,
@@ -20,7 +21,6 @@ from optbench.core.store import (
     require_writable,
     write_records_file,
 )
-from optbench.core.timing import Measurement, Timing
 
 SHA = commit(3)
 

@@ -9,8 +9,8 @@ import weakref
 import pytest
 import torch
 
-from optbench.core import timing
-from optbench.core.timing import (
+from optbench.measure import timing
+from optbench.measure.timing import (
     Measurement,
     Timing,
     graph_calls,
@@ -211,7 +211,7 @@ def test_captures_follow_one_another_in_a_process():
     """A forward, its forward+backward, then the forward again after an uncapturable callable: every
     one is captured (with one memory pool shared by all captures, 9e238a7, the later captures failed
     on an H100 and the kernel suite fell back to profiler timings)."""
-    from optbench.core.timing import _Budget, _graph_timing, _Rotation
+    from optbench.measure.timing import _Budget, _graph_timing, _Rotation
 
     lin = torch.nn.Linear(256, 256, device="cuda")
     x = torch.randn(64, 256, device="cuda", requires_grad=True)
@@ -428,8 +428,8 @@ def test_the_graph_rotates_over_every_set_on_a_gpu():
 def test_a_cold_copy_is_not_faster_than_hbm_allows():
     """An 8 MiB copy fits in any H100's L2: warm, it may beat HBM; over a rotation of sets sized by
     rotation_sets its device time cannot beat the profile's HBM bandwidth."""
-    from optbench.core.hardware import detect
-    from optbench.core.roofline import Ceilings
+    from optbench.measure.hardware import detect
+    from optbench.measure.roofline import Ceilings
 
     n_bytes = 8 << 20
     count = rotation_sets(2 * n_bytes, timing.l2_cache_bytes("cuda"))

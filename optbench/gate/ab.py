@@ -12,11 +12,11 @@ checked before it is timed, as always. The selected cases are measured in one of
   (:func:`optbench.gate.ratio.ratio`).
 - **Lockstep rounds** (cases whose step is host-bound: below 1B, no CUDA graph): both commits'
   processes at once, every thread of both on one CPU (another each round), taking turns sample by
-  sample (:mod:`optbench.core.lockstep`), the base first in every other round. A host-bound step's
-  time is the host's, whose speed moves within seconds on a shared machine: paired samples meet the
-  same spells. Per metric, each round's median of ``log(head_i / base_i)``, and over the rounds the
-  signed-rank interval (:func:`optbench.gate.ratio.paired_ratio`; 6 rounds are the fewest that bound
-  it). Where a side's code predates lockstep, these cases go to the ABBA rounds.
+  sample (:mod:`optbench.measure.lockstep`), the base first in every other round. A host-bound
+  step's time is the host's, whose speed moves within seconds on a shared machine: paired samples
+  meet the same spells. Per metric, each round's median of ``log(head_i / base_i)``, and over the
+  rounds the signed-rank interval (:func:`optbench.gate.ratio.paired_ratio`; 6 rounds are the fewest
+  that bound it). Where a side's code predates lockstep, these cases go to the ABBA rounds.
 
 Each round's processes make an ordinary run of their commit: the records go to the store
 (``results/<machine>/optbench/``; a lockstep run's records say so, ``lockstep``) and the history
@@ -62,19 +62,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from optbench.core.lockstep import ENV as LOCKSTEP_ENV
-from optbench.core.lockstep import Partner
-from optbench.core.records import OK, Record
-from optbench.core.runner import measured_commit
-from optbench.core.settings import Settings, process_env
-from optbench.core.store import (
-    MACHINE_KEY,
-    REPO_ROOT,
-    ResultStore,
-    new_run_id,
-    read_records,
-    write_json_atomic,
-)
 from optbench.gate.ratio import (
     INCONCLUSIVE,
     REGRESSION,
@@ -82,6 +69,19 @@ from optbench.gate.ratio import (
     paired_ratio,
     ratio,
     replicated_ratio,
+)
+from optbench.measure.lockstep import ENV as LOCKSTEP_ENV
+from optbench.measure.lockstep import Partner
+from optbench.run.runner import measured_commit
+from optbench.store.records import OK, Record
+from optbench.store.settings import Settings, process_env
+from optbench.store.store import (
+    MACHINE_KEY,
+    REPO_ROOT,
+    ResultStore,
+    new_run_id,
+    read_records,
+    write_json_atomic,
 )
 from optbench.suite import catalog
 from optbench.suite.grids import PROCESSES
@@ -93,6 +93,9 @@ EXIT_OK, EXIT_REGRESSION, EXIT_NOTHING, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 REPLICATED_SHARE = 0.1
 # the fewest lockstep rounds whose exact signed-rank test reaches 5% two-sided
 LOCKSTEP_MIN_ROUNDS = 6
+# a side's code has lockstep where its tree holds one of these: today's path, or that of the commits
+# before optbench/core/ was split into rooms (ab measures those in their own worktrees)
+LOCKSTEP_MODULES = ("optbench/measure/lockstep.py", "optbench/core/lockstep.py")
 GRID_ENTRY = (
     "from optbench.suite.grids import PROCESSES, measure_suite; "
     "measure_suite(kinds=PROCESSES[{!r}])"
@@ -121,7 +124,7 @@ class Side:
 
 
 def resolve(ref: str, root: Path = REPO_ROOT) -> str:
-    """The commit whose code ``ref`` holds (``optbench.core.runner.measured_commit``); ValueError
+    """The commit whose code ``ref`` holds (``optbench.run.runner.measured_commit``); ValueError
     naming the ref where git cannot resolve it."""
     try:
         commit = measured_commit(ref, cwd=root)
@@ -158,7 +161,7 @@ def remove_worktree(tree: Path, root: Path = REPO_ROOT) -> None:
 def planned(suite: str, select: str | None) -> dict[str, list[str]]:
     """The selected cases of ``suite`` by grid process ('steps', 'other'): what each round
     measures."""
-    from optbench.core.progress import planned_cases
+    from optbench.run.progress import planned_cases
 
     groups: dict[str, list[str]] = defaultdict(list)
     for key in planned_cases(catalog.BENCHMARKS.values(), suite, select):
@@ -223,8 +226,8 @@ def split_lockstep(
     groups: dict[str, list[str]], trees: Iterable[Path]
 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """(the cases timed in ABBA rounds, the host-bound cases timed in lockstep rounds) by grid
-    process; none in lockstep where a side's code predates it (no ``optbench/core/lockstep.py``)."""
-    if not all((tree / "optbench" / "core" / "lockstep.py").exists() for tree in trees):
+    process; none in lockstep where a side's code predates it (none of :data:`LOCKSTEP_MODULES`)."""
+    if not all(any((tree / m).exists() for m in LOCKSTEP_MODULES) for tree in trees):
         return groups, {}
     split: tuple[dict[str, list[str]], dict[str, list[str]]] = ({}, {})
     for group, keys in groups.items():
@@ -251,9 +254,10 @@ def run_lockstep_round(
     base_first: bool,
 ) -> tuple[dict[str, str], float, int]:
     """One lockstep round: for each grid process of ``groups``, both sides' processes at once, each
-    in its worktree, timing the same cases in turns on ``cpu`` (:mod:`optbench.core.lockstep`), the
-    base first where ``base_first``. Each side's processes make one run of its commit. Returns the
-    run ids by side, the seconds it took and the worst exit code (logs in ``logs/<run id>.log``)."""
+    in its worktree, timing the same cases in turns on ``cpu`` (:mod:`optbench.measure.lockstep`),
+    the base first where ``base_first``. Each side's processes make one run of its commit. Returns
+    the run ids by side, the seconds it took and the worst exit code (logs in
+    ``logs/<run id>.log``)."""
     ids = {label: new_run_id() for label in sides}
     logs.mkdir(parents=True, exist_ok=True)
     started, worst = time.perf_counter(), 0
@@ -695,56 +699,93 @@ class _Evidence:
 def _rounds(
     args: Options, base: Side, heads: list[Side], groups: dict[str, list[str]], started: float
 ) -> int:
-    assert args.results is not None
-    results = args.results
-    settings = Settings(suite=args.suite, select=args.select, results=results)
-    store = ResultStore(results)
-    logs = REPO_ROOT / ".cache" / "ab" / "logs"
-    abba, lock = split_lockstep(groups, [s.tree for s in (base, *heads) if s.tree is not None])
-    print(
-        f"optbench ab: base {base.commit[:12]} ({base.ref}), "
-        + ", ".join(f"{h.label} {h.commit[:12]} ({h.ref})" for h in heads)
-        + f": {sum(map(len, abba.values()))} cases in ABBA rounds, "
-        f"{sum(map(len, lock.values()))} host-bound in lockstep rounds; logs in "
-        f"{logs.relative_to(REPO_ROOT)}",
-        flush=True,
-    )
-    seen = {head.label: _Evidence() for head in heads}
-    machine, gpus = None, set()
-    pairs = 0  # ABBA passes run (every side once), warm-up included
-    pair_s = round_s = 0.0
-    lock_min = max(args.min_rounds, LOCKSTEP_MIN_ROUNDS)
-    cpus = lockstep_cpus()
-    base_abba: list[str] = []  # the base's ABBA runs, which every head's verdict shares
+    """Plan the rounds, run them (ABBA passes and lockstep rounds, each while a head needs it and
+    the budget allows), judge and report each head; the worst head's exit code."""
+    rounds = _Rounds.plan(args, base, heads, groups)
+    while (step := rounds.next_step(started)) is not None:
+        run_abba, partner = step
+        if run_abba and not rounds.abba_pass():
+            return EXIT_NOTHING
+        if partner is not None and not rounds.lockstep_round(partner):
+            return EXIT_NOTHING
+    codes = [_verdict(args, rounds, head, started) for head in heads]
+    if len(heads) > 1:
+        for head, code in zip(heads, codes):
+            print(f"optbench ab: {head.label} {head.ref} ({head.commit[:12]}): exit {code}")
+    for code in (EXIT_REGRESSION, EXIT_INCONCLUSIVE, EXIT_NOTHING):
+        if code in codes:
+            return code
+    return EXIT_OK
 
-    def stored(side: Side, run_id: str, code: int) -> dict[str, dict] | None:
-        nonlocal machine
-        found = find_run(store, side.commit, run_id)
-        if found is None:
-            print(
-                f"optbench ab: a run of {side.label} stored nothing (exit {code}); its log: "
-                f"{(logs / f'{run_id}.log').relative_to(REPO_ROOT)}",
-                file=sys.stderr,
-            )
-            return None
-        machine, records = found
-        gpus.add(records.get(MACHINE_KEY, {}).get("info", {}).get("gpu_uuid"))
-        return records
 
-    def said(what: str, label: str, run_id: str, seconds: float, kept: str, statuses) -> None:
-        bad = sorted(k for k, s in statuses.items() if s != OK)
+@dataclass
+class _Rounds:
+    """The rounds of one ``ab`` call: the cases of each design, what each head's rounds measured so
+    far (:class:`_Evidence`), how many ran and how long the longest took."""
+
+    args: Options
+    base: Side
+    heads: list[Side]
+    abba: dict[str, list[str]]  # grid process -> its cases timed in ABBA passes
+    lock: dict[str, list[str]]  # grid process -> its host-bound cases timed in lockstep rounds
+    settings: Settings
+    store: ResultStore
+    logs: Path
+    cpus: list[int]  # the CPUs lockstep rounds take in turn
+    seen: dict[str, _Evidence]  # head label -> its evidence
+    machine: str | None = None
+    gpus: set = field(default_factory=set)
+    pairs: int = 0  # ABBA passes run (every side once), warm-up included
+    pair_s: float = 0.0  # the longest ABBA pass
+    round_s: float = 0.0  # the longest lockstep round
+    base_abba: list[str] = field(default_factory=list)  # the base's ABBA runs, every head's
+
+    @classmethod
+    def plan(
+        cls, args: Options, base: Side, heads: list[Side], groups: dict[str, list[str]]
+    ) -> _Rounds:
+        """The rounds before the first: the cases of each design (:func:`split_lockstep`), said in
+        one line."""
+        assert args.results is not None
+        logs = REPO_ROOT / ".cache" / "ab" / "logs"
+        abba, lock = split_lockstep(groups, [s.tree for s in (base, *heads) if s.tree is not None])
         print(
-            f"  {what} {label:4s} run {run_id}: {len(statuses)} cases in {seconds:.0f} s "
-            f"({kept})" + (f"; not ok: {', '.join(bad)}" if bad else ""),
+            f"optbench ab: base {base.commit[:12]} ({base.ref}), "
+            + ", ".join(f"{h.label} {h.commit[:12]} ({h.ref})" for h in heads)
+            + f": {sum(map(len, abba.values()))} cases in ABBA rounds, "
+            f"{sum(map(len, lock.values()))} host-bound in lockstep rounds; logs in "
+            f"{logs.relative_to(REPO_ROOT)}",
             flush=True,
         )
+        return cls(
+            args,
+            base,
+            heads,
+            abba,
+            lock,
+            Settings(suite=args.suite, select=args.select, results=args.results),
+            ResultStore(args.results),
+            logs,
+            lockstep_cpus(),
+            {head.label: _Evidence() for head in heads},
+        )
 
-    while True:
-        judged_pairs = pairs - args.warmup
+    @property
+    def lock_min(self) -> int:
+        """The fewest judged lockstep rounds a head's verdicts come from."""
+        return max(self.args.min_rounds, LOCKSTEP_MIN_ROUNDS)
+
+    def next_step(self, started: float) -> tuple[bool, Side | None] | None:
+        """(whether an ABBA pass runs next, the head whose lockstep round runs next or None), or
+        None once no head needs another or the time budget has ended (said on stderr). A design
+        runs on until its judged passes or rounds reach ``--min-rounds`` (lockstep: at least
+        :data:`LOCKSTEP_MIN_ROUNDS`) and no required verdict is undecided, or ``--max-rounds``."""
+        args, seen = self.args, self.seen
+        judged_pairs = self.pairs - args.warmup
         so_far = {label: e.verdicts(args.confidence) for label, e in seen.items()}
         need_abba = (
-            bool(abba)
-            and pairs < args.warmup + args.max_rounds
+            bool(self.abba)
+            and self.pairs < args.warmup + args.max_rounds
             and (
                 judged_pairs < args.min_rounds
                 or any(undecided(on_abba, args.require) for on_abba, _ in so_far.values())
@@ -753,107 +794,141 @@ def _rounds(
         # the head whose lockstep rounds go on next: of those that need one, the fewest run
         needing = [
             head
-            for head in heads
-            if bool(lock)
-            and (e := seen[head.label]).rounds < args.warmup + max(args.max_rounds, lock_min)
+            for head in self.heads
+            if bool(self.lock)
+            and (e := seen[head.label]).rounds < args.warmup + max(args.max_rounds, self.lock_min)
             and (
-                e.rounds - args.warmup < lock_min
+                e.rounds - args.warmup < self.lock_min
                 or bool(undecided(so_far[head.label][1], args.require))
             )
         ]
         partner = min(needing, key=lambda h: seen[h.label].rounds, default=None)
         need_lock = partner is not None
         if not need_abba and not need_lock:
-            break
+            return None
         judged_rounds = seen[partner.label].rounds - args.warmup if partner else 0
         # The warm-up and one judged pass or round always run (a verdict needs one); otherwise a
         # pass or round runs where it fits in what is left of the budget, ABBA first.
         elapsed = time.monotonic() - started
         run_abba = need_abba and (
             judged_pairs < 1
-            or elapsed + pair_s + (round_s if need_lock else 0.0) <= args.time_budget
+            or elapsed + self.pair_s + (self.round_s if need_lock else 0.0) <= args.time_budget
         )
         run_lock = need_lock and (
             judged_rounds < 1
-            or elapsed + (pair_s if run_abba else 0.0) + round_s <= args.time_budget
+            or elapsed + (self.pair_s if run_abba else 0.0) + self.round_s <= args.time_budget
         )
         if not run_abba and not run_lock:
-            _budget_ended(args, elapsed, pairs, pair_s, need_abba, seen, bool(lock), round_s)
-            break
-        if run_abba:
-            kept = "warm-up" if pairs < args.warmup else "judged"
-            pass_started = time.perf_counter()
-            sides_in_order = [base, *heads]
-            for side in sides_in_order if pairs % 2 == 0 else sides_in_order[::-1]:
-                run_id, seconds, code = run_round(side, settings, abba, logs)
-                records = stored(side, run_id, code)
-                if records is None:
-                    return EXIT_NOTHING
-                measured, statuses = values(records)
-                if side is base:
-                    base_abba.append(run_id)
-                if kept == "judged":
-                    for label, evidence in seen.items():
-                        if side is base or side.label == label:
-                            role = "base" if side is base else "head"
-                            evidence.abba[role].append(measured)
-                            evidence.abba_states[role].append(statuses)
-                said(f"pair {pairs + 1}", side.label, run_id, seconds, kept, statuses)
-            pairs += 1
-            pair_s = max(pair_s, time.perf_counter() - pass_started)
-        if run_lock:
-            assert partner is not None
-            evidence = seen[partner.label]
-            kept = "warm-up" if evidence.rounds < args.warmup else "judged"
-            # each CPU twice in a row, once with either side first
-            cpu = cpus[(evidence.rounds // 2) % len(cpus)]
-            base_first = evidence.rounds % 2 == 0
-            sides = {"base": base, "head": partner}
-            ids, seconds, code = run_lockstep_round(sides, settings, lock, logs, cpu, base_first)
-            got = {role: stored(side, ids[role], code) for role, side in sides.items()}
-            if any(records is None for records in got.values()):
-                return EXIT_NOTHING
-            evidence.lockstep_rounds.append(
-                {**ids, "cpu": cpu, "first": "base" if base_first else "head", "kept": kept}
+            _budget_ended(
+                args,
+                elapsed,
+                self.pairs,
+                self.pair_s,
+                need_abba,
+                seen,
+                bool(self.lock),
+                self.round_s,
             )
-            paired = {}
-            for role, records in got.items():
-                assert records is not None
-                measured, statuses = values(records)
-                paired[role] = paired_samples(records)
-                for timing in unpaired(records):
-                    print(
-                        f"optbench ab: lockstep round {evidence.rounds + 1}, {sides[role].label}: "
-                        f"{timing} was not timed in turns (its partner left, disagreed or never "
-                        "came): not judged from this round",
-                        file=sys.stderr,
-                    )
-                if kept == "judged":
-                    evidence.lock[role].append(measured)
-                    evidence.lock_states[role].append(statuses)
-                said(
-                    f"lockstep {evidence.rounds + 1} (CPU {cpu})",
-                    sides[role].label,
-                    ids[role],
-                    seconds,
-                    kept,
-                    statuses,
+            return None
+        return run_abba, partner if run_lock else None
+
+    def abba_pass(self) -> bool:
+        """One ABBA pass: every side once, in the order of :func:`order`; its judged runs go to
+        each head's evidence (the base's to every head's). False where a run stored nothing."""
+        kept = "warm-up" if self.pairs < self.args.warmup else "judged"
+        pass_started = time.perf_counter()
+        sides_in_order = [self.base, *self.heads]
+        for side in sides_in_order if self.pairs % 2 == 0 else sides_in_order[::-1]:
+            run_id, seconds, code = run_round(side, self.settings, self.abba, self.logs)
+            records = self.stored(side, run_id, code)
+            if records is None:
+                return False
+            measured, statuses = values(records)
+            if side is self.base:
+                self.base_abba.append(run_id)
+            if kept == "judged":
+                for label, evidence in self.seen.items():
+                    if side is self.base or side.label == label:
+                        role = "base" if side is self.base else "head"
+                        evidence.abba[role].append(measured)
+                        evidence.abba_states[role].append(statuses)
+            _said(f"pair {self.pairs + 1}", side.label, run_id, seconds, kept, statuses)
+        self.pairs += 1
+        self.pair_s = max(self.pair_s, time.perf_counter() - pass_started)
+        return True
+
+    def lockstep_round(self, partner: Side) -> bool:
+        """One lockstep round of the base and ``partner`` (:func:`run_lockstep_round`): each CPU
+        twice in a row, once with either side first; its judged samples go to ``partner``'s
+        evidence, paired where the pairing held. False where a side's run stored nothing."""
+        evidence = self.seen[partner.label]
+        kept = "warm-up" if evidence.rounds < self.args.warmup else "judged"
+        cpu = self.cpus[(evidence.rounds // 2) % len(self.cpus)]
+        base_first = evidence.rounds % 2 == 0
+        sides = {"base": self.base, "head": partner}
+        ids, seconds, code = run_lockstep_round(
+            sides, self.settings, self.lock, self.logs, cpu, base_first
+        )
+        got = {role: self.stored(side, ids[role], code) for role, side in sides.items()}
+        if any(records is None for records in got.values()):
+            return False
+        evidence.lockstep_rounds.append(
+            {**ids, "cpu": cpu, "first": "base" if base_first else "head", "kept": kept}
+        )
+        paired = {}
+        for role, records in got.items():
+            assert records is not None
+            measured, statuses = values(records)
+            paired[role] = paired_samples(records)
+            for timing in unpaired(records):
+                print(
+                    f"optbench ab: lockstep round {evidence.rounds + 1}, {sides[role].label}: "
+                    f"{timing} was not timed in turns (its partner left, disagreed or never "
+                    "came): not judged from this round",
+                    file=sys.stderr,
                 )
             if kept == "judged":
-                evidence.paired.append((paired["base"], paired["head"]))
-            evidence.rounds += 1
-            round_s = max(round_s, seconds)
-    codes = [
-        _verdict(args, base, base_abba, head, seen[head.label], pairs, machine, gpus, started)
-        for head in heads
-    ]
-    if len(heads) > 1:
-        for head, code in zip(heads, codes):
-            print(f"optbench ab: {head.label} {head.ref} ({head.commit[:12]}): exit {code}")
-    for code in (EXIT_REGRESSION, EXIT_INCONCLUSIVE, EXIT_NOTHING):
-        if code in codes:
-            return code
-    return EXIT_OK
+                evidence.lock[role].append(measured)
+                evidence.lock_states[role].append(statuses)
+            label = sides[role].label
+            _said(
+                f"lockstep {evidence.rounds + 1} (CPU {cpu})",
+                label,
+                ids[role],
+                seconds,
+                kept,
+                statuses,
+            )
+        if kept == "judged":
+            evidence.paired.append((paired["base"], paired["head"]))
+        evidence.rounds += 1
+        self.round_s = max(self.round_s, seconds)
+        return True
+
+    def stored(self, side: Side, run_id: str, code: int) -> dict[str, dict] | None:
+        """The records run ``run_id`` of ``side`` stored (its machine and GPU noted), or None,
+        said on stderr with its log, where it stored none."""
+        found = find_run(self.store, side.commit, run_id)
+        if found is None:
+            print(
+                f"optbench ab: a run of {side.label} stored nothing (exit {code}); its log: "
+                f"{(self.logs / f'{run_id}.log').relative_to(REPO_ROOT)}",
+                file=sys.stderr,
+            )
+            return None
+        self.machine, records = found
+        self.gpus.add(records.get(MACHINE_KEY, {}).get("info", {}).get("gpu_uuid"))
+        return records
+
+
+def _said(what: str, label: str, run_id: str, seconds: float, kept: str, statuses) -> None:
+    """One line of a finished run: its cases, seconds, whether judged, and those not ok."""
+    bad = sorted(k for k, s in statuses.items() if s != OK)
+    print(
+        f"  {what} {label:4s} run {run_id}: {len(statuses)} cases in {seconds:.0f} s "
+        f"({kept})" + (f"; not ok: {', '.join(bad)}" if bad else ""),
+        flush=True,
+    )
 
 
 def _budget_ended(
@@ -887,22 +962,10 @@ def _budget_ended(
         say(judged_rounds, lock_min, "lockstep rounds", round_s, rounds_left)
 
 
-def _verdict(
-    args: Options,
-    base: Side,
-    base_abba: list[str],
-    head: Side,
-    evidence: _Evidence,
-    pairs: int,
-    machine: str | None,
-    gpus: set,
-    started: float,
-) -> int:
-    """Print ``head``'s verdicts against the base, store its pairing record, and return its exit
-    code."""
-    from optbench.core.console import console, table
-
-    assert args.results is not None
+def _verdict(args: Options, rounds: _Rounds, head: Side, started: float) -> int:
+    """Judge ``head`` against the base from its rounds, report its verdicts, store its pairing
+    record, and return its exit code."""
+    evidence = rounds.seen[head.label]
     on_abba, on_lock = evidence.verdicts(args.confidence)
     verdicts, failed = on_abba + on_lock, evidence.failed()
     if not verdicts and not failed:
@@ -912,6 +975,36 @@ def _verdict(
             file=sys.stderr,
         )
         return EXIT_NOTHING
+    _show_verdicts(rounds.machine, head, verdicts, failed)
+    regressions = [v for v in verdicts if v.verdict == REGRESSION]
+    required = undecided(verdicts, args.require)
+    code = EXIT_REGRESSION if regressions or failed else EXIT_INCONCLUSIVE if required else EXIT_OK
+    record = _pairing_record(args, rounds, head, verdicts, failed, code, started)
+    base = rounds.base
+    name = base.runs[0] if head.label == "head" else f"{base.runs[0]}-{head.label.replace(' ', '')}"
+    assert args.results is not None
+    results = args.results
+    pairing = results / str(rounds.machine) / "ab" / f"{name}.json"
+    write_json_atomic(pairing, record)
+    print(
+        f"optbench ab: {head.label + ': ' if head.label != 'head' else ''}"
+        f"{len(regressions) + len(failed)} regressions, "
+        f"{sum(v.verdict == INCONCLUSIVE for v in verdicts)} "
+        f"inconclusive ({len(required)} of them of a required class: {', '.join(args.require)}) of "
+        f"{len(verdicts)} metrics ({max(0, rounds.pairs - args.warmup)} judged ABBA pairs, "
+        f"{max(0, evidence.rounds - args.warmup)} judged lockstep rounds, "
+        f"{record['seconds']:.0f} s, GPU {', '.join(record['gpu_uuids']) or 'none'}); pairing in "
+        f"{pairing.relative_to(results.parent) if results.parent in pairing.parents else pairing}"
+    )
+    return code
+
+
+def _show_verdicts(
+    machine: str | None, head: Side, verdicts: list[Verdict], failed: list[str]
+) -> None:
+    """The table of ``head``'s verdicts, then a line per case ok at base that fails at head."""
+    from optbench.run.console import console, table
+
     marks = [v.verdict.upper() if v.verdict == REGRESSION else v.verdict for v in verdicts]
     console().print(
         table(
@@ -923,66 +1016,60 @@ def _verdict(
     )
     for key in failed:
         print(f"REGRESSION: {key} is ok at base and fails at {head.label}")
-    regressions = [v for v in verdicts if v.verdict == REGRESSION]
-    required = undecided(verdicts, args.require)
-    undecided_all = [v for v in verdicts if v.verdict == INCONCLUSIVE]
-    code = EXIT_REGRESSION if regressions or failed else EXIT_INCONCLUSIVE if required else EXIT_OK
+
+
+def _pairing_record(
+    args: Options,
+    rounds: _Rounds,
+    head: Side,
+    verdicts: list[Verdict],
+    failed: list[str],
+    code: int,
+    started: float,
+) -> dict:
+    """What ``head``'s pairing record stores: both sides' runs, the rounds' order and lockstep
+    rounds, the GPUs, the options, the exit code and every verdict."""
+    base, evidence = rounds.base, rounds.seen[head.label]
     ours = {r["base"] for r in evidence.lockstep_rounds}  # not another head's lockstep partners
-    record: dict = {
+    return {
         "base": {
             "ref": base.ref,
             "commit": base.commit,
-            "runs": [r for r in base.runs if r in ours or r in base_abba],
+            "runs": [r for r in base.runs if r in ours or r in rounds.base_abba],
         },
         "head": {"ref": head.ref, "commit": head.commit, "runs": head.runs},
+        "order": order(rounds.pairs),
+        "warmup_pairs": args.warmup,
+        "lockstep_rounds": evidence.lockstep_rounds,
+        "gpu_uuids": sorted(filter(None, rounds.gpus)),
+        "suite": args.suite,
+        "select": args.select,
+        "confidence": args.confidence,
+        "exit": code,
+        "seconds": round(time.monotonic() - started, 1),
+        "required": list(args.require),
+        "verdicts": [_verdict_fields(v) for v in verdicts],
+        "failed_at_head": failed,
     }
-    record.update(
-        {
-            "order": order(pairs),
-            "warmup_pairs": args.warmup,
-            "lockstep_rounds": evidence.lockstep_rounds,
-            "gpu_uuids": sorted(filter(None, gpus)),
-            "suite": args.suite,
-            "select": args.select,
-            "confidence": args.confidence,
-            "exit": code,
-            "seconds": round(time.monotonic() - started, 1),
-            "required": list(args.require),
-            "verdicts": [
-                {
-                    "key": v.series.key,
-                    "metric": v.series.metric,
-                    "quantity": v.series.quantity,
-                    "clock": v.series.clock,
-                    "class": v.klass,
-                    "threshold": v.threshold,
-                    "paired": v.paired,
-                    "base": v.base,
-                    "head": v.head,
-                    "ratio": v.ratio.estimate,
-                    "low": _finite(v.ratio.low),
-                    "high": _finite(v.ratio.high),
-                    "verdict": v.verdict,
-                }
-                for v in verdicts
-            ],
-            "failed_at_head": failed,
-        }
-    )
-    name = base.runs[0] if head.label == "head" else f"{base.runs[0]}-{head.label.replace(' ', '')}"
-    results = args.results
-    pairing = results / str(machine) / "ab" / f"{name}.json"
-    write_json_atomic(pairing, record)
-    print(
-        f"optbench ab: {head.label + ': ' if head.label != 'head' else ''}"
-        f"{len(regressions) + len(failed)} regressions, {len(undecided_all)} "
-        f"inconclusive ({len(required)} of them of a required class: {', '.join(args.require)}) of "
-        f"{len(verdicts)} metrics ({max(0, pairs - args.warmup)} judged ABBA pairs, "
-        f"{max(0, evidence.rounds - args.warmup)} judged lockstep rounds, "
-        f"{record['seconds']:.0f} s, GPU {', '.join(record['gpu_uuids']) or 'none'}); pairing in "
-        f"{pairing.relative_to(results.parent) if results.parent in pairing.parents else pairing}"
-    )
-    return code
+
+
+def _verdict_fields(v: Verdict) -> dict:
+    """One verdict as its pairing record stores it."""
+    return {
+        "key": v.series.key,
+        "metric": v.series.metric,
+        "quantity": v.series.quantity,
+        "clock": v.series.clock,
+        "class": v.klass,
+        "threshold": v.threshold,
+        "paired": v.paired,
+        "base": v.base,
+        "head": v.head,
+        "ratio": v.ratio.estimate,
+        "low": _finite(v.ratio.low),
+        "high": _finite(v.ratio.high),
+        "verdict": v.verdict,
+    }
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ import argparse
 import subprocess
 import sys
 
-from optbench.core.store import REPO_ROOT
 from optbench.gate.ab import (
     EXIT_INCONCLUSIVE,
     EXIT_NOTHING,
@@ -31,6 +30,7 @@ from optbench.gate.ab import (
     add_options,
     options_of,
 )
+from optbench.store.store import REPO_ROOT
 
 
 def commits_between(good: str, bad: str) -> list[str]:

@@ -5,7 +5,7 @@ The CI gate is ``optbench ab`` (both commits measured interleaved on one GPU in 
 comparison reads stored history: it answers trends, and it must never raise a false alarm.
 
 Refs: BASE and HEAD are commit-ish. Each resolves to the commit whose code it measures
-(:func:`optbench.core.runner.measured_commit`: a commit that changes only docs or results measures
+(:func:`optbench.run.runner.measured_commit`: a commit that changes only docs or results measures
 its parent's code), under which its runs are stored; else to its own hash; else it is taken as a
 stored hash prefix. Two refs of one measured commit are the same code: nothing to gate (exit 0),
 unless ``--base-run``/``--head-run`` pick two sets of its runs (an A/A comparison).
@@ -72,10 +72,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from optbench.core.changepoints import cpu_unit, gpu_unit
-from optbench.core.records import INTERRUPTED, OK, Record, TimingView
-from optbench.core.runner import measured_commit
-from optbench.core.store import REPO_ROOT, ResultStore, StoredRun
+from optbench.gate.changepoints import cpu_unit, gpu_unit
+from optbench.run.runner import measured_commit
+from optbench.store.records import INTERRUPTED, OK, Record, TimingView
+from optbench.store.store import REPO_ROOT, ResultStore, StoredRun
 from optbench.suite.catalog import GATE_THRESHOLDS, gate_threshold
 
 MISSING = "missing"
@@ -172,7 +172,7 @@ class Change:
 
 
 def gpu_of(run: StoredRun) -> str | None:
-    """The GPU a run measured on (``optbench.core.changepoints.gpu_unit``: its UUID, and how many
+    """The GPU a run measured on (``optbench.gate.changepoints.gpu_unit``: its UUID, and how many
     runs shared its host where more than one), or for a run without a GPU its CPU machine
     (``cpu_unit``: its host id and CPU model); None where unknown."""
     return gpu_unit(run.info) or cpu_unit(run.info)
@@ -194,7 +194,7 @@ def git_commit(ref: str) -> str | None:
 
 
 def code_commit(ref: str) -> str | None:
-    """The commit whose code ``ref`` measures (:func:`optbench.core.runner.measured_commit`), or
+    """The commit whose code ``ref`` measures (:func:`optbench.run.runner.measured_commit`), or
     None where git cannot resolve ``ref``."""
     if git_commit(ref) is None:
         return None
@@ -359,57 +359,71 @@ def _record_changes(
     run_series: Mapping[int, dict[Series, float]],
 ) -> list[Change]:
     """The changes of one record between runs of one GPU (``gpu``) or of different GPUs (None);
-    ``run_series``: each run's :func:`run_medians` by the run's ``id``."""
+    ``run_series``: each run's :func:`run_medians` by the run's ``id``. A record not ok on a side
+    changes by its status; one ok on both by its times, its compile seconds and its peak memory."""
     b, h = _latest(base, key), _latest(head, key)
     rec = h or b
     assert rec is not None
     common = dict(where, key=key, benchmark=rec.benchmark, params=dict(rec.params), gpu=gpu)
     sb, sh = (r.status if r else MISSING for r in (b, h))
     if sb != OK or sh != OK:
-        if sb == sh == "skipped":
-            return []
-        if INTERRUPTED in (sb, sh):  # an interrupt stopped the case: no verdict on it
-            return [
-                Change(
-                    **common,
-                    metric="",
-                    quantity="status",
-                    clock=None,
-                    base=None,
-                    head=None,
-                    ratio=None,
-                    significant=False,
-                    regression=False,
-                    improvement=False,
-                    base_status=sb,
-                    head_status=sh,
-                    gated=False,
-                    reason=INTERRUPTED_RUN,
-                )
-            ]
+        return _status_changes(common, sb, sh, gpu)
+    assert b is not None and h is not None
+    medians = [[run_series[id(r)] for r in side] for side in (base, head)]
+    return [
+        *_time_changes(common, b, h, medians, noise, threshold),
+        *_compile_changes(common, h, medians, noise, threshold),
+        *_median_changes(base, head, key, common, "peak memory", _peaks, threshold),
+    ]
+
+
+def _status_changes(common: dict, sb: str, sh: str, gpu: str | None) -> list[Change]:
+    """The change of a record not ok at base (status ``sb``) or head (``sh``): none where both
+    skipped it; never judged where an interrupt stopped it; else significant where the statuses
+    differ and neither is missing, a regression where base's was ok and an improvement where
+    head's is, judged on one GPU only."""
+    if sb == sh == "skipped":
+        return []
+    if INTERRUPTED in (sb, sh):  # an interrupt stopped the case: no verdict on it
+        significant = regression = improvement = gated = False
+        reason = INTERRUPTED_RUN
+    else:
         significant = sb != sh and MISSING not in (sb, sh)
         judged = significant and gpu is not None
-        return [
-            Change(
-                **common,
-                metric="",
-                quantity="status",
-                clock=None,
-                base=None,
-                head=None,
-                ratio=None,
-                significant=significant,
-                regression=judged and sb == OK,
-                improvement=judged and sh == OK,
-                base_status=sb,
-                head_status=sh,
-                gated=gpu is not None,
-                reason="" if gpu is not None else CROSS_GPU,
-            )
-        ]
-    assert b is not None and h is not None
+        regression, improvement = judged and sb == OK, judged and sh == OK
+        gated, reason = gpu is not None, "" if gpu is not None else CROSS_GPU
+    return [
+        Change(
+            **common,
+            metric="",
+            quantity="status",
+            clock=None,
+            base=None,
+            head=None,
+            ratio=None,
+            significant=significant,
+            regression=regression,
+            improvement=improvement,
+            base_status=sb,
+            head_status=sh,
+            gated=gated,
+            reason=reason,
+        )
+    ]
+
+
+def _time_changes(
+    common: dict,
+    b: Record,
+    h: Record,
+    medians: list[list[dict[Series, float]]],
+    noise: NoiseModel,
+    threshold: float | None,
+) -> list[Change]:
+    """The changes of each time of head's record ``h`` against base's ``b``, by metric and clock:
+    against the run-to-run noise; not gated where base measured another thing under the device
+    clock; none where base has no such time."""
     changes = []
-    medians = [[run_series[id(r)] for r in side] for side in (base, head)]
     for metric in h.metrics:
         for clock in dict.fromkeys(series_clock(h, c) for c in h.clocks(metric)):
             tb, th = timing_of(b, metric, clock), timing_of(h, metric, clock)
@@ -438,7 +452,7 @@ def _record_changes(
                 continue
             change = _noise_change(
                 common,
-                (key, metric, clock),
+                (common["key"], metric, clock),
                 medians,
                 noise,
                 threshold,
@@ -449,18 +463,25 @@ def _record_changes(
             )
             if change is not None:
                 changes.append(change)
-    seconds = [
-        [m[(key, *COMPILE_SERIES)] for m in side if (key, *COMPILE_SERIES) in m] for side in medians
-    ]
-    if seconds[0] and seconds[1]:
-        summaries = [Summary(*[statistics.median(side)] * 3) for side in seconds]
-        change = _noise_change(
-            common, (key, *COMPILE_SERIES), medians, noise, threshold, h, "compile", *summaries
-        )
-        if change is not None:
-            changes.append(dataclasses.replace(change, metric="", clock=None))
-    changes += _median_changes(base, head, key, common, "peak memory", _peaks, threshold)
     return changes
+
+
+def _compile_changes(
+    common: dict,
+    h: Record,
+    medians: list[list[dict[Series, float]]],
+    noise: NoiseModel,
+    threshold: float | None,
+) -> list[Change]:
+    """The change of the record's compile seconds (the median of each side's runs) against the
+    run-to-run noise, where both sides' runs have some."""
+    series = (common["key"], *COMPILE_SERIES)
+    seconds = [[m[series] for m in side if series in m] for side in medians]
+    if not (seconds[0] and seconds[1]):
+        return []
+    summaries = [Summary(*[statistics.median(side)] * 3) for side in seconds]
+    change = _noise_change(common, series, medians, noise, threshold, h, "compile", *summaries)
+    return [] if change is None else [dataclasses.replace(change, metric="", clock=None)]
 
 
 def _noise_change(
@@ -715,8 +736,53 @@ def _title(c: Change) -> str:
 def main(argv: list[str] | None = None) -> int:
     """``optbench compare BASE HEAD``: exit 0 no regression (or the same code), 1 a regression, 2
     nothing comparable."""
-    from optbench.core.console import console, table
+    from optbench.run.console import console
 
+    args = _parser().parse_args(argv)
+    store = ResultStore(args.results)
+    out = console()
+    if not (args.base_run or args.head_run) and _same_code(out, args.base, args.head):
+        return 0
+    machines = args.machine or store.machines()
+    found, same, changes = _gather(store, args, machines)
+    for ref, where in found.items():
+        if not where:
+            on = (
+                ", ".join(machines)
+                if ref != args.base or not args.base_machine
+                else args.base_machine
+            )
+            print(
+                f"optbench compare: nothing to compare: {ref!r} has no stored runs on {on} "
+                f"(results in {store.root})",
+                file=sys.stderr,
+            )
+            return 2
+    if same and not changes:
+        out.print(
+            f"same code: {args.base} and {args.head} measure the same commit: nothing to compare",
+            style="green",
+        )
+        return 0
+    _show(out, changes, args.all)
+    if not same and not any(c.gpu is not None and compared(c) for c in changes):
+        print(
+            f"optbench compare: nothing comparable: no GPU ran a record at both {args.base} "
+            f"(stored on {', '.join(found[args.base])}) and {args.head} (stored on "
+            f"{', '.join(found[args.head])}); changes across GPUs are reported, never gated",
+            file=sys.stderr,
+        )
+        return 2
+    regressions = [c for c in changes if c.regression]
+    out.print(
+        f"{len(regressions)} regressions beyond their class threshold and noise",
+        style="bold red" if regressions else "green",
+    )
+    return 1 if regressions else 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    """``optbench compare``'s command line."""
     p = argparse.ArgumentParser(
         prog="optbench compare",
         description=__doc__,
@@ -755,21 +821,28 @@ def main(argv: list[str] | None = None) -> int:
         help="take BASE's runs from this machine folder: a "
         "cross-machine comparison, reported, never gated",
     )
-    args = p.parse_args(argv)
+    return p
 
-    store = ResultStore(args.results)
-    out = console()
-    if not (args.base_run or args.head_run):
-        code = {code_commit(args.base) or args.base, code_commit(args.head) or args.head}
-        if len(code) == 1:
-            out.print(
-                f"same code: {args.base} and {args.head} both measure {code.pop()[:12]}: "
-                "nothing to compare",
-                style="green",
-            )
-            return 0
-    machines = args.machine or store.machines()
-    found: dict[str, list[str]] = {args.base: [], args.head: []}  # ref -> machines with runs of it
+
+def _same_code(out: Any, base: str, head: str) -> bool:
+    """Whether ``base`` and ``head`` hold the same code (:func:`code_commit`), said where they
+    do."""
+    code = {code_commit(base) or base, code_commit(head) or head}
+    if len(code) == 1:
+        out.print(
+            f"same code: {base} and {head} both measure {code.pop()[:12]}: nothing to compare",
+            style="green",
+        )
+        return True
+    return False
+
+
+def _gather(
+    store: ResultStore, args: argparse.Namespace, machines: Sequence[str]
+) -> tuple[dict[str, list[str]], bool, list[Change]]:
+    """(ref -> the machines with runs of it, whether base and head resolve to one commit on a
+    machine, the changes of every machine where both have runs)."""
+    found: dict[str, list[str]] = {args.base: [], args.head: []}
     same = False
     changes: list[Change] = []
     for machine in machines:
@@ -790,28 +863,17 @@ def main(argv: list[str] | None = None) -> int:
                     args.head_run,
                     args.base_machine,
                 )
-    for ref, where in found.items():
-        if not where:
-            on = (
-                ", ".join(machines)
-                if ref != args.base or not args.base_machine
-                else args.base_machine
-            )
-            print(
-                f"optbench compare: nothing to compare: {ref!r} has no stored runs on {on} "
-                f"(results in {store.root})",
-                file=sys.stderr,
-            )
-            return 2
-    if same and not changes:
-        out.print(
-            f"same code: {args.base} and {args.head} measure the same commit: nothing to compare",
-            style="green",
-        )
-        return 0
+    return found, same, changes
+
+
+def _show(out: Any, changes: Sequence[Change], everything: bool) -> None:
+    """A table per comparison (one GPU's, or one across GPUs) of its changes (``everything``:
+    every compared metric), or a line where none changed, then its notes."""
+    from optbench.run.console import table
+
     for title in dict.fromkeys(map(_title, changes)):
         mine = [c for c in changes if _title(c) == title]
-        listed = [c for c in mine if args.all or shown(c)]
+        listed = [c for c in mine if everything or shown(c)]
         if listed:
             out.print(table(COLUMNS, rows(listed), title=title, marks=[verdict(c) for c in listed]))
         else:
@@ -820,20 +882,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"{len(mine)} metrics"
             )
         _notes(out, mine)
-    if not same and not any(c.gpu is not None and compared(c) for c in changes):
-        print(
-            f"optbench compare: nothing comparable: no GPU ran a record at both {args.base} "
-            f"(stored on {', '.join(found[args.base])}) and {args.head} (stored on "
-            f"{', '.join(found[args.head])}); changes across GPUs are reported, never gated",
-            file=sys.stderr,
-        )
-        return 2
-    regressions = [c for c in changes if c.regression]
-    out.print(
-        f"{len(regressions)} regressions beyond their class threshold and noise",
-        style="bold red" if regressions else "green",
-    )
-    return 1 if regressions else 0
 
 
 def _notes(out: Any, mine: Sequence[Change]) -> None:

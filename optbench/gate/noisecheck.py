@@ -45,7 +45,6 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations
 from pathlib import Path
 
-from optbench.core.store import ResultStore, StoredRun
 from optbench.gate.compare import (
     NO_NOISE,
     Change,
@@ -55,6 +54,7 @@ from optbench.gate.compare import (
     gpu_of,
     machine_runs,
 )
+from optbench.store.store import ResultStore, StoredRun
 from optbench.suite.catalog import metric_class
 
 PLANTS = {1.15: ("device-bound", "host-bound", "memory", "compile"), 1.05: ("device-bound",)}
@@ -63,7 +63,7 @@ PLANTS = {1.15: ("device-bound", "host-bound", "memory", "compile"), 1.05: ("dev
 REQUIRED = {1.15: ("device-bound", "memory"), 1.05: ("device-bound",)}
 #: False alarms a machine may raise: max(ALARMS_ALLOWED, ALARM_EXCESS x the number expected).
 ALARMS_ALLOWED, ALARM_EXCESS = 3, 2
-#: The case memory (:class:`optbench.core.records.CaseMemory`) that ``Record.peaks()`` judges, as
+#: The case memory (:class:`optbench.store.records.CaseMemory`) that ``Record.peaks()`` judges, as
 #: CASE_PEAK and CASE_RESIDENT.
 CASE_MEMORY = ("peak_bytes", "resident_bytes")
 

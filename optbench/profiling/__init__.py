@@ -1,1 +1,2 @@
-"""torch.profiler breakdowns of a training step."""
+"""torch.profiler breakdowns of a training step. Imports itself, the suite, run, measure, the
+store, kernels and models."""

@@ -22,7 +22,7 @@ from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import profile
 
 from models.step import TrainStep
-from optbench.core.overlap import length, merged
+from optbench.measure.overlap import length, merged
 from optbench.profiling.capture import Capture, step_tensors
 from optbench.profiling.kernel_classes import kernel_class_figures
 from optbench.profiling.timeline import HOST_PHASES, NOT_DEVICE_WORK, PHASES, Parsed
@@ -79,8 +79,8 @@ def device_split(p: Parsed) -> dict[str, float]:
 def time_figures(step: TrainStep, p: Parsed) -> dict[str, Any]:
     """Wall ms per step, the host (and device) split, GPU busy fraction, tokens/s, MFU of the
     dtype's peak."""
-    from optbench.core.hardware import detect
-    from optbench.core.roofline import Ceilings
+    from optbench.measure.hardware import detect
+    from optbench.measure.roofline import Ceilings
 
     start, cuda = p.line.ranges[0][0], step.device.type == "cuda"
     end = max([p.line.ranges[-1][1], *(e.time_range.end for e in p.device)])

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from optbench.core.console import console
-from optbench.core.store import write_text_atomic
 from optbench.profiling.report import fmt, short, to_markdown
+from optbench.run.console import console
+from optbench.store.store import write_text_atomic
 
 CHANGED = 0.20  # relative change of an operator's calls or time that --diff lists ...
 NOISE = 0.01  # ... where a time change is also above this fraction of A's wall time

@@ -36,12 +36,12 @@ from typing import Any, get_type_hints
 import torch
 
 from models.step import StepOptions
-from optbench.core.console import console, table
 from optbench.profiling.breakdown import analyze
 from optbench.profiling.capture import capture
 from optbench.profiling.diff import run_diff
 from optbench.profiling.report import fmt, staging, write_report
 from optbench.profiling.timeline import Parsed
+from optbench.run.console import console, table
 
 # --- options
 # ------------------------------------------------------------------------------------------------
@@ -161,10 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     """``optbench profile``: write a profiling report, or diff two (see the module's doc)."""
     from models.config import CONFIGS
     from models.step import UnsupportedOptions, build_step
-    from optbench.core.hardware import detect
-    from optbench.core.machine import machine_info
-    from optbench.core.runner import current_commit, current_machine
-    from optbench.core.store import results_dir
+    from optbench.measure.hardware import detect
+    from optbench.measure.machine import machine_info
+    from optbench.run.runner import current_commit, current_machine
+    from optbench.store.store import results_dir
 
     p = parser()
     args = p.parse_args(sys.argv[1:] if argv is None else argv)

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from models.step import TrainStep
-from optbench.core.console import table
-from optbench.core.store import write_json_atomic, write_text_atomic
 from optbench.profiling.breakdown import SMALL_KERNEL_US
 from optbench.profiling.capture import Capture, dump_memory_snapshot
 from optbench.profiling.charts import plot_memory, plot_time_split
 from optbench.profiling.kernel_classes import TOP_PER_CLASS
 from optbench.profiling.timeline import PHASES, Parsed
+from optbench.run.console import table
+from optbench.store.store import write_json_atomic, write_text_atomic
 
 Block = tuple  # ("h", level, text) | ("p", text) | ("table", headers, rows) | ("img", alt, file)
 

@@ -23,7 +23,7 @@ from torch.autograd import DeviceType
 from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import profile
 
-from optbench.core.overlap import NOT_DEVICE_WORK
+from optbench.measure.overlap import NOT_DEVICE_WORK
 from optbench.profiling.capture import Capture
 
 PHASES = ("forward", "backward", "optimizer", "data_movement", "other")

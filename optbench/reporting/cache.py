@@ -23,7 +23,7 @@ from functools import cache
 from importlib.metadata import version
 from pathlib import Path
 
-from optbench.core.store import REPO_ROOT, write_atomic
+from optbench.store.store import REPO_ROOT, write_atomic
 
 # The packages whose code makes a figure: the report's, and the libraries that draw or detect.
 SOURCES = ("optbench", "models")
@@ -34,7 +34,8 @@ LIBRARIES = ("matplotlib", "numpy", "scipy", "asv")
 def code_digest() -> str:
     """SHA-256 of the code that makes a report: every ``.py`` file of :data:`SOURCES`, the versions
     of :data:`LIBRARIES` and Python, and matplotlib's settings (fonts, sizes; not the interactive
-    backend, whose lookup imports pyplot: the figures are drawn by Agg whatever it is)."""
+    backend, whose lookup imports pyplot, nor its fallback, which ``matplotlib.use`` switches off:
+    the figures are drawn by Agg whatever they are)."""
     from matplotlib import rcParams
 
     h = hashlib.sha256()
@@ -43,7 +44,10 @@ def code_digest() -> str:
             h.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes())
     h.update(repr([(name, version(name)) for name in LIBRARIES]).encode())
     h.update(platform.python_version().encode())
-    h.update(repr(sorted((k, rcParams[k]) for k in rcParams if k != "backend")).encode())
+    settings = sorted(
+        (k, rcParams[k]) for k in rcParams if k not in ("backend", "backend_fallback")
+    )
+    h.update(repr(settings).encode())
     return h.hexdigest()
 
 

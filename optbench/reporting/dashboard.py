@@ -1,13 +1,13 @@
 """What the report leads with per machine (index.html): the headline, each size's fastest training
 step with its speedup over eager, over HF + torch.compile and its memory, and the newest change
-points (:mod:`optbench.core.changepoints`), whose rows the history page lists in full.
+points (:mod:`optbench.gate.changepoints`), whose rows the history page lists in full.
 """
 
 from __future__ import annotations
 
 import math
 
-from optbench.core.changepoints import MIN_COMMITS, ChangePoint, short_unit
+from optbench.gate.changepoints import MIN_COMMITS, ChangePoint, short_unit
 from optbench.reporting.data import (
     Run,
     TimeHistory,
@@ -69,7 +69,7 @@ def headline_rows(history: list[Run]) -> list[list[str]]:
 
 def change_point_row(s: TimeHistory, cp: ChangePoint) -> list[str]:
     """A change point's cells (:data:`CHANGE_POINT_COLUMNS`): GPU UUIDs and commits shortened to 12
-    characters (:func:`optbench.core.changepoints.short_unit`)."""
+    characters (:func:`optbench.gate.changepoints.short_unit`)."""
     significance = "∞" if math.isinf(cp.significance) else f"{cp.significance:.1f}"
     return [
         s.benchmark,

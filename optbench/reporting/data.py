@@ -9,7 +9,7 @@ roofline floor; x HF (the HF anchor's step over our fastest). A commit's run may
 suite only: :func:`fullest` picks, per size or kernel, the run that measured the most of it, the
 newest of those. :func:`time_histories` gives every metric's run medians over commits with the
 regression gate's verdicts (:mod:`optbench.gate.compare`) and its change points
-(:mod:`optbench.core.changepoints`).
+(:mod:`optbench.gate.changepoints`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from models.variants import ABLATED, ABLATION, ADDED, VARIANTS, ablation_note, added_note, reference
-from optbench.core.changepoints import (
+from optbench.gate.changepoints import (
     MIN_COMMITS,
     ChangePoint,
     RunMedian,
@@ -32,14 +32,6 @@ from optbench.core.changepoints import (
     change_points,
     unit_of,
     unit_series,
-)
-from optbench.core.records import Record
-from optbench.core.store import (
-    DEVICE_CLOCK,
-    MACHINE_KEY,
-    ResultStore,
-    record_key,
-    split_key,
 )
 from optbench.gate.compare import (
     CROSS_GPU,
@@ -50,11 +42,19 @@ from optbench.gate.compare import (
     verdict,
 )
 from optbench.reporting.cache import ReportCache
+from optbench.store.records import Record
+from optbench.store.store import (
+    DEVICE_CLOCK,
+    MACHINE_KEY,
+    ResultStore,
+    record_key,
+    split_key,
+)
 from optbench.suite import catalog
 from optbench.suite.catalog import ANCHOR_BENCHMARK
 
 if TYPE_CHECKING:
-    from optbench.core.hardware import HardwareProfile
+    from optbench.measure.hardware import HardwareProfile
 
 GiB = 2**30
 
@@ -103,7 +103,7 @@ class Run:
 
     def profile(self) -> HardwareProfile | None:
         """Hardware profile of the run (the emulated one where emulating); None if unknown."""
-        from optbench.core import hardware
+        from optbench.measure import hardware
 
         try:
             return hardware.lookup(self.info.get("emulate") or self.info.get("profile") or "cpu")
@@ -214,7 +214,7 @@ def scaling_rows(by_variant: dict[str, tuple[Run, dict[str, Record]]]) -> list[l
     """Rows of the scaling table: per variant and world size, ms per step (the slowest rank's
     median), tokens/s per GPU, the scaling efficiency the run recorded (tokens/s per GPU over the
     variant's 1-GPU figure of the same run; n/a without one), the slowest rank's collectives per
-    step, exposed / all (``optbench.core.overlap``; n/a where not profiled) and the commit."""
+    step, exposed / all (``optbench.measure.overlap``; n/a where not profiled) and the commit."""
     rows = []
     for variant in sorted(by_variant, key=catalog.DISTRIBUTED.index):
         run, by_world = by_variant[variant]
@@ -346,7 +346,7 @@ def step_peaks(run: Run) -> dict[str, dict[str, float]]:
 def peak_dtype(rec: Record) -> str:
     """Peak key of a record: info['precision'] ('bf16', ...), info['dtype'] ('torch.bfloat16'), else
     bf16."""
-    from optbench.core.hardware import DTYPES, dtype_name
+    from optbench.measure.hardware import DTYPES, dtype_name
 
     info = rec.info
     if info.get("precision") in DTYPES:
@@ -370,7 +370,7 @@ def peak_profile(run: Run) -> HardwareProfile | None:
 def mfu(rec: Record, profile: HardwareProfile | None) -> float | None:
     """Model FLOPs utilization of a step: flops['step'] / wall seconds / the profile's peak at its
     dtype."""
-    from optbench.core.roofline import Ceilings
+    from optbench.measure.roofline import Ceilings
 
     peak = Ceilings.from_profile(profile).peak(peak_dtype(rec)) if profile else None
     flops = rec.flops.get("step")
@@ -432,7 +432,7 @@ class FloorRatio:
     @property
     def suspect(self) -> bool:
         """A cold time at or below the floor: a measurement problem, not a speed."""
-        from optbench.core.roofline import below_floor
+        from optbench.measure.roofline import below_floor
 
         return below_floor(self.cold)
 
@@ -440,7 +440,7 @@ class FloorRatio:
 def floor_ratios(run: Run) -> dict[str, dict[str, dict[str, FloorRatio]]]:
     """Time / roofline floor by 'op metric', shape and implementation ({} without known ceilings,
     and for an emulated run: :func:`peak_profile`)."""
-    from optbench.core.roofline import Ceilings, floor_ms
+    from optbench.measure.roofline import Ceilings, floor_ms
 
     profile = peak_profile(run)
     if profile is None:
@@ -546,7 +546,7 @@ def hf_ratio(run: Run, size: str) -> tuple[float, str, str] | None:
 @dataclass(frozen=True)
 class RunTime:
     """One run's timing of a metric: the median and quartiles of its samples, ms per call, and the
-    unit it ran on (:func:`optbench.core.changepoints.unit_of`: its GPU; None for a GPU that
+    unit it ran on (:func:`optbench.gate.changepoints.unit_of`: its GPU; None for a GPU that
     recorded no UUID)."""
 
     run: str
@@ -575,7 +575,7 @@ class CommitTimes:
 class TimeHistory:
     """One record's metric by one clock (a clock by method:
     :func:`optbench.gate.compare.series_clock`) over the commits that measured it, oldest first, and
-    its change points (:func:`optbench.core.changepoints.change_points` of :meth:`unit_runs`)."""
+    its change points (:func:`optbench.gate.changepoints.change_points` of :meth:`unit_runs`)."""
 
     key: str
     metric: str
@@ -604,7 +604,7 @@ class TimeHistory:
 
     def unit_runs(self) -> list[tuple[str, list[RunMedian]]]:
         """(commit, run medians with their unit) in commit order, without the runs of no known
-        unit: the input of :func:`optbench.core.changepoints.change_points`."""
+        unit: the input of :func:`optbench.gate.changepoints.change_points`."""
         return [
             (c.commit, [RunMedian(r.unit, r.median_ms) for r in c.runs if r.unit is not None])
             for c in self.commits
@@ -631,7 +631,7 @@ def time_histories(
     against the previous commit's, with the noise of every run of the machine and ``threshold``, on
     time metrics only (a status change is no time); a change beyond the threshold between different
     GPUs is no verdict, only marked ``cross_gpu``. Change points:
-    :func:`optbench.core.changepoints.change_points` of each metric's runs, each GPU on its own,
+    :func:`optbench.gate.changepoints.change_points` of each metric's runs, each GPU on its own,
     each search kept in ``cache`` by its input."""
     commits = store.commits(machine)
     found: dict[tuple[str, str, str], dict[str, list[RunTime]]] = defaultdict(
@@ -687,7 +687,7 @@ def time_histories(
 def _change_points(
     series: list[tuple[str, list[RunMedian]]], cache: ReportCache | None
 ) -> tuple[ChangePoint, ...]:
-    """:func:`optbench.core.changepoints.change_points` of ``series``, kept in ``cache`` (JSON)."""
+    """:func:`optbench.gate.changepoints.change_points` of ``series``, kept in ``cache`` (JSON)."""
 
     def search() -> bytes:
         return json.dumps([dataclasses.asdict(p) for p in change_points(series)]).encode()

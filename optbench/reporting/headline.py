@@ -14,9 +14,6 @@ import statistics
 from pathlib import Path
 
 from models.variants import ABLATED
-from optbench.core.console import table
-from optbench.core.records import Record
-from optbench.core.store import ResultStore, write_text_atomic
 from optbench.reporting.data import (
     ABLATION_CAPTION,
     ABLATION_HEADER,
@@ -42,6 +39,9 @@ from optbench.reporting.data import (
     vs_label,
 )
 from optbench.reporting.memory import MEMORY_NOTE, memory_columns, memory_rows
+from optbench.run.console import table
+from optbench.store.records import Record
+from optbench.store.store import ResultStore, write_text_atomic
 from optbench.suite.catalog import ANCHOR_BENCHMARK
 
 HEADLINE_PAGE = "docs/results.md"

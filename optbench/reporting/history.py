@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from optbench.core.store import REPO_ROOT as ROOT
+from optbench.store.store import REPO_ROOT as ROOT
 
 
 def git(*args: str, cwd: Path = ROOT) -> str:

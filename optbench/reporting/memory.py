@@ -2,7 +2,7 @@
 :mod:`optbench.suite.memory_estimate` beside it (memory.html's table and time-against-memory charts,
 the index's headline column).
 
-The measured figure of a step is its case's peak (:class:`optbench.core.records.CaseMemory`:
+The measured figure of a step is its case's peak (:class:`optbench.store.records.CaseMemory`:
 weights, gradients, optimizer state, activations and graph pools); where its record has none, the
 extra memory of one step call above what the process held before it (``Record.peak_bytes('step')``:
 gradients and activations, no weights or optimizer state), and only for a step not replayed from a
@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from models.variants import VARIANTS, switches
-from optbench.core.records import Record
 from optbench.reporting.data import Run, step_ms
+from optbench.store.records import Record
 from optbench.suite.catalog import graphed
 
 GB = 1e9

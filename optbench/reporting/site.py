@@ -16,7 +16,7 @@ Pages under ``html/optbench/``, a section per machine each (an emulated machine 
   bytes/bandwidth), with the warm-L2 time beside it; a cold time at or below the floor is listed as
   a measurement problem, not drawn; none for an emulated run;
 - ``history.html``: per machine, the change points of each GPU's series
-  (:mod:`optbench.core.changepoints`) and a chart of the metrics that changed, the changes the
+  (:mod:`optbench.gate.changepoints`) and a chart of the metrics that changed, the changes the
   regression gate flags between consecutive commits on one GPU (a difference between two GPUs is
   counted, never listed), then per benchmark a small chart per metric of its time over commits
   (each run's median and IQR), changes banded;
@@ -55,9 +55,7 @@ from pathlib import Path
 from string import Template
 
 from models.variants import ABLATED
-from optbench.core.changepoints import MIN_COMMITS, MIN_MAGNITUDE
-from optbench.core.console import table
-from optbench.core.store import RECORDS_DIR, REPO_ROOT, ResultStore, asv_results_dir, results_dir
+from optbench.gate.changepoints import MIN_COMMITS, MIN_MAGNITUDE
 from optbench.gate.compare import COLUMNS, compare, compared, resolve, rows, shown, verdict
 from optbench.reporting import charts
 from optbench.reporting.cache import ReportCache, files_digest
@@ -93,6 +91,8 @@ from optbench.reporting.data import (
 from optbench.reporting.headline import HEADLINE_PAGE, write_headline
 from optbench.reporting.memory import MEMORY_NOTE, TRADES, memory_columns, memory_rows
 from optbench.reporting.memory import time_against_memory as memory_points
+from optbench.run.console import table
+from optbench.store.store import RECORDS_DIR, REPO_ROOT, ResultStore, asv_results_dir, results_dir
 
 MAX_PANELS = 24  # history charts per benchmark and machine
 
@@ -570,9 +570,9 @@ class Output:
 
 
 def _slug(machine: str) -> str:
-    """The machine as its PNGs and anchors name it (``optbench.core.hardware.slugify``, imported
+    """The machine as its PNGs and anchors name it (``optbench.measure.hardware.slugify``, imported
     where a page is written: it imports torch, which a publish of unchanged records never needs)."""
-    from optbench.core.hardware import slugify
+    from optbench.measure.hardware import slugify
 
     return slugify(machine)
 
@@ -686,7 +686,7 @@ ASV_INPUTS = ".optbench-inputs"  # in asv's tree: the digest of what it was publ
 def asv_publish(results: Path, html: Path) -> str | None:
     """asv's site into ``<html>/asv/`` (asv empties that folder first, so it holds nothing else),
     asv's own output shown only where it fails; None where asv published, else why not."""
-    from optbench.core.asv_atomic import asv
+    from optbench.asv.asv_atomic import asv
 
     if results.resolve() != (REPO_ROOT / "results").resolve():
         return f"skipped: asv reads asv.conf.json's results_dir, not {results}"

@@ -1,2 +1,2 @@
 """What is measured: the catalog (torch-free), the op registry, the workloads that build each case,
-the plan of what a machine can run. Imports the core, kernels and models."""
+the plan of what a machine can run. Imports itself, run, measure, the store, kernels and models."""

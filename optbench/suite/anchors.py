@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
-from optbench.core.runner import Work, WrongResult
+from optbench.run.runner import Work, WrongResult
 
 if TYPE_CHECKING:
     from torch import Tensor

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from models.config import CONFIGS
 from models.step import BASELINE, StepOptions, variant_options
-from optbench.core.hardware import HardwareProfile
+from optbench.measure.hardware import HardwareProfile
 from optbench.suite.memory_estimate import over_usable, step_memory_bytes, usable_bytes
 
 

@@ -530,7 +530,7 @@ def with_references(keys: Iterable[str], among: Iterable[str]) -> list[str]:
     order of ``among``: what a run that measures ``keys`` measures, so that each of their speedups
     divides two times of one run, on one GPU (a shard of a suite, a run resumed with
     ``--skip-existing``)."""
-    from optbench.core.store import record_key, split_key
+    from optbench.store.store import record_key, split_key
 
     wanted, new = set(keys), set(keys)
     while new:
@@ -560,7 +560,7 @@ def asv_pattern(suite: str, select: str | None = None) -> str:
 def selected_benchmarks(suite: str, select: str | None = None) -> list[str]:
     """The benchmarks of ``suite`` with a case whose record key ``select`` (a regex) matches; all of
     them without ``select``."""
-    from optbench.core.store import record_key
+    from optbench.store.store import record_key
 
     return [
         name

@@ -20,7 +20,7 @@ would swamp the spread.
 Statistic. The variant trains from seed 0. Its *deviation* is the root-mean-square, over the
 compared points, of its curve minus the eager mean curve (nats); it passes when the deviation is at
 most :data:`FACTOR` = 4 times the seed spread, else it is ``wrong``
-(:class:`optbench.core.runner.WrongResult`). A variant that trains like eager is one more draw of
+(:class:`optbench.run.runner.WrongResult`). A variant that trains like eager is one more draw of
 the seed's noise: its deviation is about sigma * sqrt(1 + 1/seeds) (one point's) and averaging over
 points keeps the tail short, where the largest point's deviation (a max statistic) has a long one; a
 bug that shifts the curve anywhere in the window raises the mean square. Measured on the tiny model
@@ -61,7 +61,7 @@ import torch
 from torch import Tensor
 
 from models.step import Hyper, TrainStep
-from optbench.core.runner import Work, WrongResult
+from optbench.run.runner import Work, WrongResult
 from optbench.suite.corpus import MarkovLanguage, uniform_loss, unigram_entropy
 
 # nanoGPT's for its 124M model; constant lr
@@ -290,10 +290,10 @@ def stored_eager_seeds(size: str, protocol: Protocol, options: Any) -> EagerSeed
     ``source``. None where there is none. Reading them spares a variant's case the eager seeds'
     training (~2 min at 100M on an H100) when it runs without the eager case (``optbench run
     --select``)."""
-    from optbench.core import settings
-    from optbench.core.machine import machine_info
-    from optbench.core.runner import current_commit, current_machine
-    from optbench.core.store import ResultStore
+    from optbench.measure.machine import machine_info
+    from optbench.run.runner import current_commit, current_machine
+    from optbench.store import settings
+    from optbench.store.store import ResultStore
 
     commit, machine = current_commit(), current_machine()
     info = machine_info()

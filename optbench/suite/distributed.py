@@ -84,7 +84,7 @@ batch as a single GPU's step has it: weak scaling, the global batch is world siz
    is the wall time of one step between two device synchronizations (perf_counter) and the
    CUDA-event time of the same step.
 3. On GPUs, :data:`PROFILE_STEPS` more steps under torch.profiler on every rank: the collectives'
-   time per step, the part other kernels hid and the part exposed (``optbench.core.overlap``).
+   time per step, the part other kernels hid and the part exposed (``optbench.measure.overlap``).
 4. Rank 0 writes one JSON file (``--out``), after each part of its run (join, build, check, timing:
    ``phases``, their seconds, torch.compile's beside each; ``part``, the one it is in), so that a
    launch stopped midway says how far it got (:func:`progress`); at the end: every rank's samples
@@ -116,8 +116,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from optbench.core.helptext import plain
-from optbench.core.store import REPO_ROOT
+from optbench.run.helptext import plain
+from optbench.store.store import REPO_ROOT
 from optbench.suite.catalog import DISTRIBUTED_VARIANTS
 
 WRAPPERS = ("ddp", "fsdp2")
@@ -367,14 +367,14 @@ def check_timed_step(
 
 def communication(step: Any, device: Any) -> dict[str, Any] | None:
     """This rank's collectives over :data:`PROFILE_STEPS` steps under torch.profiler, per step
-    (``optbench.core.overlap.Overlap``); None off CUDA. Every rank must call it (the steps'
+    (``optbench.measure.overlap.Overlap``); None off CUDA. Every rank must call it (the steps'
     collectives pair up)."""
     if device.type != "cuda":
         return None
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from optbench.core.overlap import NOT_DEVICE_WORK, Overlap
+    from optbench.measure.overlap import NOT_DEVICE_WORK, Overlap
 
     _sync(device)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -430,7 +430,7 @@ def time_step(
     samples."""
     import torch
 
-    from optbench.core.timing import Measurement, Timing
+    from optbench.measure.timing import Measurement, Timing
 
     dist = _dist()
     probe, _ = _time_steps(step, device, 3)
@@ -614,8 +614,8 @@ def rank_main(args: argparse.Namespace) -> int:
     """One rank's part: build, wrap, check, time; rank 0 writes the result, also after each part
     (its ``phases``: seconds of each, torch.compile's beside them), so that a launch stopped midway
     says how far it got. Returns the exit code: 0, :data:`SKIP_EXIT` or :data:`WRONG_EXIT`."""
-    from optbench.core.runner import timed_phase
-    from optbench.core.store import write_text_atomic
+    from optbench.run.runner import timed_phase
+    from optbench.store.store import write_text_atomic
 
     dist = _dist()
     phases: dict[str, float] = {}
@@ -669,7 +669,7 @@ def _parts(
     """rank_main's build, check and timing, each named in ``result`` before it starts and timed
     into its ``phases``; the step they share is freed on return (rank_main clears the frames of
     an exception's traceback), before the rank leaves its group (see :func:`leave`)."""
-    from optbench.core.runner import timed_phase
+    from optbench.run.runner import timed_phase
 
     phases = result["phases"]
     result["part"] = "build"
@@ -818,7 +818,7 @@ def launch(
 ) -> tuple[int, dict[str, Any] | None, str]:
     """Run the entry point under torchrun with ``world`` ranks; (exit status, rank 0's result or
     None, the output's tail). The launch is its own process group, killed whole where this is
-    interrupted (a case's timeout: ``optbench.core.runner.CaseTimeout``) or runs past
+    interrupted (a case's timeout: ``optbench.run.runner.CaseTimeout``) or runs past
     ``timeout_s``."""
     with tempfile.TemporaryDirectory(prefix="optbench-dist-") as tmp:
         out = Path(tmp) / "result.json"
@@ -869,8 +869,8 @@ def progress_of(result: dict[str, Any] | None) -> str:
 
 # A case launches torchrun, starts every rank (torch, CUDA, NCCL), builds the step and its
 # single-process reference, compiles ('-best': twice, the reference and the wrapped step) and times
-# ~3 s of steps: more than a single-GPU case's budget (optbench.core.settings' case_budget_s, 180 s)
-# on a cold compile cache.
+# ~3 s of steps: more than a single-GPU case's budget (optbench.store.settings' case_budget_s,
+# 180 s) on a cold compile cache.
 CASE_BUDGET_S = 600.0
 
 
@@ -892,7 +892,7 @@ def distributed_work(
     has fewer GPUs than ``world``."""
     import torch
 
-    from optbench.core.runner import Work, WrongResult
+    from optbench.run.runner import Work, WrongResult
 
     # gloo ranks on the CPU (tests)
     if "--device" in extra and extra[extra.index("--device") + 1] == "cpu":

@@ -13,7 +13,7 @@ host-bound steps (eager, ~60-80 ms of launches at 100M) read about 1.3x slower i
 measured the kernel grids first. The price of sharing is isolation: a case that ends its process
 (the watchdog's hard stop, a crash in C) ends that process's remaining grids too (every record
 measured before it is stored), and one that leaves the CUDA context unusable marks the rest of them
-not measured (``optbench.core.runner.run_grid``). So a case that has ended its process on this
+not measured (``optbench.run.runner.run_grid``). So a case that has ended its process on this
 machine before (in any commit: its compile outlasting its budget, as max-autotune's does on an
 H100) is measured after every other grid of its process.
 """
@@ -25,11 +25,11 @@ import re
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from optbench.core.settings import current
+from optbench.store.settings import current
 from optbench.suite import catalog
 
 if TYPE_CHECKING:
-    from optbench.core.runner import Case
+    from optbench.run.runner import Case
 
 #: Benchmark kinds measured by :func:`measure_suite` (the 'cpu' classes are timed by asv itself).
 GRID_KINDS = ("kernel", "matmul", "step", "anchor", "convergence", "distributed")
@@ -43,7 +43,7 @@ KEPT_FIELDS = ("status", "reason", "metrics", "peak_mem_bytes", "summary", "comp
 def cases(name: str, grid: list[list[str]], device: str) -> list[Case]:
     """The cases of benchmark ``name`` over asv's ``grid`` (one list per parameter, in its
     param_names' order)."""
-    from optbench.core.runner import Case
+    from optbench.run.runner import Case
 
     entry = catalog.benchmark(name)
     combos = [dict(zip(entry.param_names, combo)) for combo in itertools.product(*grid)]
@@ -99,7 +99,7 @@ def _skips(keys: list[str], reason: str) -> dict[str, dict[str, Any]]:
 def measure_suite(
     names: list[str] | None = None, kinds: tuple[str, ...] = GRID_KINDS
 ) -> dict[str, dict[str, Any]]:
-    """Measure, in this process, every case of this run's suite (``optbench.core.settings``) that
+    """Measure, in this process, every case of this run's suite (``optbench.store.settings``) that
     ``$OPTBENCH_SELECT`` selects (less, with ``$OPTBENCH_SKIP_EXISTING``, those measured in an
     earlier run of this commit on this machine, but for the references of the rest:
     ``catalog.with_references``), grid after grid in the catalog's order (a case that has ended its
@@ -111,7 +111,7 @@ def measure_suite(
     its reason. Imports nothing heavy where nothing is selected. Once something is, the process gets
     SIGTERM when its parent ends (``signals.die_with_parent``): an interrupt, which the runner
     records as such."""
-    from optbench.core.store import record_key
+    from optbench.store.store import record_key
 
     settings = current()
     suite, select = settings.suite, settings.select
@@ -139,8 +139,8 @@ def measure_suite(
         left = [k for k in keys if k in existing and k not in chosen]
         kept.update(_skips(left, SKIPPED_EXISTING))
         if chosen:
-            from optbench.core.runner import default_device
-            from optbench.core.signals import die_with_parent
+            from optbench.measure.signals import die_with_parent
+            from optbench.run.runner import default_device
 
             if device is None:  # a grid process ends with the one that started it (asv, ab)
                 die_with_parent()
@@ -164,7 +164,7 @@ def unmeasured(name: str) -> list[tuple[str, ...]]:
     outside its suite, and those ``$OPTBENCH_SELECT`` does not select. :func:`measure_suite` records
     them as skips; asv skips them before their ``setup``, without a word (the grid classes'
     ``skip_params``, ``benchmarks/common.py``), so a run's output never lists them."""
-    from optbench.core.store import record_key
+    from optbench.store.store import record_key
 
     settings = current()
     entry = catalog.benchmark(name)
@@ -190,17 +190,17 @@ SKIPPED_EXISTING = "measured in an earlier run of this commit on this machine (-
 def _existing() -> set[str]:
     """Keys of the cases this commit has a record of on this machine
     (``ResultStore.measured_keys``)."""
-    from optbench.core.runner import current_commit, current_machine
-    from optbench.core.store import ResultStore
+    from optbench.run.runner import current_commit, current_machine
+    from optbench.store.store import ResultStore
 
     return ResultStore(current().results).measured_keys(current_machine(), current_commit())
 
 
 def _ended_its_process_here() -> set[str]:
     """Keys of the cases this machine has a stored record of, in any commit, that the watchdog
-    ended the process in (``optbench.core.runner.watchdog``): a timeout whose reason says so."""
-    from optbench.core.runner import PROCESS_ENDED, current_machine
-    from optbench.core.store import ResultStore
+    ended the process in (``optbench.run.runner.watchdog``): a timeout whose reason says so."""
+    from optbench.run.runner import PROCESS_ENDED, current_machine
+    from optbench.store.store import ResultStore
 
     store, machine = ResultStore(current().results), current_machine()
     return {
@@ -217,9 +217,9 @@ def _measure_grid(
 ) -> dict[str, dict[str, Any]]:
     """The kept records of the ``chosen`` keys of one grid (skips, without building anything, where
     the run's time budget has ended)."""
-    from optbench.core import progress
-    from optbench.core.runner import NOT_STARTED, out_of_run_time, run_grid
-    from optbench.core.store import record_key
+    from optbench.run import progress
+    from optbench.run.runner import NOT_STARTED, out_of_run_time, run_grid
+    from optbench.store.store import record_key
 
     entry = catalog.benchmark(name)
     if out_of_run_time():

@@ -41,7 +41,7 @@ import torch
 
 from models.config import ModelConfig, param_count
 from models.step import StepOptions
-from optbench.core.hardware import HardwareProfile
+from optbench.measure.hardware import HardwareProfile
 from optbench.suite.ops import OPS
 
 # share of a card's memory held back: CUDA context, cuBLAS workspaces, fragmentation

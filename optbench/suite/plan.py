@@ -2,9 +2,9 @@
 
 ``optbench plan --gpu t4`` lists every case of the asv suite (benchmark x params) with 'run' or
 'skip', the reason, and its *datasheet floor*: the roofline lower bound from the profile's datasheet
-peaks (``optbench.core.roofline.floor_ms``), never a measurement. The workloads call the same
+peaks (``optbench.measure.roofline.floor_ms``), never a measurement. The workloads call the same
 ``*_skip_reason`` functions with the profile they run under
-(``optbench.core.emulate.active_profile``), so a plan and a run agree.
+(``optbench.measure.emulate.active_profile``), so a plan and a run agree.
 
 Skip reasons read '<category>: <detail>'; categories: no CUDA, no bf16, no TF32, no Triton, no FP8
 (FP8 matmuls without FP8 tensor cores: T4, A100, a CPU), same as eager, unsupported
@@ -26,10 +26,10 @@ import torch
 from models.config import CONFIGS, flops_per_token, param_count
 from models.step import StepOptions, UnsupportedOptions, validate
 from models.variants import reference
-from optbench.core.console import console, table
-from optbench.core.hardware import PROFILES, HardwareProfile, dtype_name, lookup, torch_dtype
-from optbench.core.helptext import plain
-from optbench.core.roofline import Ceilings, floor_ms
+from optbench.measure.hardware import PROFILES, HardwareProfile, dtype_name, lookup, torch_dtype
+from optbench.measure.roofline import Ceilings, floor_ms
+from optbench.run.console import console, table
+from optbench.run.helptext import plain
 from optbench.suite import catalog
 from optbench.suite.baseline import base_options, baseline_notes, step_pair
 from optbench.suite.memory_estimate import (
@@ -428,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpu:
         profile = lookup(GPU_ALIASES.get(args.gpu, args.gpu))
     else:
-        from optbench.core.emulate import active_profile
+        from optbench.measure.emulate import active_profile
 
         profile = active_profile()
     rows = plan(profile, args.suite)

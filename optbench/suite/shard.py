@@ -10,7 +10,7 @@ seconds on this machine; one never run here, the median of those known of its be
 all known, or 1 s where none is.
 
 :func:`shard_select` applies it in a run. The times are the medians of this machine's stored runs
-of *other* commits (``optbench.core.progress.expected_seconds``), so that shards of one commit
+of *other* commits (``optbench.run.progress.expected_seconds``), so that shards of one commit
 started at once (whose records land while the others still split) and shards on several runners
 of one checkout split alike. A shard measures its cases and their references that other shards
 hold (:func:`optbench.suite.catalog.with_references`), so that each speedup divides two times of
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from optbench.core.store import ResultStore
+    from optbench.store.store import ResultStore
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -120,7 +120,7 @@ def shard_select(
     ``select`` matches; says on ``out`` (default stdout) how many cases it holds and their expected
     seconds, beside every shard's. The runs in ``store`` of ``machine``, but for those of
     ``commit``, give the times."""
-    from optbench.core import progress
+    from optbench.run import progress
     from optbench.suite.catalog import BENCHMARKS, with_references
 
     planned = progress.planned_cases(BENCHMARKS.values(), suite, select)
@@ -238,7 +238,7 @@ def run_on_gpus(
     0; 2, with one line, where ``spec`` names no GPU here. ``device_count``: how many GPUs this
     process sees (default :func:`cuda_device_count`); ``machine``: the results folder (default
     this machine's, emulating ``emulate`` where given)."""
-    from optbench.core import store
+    from optbench.store import store
 
     env = dict(os.environ if env is None else env)
     try:
@@ -250,15 +250,43 @@ def run_on_gpus(
     if prepare is not None:
         prepare()
     if machine is None:
-        from optbench.core.machine import machine_name
+        from optbench.measure.machine import machine_name
 
         machine = machine_name(emulate=emulate)
     logs = root / "results" / machine / "progress"
     logs.mkdir(parents=True, exist_ok=True)
+    children = _start_shards(argv, gpus, start, env, root, logs, new_run_id or store.new_run_id)
+    codes = _wait_for_shards(children, len(gpus), time_budget)
+    for (n, gpu, run_id, log, _), code in zip(children, codes):
+        print(
+            f"optbench: shard {n}/{len(gpus)} on GPU {gpu} (run {run_id}) ended with exit "
+            f"{code}; log {log}",
+            flush=True,
+        )
+    if publish is not None:
+        publish()
+    return next((c for c in codes if c), 0)
+
+
+#: A started shard: its number (from 1), its GPU, run id, log file and process.
+Shard = tuple[int, int, str, Path, Any]
+
+
+def _start_shards(
+    argv: Sequence[str],
+    gpus: list[int],
+    start: Callable[..., Any],
+    env: Mapping[str, str],
+    root: Path,
+    logs: Path,
+    new_run_id: Callable[[], str],
+) -> list[Shard]:
+    """Start ``optbench run ARGV --shard i/N --no-html`` on each of ``gpus`` (:func:`run_on_gpus`),
+    each with its GPU, run id and log file in ``logs``, and say where each went."""
     visible = env["CUDA_VISIBLE_DEVICES"].split(",") if env.get("CUDA_VISIBLE_DEVICES") else None
     children = []
     for n, gpu in enumerate(gpus, 1):
-        run_id = (new_run_id or store.new_run_id)()
+        run_id = new_run_id()
         log = logs / f"{run_id}.log"
         command = [
             sys.executable,
@@ -281,22 +309,20 @@ def run_on_gpus(
             proc = start(command, cwd=root, env=child_env, stdout=f, stderr=subprocess.STDOUT)
         children.append((n, gpu, run_id, log, proc))
         print(f"optbench: shard {n}/{len(gpus)} on GPU {gpu}: run {run_id}, log {log}", flush=True)
+    return children
+
+
+def _wait_for_shards(children: list[Shard], count: int, time_budget: float | None) -> list[int]:
+    """Each shard's exit status, in order (with ``time_budget``, one still running
+    :data:`STOP_GRACE_S` past it is interrupted, then killed: :func:`_wait`). On an interrupt here,
+    which the shards got too, waits for them all to end, then raises it."""
     deadline = None if time_budget is None else time.monotonic() + time_budget + STOP_GRACE_S
     try:
-        codes = [
-            _wait(proc, deadline, f"shard {n}/{len(gpus)} on GPU {gpu}")
+        return [
+            _wait(proc, deadline, f"shard {n}/{count} on GPU {gpu}")
             for n, gpu, *_, proc in children
         ]
     except BaseException:  # an interrupt: the children got it too; let them end
         for *_, proc in children:
             proc.wait()
         raise
-    for (n, gpu, run_id, log, _), code in zip(children, codes):
-        print(
-            f"optbench: shard {n}/{len(gpus)} on GPU {gpu} (run {run_id}) ended with exit "
-            f"{code}; log {log}",
-            flush=True,
-        )
-    if publish is not None:
-        publish()
-    return next((c for c in codes if c), 0)

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from kernels.numerics import rel_err
-from optbench.core.memory import not_counted
-from optbench.core.runner import Work, WrongResult
-from optbench.core.store import DEVICE_CLOCK
+from optbench.measure.memory import not_counted
+from optbench.run.runner import Work, WrongResult
+from optbench.store.store import DEVICE_CLOCK
 
 if TYPE_CHECKING:
     from optbench.suite.ops import Op
@@ -29,8 +29,8 @@ KERNEL_RTOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
 
 def machine_profile(device: str):
     """The hardware profile the work must fit: the emulated target's, this GPU's, or the CPU's."""
-    from optbench.core.emulate import active_profile
-    from optbench.core.hardware import lookup
+    from optbench.measure.emulate import active_profile
+    from optbench.measure.hardware import lookup
 
     return active_profile() if str(device).startswith("cuda") else lookup("cpu")
 
@@ -110,9 +110,9 @@ def input_sets(
 ) -> list[InputSet]:
     """Fresh random input sets of ``op`` (with output gradients where it has a backward, shaped like
     ``fn``'s outputs), drawn from ``gen`` one after another: as many as a cold-L2 rotation on an
-    ``l2_bytes`` cache needs (:func:`optbench.core.timing.rotation_sets`). Set 0 is drawn first, as
-    a single set would be."""
-    from optbench.core.timing import rotation_sets
+    ``l2_bytes`` cache needs (:func:`optbench.measure.timing.rotation_sets`). Set 0 is drawn first,
+    as a single set would be."""
+    from optbench.measure.timing import rotation_sets
 
     inputs = op.make_inputs(dims, dtype, device, gen)
     outs = _as_tuple(fn(*inputs)) if op.backward else ()
@@ -154,7 +154,7 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
     and fwd+bwd timed over a rotation of input sets (a cold L2; set 0 alone for the warm-L2 figure).
     ``info`` records the bytes of one set (``set_bytes``), the device's L2 (``l2_bytes``), whether a
     set fits in it (``fits_l2``) and the number of sets rotated (``input_sets``)."""
-    from optbench.core.timing import l2_cache_bytes
+    from optbench.measure.timing import l2_cache_bytes
     from optbench.suite.ops import OPS
     from optbench.suite.plan import kernel_dtype, kernel_skip_reason
 
@@ -241,13 +241,13 @@ def plant_slowdown(
     """For the regression gate's own check only: ``OPTBENCH_PLANT_SLOWDOWN="rmsnorm/triton=0.10"``
     makes that case's timed callables (one per input set) 10% slower on the device (a GPU spin after
     each call, sized on the cold-L2 device time)."""
-    from optbench.core.settings import current
+    from optbench.store.settings import current
 
     spec = current().plant_slowdown
     target, _, fraction = spec.partition("=")
     if target != name or not torch.cuda.is_available():
         return rotation
-    from optbench.core.timing import measure
+    from optbench.measure.timing import measure
 
     probe = lambda: torch.cuda._sleep(1_000_000)  # noqa: E731
     cycles_per_ms = 1_000_000 / measure(probe, device="cuda").device.median_ms
@@ -263,7 +263,7 @@ def plant_slowdown(
 def matmul_work(n: int, mode: str, device: str, seed: int = 0) -> Work:
     """An n x n x n matmul in one precision mode (TF32 on/off for fp32), checked against float64."""
     require_cuda(device, "matmul precision modes")
-    from optbench.core.hardware import torch_dtype
+    from optbench.measure.hardware import torch_dtype
     from optbench.suite.plan import matmul_skip_reason
 
     dtype, tf32 = torch_dtype(mode), mode == "tf32"
@@ -354,7 +354,7 @@ def step_options(size: str, variant: str, device: str):
 # SM clock within about a second (an H100 SXM at its 700 W cap: ~1700 MHz, from a 1980 MHz boost),
 # and a window of a few steps times the boost clock, a few percent fast. A step that stays clear of
 # the cap keeps its clock: its warm-up ends once the GPU shows that
-# (optbench.core.machine.PowerSettle, at least half a second in; the host-bound 100M steps draw
+# (optbench.measure.machine.PowerSettle, at least half a second in; the host-bound 100M steps draw
 # 290-560 W).
 STEP_WARMUP_MS, STEP_REP_MS = 2000.0, 1000.0
 
@@ -370,7 +370,7 @@ def step_timing(device: str, info: dict[str, Any]) -> dict[str, dict[str, Any]]:
     which moves a tiny step's median several times over between two processes of the same code."""
     if not str(device).startswith("cuda"):
         return {metric: {"clock": time.thread_time} for metric in ("step", "forward")}
-    from optbench.core.machine import PowerSettle
+    from optbench.measure.machine import PowerSettle
 
     settle = PowerSettle(on_settled=lambda ms: info.__setitem__("step_warmup_ms", round(ms, 1)))
     return {"step": {"warmup_ms": STEP_WARMUP_MS, "rep_ms": STEP_REP_MS, "settled": settle}}

@@ -1,9 +1,9 @@
 """Probe (CUDA): sweep of the master-weights AdamW pass's launch shape at a model's parameter set.
 
 Times one whole optimizer pass (every parameter tensor, as MasterAdamW.step launches them) by
-optbench.core.timing.measure (CUDA-graph replay + events), for block sizes, warps and cache hints;
-beside it torch's fused AdamW over fp32 weights and gradients (32 bytes/param) and a 1 GiB device
-copy (ceiling). Checks each variant against kernels.adamw.adamw_reference in float64 on one
+optbench.measure.timing.measure (CUDA-graph replay + events), for block sizes, warps and cache
+hints; beside it torch's fused AdamW over fp32 weights and gradients (32 bytes/param) and a 1 GiB
+device copy (ceiling). Checks each variant against kernels.adamw.adamw_reference in float64 on one
 odd-sized tensor first. Prints one JSON line per variant.
 
 Run from the repository root: ``python3 -m scripts.probes.adamw_sweep 1B``. Output of its 2026-11-24
@@ -23,7 +23,7 @@ import triton.language as tl
 from kernels.adamw import MasterAdamW, adamw_reference
 from models.config import CONFIGS
 from models.model import Decoder
-from optbench.core.timing import measure
+from optbench.measure.timing import measure
 
 
 @triton.jit

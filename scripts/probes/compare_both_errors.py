@@ -16,8 +16,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from optbench.core.store import REPO_ROOT, ResultStore
 from optbench.gate import compare as cmp
+from optbench.store.store import REPO_ROOT, ResultStore
 
 
 def quiet(argv: list[str]) -> tuple[int, str]:

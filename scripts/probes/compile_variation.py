@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def trial(op: str, shape: str, eager_first: bool) -> dict:
     """In this process: (the eager case,) then the compile case of ``op`` at ``shape``; device ms
     per metric."""
-    from optbench.core.timing import measure
+    from optbench.measure.timing import measure
     from optbench.suite.workloads import kernel_work
 
     if eager_first:

@@ -1,4 +1,4 @@
-"""The FP8 matmul ceiling of this GPU, measured as the bf16 one is (``optbench.core.roofline``'s
+"""The FP8 matmul ceiling of this GPU, measured as the bf16 one is (``optbench.measure.roofline``'s
 probe): an n x n x n ``torch._scaled_mm`` of e4m3 operands into bf16 with per-tensor scales (the
 GEMM torchao's tensorwise float8 training runs) and with per-row scales (its rowwise recipe's), each
 with and without fast accumulation (``use_fast_accum``: torchao's float8 forward GEMM uses it, its
@@ -20,9 +20,9 @@ from typing import Any
 def main() -> int:
     import torch
 
-    from optbench.core.machine import gpu_state
-    from optbench.core.roofline import matmul_probe
-    from optbench.core.timing import measure
+    from optbench.measure.machine import gpu_state
+    from optbench.measure.roofline import matmul_probe
+    from optbench.measure.timing import measure
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, nargs="+", default=[8192])

@@ -24,7 +24,7 @@ def _children() -> int:
 
 
 def main() -> int:
-    from optbench.core.timing import measure
+    from optbench.measure.timing import measure
     from optbench.suite import catalog
     from optbench.suite.workloads import STEP_REP_MS, STEP_WARMUP_MS, kernel_work, step_work
 

@@ -9,7 +9,7 @@ same host.
 Each setting is one launch of ``optbench.suite.distributed`` (its check, then its timing) with
 the setting's variables added to the environment; printed per setting: the check's verdict, the
 slowest rank's wall median [IQR] in ms, and each rank's collective time per step with the part no
-other kernel hid (torch.profiler, ``optbench.core.overlap``).
+other kernel hid (torch.profiler, ``optbench.measure.overlap``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ one size.
 
 Times forward+backward of (a) q, k, v as three Linear layers vs one fused Linear, (b) gate, up as
 two vs one, (c) SDPA causal GQA attention with each available backend, by
-optbench.core.timing.measure (bf16, B=8, S=1024). Prints one JSON line per case.
+optbench.measure.timing.measure (bf16, B=8, S=1024). Prints one JSON line per case.
 
 Run from the repository root: ``python3 -m scripts.probes.proj_attn_probe 1B`` (also 500M, 100M).
 Output of its 2026-11-24 run (H100): results/h100-sxm/fused-proj-probe-2026-11-24/probe.jsonl.
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from models.config import CONFIGS
-from optbench.core.timing import measure
+from optbench.measure.timing import measure
 
 B, S = 8, 1024
 DEVICE, DTYPE = "cuda", torch.bfloat16

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import sys
 
-from optbench.core.store import ResultStore
 from optbench.gate import ab
+from optbench.store.store import ResultStore
 
 
 def main(paths: list[str]) -> None:

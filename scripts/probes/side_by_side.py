@@ -2,10 +2,10 @@
 it, for a side-by-side with the HuggingFace anchor (hf_compile_step_steady.py) in the same device
 call.
 
-For each variant, ``optbench.core.runner.run_grid`` of ``bench_step.Step<size>|variant=<variant>``
+For each variant, ``optbench.run.runner.run_grid`` of ``bench_step.Step<size>|variant=<variant>``
 (``optbench.suite.workloads.step_work``: built, checked against the eager step, timed by
-``optbench.core.timing.measure``) into a scratch store (/tmp/side); prints one JSON summary line per
-record.
+``optbench.measure.timing.measure``) into a scratch store (/tmp/side); prints one JSON summary line
+per record.
 
 Run from the repository root: ``python3 -m scripts.probes.side_by_side 1B best-fused``. Output of
 its runs (H100): results/h100-sxm/anchors/2026-11-23-100M-side-by-side/ (``100M
@@ -17,8 +17,8 @@ import sys
 import time
 from functools import partial
 
-from optbench.core.runner import Case, run_grid
-from optbench.core.store import ResultStore
+from optbench.run.runner import Case, run_grid
+from optbench.store.store import ResultStore
 from optbench.suite.workloads import step_work
 
 SCRATCH_STORE = "/tmp/side"

@@ -3,8 +3,8 @@ timer.
 
 Each NAME:KEY=VALUE,... spec builds ``models.step.build_step(CONFIGS[size],
 BASELINE.replace(KEY=VALUE, ...))``, runs 3 steps (compile), then times it by
-optbench.core.timing.measure without a CUDA graph, for PROBE_REP_MS milliseconds (default 100, the
-suite's); one JSON line each (build time, wall and device medians, samples).
+optbench.measure.timing.measure without a CUDA graph, for PROBE_REP_MS milliseconds (default 100,
+the suite's); one JSON line each (build time, wall and device medians, samples).
 
 Run from the repository root: ``python3 -m scripts.probes.step_options_probe 1B
 master:optimizer=master,norm=triton``. Output of its 2026-11-24 runs (H100):
@@ -20,7 +20,7 @@ import torch
 
 from models.config import CONFIGS
 from models.step import BASELINE, build_step
-from optbench.core.timing import measure
+from optbench.measure.timing import measure
 
 
 def parse_spec(spec: str) -> tuple[str, dict]:

@@ -1,7 +1,7 @@
-"""The one typed reader of stored records: what :mod:`optbench.core.runner` writes, read back by
+"""The one typed reader of stored records: what :mod:`optbench.run.runner` writes, read back by
 name.
 
-A record is a JSON object (one line of a run's file, :mod:`optbench.core.store`); :meth:`Record.of`
+A record is a JSON object (one line of a run's file, :mod:`optbench.store.store`); :meth:`Record.of`
 views it without copying and tolerates records of any age: a missing field reads as empty, a clock
 stored as null (no device on a CPU) or absent (``device_warm`` before cold-L2 timing) reads as no
 timing.
@@ -15,7 +15,7 @@ from typing import Any
 
 OK = "ok"
 # The status of a case that SIGINT or SIGTERM stopped (Ctrl-C, a runner's cancel): it says nothing
-# about the case, and its run is partial (its ``__run__`` record, optbench.core.store).
+# about the case, and its run is partial (its ``__run__`` record, optbench.store.store).
 INTERRUPTED = "interrupted"
 # How the reason of a record whose case never ran starts (the run's time budget ended before or in
 # it, or its grid lost the CUDA context in an earlier case): it says nothing about the case.

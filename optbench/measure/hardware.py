@@ -44,8 +44,8 @@ class HardwareProfile:
     memory.
 
     The tables are data; a peak is looked up in one place,
-    ``optbench.core.roofline.Ceilings.from_profile(profile) .peak(dtype)`` (TFLOP/s, KeyError for a
-    dtype not in :data:`DTYPES`) and ``.bandwidth_gbps`` (GB/s).
+    ``optbench.measure.roofline.Ceilings.from_profile(profile) .peak(dtype)`` (TFLOP/s, KeyError for
+    a dtype not in :data:`DTYPES`) and ``.bandwidth_gbps`` (GB/s).
     """
 
     key: str

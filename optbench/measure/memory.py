@@ -1,6 +1,6 @@
 """Device memory: the peak of one call of a callable (:func:`peak_memory`), and a case's own memory
 as training needs it (:class:`CaseMeter`, stored as a record's ``memory``,
-:class:`optbench.core.records.CaseMemory`)."""
+:class:`optbench.store.records.CaseMemory`)."""
 
 from __future__ import annotations
 

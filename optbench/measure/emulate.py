@@ -15,8 +15,8 @@ import dataclasses
 
 import torch
 
-from optbench.core.hardware import HardwareProfile, detect, lookup
-from optbench.core.settings import VARIABLES, current
+from optbench.measure.hardware import HardwareProfile, detect, lookup
+from optbench.store.settings import VARIABLES, current
 
 EMULATE_ENV = VARIABLES["emulate"]
 

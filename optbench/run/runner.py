@@ -9,15 +9,16 @@ memory access) is recorded as *crashed*, and the cases after it as not measured:
 what it measured, so that asv still reports the rest. An interrupt (SIGINT, or SIGTERM: Ctrl-C, a
 cancel, the end of the parent process, :func:`die_with_parent`) stops the grid: the case it stopped
 is recorded as *interrupted*, the run is marked partial
-(:meth:`optbench.core.store.ResultStore.mark_partial`) and the interrupt goes on up. Every record is
-saved to the result store as soon as it exists, so a run that dies keeps what it measured. A record
-holds the seconds of each phase of its case (``build_seconds`` with its ``build_compile_seconds``,
-``check_seconds``, ``compile_seconds``: torch.compile's seconds in the build and the check, what the
-case costs to compile; ``timing_seconds`` with its ``timing_compile_seconds``, ``memory_seconds``);
-each case's start and end, with those seconds, also go to the run's progress file
-(:mod:`optbench.core.progress`), which ``optbench run`` follows. On a GPU a record also holds its
-case's own ``memory`` (:class:`optbench.core.memory.CaseMeter`: the peak over its build, warm-up
-and timing, not its check; what stays resident) beside each metric's per-call peak.
+(:meth:`optbench.store.store.ResultStore.mark_partial`) and the interrupt goes on up. Every record
+is saved to the result store as soon as it exists, so a run that dies keeps what it measured. A
+record holds the seconds of each phase of its case (``build_seconds`` with its
+``build_compile_seconds``, ``check_seconds``, ``compile_seconds``: torch.compile's seconds in the
+build and the check, what the case costs to compile; ``timing_seconds`` with its
+``timing_compile_seconds``, ``memory_seconds``); each case's start and end, with those seconds, also
+go to the run's progress file (:mod:`optbench.run.progress`), which ``optbench run`` follows. On a
+GPU a record also holds its case's own ``memory`` (:class:`optbench.measure.memory.CaseMeter`: the
+peak over its build, warm-up and timing, not its check; what stays resident) beside each metric's
+per-call peak.
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from optbench.core import progress, settings
-from optbench.core.records import INTERRUPTED, NOT_MEASURED
-from optbench.core.signals import Interrupted, interruptible
-from optbench.core.store import (
+from optbench.measure.signals import Interrupted, interruptible
+from optbench.run import progress
+from optbench.store import settings
+from optbench.store.records import INTERRUPTED, NOT_MEASURED
+from optbench.store.store import (
     IN_PROGRESS,
     MACHINE_KEY,
     REPO_ROOT,
@@ -63,18 +65,18 @@ class Work:
 
     ``timed`` maps a metric name (e.g. ``"fwd"``, ``"fwdbwd"``, ``"step"``) to the callable timed
     for it; ``rotation`` maps a metric to that callable over each of several input sets (``timed``'s
-    first), which the device time rotates over for a cold L2 (:func:`optbench.core.timing.measure`;
-    the first set alone gives the warm-L2 figure); a metric without one is timed on its one
-    callable; ``memory`` names the metrics whose peak extra memory is measured (after
-    ``before_memory``, e.g. dropping gradients so that their allocation counts, and with the bytes
-    already allocated recorded beside it as ``mem_base_bytes``, of which ``mem_before_bytes`` were
-    allocated before the case was built: what earlier cases of the process left); ``check`` runs
-    before any timing and raises :class:`WrongResult` when the result is wrong; ``flops``/``bytes``
-    per metric feed the roofline (floor) at report time; ``info`` is free-form (dtype, tokens per
-    call, ...); ``timing`` overrides the timer's warm-up and sampling budgets per metric
-    (:func:`optbench.core.timing.measure`); ``measured`` maps a metric to a timing taken outside
-    this process (a ``Measurement.to_dict()``, e.g. by the ranks of a torchrun launch,
-    ``optbench.suite.distributed``), stored as it is beside those of ``timed``.
+    first), which the device time rotates over for a cold L2
+    (:func:`optbench.measure.timing.measure`; the first set alone gives the warm-L2 figure); a
+    metric without one is timed on its one callable; ``memory`` names the metrics whose peak extra
+    memory is measured (after ``before_memory``, e.g. dropping gradients so that their allocation
+    counts, and with the bytes already allocated recorded beside it as ``mem_base_bytes``, of which
+    ``mem_before_bytes`` were allocated before the case was built: what earlier cases of the process
+    left); ``check`` runs before any timing and raises :class:`WrongResult` when the result is
+    wrong; ``flops``/``bytes`` per metric feed the roofline (floor) at report time; ``info`` is
+    free-form (dtype, tokens per call, ...); ``timing`` overrides the timer's warm-up and sampling
+    budgets per metric (:func:`optbench.measure.timing.measure`); ``measured`` maps a metric to a
+    timing taken outside this process (a ``Measurement.to_dict()``, e.g. by the ranks of a torchrun
+    launch, ``optbench.suite.distributed``), stored as it is beside those of ``timed``.
     """
 
     timed: dict[str, Callable[[], Any]]
@@ -136,7 +138,7 @@ def current_commit() -> str:
 def current_machine() -> str:
     """Results-folder name of this machine: the run's (``optbench run`` sets it), else under a plain
     ``asv run`` asv's machine (:func:`asv_machine`), else detected."""
-    from optbench.core.machine import machine_name
+    from optbench.measure.machine import machine_name
 
     current = settings.current()
     if current.machine:
@@ -389,7 +391,7 @@ def measure_case(
     """Build, check, time and size one case within ``budget_s`` seconds; returns its record body
     (status, metrics, ...). A case over its budget, even inside a compilation, is recorded as a
     timeout; where the :func:`watchdog` must end the process, it first passes that record to
-    ``on_hard_stop``. In a lockstep pair (:mod:`optbench.core.lockstep`) each metric is timed in
+    ``on_hard_stop``. In a lockstep pair (:mod:`optbench.measure.lockstep`) each metric is timed in
     turns with the partner, which must be timing the same ``key``; the record's ``lockstep`` says
     on which CPU and whether the pairing held."""
     rec: dict[str, Any] = {
@@ -468,10 +470,10 @@ def timed_phase(
 
 
 def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) -> None:
-    from optbench.core.lockstep import partner
-    from optbench.core.machine import gpu_state
-    from optbench.core.memory import CaseMeter, peak_memory
-    from optbench.core.timing import measure
+    from optbench.measure.lockstep import partner
+    from optbench.measure.machine import gpu_state
+    from optbench.measure.memory import CaseMeter, peak_memory
+    from optbench.measure.timing import measure
 
     work, phase, baseline = None, "build", _allocated(device)
     meter = CaseMeter(device)
@@ -585,8 +587,8 @@ def run_grid(
     """Measure every case of ``benchmark`` and save each record as it comes; returns records by
     key."""
 
-    from optbench.core.emulate import apply_emulation
-    from optbench.core.machine import machine_info
+    from optbench.measure.emulate import apply_emulation
+    from optbench.measure.machine import machine_info
 
     device = device or default_device()
     if str(device).startswith("cuda"):
@@ -725,7 +727,7 @@ def _measure(
     """Measure one case within ``budget_s`` (or what is left of the run's time budget, where less)
     and store its record (:func:`_keep`); its start and end go to the run's progress. An interrupt
     goes on up, with no 'end' event (:func:`run_grid` reports it); another exception past the
-    measurement's handlers leaves the end :data:`optbench.core.progress.ABORTED`."""
+    measurement's handlers leaves the end :data:`optbench.run.progress.ABORTED`."""
     key = head["key"]
     left = run_time_left()
     cut = left is not None and left < budget_s  # the run's budget ends first

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from optbench.core import hardware
+from optbench.measure import hardware
 
 _CPU_NOISE = re.compile(r"\((r|tm)\)|\bcpu\b|\bprocessor\b|@.*$|\b\d+-core\b", re.IGNORECASE)
 _CPU_SLUG_CHARS = 32
@@ -40,7 +40,7 @@ def machine_info() -> dict[str, Any]:
     size (a parameter of their records), so gpu_count and interconnect say what they ran on; they
     are never compared with 1-GPU figures.
     """
-    from optbench.core.settings import current
+    from optbench.store.settings import current
 
     has_gpu = torch.cuda.is_available()
     smi = _nvidia_smi(["driver_version", "clocks.sm", "clocks.mem"]) if has_gpu else None
@@ -199,8 +199,8 @@ LIMITING_CLOCK_EVENTS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 
 
 class PowerSettle:
-    """When a step's warm-up may end early (``optbench.core.timing.measure(settled=...)``): once the
-    GPU is not held back.
+    """When a step's warm-up may end early (``optbench.measure.timing.measure(settled=...)``): once
+    the GPU is not held back.
 
     Called with the warm-up's elapsed ms after each warm-up call. True once two consecutive polls of
     GPU 0 (:func:`gpu_state`, in a background thread every ``poll_s``, so that the load has no

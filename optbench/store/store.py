@@ -51,7 +51,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from optbench.core.records import INTERRUPTED
+from optbench.store.records import INTERRUPTED
 
 # the work tree: results/, benchmarks/, asv.conf.json
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +75,7 @@ IN_PROGRESS = "the process died while measuring this case"
 
 def results_dir() -> Path:
     """Root of the results tree: ``$OPTBENCH_RESULTS`` or ``results/`` at the repository root."""
-    from optbench.core.settings import current
+    from optbench.store.settings import current
 
     return current().results or REPO_ROOT / "results"
 
@@ -139,7 +139,7 @@ def _process_run_id() -> str:
 def current_run_id() -> str:
     """The run this process belongs to: ``$OPTBENCH_RUN_ID`` (one ``optbench run``), else one per
     process."""
-    from optbench.core.settings import current
+    from optbench.store.settings import current
 
     return current().run_id or _process_run_id()
 

@@ -9,9 +9,9 @@ own, a name on ``PATH`` or a path) with that worktree first on ``PYTHONPATH``. I
 virtualenv and installs nothing: the interpreter brings the dependencies (torch, asv_runner).
 
 The benchmark processes also get asv's variables (``ASV=true``, ``ASV_COMMIT``: optbench stores
-its records under that commit, ``optbench.core.runner.current_commit``) and, unless set,
+its records under that commit, ``optbench.run.runner.current_commit``) and, unless set,
 ``OPTBENCH_RESULTS``: the results root of asv.conf.json's ``results_dir`` (its parent, as
-``optbench.core.store.asv_results_dir`` lays it out), so that optbench's records land beside asv's
+``optbench.store.store.asv_results_dir`` lays it out), so that optbench's records land beside asv's
 and not in the worktree. ``ASV_PYTHONPATH`` (what asv's benchmark script puts first on its
 ``sys.path``) and ``PYTHONPATH`` are both the worktree, then the caller's ``ASV_PYTHONPATH`` where
 set, else its ``PYTHONPATH``, less the repository's own work tree (which the worktree replaces).

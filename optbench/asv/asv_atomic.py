@@ -3,10 +3,10 @@
 asv writes its results files in place (open, dump), so a run killed mid-write would leave a
 half-written file; this entry point swaps asv's writer for one that writes a temporary file and
 renames it. A results file (one commit and environment) is written over the one on disk under a
-lock on its folder, merged case by case (``optbench.core.merge.merge_asv_results``: what this run
+lock on its folder, merged case by case (``optbench.store.merge.merge_asv_results``: what this run
 measured wins, its nulls keep what is there), so that runs of one commit at once (``optbench run
 --gpus``: one shard per GPU) each keep the cases the others wrote since asv read the file. Use it as
-``python -m optbench.core.asv_atomic <asv arguments>``.
+``python -m optbench.asv.asv_atomic <asv arguments>``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from optbench.core.store import write_text_atomic
+from optbench.store.store import write_text_atomic
 
 
 def _write_json(path, data, api_version=None, compact=False) -> None:
@@ -44,7 +44,7 @@ def _text(data: Any, compact: bool) -> str:
 def _over_disk(path: Path, data: dict[str, Any]) -> dict[str, Any]:
     """asv's results ``data`` merged over the file at ``path`` (``data`` as it is where that file
     is missing, not JSON or of other columns)."""
-    from optbench.core.merge import merge_asv_results
+    from optbench.store.merge import merge_asv_results
 
     try:
         merged = merge_asv_results(json.loads(path.read_text()), data)
@@ -58,10 +58,10 @@ def asv(args: list[str], env: dict[str, str] | None = None, echo: bool = True) -
     code. Without ``echo``, asv's output is held back and written to stderr only where it fails."""
     import subprocess
 
-    from optbench.core.store import REPO_ROOT
+    from optbench.store.store import REPO_ROOT
 
     done = subprocess.run(
-        [sys.executable, "-m", "optbench.core.asv_atomic", *args],
+        [sys.executable, "-m", "optbench.asv.asv_atomic", *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=not echo,

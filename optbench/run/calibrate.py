@@ -1,6 +1,6 @@
 """``optbench calibrate``: checks optbench's timer against ``triton.testing.do_bench`` on this GPU.
 
-On roofline's two ceiling probes (``optbench.core.roofline``), a bf16 8192^3 matmul and a 1 GiB
+On roofline's two ceiling probes (``optbench.measure.roofline``), a bf16 8192^3 matmul and a 1 GiB
 device-to-device copy of random data, it prints both medians, their difference, and the achieved
 TFLOP/s and GB/s against the hardware profile's peaks, and stores the table in the result store as
 the record ``__calibration__`` of this machine and commit. Exit status 1 where a difference exceeds
@@ -16,9 +16,9 @@ from typing import Any
 
 
 def cases(device: str) -> dict[str, Any]:
-    """name -> :class:`optbench.core.roofline.Probe` of the two calibration workloads: roofline's
+    """name -> :class:`optbench.measure.roofline.Probe` of the two calibration workloads: roofline's
     matmul probe in bf16 ('matmul_bf16_<N>') and its copy probe of bf16 data ('copy_<GiB>GiB')."""
-    from optbench.core.roofline import COPY_BYTES, MATMUL_N, copy_probe, matmul_probe
+    from optbench.measure.roofline import COPY_BYTES, MATMUL_N, copy_probe, matmul_probe
 
     return {
         f"matmul_bf16_{MATMUL_N}": matmul_probe("bf16", device),
@@ -31,9 +31,9 @@ def calibrate(device: str = "cuda") -> list[dict[str, Any]]:
     fractions."""
     from triton.testing import do_bench
 
-    from optbench.core.hardware import detect
-    from optbench.core.roofline import Ceilings, roofline
-    from optbench.core.timing import measure
+    from optbench.measure.hardware import detect
+    from optbench.measure.roofline import Ceilings, roofline
+    from optbench.measure.timing import measure
 
     ceilings = Ceilings.from_profile(detect())
     rows = []
@@ -70,10 +70,10 @@ def main(argv: list[str]) -> int:
             "calibrate times CUDA kernels (optbench's timer against triton.testing.do_bench): no "
             "CUDA GPU here"
         )
-    from optbench.core.console import console, table
-    from optbench.core.machine import machine_info
-    from optbench.core.runner import current_commit, current_machine
-    from optbench.core.store import ResultStore
+    from optbench.measure.machine import machine_info
+    from optbench.run.console import console, table
+    from optbench.run.runner import current_commit, current_machine
+    from optbench.store.store import ResultStore
 
     rows = calibrate()
     cells = []

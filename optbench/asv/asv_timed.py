@@ -1,5 +1,5 @@
 """What asv measured of the benchmarks it times itself (the CPU suite's classes, which report no
-progress events: :mod:`optbench.core.progress`), read back from asv's results once its run has
+progress events: :mod:`optbench.run.progress`), read back from asv's results once its run has
 ended, one outcome per parameter combination, for the line per case of ``optbench run``."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from optbench.core.progress import milliseconds
-from optbench.core.store import record_key
+from optbench.run.progress import milliseconds
+from optbench.store.store import record_key
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from optbench.core.lockstep import Turns
+from optbench.measure.lockstep import Turns
 
 METHODS: tuple[str, ...] = ("cuda-graph", "cuda-events", "profiler", "perf-counter", "thread-time")
 # the method of wall samples timed by a clock other than perf_counter (or a caller's own clock)
@@ -222,7 +222,7 @@ def measure(
     ``device_warm`` times the first set alone. The rotation is called at least 3 times, at least
     once per set, and until warmup_ms of wall time passed, or until ``settled(elapsed_ms)``, asked
     after each warm-up call, says the device has reached its steady state
-    (:class:`optbench.core.machine.PowerSettle`: a clock no power cap or heat holds back). A wall
+    (:class:`optbench.measure.machine.PowerSettle`: a clock no power cap or heat holds back). A wall
     sample repeats it until it lasts about 1 ms (synchronizing CUDA around it, timed with `clock`,
     seconds); samples are taken until rep_ms is spent, at least min_reps and at most max_reps of
     them. On a CPU the warm-up and the samples run on one torch thread (:func:`one_thread`).
@@ -235,7 +235,7 @@ def measure(
     negligible, and a graph may execute some operations, like copies, differently). With graph=False
     (whole training steps, whose wall time is the primary figure) each wall sample is also bracketed
     by CUDA events, so one set of calls gives both clocks. With ``turns`` (a lockstep partner's,
-    :mod:`optbench.core.lockstep`) the wall samples are exactly ``turns.samples``, each taken in
+    :mod:`optbench.measure.lockstep`) the wall samples are exactly ``turns.samples``, each taken in
     this process's turn. Raises RuntimeError if a median comes out as 0 (nothing measurable was
     timed).
     """

@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from optbench.core.store import (
+from optbench.store.store import (
     ASV_DIR,
     RECORDS_DIR,
     ResultStore,
@@ -187,7 +187,7 @@ def _misplaced(rel: Path) -> bool:
 
 def tree_problem(root: Path) -> str | None:
     """Why the folder ``root`` is not an optbench or asv results tree (the layout of
-    ``optbench.core.store``, asv's tree included, or the old one), in words; None where it is: it
+    ``optbench.store.store``, asv's tree included, or the old one), in words; None where it is: it
     holds files, each at its place (:func:`_misplaced`), and asv's files are JSON objects, its
     results files with the columns a merge reads."""
     files = sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     """``optbench merge SRC... [--into DEST]``: 0 once every source is merged; 2, with one line on
     stderr and nothing merged, where a source is not a results tree nor a tar of one
     (:func:`tree_problem`), or a folder of DEST cannot be written
-    (``optbench.core.store.CannotWrite``, checked before anything is)."""
+    (``optbench.store.store.CannotWrite``, checked before anything is)."""
     p = argparse.ArgumentParser(
         prog="optbench merge",
         description=__doc__,

@@ -10,7 +10,7 @@ everything the cached artifacts depend on: GPU model, torch, Triton and CUDA ver
 started from is recorded in its machine record (``info.compile_cache``: ``cold`` or ``restored
 <key>``), so a figure says whether its compile times are cold.
 
-    python3 -m optbench.core.compile_cache key|restore|pack [--out DIR]
+    python3 -m optbench.run.compile_cache key|restore|pack [--out DIR]
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-from optbench.core.helptext import plain
-from optbench.core.store import REPO_ROOT
+from optbench.run.helptext import plain
+from optbench.store.store import REPO_ROOT
 
 CACHE_ROOT = REPO_ROOT / ".cache"  # holds inductor/ and triton/ during a run
 CARRIED = REPO_ROOT / ".compile-cache"  # packed caches, one per key
@@ -37,7 +37,7 @@ def cache_key() -> str:
     anything but letters, digits, '.' and '_' as one '-' (torch 2.11.0+cu130: torch2.11.0-cu130)."""
     import torch
 
-    from optbench.core.machine import machine_info
+    from optbench.measure.machine import machine_info
 
     info = machine_info()
     gpu = info["gpu_name"] or "cpu"
@@ -76,7 +76,7 @@ def pack(key: str, out: Path, root: Path = CACHE_ROOT) -> Path | None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python3 -m optbench.core.compile_cache", description=plain(__doc__.split("\n\n")[0])
+        prog="python3 -m optbench.run.compile_cache", description=plain(__doc__.split("\n\n")[0])
     )
     p.add_argument("action", choices=["key", "restore", "pack"])
     p.add_argument("--out", type=Path, help="pack: the folder to write <key>.tar.xz into")

@@ -1,8 +1,8 @@
 """Where the time of an ``optbench run`` went: seconds per phase summed over the run, from its
-progress events (:mod:`optbench.core.progress`), printed at its end and stored as the record
+progress events (:mod:`optbench.run.progress`), printed at its end and stored as the record
 ``__breakdown__`` of its run file.
 
-Phases (each case's from its record's fields, :func:`optbench.core.runner.measure_case`):
+Phases (each case's from its record's fields, :func:`optbench.run.runner.measure_case`):
 
 - process start-up: per grid process, from its start to its first case (``startup_seconds``: the
   interpreter, asv's runner, imports of the benchmark modules and torch, the grid's cases, machine
@@ -89,9 +89,9 @@ def rows(split: Mapping[str, float], wall_s: float) -> list[tuple[str, str, str]
 def render(
     split: Mapping[str, float], wall_s: float, title: str = "where the time of asv's run went"
 ):
-    """The compact rich table of :func:`rows` (``optbench.core.console.table``) less the phases of
+    """The compact rich table of :func:`rows` (``optbench.run.console.table``) less the phases of
     0.0 s, which its title then says it leaves out."""
-    from optbench.core.console import table
+    from optbench.run.console import table
 
     shown = [row for row in rows(split, wall_s) if row[1] != "0.0"]
     if len(shown) <= len(split):

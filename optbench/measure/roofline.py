@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from optbench.core.hardware import DTYPES, HardwareProfile, detect, torch_dtype
-from optbench.core.timing import measure
+from optbench.measure.hardware import DTYPES, HardwareProfile, detect, torch_dtype
+from optbench.measure.timing import measure
 
 COPY_BYTES = 1 << 30  # bytes copied (and as many written) by the bandwidth probe
 MATMUL_N = 8192  # the compute probe multiplies two N x N matrices

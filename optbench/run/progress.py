@@ -48,10 +48,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from optbench.core import settings
+from optbench.store import settings
 
 # The fields of a case's record that its 'end' event carries (the phases of
-# optbench.core.breakdown).
+# optbench.run.breakdown).
 PHASE_FIELDS = (
     "build_seconds",
     "build_compile_seconds",
@@ -151,7 +151,7 @@ def figure(rec: Mapping[str, Any]) -> dict[str, Any] | None:
     """What a case's line shows of its record ``rec``: ``{"clock", "ms": {metric: median ms}}``,
     each metric timed by the record's primary clock (by wall time where none is: a CPU); None for a
     case that is not ok or has no timing."""
-    from optbench.core.records import Record
+    from optbench.store.records import Record
 
     view = Record.of(rec)
     if not view.ok:
@@ -173,7 +173,7 @@ def planned_cases(benchmarks: Iterable[Any], suite: str, select: str | None = No
     (measured by run_grid; the CPU suite's asv-timed classes, kind 'cpu', report none) that
     ``select`` matches where given. ``benchmarks``: the catalog's entries
     (``optbench.suite.catalog.BENCHMARKS.values()``)."""
-    from optbench.core.store import record_key
+    from optbench.store.store import record_key
 
     keys = [
         record_key(b.name, params)
@@ -187,7 +187,7 @@ def planned_cases(benchmarks: Iterable[Any], suite: str, select: str | None = No
 def asv_timed(benchmarks: Iterable[Any], suite: str, select: str | None = None) -> list[str]:
     """The benchmarks of ``suite`` that asv times itself (no grid, so no progress events), those
     with a case whose record key ``select`` matches where given."""
-    from optbench.core.store import record_key
+    from optbench.store.store import record_key
 
     return [
         b.name
@@ -199,7 +199,7 @@ def asv_timed(benchmarks: Iterable[Any], suite: str, select: str | None = None) 
 
 def expected_seconds(runs: Iterable[Any], keys: Iterable[str]) -> dict[str, float]:
     """Seconds per case of ``keys``, the median over every stored record of it that ran (ok, wrong
-    or timeout) in ``runs`` (``optbench.core.store.StoredRun``: one machine's, cold and warm caches
+    or timeout) in ``runs`` (``optbench.store.store.StoredRun``: one machine's, cold and warm caches
     alike); a case never run there is absent."""
     wanted, seen = set(keys), {}
     for run in runs:
@@ -504,7 +504,7 @@ STOP_GRACE_S = 20.0
 # Runs a command bound to the process that started it (``python -c BOUND <parent pid> command...``):
 # :func:`exec_bound`.
 BOUND = (
-    "import sys; from optbench.core.progress import exec_bound; "
+    "import sys; from optbench.run.progress import exec_bound; "
     "exec_bound(int(sys.argv[1]), sys.argv[2:])"
 )
 
@@ -520,10 +520,10 @@ class RunInterrupted(KeyboardInterrupt):
 
 def exec_bound(parent: int, argv: Sequence[str]) -> None:
     """Become the command ``argv`` (``exec``), which gets SIGINT when its parent, process
-    ``parent``, ends, however it ends (``optbench.core.signals.die_with_parent``; Linux): as on
+    ``parent``, ends, however it ends (``optbench.measure.signals.die_with_parent``; Linux): as on
     Ctrl-C, asv then ends the benchmark process it runs (SIGTERM, which a grid process records as an
     interrupt) before it exits. Where ``parent`` has ended already, the signal comes at once."""
-    from optbench.core.signals import die_with_parent
+    from optbench.measure.signals import die_with_parent
 
     die_with_parent(signal.SIGINT, parent)
     os.execvp(argv[0], list(argv))
@@ -611,7 +611,7 @@ def run_followed(
     then, from the progress file, first, with the same signal, so that they record the one that
     stopped the run), and once they have ended :class:`RunInterrupted` names those cases. Later
     signals are ignored meanwhile. Call it from the main thread."""
-    from optbench.core.signals import Interrupted, interruptible
+    from optbench.measure.signals import Interrupted, interruptible
 
     with follower, interruptible(), open(log, "a", encoding="utf-8") as sink:
         proc = subprocess.Popen(

@@ -50,15 +50,15 @@ class Settings:
     machine: str | None = None  # results-folder name of this machine (default: detected)
     # the run every process of one ``optbench run`` shares (default: per process)
     run_id: str | None = None
-    # hardware profile key to emulate on a larger GPU (optbench.core.emulate)
+    # hardware profile key to emulate on a larger GPU (optbench.measure.emulate)
     emulate: str | None = None
     # the gate's own check only: 'op/impl=fraction,...' (optbench.suite.workloads)
     plant_slowdown: str = ""
-    # file every benchmark process appends its case events to (optbench.core.progress)
+    # file every benchmark process appends its case events to (optbench.run.progress)
     progress: Path | None = None
     asv_commit: str | None = None  # the commit asv says it measures (set by asv)
     asv: str | None = None  # 'true' in a process asv started (set by asv)
-    # what the run's compile caches started from (optbench.core.compile_cache)
+    # what the run's compile caches started from (optbench.run.compile_cache)
     compile_cache: str | None = None
     # runs measuring on this host at the same time, this one among them (run --gpus: one per GPU)
     runs_at_once: str | None = None
