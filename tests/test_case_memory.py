@@ -113,32 +113,28 @@ def test_a_graphed_step_reads_what_its_graph_holds_not_zero(fake):
     fake.free(earlier)
 
 
-def test_a_graph_captured_again_counts_only_its_live_pool(fake):
-    meter = CaseMeter("cuda")
-    with meter.metering(), meter.counting():
-        _graphed_step_build(fake)  # pool (1, 0)
-    fake.release_pool((1, 0))  # the check captures again: a new graph, the old one destroyed
-    fake.free(next(b for b, (_, pool) in fake.blocks.items() if pool == (1, 0)))
-    activations = fake.alloc(3 * GIB // 2, pool=(2, 0))
-    fake.alloc(GIB // 2, pool=(2, 0))
-    fake.free(activations)
-    with meter.counting():
-        pass
-    assert meter.result()["resident_bytes"] == 3 * GIB  # weights + the live graph's pool alone
-
-
-def test_the_reserved_peak_leaves_out_what_the_check_left_cached(fake):
+def _captured_again(fake: FakeAllocator) -> dict[str, int]:
+    """A graphed step's memory where the check captured its graph again between the counted
+    phases: the first graph's pool dead (its 2 GiB cached until emptied), a live one of 2 GiB."""
     meter = CaseMeter("cuda")
     with meter.metering(), meter.counting():
         _graphed_step_build(fake)  # 3 GiB: weights and pool (1, 0)
-    fake.release_pool((1, 0))  # the check captures again: pool (1, 0) dead, its 2 GiB cached
+    fake.release_pool((1, 0))
     fake.free(next(b for b, (_, pool) in fake.blocks.items() if pool == (1, 0)))
     activations = fake.alloc(3 * GIB // 2, pool=(2, 0))
     fake.alloc(GIB // 2, pool=(2, 0))
     fake.free(activations)
     with meter.counting():
         pass
-    assert meter.result()["reserved_peak_bytes"] == 3 * GIB
+    return meter.result()
+
+
+def test_a_graph_captured_again_counts_only_its_live_pool(fake):
+    assert _captured_again(fake)["resident_bytes"] == 3 * GIB  # weights + the live pool alone
+
+
+def test_the_reserved_peak_leaves_out_what_the_check_left_cached(fake):
+    assert _captured_again(fake)["reserved_peak_bytes"] == 3 * GIB
 
 
 def test_the_check_and_its_reference_are_not_counted(fake):
