@@ -4,9 +4,10 @@ Seconds per call, timed by asv itself, on one torch thread (as optbench times wh
 ``optbench.measure.timing.one_thread``), by that thread's CPU time (asv's ``timer``): on a CPU other
 processes share, the wall time of a call measures how often the scheduler took its core away (a
 call read 2x slower at random), its CPU time the call. Each benchmark runs in :data:`ROUNDS`
-processes, which ``asv continuous`` interleaves between the two commits and pools: one process's
-CPU times sit up to ~15% off another's on the same code. torch is imported in ``setup``, not at
-the top: asv imports every benchmark module to list them, and stays torch-free doing so.
+processes, which ``asv continuous`` interleaves between the two commits and pools (one process's
+CPU times sit apart from another's on the same code: NOTES.md's entry of 830fe9c). torch is
+imported in ``setup``, not at the top: asv imports every benchmark module to list them, and stays
+torch-free doing so.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import abc
 import time
 from functools import cache
 
+from .common import Selected
+
 ROUNDS = 4
 
 
-class _CPUTimed(abc.ABC):
+class _CPUTimed(Selected, abc.ABC):
     timer = staticmethod(time.thread_time)
     rounds = ROUNDS
     repeat = (3, 10, 5.0)

@@ -24,21 +24,8 @@ def grid(module: str, qualname: str) -> list[list[str]]:
     return catalog.benchmark(f"{module.rsplit('.', 1)[-1]}.{qualname}").asv_params()
 
 
-class Grid(abc.ABC):
-    """Base of a grid suite: a concrete class sets ``params = grid(__module__, __qualname__)``
-    (abstract until then, so that asv lists only the concrete classes); its cases come from its
-    catalog entry (``optbench.suite.grids``)."""
-
-    param_names: list[str] = []
-    rounds = 1
-    repeat = 1
-    number = 1
-    timeout = 3600  # also setup_cache's: the whole suite is measured in it
-
-    @property
-    @abc.abstractmethod
-    def params(self) -> list[list[str]]:
-        """asv's parameter grid."""
+class Selected:
+    """A benchmark class of the catalog: asv runs only the combinations this run measures."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A concrete class of the catalog (one that sets ``params``) gets asv's ``skip_params``:
@@ -57,6 +44,23 @@ class Grid(abc.ABC):
     @classmethod
     def benchmark_name(cls) -> str:
         return f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
+
+
+class Grid(Selected, abc.ABC):
+    """Base of a grid suite: a concrete class sets ``params = grid(__module__, __qualname__)``
+    (abstract until then, so that asv lists only the concrete classes); its cases come from its
+    catalog entry (``optbench.suite.grids``)."""
+
+    param_names: list[str] = []
+    rounds = 1
+    repeat = 1
+    number = 1
+    timeout = 3600  # also setup_cache's: the whole suite is measured in it
+
+    @property
+    @abc.abstractmethod
+    def params(self) -> list[list[str]]:
+        """asv's parameter grid."""
 
     def setup_cache(self) -> dict[str, dict[str, Any]]:
         """Every grid case of this run's suite but the training steps, measured in this one process

@@ -119,8 +119,7 @@ def rms_fwd_rows(
     tl.store(RSTD + rows, rstd, mask=row_mask)  # 4 bytes a row that spare the backward a reduction
     x_hat = (x * rstd[:, None]).to(ROUND.dtype.element_ty).to(tl.float32)
     # Y's offsets are computed here, after the reduction, as in the separate kernels this body
-    # replaced: computed beside x's, they gave the same instructions in another order, and
-    # QK-norm's forward measured slower on an H200
+    # replaced (computed beside x's, they give the same instructions in another order)
     y_ptrs = Y + rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
     tl.store(y_ptrs, (x_hat * w[None, :]).to(Y.dtype.element_ty), mask=mask)
 

@@ -751,6 +751,13 @@ class Reference:
     def device(self) -> torch.device:
         return self.loss.device
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its tensors (all on one device)."""
+        tensors = [self.loss, *self.grads.values(), *self.weights.values()]
+        tensors += [] if self.grad_norm is None else [self.grad_norm]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
     def copy_to(self, device: str | torch.device) -> Reference:
         """A copy of every tensor on ``device``."""
 

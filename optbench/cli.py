@@ -306,6 +306,7 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
         plan.commit,
         {name: BENCHMARKS[name].param_names for name in by_asv},
         since=started_at,
+        select=args.select,
     )
     for outcome in timed:
         print(outcome.line(), flush=True)

@@ -51,11 +51,13 @@ def record(
     status: str = "ok",
     times: dict[str, tuple[list[float] | None, list[float]]] | None = None,
     peak: dict[str, int] | None = None,
+    memory: dict[str, int] | None = None,
     flops: dict[str, float] | None = None,
     bytes_: dict[str, float] | None = None,
     info: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One record; ``times`` maps a metric to (device samples or None, wall samples)."""
+    """One record; ``times`` maps a metric to (device samples or None, wall samples), ``peak`` to
+    its per-call peak; ``memory`` is the case's own (records.CaseMemory's fields)."""
     rec: dict[str, Any] = {
         "key": record_key(benchmark, params),
         "benchmark": benchmark,
@@ -73,6 +75,7 @@ def record(
         **rec,
         "metrics": metrics,
         "peak_mem_bytes": peak or {},
+        **({"memory": memory} if memory else {}),
         "flops": flops or {},
         "bytes": bytes_ or {},
         "info": info or {},

@@ -103,6 +103,15 @@ def test_a_peak_memory_that_moves_between_runs_of_one_side_is_bounded_as_noise()
     assert _memory_verdicts([5 * gib], [6 * gib]).verdict == INCONCLUSIVE  # once: no replicate
 
 
+def test_a_graphed_steps_own_call_is_not_judged_for_memory_but_its_case_is():
+    per_call = ab.Series(STEP_1B, "step", "peak memory", "")  # a replay: 512 bytes, as measured
+    case = ab.Series(STEP_1B, "case peak", "peak memory", "")
+    base = [{per_call: 512.0, case: 5e9}] * 2
+    head = [{per_call: 1024.0, case: 5e9}] * 2
+    (verdict,) = ab.judge(base, head, 0.95)
+    assert verdict.series == case and verdict.verdict == NO_CHANGE
+
+
 # The rounds: a fake side run writes synthetic records where a real one would.
 
 
@@ -156,7 +165,8 @@ def fake(tmp_path, monkeypatch):
                 {"variant": "best-kernels"},
                 status=state["status"][side.label],
                 times={"step": (samples(level, 1), samples(level, 2))},
-                peak={"step": 512},
+                peak={"step": 512},  # a graph replay's own call: not judged
+                memory={"peak_bytes": 25 * 10**9, "resident_bytes": 21 * 10**9},
                 info={"primary_clock": "wall"},
             ),
             record(

@@ -24,6 +24,7 @@ class FakeAllocator:
         self.blocks: dict[int, tuple[int, tuple[int, int]]] = {}  # id -> (bytes, pool)
         self.private_free: dict[tuple[int, int], int] = {}  # pool -> free bytes kept reserved
         self.dead: set[tuple[int, int]] = set()  # pools whose graph was destroyed
+        self.cached = 0  # the default pool's freed bytes, kept reserved until empty_cache()
         self.peak = self.reserved_peak = 0
         self._next = 0
 
@@ -38,12 +39,15 @@ class FakeAllocator:
         nbytes, pool = self.blocks.pop(block)
         if pool != (0, 0):  # a private pool keeps its segment for the graph's replays
             self.private_free[pool] = self.private_free.get(pool, 0) + nbytes
+        else:
+            self.cached += nbytes
 
     def release_pool(self, pool: tuple[int, int]) -> None:
         """The pool's graph is gone: its free segments stay reserved until empty_cache()."""
         self.dead.add(pool)
 
     def empty_cache(self) -> None:
+        self.cached = 0
         live = {pool for _, pool in self.blocks.values()}
         for pool in [p for p in self.dead if p not in live]:
             self.private_free.pop(pool, None)
@@ -52,7 +56,7 @@ class FakeAllocator:
         return sum(nbytes for nbytes, _ in self.blocks.values())
 
     def reserved(self) -> int:
-        return self.allocated() + sum(self.private_free.values())
+        return self.allocated() + sum(self.private_free.values()) + self.cached
 
     def reset_peak(self) -> None:
         self.peak, self.reserved_peak = self.allocated(), self.reserved()
@@ -154,6 +158,22 @@ def test_the_check_and_its_reference_are_not_counted(fake):
     assert got["peak_bytes"] == GIB + GIB // 2
     assert got["reference_bytes"] == GIB
     assert got["resident_bytes"] == GIB
+    assert got["reserved_peak_bytes"] == GIB + GIB // 2  # not the reference's 4 GiB build
+
+
+def test_the_reference_kept_is_its_own_bytes_when_another_leaves_the_device(fake):
+    other = fake.alloc(2 * GIB)  # another size's reference, from an earlier case
+    meter = CaseMeter("cuda")
+    kept: list[int] = []
+    with meter.metering(), meter.counting():
+        with not_counted(kept=lambda: GIB * len(kept)):
+            fake.free(other)  # sent to the host
+            kept.append(fake.alloc(GIB))  # this size's reference, kept on the device
+        fake.alloc(GIB // 2)  # the step
+    got = meter.result()
+    assert got["held_before_bytes"] == 2 * GIB
+    assert got["reference_bytes"] == GIB  # not the net -1 GiB
+    assert got["peak_bytes"] == GIB // 2 and got["resident_bytes"] == GIB // 2
 
 
 def test_a_meter_without_cuda_measures_nothing():

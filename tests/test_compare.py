@@ -364,6 +364,29 @@ def test_peak_memory_growth_is_flagged(store):
     assert run_main(store) == 1
 
 
+def graphed_step(case_peak: int) -> list[dict]:
+    """The 1B best-kernels step (a CUDA graph): its own call reads 512 bytes; its case peak is
+    ``case_peak``."""
+    return [
+        record(
+            "bench_step.Step1B",
+            {"variant": "best-kernels"},
+            times={"step": (samples(100.0, 1), samples(100.0, 2))},
+            peak={"step": 512},
+            memory={"peak_bytes": case_peak, "resident_bytes": 20 * 10**9},
+            info={"primary_clock": "wall"},
+        )
+    ]
+
+
+def test_a_graphed_steps_case_peak_is_judged_and_its_own_calls_is_not(store):
+    write(store, graphed_step(25 * 10**9), graphed_step(26 * 10**9))
+    memory = {c.metric: c for c in cmp.compare(store, BASE, HEAD) if c.quantity == "peak memory"}
+    assert memory["case peak"].significant and memory["case peak"].regression
+    assert not memory["case resident"].significant
+    assert memory["step"].detectable is None  # reported, never gated
+
+
 def compiled(seconds: float) -> list[dict]:
     """A compiled step's record (the catalog gates compile seconds of steps, not of kernels)."""
     rec = record(

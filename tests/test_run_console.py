@@ -207,6 +207,10 @@ def test_the_benchmarks_asv_times_itself_get_a_line_per_combination_of_this_run(
         "optbench: bench_cpu.MLP.time_fwdbwd|impl=eager: ok, 151 ms (asv's timer)",
         "optbench: bench_cpu.MLP.time_fwdbwd|impl=compile: failed (asv's log says why)",
     ]
+    selected = asv_timed.outcomes(
+        tmp_path, "m", "f" * 40, {"bench_cpu.MLP": ("impl",)}, since=1_000.0, select="MLP\\|impl=e"
+    )
+    assert [o.key for o in selected] == ["bench_cpu.MLP.time_fwdbwd|impl=eager"]
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import itertools
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,11 +43,13 @@ def outcomes(
     commit: str,
     benchmarks: Mapping[str, Sequence[str]],
     since: float,
+    select: str | None = None,
 ) -> list[Outcome]:
     """The combinations of ``benchmarks`` (catalog name, as 'bench_cpu.MLP' -> its parameter names)
     that asv's results under ``asv_results`` hold for ``commit`` on ``machine``, of the methods asv
     started at Unix time ``since`` or later (this run's: an earlier run's values stay in the file),
-    in asv's order."""
+    in asv's order; with ``select``, only those whose case key (``bench_cpu.MLP|impl=eager``) it
+    matches (asv skipped the others: ``skip_params``)."""
     from asv.results import iter_results_for_machine_and_hash
 
     found: list[Outcome] = []
@@ -60,6 +63,8 @@ def outcomes(
             values = results.get_result_value(key, grid)
             for combo, value in zip(_combinations(grid), values):
                 params = dict(zip(benchmarks[name], combo))
+                if select and not re.search(select, record_key(name, params)):
+                    continue
                 timed = value is not None and not math.isnan(value)
                 found.append(
                     Outcome(

@@ -2,7 +2,8 @@
 
 asv's ``existing`` environment measures only the code that is checked out, so ``asv run A..B``,
 ``asv run HEAD^!`` and ``asv continuous BASE HEAD`` refuse it. This environment (asv.conf.json
-lists this module in ``plugins``; select it with ``-E worktree`` or ``-E worktree:<python>``) checks
+lists this module in ``plugins`` and names it as its ``environment_type``; ``-E worktree:<python>``
+names another interpreter) checks
 each commit asv installs out into a detached git worktree, ``<env_dir>/worktrees/<commit>``, and
 runs asv's benchmark processes on the named interpreter (``same``, the default ``X.Y`` of asv's
 own, a name on ``PATH`` or a path) with that worktree first on ``PYTHONPATH``. It creates no

@@ -566,7 +566,7 @@ def _median_changes(
     for metric in ph:
         if metric not in pb:
             continue
-        limit = _limit(rec, quantity, None, threshold)
+        limit = _limit(rec, quantity, None, threshold, metric)
         b, h = statistics.median(pb[metric]), statistics.median(ph[metric])
         ratio = h / b if b else (1.0 if h == b else math.inf)
         significant = limit is not None and abs(h - b) > limit * abs(b)

@@ -96,7 +96,8 @@ class CaseMeter:
     - ``resident_bytes``: what is held at the end: allocated bytes plus the free bytes inside
       private pools (a live CUDA graph's, kept for its replays), less the same at the start.
     - ``reserved_peak_bytes``: ``max_memory_reserved`` over counted phases, less the bytes
-      reserved at the start (and those set apart).
+      reserved at the start and those set apart; the allocator's cache is emptied as each counted
+      phase starts and after work set apart, so what they left cached is not the case's.
 
     A meter on a device other than CUDA measures nothing: its :meth:`result` is empty.
     """
@@ -137,9 +138,11 @@ class CaseMeter:
             self._fold()
 
     @contextlib.contextmanager
-    def apart(self) -> Iterator[None]:
-        """The code inside is not the case's: its peak is dropped and what it leaves allocated (or
-        frees) moves the base, as ``reference_bytes``."""
+    def apart(self, kept: Callable[[], int] | None = None) -> Iterator[None]:
+        """The code inside is not the case's: its peak is dropped, what it left cached is given
+        back, and what it leaves allocated (or frees: another size's reference sent to the host)
+        moves the base. ``reference_bytes`` gains ``kept()``, the bytes it keeps on the device for
+        the case (the check's reference), or, without ``kept``, what it left allocated."""
         if not (self.cuda and self._counting):
             yield
             return
@@ -152,7 +155,8 @@ class CaseMeter:
             left = torch.cuda.memory_allocated() - before
             self._base += left
             self._reserved_base += left
-            self._reference += left
+            self._reference += left if kept is None else kept()
+            torch.cuda.empty_cache()
             self._restart()
 
     def result(self) -> dict[str, int]:
@@ -181,10 +185,11 @@ class CaseMeter:
 
 
 @contextlib.contextmanager
-def not_counted() -> Iterator[None]:
-    """Set the code inside apart from the case being metered (:meth:`CaseMeter.apart`); a no-op
-    where no meter is active (a case measured outside the runner, a CPU)."""
-    with _active.apart() if _active is not None else contextlib.nullcontext():
+def not_counted(kept: Callable[[], int] | None = None) -> Iterator[None]:
+    """Set the code inside apart from the case being metered (:meth:`CaseMeter.apart`, ``kept``
+    the bytes it keeps on the device for the case); a no-op where no meter is active (a case
+    measured outside the runner, a CPU)."""
+    with _active.apart(kept) if _active is not None else contextlib.nullcontext():
         yield
 
 

@@ -88,7 +88,7 @@ class Work:
     graph: bool = True
     before_memory: Callable[[], None] | None = None
     # metric -> keywords of timing.measure
-    timing: dict[str, dict[str, float]] = field(default_factory=dict)
+    timing: dict[str, dict[str, Any]] = field(default_factory=dict)
     # metric -> one per set
     rotation: dict[str, tuple[Callable[[], Any], ...]] = field(default_factory=dict)
     # metric -> Measurement.to_dict()
@@ -476,7 +476,6 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
     from optbench.measure.timing import measure
 
     work, phase, baseline = None, "build", _allocated(device)
-    meter = CaseMeter(device)
     if partner() is not None:  # the whole record, whatever its end, is the paired design's
         rec["lockstep"] = {}
     # what earlier cases of this process still hold: not this case's own memory
@@ -484,13 +483,11 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
         rec["mem_before_bytes"] = baseline
     try:
         # inputs, models, references
-        with (
-            timed_phase(rec, "build_seconds", compile_field="build_compile_seconds"),
-            meter.metering(),
-            meter.counting(),
-        ):
-            # (a step captured in a CUDA graph compiles here, in its warm-up calls)
-            work = case.build()
+        with timed_phase(rec, "build_seconds", compile_field="build_compile_seconds"):
+            meter = CaseMeter(device)  # (a process's first case makes CUDA's context here)
+            with meter.metering(), meter.counting():
+                # (a step captured in a CUDA graph compiles here, in its warm-up calls)
+                work = case.build()
         rec["compile_seconds"] = rec.get("build_compile_seconds", 0.0)
         rec.update(flops=work.flops, bytes=work.bytes, info=work.info)
         if work.check is not None:

@@ -33,6 +33,7 @@ from models.variants import (
     reference,
     switches,
 )
+from optbench.store.records import CASE_PEAK, CASE_RESIDENT
 
 #: metric -> what it measures and in what unit. Times are ms per call (kernels) or per optimizer
 #: step; every kernel time has three clocks: ``device`` (CUDA-graph replays over input sets larger
@@ -620,11 +621,14 @@ def metric_class(
     second) is not. A step (ours, the anchor's, a distributed one) is device-bound at 1B or when it
     replays CUDA graphs, host-bound otherwise, by every clock; a graphed step's ``forward`` runs
     eagerly (its graph replays the whole step) and moves by several percent between processes at
-    every size, so it is host-bound. Convergence losses and the CPU suite's classes are not gated
-    here.
+    every size, so it is host-bound. Peak memory is the memory class, but for the per-call peak of
+    a graphed step. Convergence losses and the CPU suite's classes are not gated here.
     """
     if quantity == "peak memory":
-        return "memory"
+        # a replay allocates nothing (the graph's memory came at capture): a graphed step's own
+        # call reads ~0 by how it is measured; its case peak and resident bytes are judged
+        per_call = metric not in (CASE_PEAK, CASE_RESIDENT)
+        return None if per_call and graphed(params.get("variant", "")) else "memory"
     entry = BENCHMARKS.get(benchmark)
     if quantity == "compile":
         return "compile" if entry is not None and entry.kind in ("step", "anchor") else None

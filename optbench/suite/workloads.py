@@ -339,6 +339,14 @@ def place_references(key: tuple, home: str) -> None:
             )
 
 
+def reference_bytes(key: tuple, device: str) -> int:
+    """Bytes the check's reference of ``key`` keeps on ``device`` (0 where it waits on the host)."""
+    baseline = _REFERENCES.get(key)  # none where building it failed
+    if baseline is None or baseline.reference.device.type != torch.device(device).type:
+        return 0
+    return baseline.reference.nbytes
+
+
 def step_options(size: str, variant: str, device: str):
     """(reference, candidate) StepOptions of ``variant`` at ``size`` on this machine: its baseline
     is ``optbench.suite.baseline.base_options`` (bf16 autocast, fp16 + GradScaler without bf16, fp32
@@ -395,7 +403,7 @@ def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
         del _REFERENCES[next(iter(_REFERENCES))]  # a 1B reference is 8.8 GB of host memory
     try:
         # the check's reference is not the step's memory (records.CaseMemory.reference_bytes)
-        with not_counted():
+        with not_counted(kept=lambda: reference_bytes(key, device)):
             place_references(key, home)
             if key not in _REFERENCES:
                 _REFERENCES[key] = baseline_of(
