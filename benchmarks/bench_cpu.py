@@ -5,7 +5,7 @@ Seconds per call, timed by asv itself, on one torch thread (as optbench times wh
 processes share, the wall time of a call measures how often the scheduler took its core away (a
 call read 2x slower at random), its CPU time the call. Each benchmark runs in :data:`ROUNDS`
 processes, which ``asv continuous`` interleaves between the two commits and pools (one process's
-CPU times sit apart from another's on the same code: NOTES.md's entry of 830fe9c). torch is
+CPU times sit apart from another's on the same code: NOTES.md, asv as its users type it). torch is
 imported in ``setup``, not at the top: asv imports every benchmark module to list them, and stays
 torch-free doing so.
 """
