@@ -324,6 +324,19 @@ def _grad_stats_fns(kind: str) -> tuple[Callable, Callable] | None:
     return getattr(grad_stats, f"grad_stats_{kind}"), getattr(grad_stats, f"clip_grad_norm_{kind}")
 
 
+def compile_kwargs(options: StepOptions) -> dict[str, Any]:
+    """``torch.compile``'s arguments for ``options.compile``: its mode. FP8 rowwise takes the mode's
+    settings with ``emulate_precision_casts`` added: inductor then rounds each intermediate it fuses
+    to the dtype eager stores it in. Without it, the fused bf16 -> float8 casts of torchao's
+    rowwise recipe keep fp32 intermediates and round differently from eager (pytorch/pytorch#150859;
+    torchtitan sets it for this recipe)."""
+    if options.fp8 != "rowwise":
+        return {"mode": options.compile}
+    from torch._inductor import list_mode_options
+
+    return {"options": {**list_mode_options(options.compile), "emulate_precision_casts": True}}
+
+
 def clips_in_optimizer(options: StepOptions) -> bool:
     """Whether gradient clipping rides on the fused (or master) AdamW's ``grad_scale`` input instead
     of its own pass: with foreach statistics (the norm is at hand on the device) and no GradScaler
@@ -488,10 +501,10 @@ class TrainStep:
         self._model_loss_fn = _model_loss
         if options.compile and options.compile_scope == "blocks":
             for module in (*self.model.blocks, self.model.norm):
-                module.compile(mode=options.compile)
-            self._loss = torch.compile(self._loss, mode=options.compile)
+                module.compile(**compile_kwargs(options))
+            self._loss = torch.compile(self._loss, **compile_kwargs(options))
         elif options.compile:
-            self._model_loss_fn = torch.compile(_model_loss, mode=options.compile)
+            self._model_loss_fn = torch.compile(_model_loss, **compile_kwargs(options))
         self.stats: dict[str, Tensor] | None = None
         self._losses: list[float | Tensor] = []
         self._graph: torch.cuda.CUDAGraph | None = None

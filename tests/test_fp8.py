@@ -345,3 +345,20 @@ def test_fp8_variants_pass_the_step_check_on_a_gpu(variant):
     )
     result = check_against(baseline, build_step(TINY, candidate, "cuda"))
     assert result.ok, result
+
+
+def test_rowwise_compiles_with_eager_rounding_and_the_mode_kept() -> None:
+    """torchao's rowwise casts under inductor round as eager does only with
+    emulate_precision_casts (models.step.compile_kwargs); other steps keep torch.compile's mode."""
+    from models.step import BASELINE, compile_kwargs
+
+    rowwise = BASELINE.replace(fp8="rowwise", compile="max-autotune")
+    assert compile_kwargs(rowwise)["options"] == {
+        "max_autotune": True,
+        "triton.cudagraphs": True,
+        "coordinate_descent_tuning": True,
+        "emulate_precision_casts": True,
+    }
+    assert compile_kwargs(BASELINE.replace(fp8="tensorwise", compile="default")) == {
+        "mode": "default"
+    }

@@ -282,10 +282,39 @@ FP8_CASTS = [
     "void at::native::vectorized_elementwise_kernel<4, at::native::float8_copy_kernel_cuda("
     "at::TensorIteratorBase&)::{lambda(float)#1}, at::detail::Array<char*, 2>>(int, ...)",
 ]
-OTHER = [
-    "_adamw_kernel",
+# our Triton kernels by their jit functions' names (kernels/), inductor's by their aten ops, torch's
+NORMS = [
+    "rms_fwd_rows",
+    "rms_bwd_stripe",
+    "_sum_partials_kernel",
+    "_qk_norm_fwd_kernel",
     "_rms_norm_bwd_kernel",
+    "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_2",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::rsqrt_kernel_cuda(...)",
+]
+ELEMENTWISE = [
+    "_swiglu_fwd_kernel",
+    "_swiglu_bwd_kernel",
+    "_qkv_rope_kernel",
+    "triton_poi_fused_add_1",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel(...)",
+]
+CROSS_ENTROPY = [
+    "_ce_fwd_kernel",
+    "_scale_kernel",
     "triton_red_fused__log_softmax__to_copy_prepare_softmax_online_2",
+    "liger_cross_entropy_kernel",
+]
+OPTIMIZER = [
+    "_adamw_kernel",
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
+    "namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::LpNormFunctor<float, 2>>",
+    "void at::native::lpnorm_cleanup<float, 2, float, float>(...)",
+    "void at::native::(anonymous namespace)::multi_tensor_apply_for_fused_optimizer<4, "
+    "FusedAdamMathFunctor<float, 4>>",
+]
+COMMUNICATION = ["ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"]
+OTHER = [
     "Memset (Device)",
     "Memcpy DtoD (Device -> Device)",
     "some_kernel_nobody_knows_5f8a",
@@ -301,6 +330,11 @@ OTHER = [
         (FP8_GEMMS, "gemm_fp8"),
         (ATTENTION, "attention"),
         (FP8_CASTS, "fp8_cast"),
+        (NORMS, "norm"),
+        (ELEMENTWISE, "elementwise"),
+        (CROSS_ENTROPY, "cross_entropy"),
+        (OPTIMIZER, "optimizer"),
+        (COMMUNICATION, "communication"),
         (OTHER, "other"),
     ],
 )
@@ -420,7 +454,10 @@ def test_classes_sum_to_the_device_total() -> None:
     parsed = fake_parsed(host, list(k.values()), steps=2)
     split = class_split(parsed)
     assert split["ms"] == pytest.approx(
-        {"gemm_fp8": 0.4, "gemm": 0.1, "fp8_cast": 0.05, "attention": 0.015, "other": 0.005}
+        {
+            **dict.fromkeys(KERNEL_CLASSES, 0.0),
+            **{"gemm_fp8": 0.4, "gemm": 0.1, "fp8_cast": 0.05, "attention": 0.015, "other": 0.005},
+        }
     )
     assert split["total_ms"] == pytest.approx(sum(split["ms"].values()))
     assert split["total_ms"] == pytest.approx(sum(breakdown.device_split(parsed).values()))
@@ -430,12 +467,12 @@ def test_classes_sum_to_the_device_total() -> None:
     # auditable: the one bf16-named kernel counted as FP8 by its op, and the rules that decided
     assert {(t["name"], t["rule"]) for t in split["top"]["gemm_fp8"]} == {
         (BF16_GEMMS[0], 0),
-        (FP8_GEMMS[1], 5),
+        (FP8_GEMMS[1], 10),
     }
     assert [t["name"] for t in split["top"]["gemm"]] == [BF16_GEMMS[0], BF16_GEMMS[0]]
     used = {r["rule"]: r["ms"] for r in split["rules"] if r["kernels"]}
     assert used == pytest.approx(
-        {0: 0.15, 2: 0.05, 3: 0.02, 4: 0.015, 5: 0.25, 6: 0.05, 7: 0.03, 8: 0.005}
+        {0: 0.15, 2: 0.05, 3: 0.02, 9: 0.015, 10: 0.25, 11: 0.05, 12: 0.03, 18: 0.005}
     )
 
 

@@ -23,7 +23,9 @@ from torch.profiler import profile
 
 from models.step import TrainStep
 from optbench.measure.overlap import length, merged
+from optbench.measure.roofline import Ceilings
 from optbench.profiling.capture import Capture, step_tensors
+from optbench.profiling.floors import class_floors
 from optbench.profiling.kernel_classes import kernel_class_figures
 from optbench.profiling.timeline import HOST_PHASES, NOT_DEVICE_WORK, PHASES, Parsed
 
@@ -293,12 +295,22 @@ def notes(step: TrainStep, p: Parsed, cuda: bool) -> list[str]:
 
 
 def analyze(
-    step: TrainStep, cap: Capture, p: Parsed, meta: dict[str, Any], fp8_ceiling: float | None = None
+    step: TrainStep,
+    cap: Capture,
+    p: Parsed,
+    meta: dict[str, Any],
+    ceilings: Ceilings | None = None,
+    fp8_ceiling: float | None = None,
 ) -> dict[str, Any]:
-    """The report's figures (report.json) from one capture; ``fp8_ceiling``: the FP8 matmul ceiling,
-    TFLOP/s."""
+    """The report's figures (report.json) from one capture; ``ceilings``: the device's measured
+    ones, for each kernel class's floor (none without them); ``fp8_ceiling``: the FP8 matmul
+    ceiling, TFLOP/s."""
     cuda = step.device.type == "cuda"
     tables = op_tables(cap.prof, p.line.n)
+    classes = kernel_class_figures(step, p, fp8_ceiling)
+    if classes is not None:
+        floors = ceilings and class_floors(step, classes["ms"], ceilings, fp8_ceiling)
+        classes["floors"] = floors or None
     return {
         "meta": {**meta, "profiled_steps": p.line.n},
         "notes": notes(step, p, cuda),
@@ -306,7 +318,7 @@ def analyze(
         "launches": launch_figures(p, cuda),
         "smells": smell_figures(step, p, cuda),
         "memory": memory_figures(step, p, cap),
-        "kernel_classes": kernel_class_figures(step, p, fp8_ceiling),
+        "kernel_classes": classes,
         "ops": {
             "top_host": top(tables["all"], "host_ms"),
             "top_device": top(tables["all"], "device_ms") if cuda else None,

@@ -1,7 +1,8 @@
 """Kernel classes (CUDA): the device time split by what the kernels do, and the GEMMs' TFLOP/s.
 
 The classes: FP8 GEMMs, other GEMMs, FP8 casts and scale computation (amax, scales, casts to
-float8), attention, other. KERNEL_RULES decide, first match: the launching operator
+float8), attention, norms, elementwise, cross-entropy, the optimizer (with the gradient
+statistics), communication, other. KERNEL_RULES decide, first match: the launching operator
 (``aten::_scaled_mm``, ``aten::mm``, SDPA ops), an enclosing one (torchao's float8 autograd
 functions), else the kernel's name (a CUDA graph replay or inductor's kernels have no useful op);
 the report keeps each class's top kernels and each rule's count, to audit them. The FP8 GEMMs'
@@ -22,8 +23,20 @@ from models.step import TrainStep
 from optbench.profiling.timeline import NOT_DEVICE_WORK, Parsed
 
 # Kernel classes: each device activity of the steps goes to one (memcpys and memsets too, mostly to
-# other).
-KERNEL_CLASSES = ("gemm_fp8", "gemm", "fp8_cast", "attention", "other")
+# other). The finer classes after attention are what a step's floor is counted by
+# (optbench.profiling.floors).
+KERNEL_CLASSES = (
+    "gemm_fp8",
+    "gemm",
+    "fp8_cast",
+    "attention",
+    "norm",
+    "elementwise",
+    "cross_entropy",
+    "optimizer",
+    "communication",
+    "other",
+)
 # GEMM libraries, inductor's mm templates
 GEMM_NAME = r"nvjet|gemm|gemv|xmma|cutlass|cublas|triton_tem_fused\w*mm"
 # FP8 operand types in GEMM names: cuBLAS(Lt) e4m3/e5m2, nvjet's operand letters (seen on an H100:
@@ -33,10 +46,13 @@ FP8_NAME = r"e4m3|e5m2|fp8|float8|f8f8|(?<![0-9a-z])f8_|nvjet_(?:sm\d+_)?[qr][qr
 # (evidence, regex, class), first match wins (re.IGNORECASE). Evidence 'op': the kernel's launching
 # operator (the innermost host op the profiler attributes it to); 'within': that op or one enclosing
 # it (torchao's float8 autograd functions hold the amax, scale and cast ops of eager FP8, and the
-# reciprocals and layout copies of its mm); 'kernel': the kernel's name, for kernels of no operator
-# (a CUDA graph replay, inductor's Triton launches) or of one no op rule names. Inductor names a
-# fused kernel by its original aten ops, sorted: torchao's casts read 'triton_red_fused_abs_amax_0',
-# 'triton_poi_fused__to_copy_abs_clamp_div_max_mul_reciprocal_t_1'.
+# reciprocals and layout copies of its mm; an optimizer's step holds its kernels); 'kernel': the
+# kernel's name, for kernels of no operator (a CUDA graph replay, inductor's Triton launches) or of
+# one no op rule names. Inductor names a fused kernel by its original aten ops, sorted: torchao's
+# casts read 'triton_red_fused_abs_amax_0', 'triton_poi_fused__to_copy_abs_clamp_div_max_mul_
+# reciprocal_t_1', an RMSNorm 'triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_2'. Our Triton
+# kernels are named by their jit function (kernels/). An eager step's norms and SwiGLU are aten's
+# generic elementwise and reduce kernels: they count as elementwise and other.
 KERNEL_RULES: tuple[tuple[str, str, str], ...] = (
     ("op", r"^aten::_scaled_mm", "gemm_fp8"),
     (
@@ -46,6 +62,16 @@ KERNEL_RULES: tuple[tuple[str, str, str], ...] = (
     ),
     ("op", r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear)$", "gemm"),
     ("within", r"matmul_with_hp_or_float8_args|ToFloat8|Float8", "fp8_cast"),
+    ("within", r"^(c10d::|nccl:|record_param_comms)", "communication"),
+    # the gradient statistics (norms, clip) are the optimizer's: they read what it reads
+    (
+        "within",
+        r"^Optimizer\.|^aten::_foreach_|^aten::_fused_adam|^aten::linalg_vector_norm|clip_grad",
+        "optimizer",
+    ),
+    ("within", r"cross_entropy|nll_loss|log_softmax|optbench::\w*_ce", "cross_entropy"),
+    ("within", r"^optbench::\w*(rms|qk)_norm", "norm"),
+    ("within", r"^optbench::(swiglu|qkv_rope)", "elementwise"),
     ("kernel", r"flash|fmha|sdpa|attention|dot_do_o", "attention"),
     ("kernel", rf"^(?=.*(?:{GEMM_NAME}))(?=.*(?:{FP8_NAME}))", "gemm_fp8"),
     ("kernel", GEMM_NAME, "gemm"),
@@ -54,6 +80,11 @@ KERNEL_RULES: tuple[tuple[str, str, str], ...] = (
         r"fused\w*_amax|fused\w*_abs\w*_max|fused\w*__to_copy\w*_clamp\w*_(mul|reciprocal)|float8|fp8|e4m3|e5m2",
         "fp8_cast",
     ),
+    ("kernel", r"nccl", "communication"),
+    ("kernel", r"adam|multi_tensor_apply|lpnorm|foreach", "optimizer"),
+    ("kernel", r"^_ce_|^_scale_kernel|cross_entropy|log_softmax|nll_loss", "cross_entropy"),
+    ("kernel", r"rms_|_rms|rmsnorm|rsqrt|layer_norm|qk_norm|_sum_partials", "norm"),
+    ("kernel", r"swiglu|silu|rope|^triton_poi_|elementwise", "elementwise"),
     ("kernel", r"", "other"),
 )
 _KERNEL_RULES = [

@@ -4,9 +4,9 @@ smells); ``--diff`` compares two reports.
 
 Usage::
 
-    optbench profile --size 100M [--variant fused-ce | --options key=value ...] [--steps 3]
-    [--warmup 2]
-                     [--name NAME] [--out DIR] [--device cuda|cpu] [--fp8-ceiling-tflops X]
+    optbench profile --size 100M [--variant fused-ce] [--options key=value ...] [--steps 3]
+                     [--warmup 2] [--name NAME] [--out DIR] [--device cuda|cpu]
+                     [--fp8-ceiling-tflops X]
     optbench profile --diff A B [--out DIR]        A, B: report folders or their report.json
 
 A report runs ``--warmup`` steps (the last one under the profiler's own warm-up), then ``--steps``
@@ -70,7 +70,7 @@ def parse_options(pairs: Iterable[str]) -> dict[str, Any]:
 def step_options_for(
     size: str, variant: str | None, overrides: dict[str, Any], device: str
 ) -> StepOptions:
-    """The profiled step's options: the variant's candidate, or the device's baseline with
+    """The profiled step's options: the variant's candidate (else the device's baseline) with
     ``overrides``."""
     from optbench.suite.workloads import step_options
 
@@ -79,6 +79,12 @@ def step_options_for(
 
 # --- main
 # -------------------------------------------------------------------------------------------------
+
+
+def class_ms(kc: dict[str, Any], kind: str) -> str:
+    """A kernel class's device ms per step, with its floor where the report has one."""
+    floor = (kc.get("floors") or {"classes": {}})["classes"].get(kind, {}).get("floor_ms")
+    return fmt(kc["ms"][kind]) + (f" (floor {fmt(floor)})" if floor is not None else "")
 
 
 def summary(report: dict[str, Any], folder: Path) -> None:
@@ -104,7 +110,7 @@ def summary(report: dict[str, Any], folder: Path) -> None:
         ("small kernels", fmt(s["small_kernels"])),
         ("activations", fmt(mem["activations_bytes"], "bytes")),
         ("peak during backward", fmt(mem["peak_backward_bytes"], "bytes")),
-        *(((f"device {k} ms", fmt(v)) for k, v in kc["ms"].items()) if kc else ()),
+        *(((f"device {k} ms", class_ms(kc, k)) for k in kc["ms"]) if kc else ()),
         *((("FP8 GEMM TFLOP/s", fmt(kc["matmul"]["gemm_fp8_tflops_achieved"])),) if kc else ()),
     ]
     terminal = console()
@@ -124,16 +130,16 @@ def parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="optbench profile", description=__doc__.split("\n\n")[0])
     p.add_argument("--size", choices=list(CONFIGS), help="model size")
-    pick = p.add_mutually_exclusive_group()
-    pick.add_argument(
+    p.add_argument(
         "--variant", choices=["eager", *VARIANTS], help="profile this variant's candidate step"
     )
-    pick.add_argument(
+    p.add_argument(
         "--options",
         nargs="+",
         default=[],
         metavar="KEY=VALUE",
-        help="StepOptions overrides of the baseline, e.g. item_sync=false grad_stats=foreach",
+        help="StepOptions overrides of the variant's (or the baseline's), e.g. item_sync=false "
+        "grad_stats=foreach; cuda_graph=false to see a graphed step's operators",
     )
     p.add_argument("--steps", type=int, default=3, help="profiled steps")
     p.add_argument("--warmup", type=int, default=2, help="steps before them")
@@ -163,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     from models.step import UnsupportedOptions, build_step
     from optbench.measure.hardware import detect
     from optbench.measure.machine import machine_info
+    from optbench.measure.roofline import measure_ceilings
     from optbench.run.runner import current_commit, current_machine
     from optbench.store.store import results_dir
 
@@ -182,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--size is required, --steps must be at least 1 and --warmup at least 0")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     options = step_options_for(args.size, args.variant, parse_options(args.options), device)
-    name = args.name or args.variant or ("custom" if args.options else "eager")
+    name = args.name or "-".join(
+        filter(None, (args.variant or ("" if args.options else "eager"), args.options and "custom"))
+    )
     try:
         step = build_step(
             CONFIGS[args.size],
@@ -216,10 +225,12 @@ def main(argv: list[str] | None = None) -> int:
         "machine_info": machine_info(),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    # the ceilings of the kernel classes' floors (a few seconds)
+    ceilings = measure_ceilings(step.device) if step.device.type == "cuda" else None
     with staging(folder) as tmp:
         cap = capture(step, args.steps, args.warmup)
         parsed = Parsed.of(cap, step.device)
-        report = analyze(step, cap, parsed, meta, args.fp8_ceiling_tflops)
+        report = analyze(step, cap, parsed, meta, ceilings, args.fp8_ceiling_tflops)
         write_report(step, cap, parsed, report, tmp)
     summary(report, folder)
     return 0

@@ -98,8 +98,10 @@ def class_blocks(kc: dict[str, Any]) -> list[Block]:
             "p",
             "Each kernel goes to one class by the first rule that matches (table below): its "
             "launching operator, an operator enclosing it, else its name. gemm_fp8: FP8 GEMMs; "
-            "gemm: other matmuls; fp8_cast: FP8 amax, scales and casts; attention; other: the "
-            "rest, memcpys and memsets.",
+            "gemm: other matmuls; fp8_cast: FP8 amax, scales and casts; attention; norm; "
+            "elementwise (SwiGLU, RoPE, residual adds, inductor's pointwise kernels); "
+            "cross_entropy; optimizer (AdamW and the gradient statistics); communication; "
+            "other: the rest, memcpys and memsets.",
         ),
         (
             "table",
@@ -108,6 +110,7 @@ def class_blocks(kc: dict[str, Any]) -> list[Block]:
         ),
         ("table", ["figure", "value"], [[k, fmt(v, k)] for k, v in matmul.items()]),
         *[("p", note) for note in kc["notes"]],
+        *floor_blocks(kc.get("floors")),
         (
             "table",
             ["class", f"top kernels (up to {TOP_PER_CLASS})", "calls", "device ms", "rule"],
@@ -117,6 +120,54 @@ def class_blocks(kc: dict[str, Any]) -> list[Block]:
             "table",
             ["rule", "evidence", "pattern (re.IGNORECASE)", "class", "kernels", "device ms"],
             rules,
+        ),
+    ]
+
+
+def floor_rows(floors: dict[str, Any]) -> list[list[str]]:
+    """One row per kernel class: device ms, floor ms, ms over the floor and time / floor ('—'
+    where the class has no floor); then the total over the classes with one."""
+    rows = [
+        [
+            kind,
+            fmt(c["ms"]),
+            fmt(c["floor_ms"]),
+            fmt(c["over_ms"]),
+            fmt(_times(c["ms"], c["floor_ms"])),
+        ]
+        for kind, c in floors["classes"].items()
+    ]
+    total, floor = floors["floored_ms"], floors["floor_ms"]
+    return [
+        *rows,
+        ["with a floor", fmt(total), fmt(floor), fmt(total - floor), fmt(_times(total, floor))],
+    ]
+
+
+def _times(ms: float, floor: float | None) -> float | None:
+    return ms / floor if floor else None
+
+
+def floor_blocks(floors: dict[str, Any] | None) -> list[Block]:
+    """Each kernel class against its floor (:mod:`optbench.profiling.floors`), where the report
+    has the device's ceilings."""
+    if not floors:
+        return []
+    c = floors["ceilings"]
+    fp8 = f", FP8 {fmt(c['fp8_tflops'])} TFLOP/s" if c["fp8_tflops"] else ""
+    return [
+        ("h", 3, "Each class against its floor"),
+        (
+            "p",
+            "Floor: the fewest FLOPs and bytes of the class's work in one step at this device's "
+            f"measured ceilings (bf16 matmul {fmt(c['bf16_tflops'])} TFLOP/s{fp8}, copy "
+            f"{fmt(c['bandwidth_gbps'])} GB/s); optbench.profiling.floors counts them. A time "
+            "under its floor is a measurement problem until explained.",
+        ),
+        (
+            "table",
+            ["class", "device ms", "floor ms", "ms over floor", "x floor"],
+            floor_rows(floors),
         ),
     ]
 

@@ -1,0 +1,135 @@
+"""The floor of each kernel class of a training step: the fewest FLOPs and bytes its work needs, at
+the device's measured ceilings, beside the device time the class took.
+
+A class's floor is max(FLOPs / matmul ceiling, bytes / copy bandwidth) (the roofline,
+:func:`optbench.measure.roofline.floor_ms`), summed over the calls of one step. The counts, per
+step of T = batch x sequence tokens through L blocks of width d, q heads Hq of head_dim D, MLP
+width F and vocabulary V (s: the bytes of a bf16 element, 2):
+
+- **gemm**: 3 GEMMs of 2 x T x in x out FLOPs per Linear layer (forward, grad input, grad weight);
+  the LM head's belong to cross_entropy where the loss kernel does them (``loss`` fused or liger).
+  **gemm_fp8**: the Float8Linear layers' likewise, at the FP8 ceiling when one is given.
+- **attention**: Q K^T and P V forward, 2 x T x S x Hq x D FLOPs each for sequences of S, halved
+  by the causal mask; the backward's dP, dS K, dS^T Q and P^T dO twice the forward (a recomputed
+  Q K^T, as FlashAttention does, is the kernel's choice, not counted): 6 x T x S x Hq x D per
+  layer.
+- **norm**: per block two RMSNorms and the final one. Where the norm adds the residual in its pass
+  (``norm`` triton: an fp32 residual stream), 2L of them are ``optbench.suite.ops.ADD_RMSNORM``'s
+  fewest bytes and one is ``RMSNORM``'s, else all 2L + 1 are ``RMSNORM``'s (the residual adds are
+  then elementwise: read two, write one, forward only). QK-norm adds ``QKNORM``'s per block.
+- **elementwise**: ``SWIGLU``'s and ``QKV_ROPE``'s fewest bytes per block (forward and backward),
+  and the residual adds above.
+- **cross_entropy**: the logits read once and their gradient written once, 2 x T x V x s bytes;
+  with the LM head in the loss kernel (fused, liger), its GEMMs' FLOPs instead (the logits never
+  reach memory).
+- **optimizer**: AdamW reads the gradient, weight (fp32: the master where the model holds bf16),
+  m and v and writes the weight, m and v (and the bf16 weight): 28 bytes per parameter of fp32 or
+  bf16 weights, 16 with 8-bit moments (scales not counted); the gradient norm reads each gradient
+  once more, and a clip outside the optimizer reads and writes it.
+- **fp8_cast**, **communication**, **other**: no floor model (one GPU: no collective to count).
+
+The ceilings are measured on the profiled device
+(:func:`optbench.measure.roofline.measure_ceilings`: a bf16 8192^3 matmul and a 1 GiB copy), the
+FP8 one given (``--fp8-ceiling-tflops``). A class under its floor is a measurement (or counting)
+problem until explained.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from models.step import TrainStep
+from optbench.measure.roofline import Ceilings, floor_ms
+from optbench.profiling.kernel_classes import KERNEL_CLASSES, linear_gemm_flops
+from optbench.suite.ops import ADD_RMSNORM, QKNORM, QKV_ROPE, RMSNORM, SWIGLU
+
+BF16_BYTES = 2
+ADAMW_BYTES = 28  # per parameter, fp32 or bf16 weights (module docstring)
+ADAMW_8BIT_BYTES = 16
+LOSS_KERNEL_HOLDS_HEAD = ("fused", "liger")  # losses whose kernel does the LM head's GEMMs
+
+
+def _work(step: TrainStep) -> dict[str, tuple[float, float]]:
+    """(FLOPs, bytes) per kernel class for one step (module docstring); classes without a floor
+    model are absent."""
+    cfg, o, t = step.config, step.options, step.tokens_per_step
+    L, d, s = cfg.n_layers, cfg.d_model, BF16_BYTES
+    rows = {"rows": t, "hidden": d}
+    gemm = linear_gemm_flops(step.model, t)
+    head = 6.0 * t * d * cfg.vocab_size
+    fused_head = o.loss in LOSS_KERNEL_HOLDS_HEAD
+
+    attention = 6.0 * t * o.seq_len * cfg.n_heads * cfg.head_dim * L
+    if o.norm == "triton":
+        norm = 2 * L * ADD_RMSNORM.bytes(rows, s)["fwdbwd"] + RMSNORM.bytes(rows, s)["fwdbwd"]
+        adds = 0.0
+    else:
+        norm = (2 * L + 1) * RMSNORM.bytes(rows, s)["fwdbwd"]
+        adds = 2 * L * 3.0 * t * d * s
+    if cfg.qk_norm:
+        heads = {"tokens": t, "q_heads": cfg.n_heads, "kv_heads": cfg.n_kv_heads}
+        norm += L * QKNORM.bytes({**heads, "head_dim": cfg.head_dim}, s)["fwdbwd"]
+    rope = {
+        "tokens": t,
+        "q_heads": cfg.n_heads,
+        "kv_heads": cfg.n_kv_heads,
+        "head_dim": cfg.head_dim,
+    }
+    elementwise = adds + L * (
+        SWIGLU.bytes({"rows": t, "inter": cfg.ffn_dim}, s)["fwdbwd"]
+        + QKV_ROPE.bytes(rope, s)["fwdbwd"]
+    )
+    return {
+        "gemm_fp8": (gemm["fp8"], 0.0),
+        "gemm": (gemm["other"] - (head if fused_head else 0.0), 0.0),
+        "attention": (attention, 0.0),
+        "norm": (0.0, norm),
+        "elementwise": (0.0, elementwise),
+        "cross_entropy": (head, 0.0) if fused_head else (0.0, 2.0 * t * cfg.vocab_size * s),
+        "optimizer": (0.0, _optimizer_bytes(step)),
+    }
+
+
+def _optimizer_bytes(step: TrainStep) -> float:
+    """AdamW's and the gradient statistics' fewest bytes per step (module docstring)."""
+    o = step.options
+    per_param = ADAMW_8BIT_BYTES if o.optimizer == "adamw8bit" else ADAMW_BYTES
+    grads = sum(p.numel() * p.element_size() for p in step.params)
+    total = per_param * sum(p.numel() for p in step.params)
+    if o.grad_stats != "none":
+        clips_apart = not (o.grad_stats == "foreach" and o.optimizer in ("fused", "master"))
+        total += grads * (3 if clips_apart else 1)
+    return float(total)
+
+
+def class_floors(
+    step: TrainStep, ms: dict[str, float], ceilings: Ceilings, fp8_ceiling: float | None
+) -> dict[str, Any]:
+    """Per kernel class of ``ms`` (device ms per step): its FLOPs, bytes, floor ms (None: no floor
+    model, or an unknown ceiling) and ms over it; the totals over the classes with a floor; the
+    ceilings used."""
+    work, rows = _work(step), {}
+    for kind in KERNEL_CLASSES:
+        flops, nbytes = work.get(kind, (None, None))
+        peak = fp8_ceiling if kind == "gemm_fp8" else ceilings.peak("bf16")
+        at = Ceilings({"bf16": peak}, ceilings.bandwidth_gbps, ceilings.source)
+        floor = None if flops is None else floor_ms(flops, nbytes, at, "bf16")
+        rows[kind] = {
+            "ms": ms[kind],
+            "flops": flops,
+            "bytes": nbytes,
+            "floor_ms": floor,
+            "over_ms": None if floor is None else ms[kind] - floor,
+        }
+    floored = [r for r in rows.values() if r["floor_ms"] is not None]
+    return {
+        "classes": rows,
+        "floored_ms": sum(r["ms"] for r in floored),
+        "floor_ms": sum(r["floor_ms"] for r in floored),
+        "ceilings": {
+            "bf16_tflops": ceilings.peak("bf16"),
+            "fp8_tflops": fp8_ceiling,
+            "bandwidth_gbps": ceilings.bandwidth_gbps,
+            "source": ceilings.source,
+        },
+    }
