@@ -38,10 +38,14 @@ def floors(**options: object) -> dict:
     return class_floors(tiny_step(**options), dict.fromkeys(KERNEL_CLASSES, 1.0), CEILINGS, None)
 
 
+def by_class(**options: object) -> dict:
+    return {c["class"]: c for c in floors(**options)["classes"]}
+
+
 def test_counts_written_out_by_hand() -> None:
     t, d, layers, v, f = 64, 64, 2, 1000, 176
     n = sum(p.numel() for p in tiny_step().params)
-    c = floors(norm="triton", grad_stats="foreach", optimizer="master")["classes"]
+    c = by_class(norm="triton", grad_stats="foreach", optimizer="master")
     # q, o: d x d; k, v: d x (2 x 16); gate, up, down: d x f; the LM head d x v; 3 GEMMs of
     # 2 t in out FLOPs each
     linear = layers * (2 * d * d + 2 * d * 32 + 3 * d * f) + d * v
@@ -63,14 +67,14 @@ def test_counts_written_out_by_hand() -> None:
 
 def test_a_loss_kernel_that_holds_the_lm_head_takes_its_flops() -> None:
     head = 6 * 64 * 64 * 1000
-    plain, fused = floors()["classes"], floors(loss="fused")["classes"]
+    plain, fused = by_class(), by_class(loss="fused")
     assert fused["gemm"]["flops"] == plain["gemm"]["flops"] - head
     assert fused["cross_entropy"] == {**fused["cross_entropy"], "flops": head, "bytes": 0.0}
 
 
 def test_norms_without_the_fused_residual_and_clipping_apart() -> None:
     t, d = 64, 64
-    c = floors(norm="eager", grad_stats="loop", optimizer="fused")["classes"]
+    c = by_class(norm="eager", grad_stats="loop", optimizer="fused")
     assert c["norm"]["bytes"] == 5 * 5 * t * d * 2  # 2 x 2 layers + 1, RMSNORM's 5 t d s each
     n = sum(p.numel() for p in tiny_step().params)
     assert c["optimizer"]["bytes"] == 28 * n + 3 * 4 * n  # the norm's read, the clip's read+write
@@ -81,7 +85,8 @@ def test_the_report_table_reads_each_class_against_its_floor() -> None:
     rows = {r[0]: r for r in floor_rows(f)}
     assert set(rows) == {*KERNEL_CLASSES, "with a floor"}
     assert rows["other"][2:] == ["—", "—", "—"]
-    gemm = f["classes"]["gemm"]
+    assert [r[0] for r in floor_rows(f)][:-1] == list(KERNEL_CLASSES)
+    gemm = by_class()["gemm"]
     assert rows["gemm"][4] == f"{1.0 / gemm['floor_ms']:,.4g}"
     # every class at 1 ms; fp8_cast, communication and other have no floor
     assert f["floored_ms"] == 7.0

@@ -3,13 +3,13 @@ which times beat its floor (a measurement problem where the L2 was cold)."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from optbench.measure.hardware import DTYPES, HardwareProfile, detect, torch_dtype
-from optbench.measure.timing import measure
 
 COPY_BYTES = 1 << 30  # bytes copied (and as many written) by the bandwidth probe
 MATMUL_N = 8192  # the compute probe multiplies two N x N matrices
@@ -73,11 +73,17 @@ def matmul_probe(dtype: str, device: str | torch.device, n: int = MATMUL_N) -> P
 
 
 def measure_ceilings(device: str | torch.device = "cuda") -> Ceilings:
-    """Achievable ceilings measured on a CUDA device (median device time, timing.measure).
+    """Achievable ceilings measured on a CUDA device, each probe in a short burst
+    (:func:`burst_ms`).
 
     Bandwidth: :func:`copy_probe` (1 GiB, bytes read plus written). Compute: :func:`matmul_probe`
     (8192^3) in bf16, fp16, fp32 with TF32 and fp32 without TF32 (the TF32 flag is restored
     afterwards); dtypes the device does not support natively are left None.
+
+    A burst, not a sustained loop: back-to-back 8192^3 products for a tenth of a second hold a
+    700 W card at its power cap, at a lower clock than GEMMs that alternate with memory-bound
+    kernels, as a training step's do: a step's GEMMs beat that sustained rate, so it is no
+    ceiling.
     """
     dev = torch.device(device)
     if dev.type != "cuda":
@@ -93,15 +99,30 @@ def measure_ceilings(device: str | torch.device = "cuda") -> Ceilings:
     return Ceilings(tflops, _copy_gbps(dev), "measured")
 
 
-def _device_ms(fn: Callable[[], object], dev: torch.device) -> float:
-    timing = measure(fn, device=dev).device
-    assert timing is not None  # always set on CUDA
-    return timing.median_ms
+BURST_WARMUP, BURST_CALLS = 3, 10
+
+
+def burst_ms(fn: Callable[[], object], dev: torch.device) -> float:
+    """Median device ms of ``fn`` over BURST_CALLS calls, each between its own CUDA events, after
+    BURST_WARMUP untimed calls: about 20 ms of an 8192^3 bf16 product, before a power cap lowers
+    the clock."""
+    for _ in range(BURST_WARMUP):
+        fn()
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(BURST_CALLS)
+    ]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize(dev)
+    return statistics.median(start.elapsed_time(end) for start, end in events)
 
 
 def _copy_gbps(dev: torch.device) -> float:
     probe = copy_probe(dev)
-    return probe.bytes_moved / _device_ms(probe.fn, dev) / 1e6
+    return probe.bytes_moved / burst_ms(probe.fn, dev) / 1e6
 
 
 def _matmul_tflops(dtype: str, dev: torch.device) -> float:
@@ -109,10 +130,29 @@ def _matmul_tflops(dtype: str, dev: torch.device) -> float:
     saved = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
     try:
-        ms = _device_ms(probe.fn, dev)
+        ms = burst_ms(probe.fn, dev)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved
     return probe.flops / ms / 1e9
+
+
+def fp8_burst_tflops(device: str | torch.device = "cuda", n: int = MATMUL_N) -> float | None:
+    """The FP8 matmul ceiling: an n x n x n ``torch._scaled_mm`` of e4m3 operands into bf16, one
+    scale per tensor and fast accumulation (the fastest FP8 GEMM torchao's recipes run), timed in a
+    burst (:func:`burst_ms`); None without FP8 tensor cores (before sm89)."""
+    dev = torch.device(device)
+    if dev.type != "cuda" or torch.cuda.get_device_capability(dev) < (8, 9):
+        return None
+    a = torch.randn(n, n, device=dev).to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device=dev).to(torch.float8_e4m3fn).t()  # column-major, as it needs
+    one = torch.ones((), device=dev)
+
+    def product() -> torch.Tensor:
+        return torch._scaled_mm(
+            a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=True
+        )
+
+    return 2.0 * n**3 / burst_ms(product, dev) / 1e9
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,9 @@ width F and vocabulary V (s: the bytes of a bf16 element, 2):
 
 The ceilings are measured on the profiled device
 (:func:`optbench.measure.roofline.measure_ceilings`: a bf16 8192^3 matmul and a 1 GiB copy), the
-FP8 one given (``--fp8-ceiling-tflops``). A class under its floor is a measurement (or counting)
-problem until explained.
+FP8 one likewise (:func:`optbench.measure.roofline.fp8_burst_tflops`) or given; each in a burst, as
+a step's GEMMs beat a power-capped sustained rate. A class under its floor is a measurement (or
+counting) problem until explained.
 """
 
 from __future__ import annotations
@@ -105,9 +106,9 @@ def _optimizer_bytes(step: TrainStep) -> float:
 def class_floors(
     step: TrainStep, ms: dict[str, float], ceilings: Ceilings, fp8_ceiling: float | None
 ) -> dict[str, Any]:
-    """Per kernel class of ``ms`` (device ms per step): its FLOPs, bytes, floor ms (None: no floor
-    model, or an unknown ceiling) and ms over it; the totals over the classes with a floor; the
-    ceilings used."""
+    """Per kernel class of ``ms`` (device ms per step), in KERNEL_CLASSES' order: its FLOPs, bytes,
+    floor ms (None: no floor model, or an unknown ceiling) and ms over it; the totals over the
+    classes with a floor; the ceilings used."""
     work, rows = _work(step), {}
     for kind in KERNEL_CLASSES:
         flops, nbytes = work.get(kind, (None, None))
@@ -115,6 +116,7 @@ def class_floors(
         at = Ceilings({"bf16": peak}, ceilings.bandwidth_gbps, ceilings.source)
         floor = None if flops is None else floor_ms(flops, nbytes, at, "bf16")
         rows[kind] = {
+            "class": kind,
             "ms": ms[kind],
             "flops": flops,
             "bytes": nbytes,
@@ -123,7 +125,7 @@ def class_floors(
         }
     floored = [r for r in rows.values() if r["floor_ms"] is not None]
     return {
-        "classes": rows,
+        "classes": list(rows.values()),
         "floored_ms": sum(r["ms"] for r in floored),
         "floor_ms": sum(r["floor_ms"] for r in floored),
         "ceilings": {

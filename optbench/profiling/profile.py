@@ -83,7 +83,8 @@ def step_options_for(
 
 def class_ms(kc: dict[str, Any], kind: str) -> str:
     """A kernel class's device ms per step, with its floor where the report has one."""
-    floor = (kc.get("floors") or {"classes": {}})["classes"].get(kind, {}).get("floor_ms")
+    classes = (kc.get("floors") or {}).get("classes", [])
+    floor = next((c["floor_ms"] for c in classes if c["class"] == kind), None)
     return fmt(kc["ms"][kind]) + (f" (floor {fmt(floor)})" if floor is not None else "")
 
 
@@ -156,8 +157,9 @@ def parser() -> argparse.ArgumentParser:
         "--fp8-ceiling-tflops",
         type=float,
         metavar="X",
-        help="the measured FP8 matmul ceiling (TFLOP/s, scripts/probes/fp8_matmul_ceiling.py): "
-        "the report gives the FP8 GEMMs' fraction of it",
+        help="the FP8 matmul ceiling (TFLOP/s; default on CUDA for an FP8 step: measured, "
+        "optbench.measure.roofline.fp8_burst_tflops): the report gives the FP8 GEMMs' fraction "
+        "of it and their floor",
     )
     p.add_argument("--diff", nargs=2, metavar=("A", "B"), help="compare two reports")
     return p
@@ -169,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     from models.step import UnsupportedOptions, build_step
     from optbench.measure.hardware import detect
     from optbench.measure.machine import machine_info
-    from optbench.measure.roofline import measure_ceilings
+    from optbench.measure.roofline import fp8_burst_tflops, measure_ceilings
     from optbench.run.runner import current_commit, current_machine
     from optbench.store.store import results_dir
 
@@ -227,10 +229,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     # the ceilings of the kernel classes' floors (a few seconds)
     ceilings = measure_ceilings(step.device) if step.device.type == "cuda" else None
+    fp8_ceiling = args.fp8_ceiling_tflops
+    if fp8_ceiling is None and options.fp8 != "off":
+        fp8_ceiling = fp8_burst_tflops(step.device)
     with staging(folder) as tmp:
         cap = capture(step, args.steps, args.warmup)
         parsed = Parsed.of(cap, step.device)
-        report = analyze(step, cap, parsed, meta, ceilings, args.fp8_ceiling_tflops)
+        report = analyze(step, cap, parsed, meta, ceilings, fp8_ceiling)
         write_report(step, cap, parsed, report, tmp)
     summary(report, folder)
     return 0

@@ -135,7 +135,8 @@ def floor_rows(floors: dict[str, Any]) -> list[list[str]]:
             fmt(c["over_ms"]),
             fmt(_times(c["ms"], c["floor_ms"])),
         ]
-        for kind, c in floors["classes"].items()
+        for c in floors["classes"]
+        for kind in [c["class"]]
     ]
     total, floor = floors["floored_ms"], floors["floor_ms"]
     return [

@@ -38,6 +38,7 @@ from optbench.reporting.data import (
     steps,
     vs_label,
 )
+from optbench.reporting.floors import floor_markdown, floor_reports
 from optbench.reporting.memory import MEMORY_NOTE, memory_columns, memory_rows
 from optbench.run.console import table
 from optbench.store.records import Record
@@ -141,9 +142,9 @@ def _hf_rows(found: list[tuple[str, Run, object]]) -> tuple[list[list[str]], str
     return [hf, x_hf], note
 
 
-def _headline(history: list[Run]) -> str:
+def _headline(history: list[Run], profiles: list[dict]) -> str:
     """Step and kernel tables of one machine, each size and kernel from the run measuring the most
-    of it."""
+    of it; where its 1B best steps' time goes, from its ``profiles`` with floors."""
     parts, used = [f"**{history[-1].label}**"], {}
     found = by_size(fullest(history, paired_steps))
     if found:
@@ -226,6 +227,10 @@ def _headline(history: list[Run]) -> str:
             ),
         ]
         used.update((run.commit, run.date) for run, _ in scaling.values())
+    if profiles:
+        caption, header, rows = floor_markdown(profiles)
+        parts += [caption, table(header, rows, "markdown")]
+        used.update((r["meta"]["commit"], r["meta"]["date"]) for r in profiles)
     dated = sorted(used.items(), key=lambda commit_date: commit_date[1])
     parts.append("Measured at " + ", ".join(f"`{c[:12]}` ({d})" for c, d in dated) + ".")
     return "\n\n".join(parts)
@@ -236,13 +241,13 @@ def headline_table(store: ResultStore, machine: str | None = None) -> str:
     speedup of each variant vs its own reference per size (wall clock) with the HF anchor's step and
     x HF where measured (:func:`hf_ratio`), kernel speedups vs eager (device time)."""
     chosen = [
-        h
+        (m, h)
         for m, h in runs(store).items()
         if (m == machine if machine else h[-1].info.get("gpu_name") and not h[-1].emulated)
     ]
     if not chosen:
         return "_No GPU results yet._"
-    return "\n\n".join(_headline(h) for h in chosen)
+    return "\n\n".join(_headline(h, floor_reports(store, m)) for m, h in chosen)
 
 
 def write_headline(path: Path | str, store: ResultStore | None = None) -> None:
