@@ -3,7 +3,6 @@ which times beat its floor (a measurement problem where the L2 was cold)."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,17 +72,16 @@ def matmul_probe(dtype: str, device: str | torch.device, n: int = MATMUL_N) -> P
 
 
 def measure_ceilings(device: str | torch.device = "cuda") -> Ceilings:
-    """Achievable ceilings measured on a CUDA device, each probe in a short burst
+    """Achievable ceilings measured on a CUDA device, each probe's fastest call after an idle spell
     (:func:`burst_ms`).
 
     Bandwidth: :func:`copy_probe` (1 GiB, bytes read plus written). Compute: :func:`matmul_probe`
     (8192^3) in bf16, fp16, fp32 with TF32 and fp32 without TF32 (the TF32 flag is restored
     afterwards); dtypes the device does not support natively are left None.
 
-    A burst, not a sustained loop: back-to-back 8192^3 products for a tenth of a second hold a
-    700 W card at its power cap, at a lower clock than GEMMs that alternate with memory-bound
-    kernels, as a training step's do: a step's GEMMs beat that sustained rate, so it is no
-    ceiling.
+    Not a sustained loop: back-to-back 8192^3 products hold a 700 W card at its power cap, at a
+    lower clock than GEMMs that alternate with memory-bound kernels, as a training step's do: a
+    step's GEMMs beat that sustained rate, so it is no ceiling.
     """
     dev = torch.device(device)
     if dev.type != "cuda":
@@ -100,12 +98,15 @@ def measure_ceilings(device: str | torch.device = "cuda") -> Ceilings:
 
 
 BURST_WARMUP, BURST_CALLS = 3, 10
+IDLE_CYCLES = 4_000_000  # about 2 ms of one spinning block at 2 GHz: the card's power falls back
 
 
 def burst_ms(fn: Callable[[], object], dev: torch.device) -> float:
-    """Median device ms of ``fn`` over BURST_CALLS calls, each between its own CUDA events, after
-    BURST_WARMUP untimed calls: about 20 ms of an 8192^3 bf16 product, before a power cap lowers
-    the clock."""
+    """The fastest device ms of ``fn`` over BURST_CALLS calls, each between its own CUDA events
+    and after an idle spell, after BURST_WARMUP untimed calls. A ceiling is what the chip does
+    before its power cap lowers the clock: back-to-back 8192^3 FP8 products reach the cap within
+    a few calls; one after an idle spell, as a step's GEMMs come between memory-bound kernels,
+    does not. Any slower call was slowed (by the clock), so the fastest is the ceiling."""
     for _ in range(BURST_WARMUP):
         fn()
     events = [
@@ -113,11 +114,12 @@ def burst_ms(fn: Callable[[], object], dev: torch.device) -> float:
         for _ in range(BURST_CALLS)
     ]
     for start, end in events:
+        torch.cuda._sleep(IDLE_CYCLES)
         start.record()
         fn()
         end.record()
     torch.cuda.synchronize(dev)
-    return statistics.median(start.elapsed_time(end) for start, end in events)
+    return min(start.elapsed_time(end) for start, end in events)
 
 
 def _copy_gbps(dev: torch.device) -> float:
@@ -138,8 +140,9 @@ def _matmul_tflops(dtype: str, dev: torch.device) -> float:
 
 def fp8_burst_tflops(device: str | torch.device = "cuda", n: int = MATMUL_N) -> float | None:
     """The FP8 matmul ceiling: an n x n x n ``torch._scaled_mm`` of e4m3 operands into bf16, one
-    scale per tensor and fast accumulation (the fastest FP8 GEMM torchao's recipes run), timed in a
-    burst (:func:`burst_ms`); None without FP8 tensor cores (before sm89)."""
+    scale per tensor and fast accumulation (the fastest FP8 GEMM torchao's recipes run), its
+    fastest call after an idle spell (:func:`burst_ms`); None without FP8 tensor cores (before
+    sm89)."""
     dev = torch.device(device)
     if dev.type != "cuda" or torch.cuda.get_device_capability(dev) < (8, 9):
         return None
