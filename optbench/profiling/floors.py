@@ -31,8 +31,8 @@ width F and vocabulary V (s: the bytes of a bf16 element, 2):
 The ceilings are measured on the profiled device
 (:func:`optbench.measure.roofline.measure_ceilings`: a bf16 8192^3 matmul and a 1 GiB copy), the
 FP8 one likewise (:func:`optbench.measure.roofline.fp8_burst_tflops`) or given; each the fastest
-call after an idle spell, as a step's GEMMs beat a power-capped sustained rate. A class under its floor is a measurement (or
-counting) problem until explained.
+call after an idle spell, as a step's GEMMs beat a power-capped sustained rate. A class under its
+floor is a measurement (or counting) problem until explained.
 """
 
 from __future__ import annotations
