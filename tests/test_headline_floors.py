@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from optbench.reporting import floors
 from optbench.reporting.floors import floor_markdown, floor_reports
 from optbench.store.store import ResultStore
 
@@ -44,12 +47,17 @@ def write_report(
     (folder / "report.json").write_text(json.dumps(report))
 
 
-def test_the_newest_two_ungraphed_profiles_of_a_name_oldest_first(tmp_path: Path) -> None:
+def test_the_newest_ungraphed_profiles_of_a_name_grouped_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(floors, "PER_NAME", 2)
     for i, day in enumerate(("24", "25", "26")):
         write_report(tmp_path, "best-nograph", f"c{i}", f"2026-11-{day}T00:00:00", False, 70.0 - i)
     write_report(tmp_path, "best", "c9", "2026-11-27T00:00:00", True, 100.0)  # graphed: left out
+    write_report(tmp_path, "fp8-nograph", "c5", "2026-11-25T12:00:00", False, 40.0)
     reports = floor_reports(ResultStore(tmp_path), "h200")
-    assert [r["meta"]["commit"] for r in reports] == ["c1", "c2"]
+    assert [r["meta"]["commit"] for r in reports] == ["c1", "c2", "c5"]
+    reports = reports[:2]
 
     caption, header, rows = floor_markdown(reports)
     assert header == ["class", "best-nograph @ `c1`", "best-nograph @ `c2`"]

@@ -5,8 +5,8 @@ counts them).
 
 A profile is of the step without its CUDA graph (``--options cuda_graph=false``): under the
 profiler a graph replay's kernels run slower than the graph does unprofiled, and lose their
-operators. The columns are the newest profiles of each name, oldest first, so a change shows as
-the columns before and after it.
+operators. The columns are the newest profiles (PER_NAME) of each name, grouped by name, oldest
+first; ``optbench profile --diff`` compares any two.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import Any
 from optbench.store.store import ResultStore
 
 SIZE = "1B"
-PER_NAME = 2  # the newest profiles of each name shown: before and after
+PER_NAME = 1  # the newest profiles of each name shown (2: before and after a change)
 
 
 def floor_reports(store: ResultStore, machine: str) -> list[dict[str, Any]]:
-    """The machine's 1B profile reports with floors of steps without a CUDA graph, oldest first,
-    the newest PER_NAME of each name."""
+    """The machine's 1B profile reports with floors of steps without a CUDA graph: the newest
+    PER_NAME of each name, grouped by name (the name first profiled first), oldest first."""
     found = []
     for path in sorted((store.root / machine / "profiles").glob(f"*-{SIZE}-*/report.json")):
         report = json.loads(path.read_text())
@@ -32,7 +32,8 @@ def floor_reports(store: ResultStore, machine: str) -> list[dict[str, Any]]:
             found.append(report)
     found.sort(key=lambda r: r["meta"]["date"])
     names = [r["meta"]["name"] for r in found]
-    return [r for i, r in enumerate(found) if names[i + 1 :].count(r["meta"]["name"]) < PER_NAME]
+    newest = [r for i, r in enumerate(found) if names[i + 1 :].count(r["meta"]["name"]) < PER_NAME]
+    return sorted(newest, key=lambda r: (names.index(r["meta"]["name"]), r["meta"]["date"]))
 
 
 def _by_class(classes: list[dict[str, Any]] | dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -52,13 +53,13 @@ def _cell(ms: float, floor: float | None) -> str:
 
 def floor_markdown(reports: list[dict[str, Any]]) -> tuple[str, list[list[str]], list[str]]:
     """(caption, header, rows) of the table: a row per kernel class that took time in any report,
-    the most time in the newest first, then the classes with a floor together, the device's busy
+    the most time in any first, then the classes with a floor together, the device's busy
     ms and the wall ms per step."""
     header = ["class", *(f"{r['meta']['name']} @ `{r['meta']['commit'][:8]}`" for r in reports)]
     classes = [_by_class(r["kernel_classes"]["floors"]["classes"]) for r in reports]
     kinds = sorted(
         (k for k in classes[-1] if any(c[k]["ms"] for c in classes)),
-        key=lambda k: -classes[-1][k]["ms"],
+        key=lambda k: -max(c[k]["ms"] for c in classes),
     )
     rows = [[k, *(_cell(c[k]["ms"], c[k]["floor_ms"]) for c in classes)] for k in kinds]
     floors = [r["kernel_classes"]["floors"] for r in reports]
@@ -77,7 +78,12 @@ def floor_markdown(reports: list[dict[str, Any]]) -> tuple[str, list[list[str]],
         "--options cuda_graph=false`, the step without its CUDA graph): device ms per step of each "
         "kernel class / its floor (the fewest FLOPs and bytes of the class's work at the GPU's "
         "measured ceilings, `optbench.profiling.floors`) and time over floor; a class without a "
-        f"floor model shows its ms alone. Ceilings, measured in the profile's run: {ceilings}."
+        "floor model shows its ms alone. Device busy: the union of the device's activity; wall: "
+        "the ungraphed step's, host-bound where it launches thousands of kernels (FP8's casts): "
+        "the graphed step's time is the tables' above. A GEMM on data that toggles fewer bits "
+        "than the probes' random operands draws less power and can run a few % under its floor "
+        "(a product of zeros ran 13% faster than of random data on an H200: the device's "
+        f"KINDS.md). Ceilings, measured in the profile's run: {ceilings}."
     )
     return caption, header, rows
 
