@@ -308,7 +308,8 @@ CROSS_ENTROPY = [
 OPTIMIZER = [
     "_adamw_kernel",
     "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
-    "namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::LpNormFunctor<float, 2>>",
+    "namespace)::TensorListMetadata<1>, at::native::(anonymous "
+    "namespace)::LpNormFunctor<float, 2>>",
     "void at::native::lpnorm_cleanup<float, 2, float, float>(...)",
     "void at::native::(anonymous namespace)::multi_tensor_apply_for_fused_optimizer<4, "
     "FusedAdamMathFunctor<float, 4>>",
