@@ -59,7 +59,7 @@ def test_counts_written_out_by_hand() -> None:
     assert c["cross_entropy"]["bytes"] == 2 * t * v * 2
     # AdamW's 28 bytes a parameter and one read of the (fp32 here) gradients for their norm
     assert c["optimizer"]["bytes"] == 28 * n + 4 * n
-    assert c["fp8_cast"]["floor_ms"] is None and c["other"]["floor_ms"] is None
+    assert c["fp8_cast"]["bytes"] == 0.0 and c["other"]["floor_ms"] is None
     # floor: compute at 100 TFLOP/s, bytes at 1000 GB/s
     assert c["gemm"]["floor_ms"] == pytest.approx(6 * t * linear / 100e12 * 1e3)
     assert c["optimizer"]["floor_ms"] == pytest.approx(32 * n / 1000e9 * 1e3)
@@ -85,8 +85,33 @@ def test_the_report_table_reads_each_class_against_its_floor() -> None:
     rows = {r[0]: r for r in floor_rows(f)}
     assert set(rows) == {*KERNEL_CLASSES, "with a floor"}
     assert rows["other"][2:] == ["—", "—", "—"]
+    assert rows["fp8_cast"][2] == "0"  # no FP8 layers: nothing to cast
     assert [r[0] for r in floor_rows(f)][:-1] == list(KERNEL_CLASSES)
     gemm = by_class()["gemm"]
     assert rows["gemm"][4] == f"{1.0 / gemm['floor_ms']:,.4g}"
-    # every class at 1 ms; fp8_cast, communication and other have no floor
-    assert f["floored_ms"] == 7.0
+    # every class at 1 ms; communication and other have no floor
+    assert f["floored_ms"] == 8.0
+
+
+def test_fp8_casts_count_each_layers_input_output_gradient_and_weight() -> None:
+    """6 bytes an element (two bf16 reads, two float8 layouts) of each Float8Linear layer's input,
+    output gradient and weight; the layers' GEMMs go to gemm_fp8, the LM head's stay bf16."""
+    from optbench.profiling.kernel_classes import is_float8_linear
+
+    step = tiny_step()
+    for name, module in list(step.model.named_modules()):
+        if isinstance(module, torch.nn.Linear) and name != "lm_head":
+            module.__class__ = type("Float8Linear", (torch.nn.Linear,), {})
+    layers = [m for m in step.model.modules() if is_float8_linear(m)]
+    assert len(layers) == 2 * 7  # q, k, v, o, gate, up, down in each of 2 blocks
+    c = {
+        row["class"]: row
+        for row in class_floors(step, dict.fromkeys(KERNEL_CLASSES, 1.0), CEILINGS, 200.0)[
+            "classes"
+        ]
+    }
+    t = 64
+    elements = sum(t * m.in_features + t * m.out_features + m.weight.numel() for m in layers)
+    assert c["fp8_cast"]["bytes"] == 6 * elements
+    assert c["gemm"]["flops"] == 6 * t * 64 * 1000  # the LM head alone
+    assert c["gemm_fp8"]["floor_ms"] == pytest.approx(c["gemm_fp8"]["flops"] / 200e12 * 1e3)

@@ -26,7 +26,11 @@ width F and vocabulary V (s: the bytes of a bf16 element, 2):
   m and v and writes the weight, m and v (and the bf16 weight): 28 bytes per parameter of fp32 or
   bf16 weights, 16 with 8-bit moments (scales not counted); the gradient norm reads each gradient
   once more, and a clip outside the optimizer reads and writes it.
-- **fp8_cast**, **communication**, **other**: no floor model (one GPU: no collective to count).
+- **fp8_cast**: each Float8Linear layer's input and weight (forward) and output gradient (backward),
+  each element read in bf16 twice (its amax first: a dynamic scale is known only after a whole
+  pass) and written once in float8 per layout it is multiplied in (row- and column-major): 6 bytes
+  an element, FP8_CAST_BYTES.
+- **communication**, **other**: no floor model (one GPU: no collective to count).
 
 The ceilings are measured on the profiled device
 (:func:`optbench.measure.roofline.measure_ceilings`: a bf16 8192^3 matmul and a 1 GiB copy), the
@@ -41,12 +45,13 @@ from typing import Any
 
 from models.step import TrainStep
 from optbench.measure.roofline import Ceilings, floor_ms
-from optbench.profiling.kernel_classes import KERNEL_CLASSES, linear_gemm_flops
+from optbench.profiling.kernel_classes import KERNEL_CLASSES, is_float8_linear, linear_gemm_flops
 from optbench.suite.ops import ADD_RMSNORM, QKNORM, QKV_ROPE, RMSNORM, SWIGLU
 
 BF16_BYTES = 2
 ADAMW_BYTES = 28  # per parameter, fp32 or bf16 weights (module docstring)
 ADAMW_8BIT_BYTES = 16
+FP8_CAST_BYTES = 6  # per element cast: bf16 read for the amax and for the cast, two float8 layouts
 LOSS_KERNEL_HOLDS_HEAD = ("fused", "liger")  # losses whose kernel does the LM head's GEMMs
 
 
@@ -82,6 +87,7 @@ def _work(step: TrainStep) -> dict[str, tuple[float, float]]:
     )
     return {
         "gemm_fp8": (gemm["fp8"], 0.0),
+        "fp8_cast": (0.0, _fp8_cast_bytes(step)),
         "gemm": (gemm["other"] - (head if fused_head else 0.0), 0.0),
         "attention": (attention, 0.0),
         "norm": (0.0, norm),
@@ -89,6 +95,18 @@ def _work(step: TrainStep) -> dict[str, tuple[float, float]]:
         "cross_entropy": (head, 0.0) if fused_head else (0.0, 2.0 * t * cfg.vocab_size * s),
         "optimizer": (0.0, _optimizer_bytes(step)),
     }
+
+
+def _fp8_cast_bytes(step: TrainStep) -> float:
+    """The FP8 casts' fewest bytes per step (module docstring): every Float8Linear layer's input
+    (T x in), output gradient (T x out) and weight (in x out)."""
+    t = step.tokens_per_step
+    elements = sum(
+        t * m.in_features + t * m.out_features + m.in_features * m.out_features
+        for m in step.model.modules()
+        if is_float8_linear(m)
+    )
+    return float(FP8_CAST_BYTES * elements)
 
 
 def _optimizer_bytes(step: TrainStep) -> float:
