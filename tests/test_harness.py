@@ -232,6 +232,21 @@ def test_a_case_whose_measurement_raises_past_the_runner_still_reports_its_end(
     assert ends[0]["reason"] == "SystemExit: stopped by the user"
 
 
+THREE_SAMPLES = {"warmup_ms": 0.0, "rep_ms": 0.0, "min_reps": 3, "max_reps": 3}
+
+
+def _one_record(work: Work, results: Path) -> dict:
+    """The record of one case that measures ``work`` on the CPU, stored under ``results``."""
+    records = run_grid(
+        "bench_test.Grid",
+        [Case({"case": "c"}, lambda: work)],
+        device="cpu",
+        store=ResultStore(results),
+        log=lambda _: None,
+    )
+    return next(iter(records.values()))
+
+
 def test_a_case_records_the_seconds_torch_compile_spent_in_its_check_and_timing(
     tmp_path, monkeypatch
 ):
@@ -265,19 +280,9 @@ def test_a_case_records_the_seconds_torch_compile_spent_in_its_check_and_timing(
     work = Work(
         timed={"call": lambda: next(calls, lambda: None)()},
         check=check,
-        timing={"call": {"warmup_ms": 0.0, "rep_ms": 0.0, "min_reps": 3, "max_reps": 3}},
+        timing={"call": THREE_SAMPLES},
     )
-    rec = next(
-        iter(
-            run_grid(
-                "bench_test.Grid",
-                [Case({"case": "c"}, lambda: work)],
-                device="cpu",
-                store=ResultStore(tmp_path),
-                log=lambda _: None,
-            ).values()
-        )
-    )
+    rec = _one_record(work, tmp_path)
     assert rec["compile_seconds"] == 3.5 and rec["timing_compile_seconds"] == 0.25
 
 
@@ -305,19 +310,9 @@ def test_a_case_checked_in_an_earlier_run_compiles_where_its_check_would_have(
     work = Work(
         timed={"call": step},
         checked_in="20261128T000000Z-abcdef",
-        timing={"call": {"warmup_ms": 0.0, "rep_ms": 0.0, "min_reps": 3, "max_reps": 3}},
+        timing={"call": THREE_SAMPLES},
     )
-    rec = next(
-        iter(
-            run_grid(
-                "bench_test.Grid",
-                [Case({"case": "c"}, lambda: work)],
-                device="cpu",
-                store=ResultStore(tmp_path),
-                log=lambda _: None,
-            ).values()
-        )
-    )
+    rec = _one_record(work, tmp_path)
     assert rec["status"] == "ok" and "check" not in rec
     assert rec["checked_in"] == "20261128T000000Z-abcdef"
     assert rec["compile_seconds"] == 3.0 and rec["timing_compile_seconds"] == 0.0
