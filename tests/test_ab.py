@@ -131,7 +131,6 @@ def fake(tmp_path, monkeypatch):
         "commits": {"BASE": "a" * 40, "HEAD": "b" * 40, "SLOW": "c" * 40, "NEUTRAL": "d" * 40},
         "lockstep": False,
         "paired": True,
-        "checked_in": [],
     }
     rng = random.Random(7)
 
@@ -158,7 +157,6 @@ def fake(tmp_path, monkeypatch):
         keys = {k for g in groups.values() for k in g}
         run_id = f"run{len(state['calls']):02d}"
         state["calls"].append(side.label)
-        state["checked_in"].append((side.label, side.checked_in(keys)))
         level = state["levels"][side.label] * (1 + rng.gauss(0, 0.003))
         host = 70.0 * (1 + rng.gauss(0, 0.15))
         recs = [
@@ -269,40 +267,6 @@ def test_the_warm_up_pair_is_not_judged(fake, monkeypatch):
 
     fake["levels"] = Levels(original)
     assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_OK
-
-
-def test_a_sides_later_rounds_reuse_its_first_rounds_check(fake):
-    """Each side checks in its first round; its later rounds name that run and check nothing."""
-    assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_OK
-    first_run = {label: f"run{fake['calls'].index(label):02d}" for label in ("base", "head")}
-    for label in ("base", "head"):
-        mine = [c for side, c in fake["checked_in"] if side == label]
-        assert mine[0] is None and set(mine[1:]) == {first_run[label]}
-
-
-def test_a_side_whose_check_fails_checks_again_in_every_round(fake):
-    """Mutation: a wrong head whose first failed check were reused would be timed unchecked in
-    every later round."""
-    fake["status"]["head"] = "wrong"
-    ab.ab("BASE", "HEAD", fake["options"])
-    assert [c for label, c in fake["checked_in"] if label == "head"] == [None] * fake[
-        "calls"
-    ].count("head")
-
-
-def test_the_reused_check_reaches_the_grid_process_only_for_cases_it_covered(tmp_path, monkeypatch):
-    seen = []
-
-    def run(args, cwd, env, stdout, stderr):
-        seen.append(env.get("OPTBENCH_CHECKED_IN"))
-        return subprocess.CompletedProcess(args, 0)
-
-    monkeypatch.setattr(ab.subprocess, "run", run)
-    side = ab.Side("base", "BASE", "a" * 40, tree=tmp_path, checked={STEP_1B: "r1"})
-    settings = ab.Settings(suite="full", select="Step", results=tmp_path / "results")
-    ab.run_round(side, settings, {"steps": [STEP_1B]}, tmp_path / "logs")
-    ab.run_round(side, settings, {"steps": [STEP_1B, STEP_100M]}, tmp_path / "logs")
-    assert seen == ["r1", None]
 
 
 def test_a_case_failing_at_head_is_a_regression(fake, capsys):

@@ -171,9 +171,17 @@ def test_runs_are_written_compressed_and_a_plain_file_stays_plain(tmp_path):
     assert "other" in ResultStore(tmp_path).runs("m", SHA)[1].records
 
 
-def test_records_timed_in_lockstep_are_kept_but_not_the_commits_figure(tmp_path):
-    """Mutation: a run ab timed in lockstep (one CPU, in turns) must not become a commit's figure,
-    nor the stored-history comparison's: it is kept, and read only by its pairing."""
+@pytest.mark.parametrize(
+    "design",
+    [
+        {"lockstep": {"step": {"cpu": 3, "paired": True}}},
+        {"checked_in": "20261126T000000Z-aaaaaa"},  # run without its check in the process
+    ],
+)
+def test_records_of_abs_own_designs_are_kept_but_not_the_commits_figure(tmp_path, design):
+    """Mutation: a run ab timed in lockstep (one CPU, in turns), or one whose process reused an
+    earlier run's check (its memory differs), must not become a commit's figure, nor the
+    stored-history comparison's: it is kept, and read only by ab's pairing."""
     from optbench.gate.compare import run_medians
 
     store, c = ResultStore(tmp_path), commit(1)
@@ -181,14 +189,14 @@ def test_records_timed_in_lockstep_are_kept_but_not_the_commits_figure(tmp_path)
     plain = record(
         "bench_step.Step100M", {"variant": "eager"}, times={"step": (None, samples(70.0, 1))}
     )
-    paired = {**plain, "lockstep": {"step": {"cpu": 3, "paired": True}}}
+    paired = {**plain, **design}
     paired["metrics"] = {"step": {"wall": {**plain["metrics"]["step"]["wall"], "median_ms": 54.0}}}
     store.save("h100-sxm", c, [plain], run_id="20261126T000000Z-aaaaaa")
     store.save("h100-sxm", c, [paired], run_id="20261126T000100Z-bbbbbb")
     assert len(store.runs("h100-sxm", c)) == 2
-    assert "lockstep" not in store.load("h100-sxm", c)[key]
+    assert store.load("h100-sxm", c)[key]["metrics"]["step"]["wall"]["median_ms"] != 54.0
     assert [run_medians(r) != {} for r in store.runs("h100-sxm", c)] == [True, False]
-    assert Record.of(paired).lockstep and not Record.of(plain).lockstep
+    assert Record.of(paired).ab_design and not Record.of(plain).ab_design
 
 
 def test_a_damaged_compressed_file_keeps_what_precedes_the_damage(tmp_path, capsys):

@@ -3,10 +3,7 @@
 Each commit is checked out into a worktree of its own (under ``.cache/ab/``) after resolving it to
 the commit whose code it holds (commits of results and docs alone measure their parent's code):
 where both resolve to one commit, the code is the same and nothing is measured. Every case is
-checked before it is timed: a kernel or step case in each side's first round that runs it, whose
-check later rounds of the same code reuse (their records name that run, ``checked_in``; a side
-whose code predates this checks in every round); every other case in every round. The selected
-cases are measured in one of two designs:
+checked before it is timed, as always. The selected cases are measured in one of two designs:
 
 - **ABBA rounds** (kernels, device-bound steps): a round runs one commit's cases in fresh processes
   (the steps in one, the other grids in another, as ``optbench run`` does), one side after the other
@@ -124,14 +121,6 @@ class Side:
     commit: str
     tree: Path | None = None
     runs: list[str] = field(default_factory=list)
-    # case key -> the run of this side in which it first ended ok, checked
-    checked: dict[str, str] = field(default_factory=dict)
-
-    def checked_in(self, keys: Iterable[str]) -> str | None:
-        """The one run of this side in which every case of ``keys`` passed its check, or None
-        (a case not yet ok, or the cases checked in different runs)."""
-        runs = {self.checked.get(key) for key in keys}
-        return runs.pop() if len(runs) == 1 and None not in runs else None
 
 
 def resolve(ref: str, root: Path = REPO_ROOT) -> str:
@@ -189,17 +178,10 @@ def case_of(key: str) -> tuple[str, dict[str, str]]:
 
 def grid_env(side: Side, settings: Settings, run_id: str, keys: list[str]) -> dict[str, str]:
     """The environment of a grid process of ``side`` that measures exactly the cases ``keys`` as
-    part of run ``run_id`` of its commit; where an earlier run of the side checked them all, its
-    cases skip their checks (``Settings.checked_in``)."""
+    part of run ``run_id`` of its commit."""
     assert side.tree is not None
     return process_env(
-        dataclasses.replace(
-            settings,
-            run_id=run_id,
-            asv_commit=side.commit,
-            select=pattern(keys),
-            checked_in=side.checked_in(keys),
-        ),
+        dataclasses.replace(settings, run_id=run_id, asv_commit=side.commit, select=pattern(keys)),
         side.tree,
         REPO_ROOT / ".cache",
     )
@@ -936,9 +918,6 @@ class _Rounds:
             return None
         self.machine, records = found
         self.gpus.add(records.get(MACHINE_KEY, {}).get("info", {}).get("gpu_uuid"))
-        for key, data in records.items():
-            if not key.startswith("__") and data.get("status") == OK:
-                side.checked.setdefault(key, data.get("checked_in") or run_id)
         return records
 
 

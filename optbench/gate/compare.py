@@ -233,14 +233,14 @@ def timing_of(rec: Record, metric: str, clock: str) -> TimingView | None:
 def run_medians(run: StoredRun) -> dict[Series, float]:
     """Median ms of every timed (metric, clock) of the run's ok records, by series (clocks by
     method: :func:`series_clock`), and the compile seconds of a run that started from a cold
-    compile cache, as series ``(key, 'compile', 'seconds')``. Records timed in lockstep (``optbench
-    ab``'s paired design: on one CPU, in turns with another commit) are left out: their noise is
-    not that of the runs they would be compared with."""
+    compile cache, as series ``(key, 'compile', 'seconds')``. Records of ``optbench ab``'s own
+    designs (:func:`optbench.store.records.ab_design`: timed in lockstep, or without their check)
+    are left out: their figures are not those of the runs they would be compared with."""
     found = {}
     cold = run.info.get("compile_cache") == COLD_CACHE
     for key, data in run.results().items():
         rec = Record.of(data)
-        if not rec.ok or rec.lockstep:
+        if not rec.ok or rec.ab_design:
             continue
         for metric in rec.metrics:
             for clock in rec.clocks(metric):
@@ -554,7 +554,7 @@ def _median_changes(
         by_metric: dict[str, list[float]] = defaultdict(list)
         for run in runs:
             rec = Record.of(run.records[key])
-            if rec.ok:
+            if rec.ok and not rec.ab_design:  # as run_medians: not ab's own designs
                 for metric, value in values(run, rec).items():
                     by_metric[metric].append(value)
         return by_metric

@@ -6,22 +6,22 @@ A class's floor is max(FLOPs / matmul ceiling, bytes / copy bandwidth) (the roof
 step of T = batch x sequence tokens through L blocks of width d, q heads Hq of head_dim D, MLP
 width F and vocabulary V (s: the bytes of a bf16 element, 2):
 
-- **gemm**: 3 GEMMs of 2 x T x in x out FLOPs per Linear layer (forward, grad input, grad weight);
-  the LM head's belong to cross_entropy where the loss kernel does them (``loss`` fused or liger).
-  **gemm_fp8**: the Float8Linear layers' likewise, at the FP8 ceiling when one is given.
+- **gemm**: 3 GEMMs of 2 x T x in x out FLOPs per Linear layer (forward, grad input, grad weight),
+  the LM head's too (a fused or liger loss runs them as ``aten::mm`` in its chunks: gemm's
+  kernels). **gemm_fp8**: the Float8Linear layers' likewise, at the FP8 ceiling when one is given.
 - **attention**: Q K^T and P V forward, 2 x T x S x Hq x D FLOPs each for sequences of S, halved
   by the causal mask; the backward's dP, dS K, dS^T Q and P^T dO twice the forward (a recomputed
   Q K^T, as FlashAttention does, is the kernel's choice, not counted): 6 x T x S x Hq x D per
   layer.
 - **norm**: per block two RMSNorms and the final one. Where the norm adds the residual in its pass
   (``norm`` triton: an fp32 residual stream), 2L of them are ``optbench.suite.ops.ADD_RMSNORM``'s
-  fewest bytes and one is ``RMSNORM``'s, else all 2L + 1 are ``RMSNORM``'s (the residual adds are
-  then elementwise: read two, write one, forward only). QK-norm adds ``QKNORM``'s per block.
+  fewest bytes and one is ``RMSNORM``'s, else all 2L + 1 are ``RMSNORM``'s at bf16 (the residual
+  adds are then elementwise: read two, write one, forward only; a bound below what an fp32 stream
+  moves). QK-norm adds ``QKNORM``'s per block.
 - **elementwise**: ``SWIGLU``'s and ``QKV_ROPE``'s fewest bytes per block (forward and backward),
   and the residual adds above.
 - **cross_entropy**: the logits read once and their gradient written once, 2 x T x V x s bytes;
-  with the LM head in the loss kernel (fused, liger), its GEMMs' FLOPs instead (the logits never
-  reach memory).
+  none where the loss fuses the LM head (fused, liger: no whole logits need reach memory).
 - **optimizer**: AdamW reads the gradient, weight (fp32: the master where the model holds bf16),
   m and v and writes the weight, m and v (and the bf16 weight): 28 bytes per parameter of fp32 or
   bf16 weights, 16 with 8-bit moments (scales not counted); the gradient norm reads each gradient
@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.step import TrainStep
+from models.step import TrainStep, clips_in_optimizer
 from optbench.measure.roofline import Ceilings, floor_ms
 from optbench.profiling.kernel_classes import KERNEL_CLASSES, is_float8_linear, linear_gemm_flops
 from optbench.suite.ops import ADD_RMSNORM, QKNORM, QKV_ROPE, RMSNORM, SWIGLU
@@ -52,7 +52,7 @@ BF16_BYTES = 2
 ADAMW_BYTES = 28  # per parameter, fp32 or bf16 weights (module docstring)
 ADAMW_8BIT_BYTES = 16
 FP8_CAST_BYTES = 6  # per element cast: bf16 read for the amax and for the cast, two float8 layouts
-LOSS_KERNEL_HOLDS_HEAD = ("fused", "liger")  # losses whose kernel does the LM head's GEMMs
+FUSED_LOSSES = ("fused", "liger")  # losses that never hold the whole logits
 
 
 def _work(step: TrainStep) -> dict[str, tuple[float, float]]:
@@ -62,8 +62,6 @@ def _work(step: TrainStep) -> dict[str, tuple[float, float]]:
     L, d, s = cfg.n_layers, cfg.d_model, BF16_BYTES
     rows = {"rows": t, "hidden": d}
     gemm = linear_gemm_flops(step.model, t)
-    head = 6.0 * t * d * cfg.vocab_size
-    fused_head = o.loss in LOSS_KERNEL_HOLDS_HEAD
 
     attention = 6.0 * t * o.seq_len * cfg.n_heads * cfg.head_dim * L
     if o.norm == "triton":
@@ -88,11 +86,11 @@ def _work(step: TrainStep) -> dict[str, tuple[float, float]]:
     return {
         "gemm_fp8": (gemm["fp8"], 0.0),
         "fp8_cast": (0.0, _fp8_cast_bytes(step)),
-        "gemm": (gemm["other"] - (head if fused_head else 0.0), 0.0),
+        "gemm": (gemm["other"], 0.0),
         "attention": (attention, 0.0),
         "norm": (0.0, norm),
         "elementwise": (0.0, elementwise),
-        "cross_entropy": (head, 0.0) if fused_head else (0.0, 2.0 * t * cfg.vocab_size * s),
+        "cross_entropy": (0.0, 0.0 if o.loss in FUSED_LOSSES else 2.0 * t * cfg.vocab_size * s),
         "optimizer": (0.0, _optimizer_bytes(step)),
     }
 
@@ -116,8 +114,7 @@ def _optimizer_bytes(step: TrainStep) -> float:
     grads = sum(p.numel() * p.element_size() for p in step.params)
     total = per_param * sum(p.numel() for p in step.params)
     if o.grad_stats != "none":
-        clips_apart = not (o.grad_stats == "foreach" and o.optimizer in ("fused", "master"))
-        total += grads * (3 if clips_apart else 1)
+        total += grads * (1 if clips_in_optimizer(o) else 3)
     return float(total)
 
 

@@ -52,7 +52,8 @@ FP8_NAME = r"e4m3|e5m2|fp8|float8|f8f8|(?<![0-9a-z])f8_|nvjet_(?:sm\d+_)?[qr][qr
 # casts read 'triton_red_fused_abs_amax_0', 'triton_poi_fused__to_copy_abs_clamp_div_max_mul_
 # reciprocal_t_1', an RMSNorm 'triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_2'. Our Triton
 # kernels are named by their jit function (kernels/). An eager step's norms and SwiGLU are aten's
-# generic elementwise and reduce kernels: they count as elementwise and other.
+# generic kernels: its rsqrt counts as norm (the name holds it), the rest as elementwise and other;
+# so do a loop's gradient statistics (grad_stats='loop': per-tensor aten ops).
 KERNEL_RULES: tuple[tuple[str, str, str], ...] = (
     ("op", r"^aten::_scaled_mm", "gemm_fp8"),
     (
@@ -66,10 +67,10 @@ KERNEL_RULES: tuple[tuple[str, str, str], ...] = (
     # the gradient statistics (norms, clip) are the optimizer's: they read what it reads
     (
         "within",
-        r"^Optimizer\.|^aten::_foreach_|^aten::_fused_adam|^aten::linalg_vector_norm|clip_grad",
+        r"^Optimizer\.|^aten::_foreach_|^aten::_fused_adam|^aten::linalg_vector_norm",
         "optimizer",
     ),
-    ("within", r"cross_entropy|nll_loss|log_softmax|optbench::\w*_ce", "cross_entropy"),
+    ("within", r"cross_entropy|nll_loss|log_softmax", "cross_entropy"),
     ("within", r"^optbench::\w*(rms|qk)_norm", "norm"),
     ("within", r"^optbench::(swiglu|qkv_rope)", "elementwise"),
     ("kernel", r"flash|fmha|sdpa|attention|dot_do_o", "attention"),

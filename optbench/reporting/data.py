@@ -42,7 +42,7 @@ from optbench.gate.compare import (
     verdict,
 )
 from optbench.reporting.cache import ReportCache
-from optbench.store.records import Record
+from optbench.store.records import Record, ab_design
 from optbench.store.store import (
     DEVICE_CLOCK,
     MACHINE_KEY,
@@ -125,13 +125,13 @@ def runs(store: ResultStore) -> dict[str, list[Run]]:
 
 
 def _run(store: ResultStore, machine: str, commit: str) -> Run:
-    """The :class:`Run` of ``commit`` on ``machine``; as in ``ResultStore.load``, no record timed in
-    lockstep (``optbench ab``) in either part."""
+    """The :class:`Run` of ``commit`` on ``machine``; as in ``ResultStore.load``, no record of
+    ``optbench ab``'s own designs (:func:`optbench.store.records.ab_design`) in either part."""
     by_run: dict[str, dict[str, Record]] = defaultdict(dict)
     made: dict[int, Record] = {}  # each stored dict's view, built once
     for stored in store.runs(machine, commit):
         for key, data in stored.records.items():
-            if "lockstep" in data:
+            if ab_design(data):
                 continue
             rec = made[id(data)] = Record.of(data)
             mine = by_run[run_of(rec)]  # a merged run's parts share its id
@@ -642,7 +642,7 @@ def time_histories(
             unit = unit_of(run.info, machine)
             for key, data in run.results().items():
                 rec = Record.of(data)
-                if not rec.ok or rec.lockstep:  # ab's paired design: not this trend's
+                if not rec.ok or rec.ab_design:  # ab's own designs: not this trend's
                     continue
                 for metric in rec.metrics:
                     clock = rec.primary_clock if rec.timing(metric, rec.primary_clock) else "wall"

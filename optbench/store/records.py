@@ -80,6 +80,15 @@ class CaseMemory:
 CASE_PEAK, CASE_RESIDENT = "case peak", "case resident"
 
 
+def ab_design(data: Mapping[str, Any]) -> bool:
+    """Whether a stored record was measured in a design of ``optbench ab``'s own, whose figures are
+    not those of the ordinary runs history compares it with: timed in turns with another commit's
+    process on one CPU (``lockstep``), or in a process that did not run its check, reusing an
+    earlier run's (``checked_in``; such a process held about 100 MiB less after timing). Every
+    reader of history and the store's latest records leaves these out; ab judges them itself."""
+    return "lockstep" in data or "checked_in" in data
+
+
 @dataclass(frozen=True)
 class Record:
     """One stored record. ``run`` is the run id ('' for records from before run ids), ``date`` the
@@ -98,7 +107,8 @@ class Record:
     flops: Mapping[str, float]
     bytes_moved: Mapping[str, float]
     compile_seconds: float | None
-    lockstep: bool  # timed in turns with another commit's process on one CPU (optbench ab)
+    # measured in a design of optbench ab's own, not comparable with ordinary runs (ab_design)
+    ab_design: bool
     _timings: Mapping[str, Mapping[str, Mapping[str, Any] | None] | None] = field(repr=False)
     _peaks: Mapping[str, float | None] = field(repr=False)
     memory: CaseMemory = CaseMemory()
@@ -118,7 +128,7 @@ class Record:
             flops=data.get("flops") or {},
             bytes_moved=data.get("bytes") or {},
             compile_seconds=data.get("compile_seconds"),
-            lockstep="lockstep" in data,
+            ab_design=ab_design(data),
             _timings=data.get("metrics") or {},
             _peaks=data.get("peak_mem_bytes") or {},
             memory=CaseMemory.of(data.get("memory") or {}),

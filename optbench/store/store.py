@@ -51,7 +51,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from optbench.store.records import INTERRUPTED
+from optbench.store.records import INTERRUPTED, ab_design
 
 # the work tree: results/, benchmarks/, asv.conf.json
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -329,8 +329,8 @@ class ResultStore:
     def load(self, machine: str, commit: str) -> dict[str, dict]:
         """The latest record of each key over the runs of (machine, commit) ({} if none): one record
         per case for readers that show one figure (an interrupted record only where no run gave the
-        case a verdict; none that ``optbench ab`` timed in lockstep, on one CPU in turns with
-        another commit's process); :meth:`runs` gives every run."""
+        case a verdict; none that ``optbench ab`` measured in a design of its own,
+        :func:`optbench.store.records.ab_design`); :meth:`runs` gives every run."""
         merged: dict[str, dict] = {}
         for run in self.runs(machine, commit):
             merged.update(
@@ -338,7 +338,7 @@ class ResultStore:
                     key: rec
                     for key, rec in run.records.items()
                     if (rec.get("status") != INTERRUPTED or key not in merged)
-                    and "lockstep" not in rec
+                    and not ab_design(rec)
                 }
             )
         return merged

@@ -149,7 +149,7 @@ def _wrap(step: Any, wrapper: str, device: Any, plant: str) -> Callable[[], None
     turns the gradient reduction off (the 'no-sync' plant), else a no-op."""
     import torch
 
-    from models.step import _adamw, _model_loss
+    from models.step import _adamw, _model_loss, compile_kwargs
 
     dist = _dist()
     world = dist.get_world_size()
@@ -157,7 +157,7 @@ def _wrap(step: Any, wrapper: str, device: Any, plant: str) -> Callable[[], None
     whole = bool(step.options.compile) and step.options.compile_scope == "model"
 
     def compiled(fn: Callable) -> Callable:  # the model compiled whole (--compile-scope model)
-        return torch.compile(fn, mode=step.options.compile) if whole else fn
+        return torch.compile(fn, **compile_kwargs(step.options)) if whole else fn
 
     if wrapper == "ddp":
         from torch.nn.parallel import DistributedDataParallel
