@@ -293,16 +293,9 @@ def test_a_work_sets_the_timers_budgets_per_metric(tmp_path, monkeypatch):
     monkeypatch.setenv("ASV_COMMIT", "c" * 40)
     work = Work(
         timed={"long": lambda: None, "plain": lambda: None},
-        timing={"long": {"warmup_ms": 0.0, "rep_ms": 0.0, "min_reps": 3, "max_reps": 3}},
+        timing={"long": THREE_SAMPLES},
     )
-    records = run_grid(
-        "bench_test.Grid",
-        [Case({"case": "t"}, lambda: work)],
-        device="cpu",
-        store=ResultStore(tmp_path),
-        log=lambda _: None,
-    )
-    metrics = next(iter(records.values()))["metrics"]
+    metrics = _one_record(work, tmp_path)["metrics"]
     assert metrics["long"]["wall"]["n"] == 3 and metrics["plain"]["wall"]["n"] >= 10
 
 
