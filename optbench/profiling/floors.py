@@ -25,7 +25,8 @@ width F and vocabulary V (s: the bytes of a bf16 element, 2):
 - **optimizer**: AdamW reads the gradient, weight (fp32: the master where the model holds bf16),
   m and v and writes the weight, m and v (and the bf16 weight): 28 bytes per parameter of fp32 or
   bf16 weights, 16 with 8-bit moments (scales not counted); the gradient norm reads each gradient
-  once more, and a clip outside the optimizer reads and writes it.
+  once more, the parameter norm each weight (MasterAdamW takes it in its own pass), and a clip
+  outside the optimizer reads and writes each gradient.
 - **fp8_cast**: each Float8Linear layer's input and weight (forward) and output gradient (backward),
   each element read in bf16 twice (its amax first: a dynamic scale is known only after a whole
   pass) and written once in float8 per layout it is multiplied in (row- and column-major): 6 bytes
@@ -115,6 +116,8 @@ def _optimizer_bytes(step: TrainStep) -> float:
     total = per_param * sum(p.numel() for p in step.params)
     if o.grad_stats != "none":
         total += grads * (1 if clips_in_optimizer(o) else 3)
+        if o.optimizer != "master":
+            total += sum(p.numel() * p.element_size() for p in step.params)
     return float(total)
 
 
