@@ -71,18 +71,17 @@ def _work(step: TrainStep) -> dict[str, tuple[float, float]]:
     else:
         norm = (2 * L + 1) * RMSNORM.bytes(rows, s)["fwdbwd"]
         adds = 2 * L * 3.0 * t * d * s
-    if cfg.qk_norm:
-        heads = {"tokens": t, "q_heads": cfg.n_heads, "kv_heads": cfg.n_kv_heads}
-        norm += L * QKNORM.bytes({**heads, "head_dim": cfg.head_dim}, s)["fwdbwd"]
-    rope = {
+    heads = {
         "tokens": t,
         "q_heads": cfg.n_heads,
         "kv_heads": cfg.n_kv_heads,
         "head_dim": cfg.head_dim,
     }
+    if cfg.qk_norm:
+        norm += L * QKNORM.bytes(heads, s)["fwdbwd"]
     elementwise = adds + L * (
         SWIGLU.bytes({"rows": t, "inter": cfg.ffn_dim}, s)["fwdbwd"]
-        + QKV_ROPE.bytes(rope, s)["fwdbwd"]
+        + QKV_ROPE.bytes(heads, s)["fwdbwd"]
     )
     return {
         "gemm_fp8": (gemm["fp8"], 0.0),
@@ -112,12 +111,13 @@ def _optimizer_bytes(step: TrainStep) -> float:
     """AdamW's and the gradient statistics' fewest bytes per step (module docstring)."""
     o = step.options
     per_param = ADAMW_8BIT_BYTES if o.optimizer == "adamw8bit" else ADAMW_BYTES
-    grads = sum(p.numel() * p.element_size() for p in step.params)
+    # a gradient has its weight's dtype: this is each gradient's bytes and each weight's
+    weight_bytes = sum(p.numel() * p.element_size() for p in step.params)
     total = per_param * sum(p.numel() for p in step.params)
     if o.grad_stats != "none":
-        total += grads * (1 if clips_in_optimizer(o) else 3)
-        if o.optimizer != "master":
-            total += sum(p.numel() * p.element_size() for p in step.params)
+        grad_passes = 1 if clips_in_optimizer(o) else 3  # the norm's read (+ the clip's two)
+        param_norm = o.optimizer != "master"  # MasterAdamW takes it in its own pass
+        total += weight_bytes * (grad_passes + param_norm)
     return float(total)
 
 

@@ -51,7 +51,7 @@ def _cell(ms: float, floor: float | None) -> str:
     return f"{ms:.2f} / {floor:.2f} ({ms / floor:.2f}×)" if floor else f"{ms:.2f} / 0"
 
 
-def floor_markdown(reports: list[dict[str, Any]]) -> tuple[str, list[list[str]], list[str]]:
+def floor_markdown(reports: list[dict[str, Any]]) -> tuple[str, list[str], list[list[str]]]:
     """(caption, header, rows) of the table: a row per kernel class that took time in any report,
     the most time in any first, then the classes with a floor together, the device's busy
     ms and the wall ms per step."""
