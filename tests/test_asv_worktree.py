@@ -13,6 +13,8 @@ from asv.config import Config
 from asv.runner import BENCHMARK_RUN_SCRIPT
 from asv_repo import (
     MACHINE,
+    PLANT,
+    SHARED_CPU_FACTOR,
     asv,
     asv_env,
     commit,
@@ -28,10 +30,6 @@ from optbench.store.records import Record
 from optbench.store.store import ResultStore, record_key
 
 STEP_KEY = record_key("bench_step.StepTiny", {"variant": "eager"})
-# asv continuous's -f for the tiny steps on a CPU (docs/runners.md): above the spread of a step's
-# CPU time between two processes of the same code; a step planted 1.5x slower in each of the grid's
-# variants reads above it in at least one.
-FACTOR = "1.5"
 
 
 def new_repo(path: Path) -> Path:
@@ -91,17 +89,25 @@ def test_each_commit_runs_from_its_worktree_which_is_reused_and_pruned(tmp_path)
 
 
 @pytest.mark.slow
-def test_plain_asv_continuous_passes_same_code_and_reports_a_step_half_as_slow_again(tmp_path):
+def test_plain_asv_continuous_passes_same_code_and_reports_a_planted_slower_step(tmp_path):
     """``asv continuous BASE HEAD`` as typed (the configured worktree environment) with the docs'
-    factor for tiny steps: two commits of the same code pass, a training step that spends 1.5x its
-    CPU time (every variant of the tiny grid) is reported. Each commit's asv results and optbench
-    records are stored under its hash."""
+    factor for a shared CPU: two commits of the same code pass, a training step that spends PLANT
+    times its CPU time (every variant of the tiny grid) is reported. Each commit's asv results and
+    optbench records are stored under its hash."""
     repo = copy_checkout(tmp_path / "repo")
     base = head(repo)
     neutral = same_code_commit(repo, "neutral")
-    planted = planted_commit(repo, "models/step.py", "TrainStep.__call__", 1.5)
+    planted = planted_commit(repo, "models/step.py", "TrainStep.__call__", PLANT)
     env = asv_env(tmp_path / "home", OPTBENCH_SUITE="cpu")
-    gate = ["continuous", "--machine", MACHINE, "-f", FACTOR, "--bench", "StepTiny.track_step_ms"]
+    gate = [
+        "continuous",
+        "--machine",
+        MACHINE,
+        "-f",
+        SHARED_CPU_FACTOR,
+        "--bench",
+        "StepTiny.track_step_ms",
+    ]
 
     same = asv(repo, env, *gate, base, neutral)
     assert same.returncode == 0, same.stdout + same.stderr
