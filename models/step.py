@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import importlib.util
 import os
 import types
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -807,6 +809,24 @@ def reference_of(step: TrainStep, host: bool = False) -> Reference:
     return _record(step).copy_to("cpu" if host else step.device)
 
 
+def _recorded_and_freed(
+    build: Callable[[], TrainStep], record: Callable[..., Reference]
+) -> Reference:
+    """``record`` of the step ``build`` makes, that step gone on return. A reference cycle can hold
+    a step after its last name is dropped (the first ``torch.optim`` optimizer of a process lazily
+    imports a module, and the frames that import kept hold the step being built): the high-precision
+    step (a 1B fp32 step: 16 bytes per parameter) then stays on the device until the collector
+    runs, under the next step built. Collected here where it is still alive."""
+    step = build()
+    alive = weakref.ref(step)
+    try:
+        return record(step)
+    finally:
+        del step
+        if alive() is not None:
+            gc.collect()
+
+
 def _errors(ref: Reference, got: Reference) -> tuple[dict[str, float], dict[str, str]]:
     """Relative errors of ``got`` against ``ref``: 'loss', 'grad_norm' (where ``ref`` has one; inf
     where only ``ref`` has), 'grads' and 'weights' (the worst parameter's); and the worst
@@ -869,13 +889,15 @@ def baseline_of(
     """Run the check on ``high_precision(reference, precision)`` and on ``reference`` in
     ``precision``, each built fresh by ``build``, and measure the latter against the former (kept on
     the host with ``host``)."""
-    ref = reference_of(build(high_precision(reference, precision)), host)
+    high = high_precision(reference, precision)
+    ref = _recorded_and_freed(lambda: build(high), functools.partial(reference_of, host=host))
     if ref.grad_norm is not None and not float(ref.grad_norm) > CHECK.max_grad_norm:
         raise ValueError(
             f"the check's clip ({CHECK.max_grad_norm}) does not engage: gradient norm "
             f"{float(ref.grad_norm):.3g} at init, so a skipped clip would pass"
         )
-    eager, _ = _errors(ref, _record(build(reference.replace(precision=precision))))
+    eager_step = reference.replace(precision=precision)
+    eager, _ = _errors(ref, _recorded_and_freed(lambda: build(eager_step), _record))
     return Baseline(ref, precision, eager, reference.batch_size * reference.seq_len)
 
 

@@ -57,6 +57,29 @@ def test_the_reference_counts_its_own_bytes_and_fp64_doubles_the_estimate(monkey
     assert _home(monkeypatch, half, "1B", "fp32") == "cpu"
 
 
+def test_what_the_process_already_holds_is_counted(monkeypatch):
+    """Mutation: a card with room for the 1B reference and its steps, but not beside the bytes an
+    earlier case of the process left allocated, keeps the reference on the host."""
+    h100 = PROFILES["h100-sxm"]
+    reference, options = step_pair(h100, "1B", "eager")
+    steps = step_memory_bytes(CONFIGS["1B"], options.replace(precision="fp32"))
+    own = 2 * param_count(CONFIGS["1B"]) * 4
+    card = dataclasses.replace(h100, mem_gb=(steps + own + 4e9) / (1 - MEMORY_MARGIN) / 1e9)
+    monkeypatch.setattr(workloads, "held_beside_references", lambda device: 0)
+    assert _home(monkeypatch, card, "1B", "eager") == "cuda"
+    monkeypatch.setattr(workloads, "held_beside_references", lambda device: 5e9)
+    assert _home(monkeypatch, card, "1B", "eager") == "cpu"
+
+
+def test_the_cached_references_are_not_counted_as_held(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 10_000)
+    monkeypatch.setattr(workloads, "_REFERENCES", {"a": None, "b": None})
+    monkeypatch.setattr(workloads, "reference_bytes", lambda key, device: 3_000)
+    assert workloads.held_beside_references("cuda") == 4_000
+    assert workloads.held_beside_references("cpu") == 0
+
+
 @dataclasses.dataclass
 class _Reference:
     """A reference that says where it is and counts its moves."""

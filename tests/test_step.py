@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import gc
+import weakref
 from collections.abc import Callable
 from types import SimpleNamespace
 
@@ -122,6 +124,29 @@ def _check(name: str, base: StepOptions, device: str = DEVICE) -> CheckResult:
     if name in NEEDS:
         pytest.importorskip(NEEDS[name], reason=f"{NEEDS[name]} does not import")
     return _check_options(*variant_options(name, base), device)
+
+
+def test_the_check_frees_each_step_it_builds_where_a_cycle_holds_it():
+    """Mutation: each step baseline_of builds (the high-precision one, then the eager one) is held
+    by a reference cycle, as the first optimizer of a process is (the frames of a lazy import hold
+    it); with the collector off, none outlives the record baseline_of keeps of it."""
+    built = []
+
+    def build(options: StepOptions) -> TrainStep:
+        step = build_step(TINY, options, "cpu")
+        step.held_by = step  # a cycle: freed by the collector only
+        built.append(weakref.ref(step))
+        return step
+
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        baseline_of(build, BASELINE.replace(**SMALL), "bf16")
+        alive = [ref() is not None for ref in built]
+    finally:
+        if collecting:
+            gc.enable()
+    assert alive == [False, False]
 
 
 @pytest.mark.parametrize("name", CPU_FP32)

@@ -311,8 +311,9 @@ _KEEP_REFERENCES = 3
 def reference_home(config: Any, reference: Any, options: Any, device: str) -> str:
     """Where the check's reference for candidate ``options`` (against ``reference``) is kept:
     ``device`` where the memory estimate of the largest step built beside it (its high-precision
-    step while it is copied, the eager step, the candidate) and its own bytes (gradients and
-    weights at the high precision) fit the usable memory, else 'cpu'."""
+    step while it is copied, the eager step, the candidate), its own bytes (gradients and weights
+    at the high precision) and what the process holds beyond the cached references (earlier
+    cases' leftovers: :func:`held_beside_references`) fit the usable memory, else 'cpu'."""
     from models.config import param_count
     from models.step import high_precision
     from optbench.suite.memory_estimate import step_memory_bytes, usable_bytes
@@ -323,8 +324,17 @@ def reference_home(config: Any, reference: Any, options: Any, device: str) -> st
     high = high_precision(reference, options.precision)
     steps = (high, reference.replace(precision=options.precision), options)
     own = 2 * param_count(config) * (8 if high.precision == "fp64" else 4)
-    fits = own + max(step_memory_bytes(config, s) for s in steps) <= usable
-    return device if fits else "cpu"
+    need = own + max(step_memory_bytes(config, s) for s in steps)
+    return device if held_beside_references(device) + need <= usable else "cpu"
+
+
+def held_beside_references(device: str) -> int:
+    """Bytes this process has allocated on ``device`` besides the cached references (which
+    :func:`place_references` moves or the estimate counts): 0 without CUDA."""
+    if not (str(device).startswith("cuda") and torch.cuda.is_available()):
+        return 0
+    cached = sum(reference_bytes(key, device) for key in _REFERENCES)
+    return max(0, torch.cuda.memory_allocated(device) - cached)
 
 
 def place_references(key: tuple, home: str) -> None:
