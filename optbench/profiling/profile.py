@@ -191,9 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--size is required, --steps must be at least 1 and --warmup at least 0")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     options = step_options_for(args.size, args.variant, parse_options(args.options), device)
-    name = args.name or "-".join(
-        filter(None, (args.variant or ("" if args.options else "eager"), args.options and "custom"))
-    )
+    # the variant's name, '-custom' with --options; 'eager': the baseline as it is
+    parts = [args.variant, "custom" if args.options else None]
+    name = args.name or "-".join(part for part in parts if part) or "eager"
     try:
         step = build_step(
             CONFIGS[args.size],

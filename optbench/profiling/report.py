@@ -129,14 +129,13 @@ def floor_rows(floors: dict[str, Any]) -> list[list[str]]:
     where the class has no floor); then the total over the classes with one."""
     rows = [
         [
-            kind,
+            c["class"],
             fmt(c["ms"]),
             fmt(c["floor_ms"]),
             fmt(c["over_ms"]),
             fmt(_times(c["ms"], c["floor_ms"])),
         ]
         for c in floors["classes"]
-        for kind in [c["class"]]
     ]
     total, floor = floors["floored_ms"], floors["floor_ms"]
     return [
