@@ -131,8 +131,9 @@ def fake(tmp_path, monkeypatch):
         "commits": {"BASE": "a" * 40, "HEAD": "b" * 40, "SLOW": "c" * 40, "NEUTRAL": "d" * 40},
         "lockstep": False,
         "paired": True,
+        "compile": {"base": 30.0, "head": 30.0, "head 1": 30.0, "head 2": 30.0},
     }
-    rng = random.Random(7)
+    rng, compile_rng = random.Random(7), random.Random(11)
 
     def resolve(ref, root=None):
         if ref not in state["commits"]:
@@ -159,16 +160,18 @@ def fake(tmp_path, monkeypatch):
         state["calls"].append(side.label)
         level = state["levels"][side.label] * (1 + rng.gauss(0, 0.003))
         host = 70.0 * (1 + rng.gauss(0, 0.15))
+        step_1b = record(
+            "bench_step.Step1B",
+            {"variant": "best-kernels"},
+            status=state["status"][side.label],
+            times={"step": (samples(level, 1), samples(level, 2))},
+            peak={"step": 512},  # a graph replay's own call: not judged
+            memory={"peak_bytes": 25 * 10**9, "resident_bytes": 21 * 10**9},
+            info={"primary_clock": "wall"},
+        )
+        step_1b["compile_seconds"] = state["compile"][side.label] * (1 + compile_rng.gauss(0, 0.01))
         recs = [
-            record(
-                "bench_step.Step1B",
-                {"variant": "best-kernels"},
-                status=state["status"][side.label],
-                times={"step": (samples(level, 1), samples(level, 2))},
-                peak={"step": 512},  # a graph replay's own call: not judged
-                memory={"peak_bytes": 25 * 10**9, "resident_bytes": 21 * 10**9},
-                info={"primary_clock": "wall"},
-            ),
+            step_1b,
             record(
                 "bench_step.Step100M",
                 {"variant": "eager"},
@@ -267,6 +270,32 @@ def test_the_warm_up_pair_is_not_judged(fake, monkeypatch):
 
     fake["levels"] = Levels(original)
     assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_OK
+
+
+def test_the_first_pair_is_judged_but_for_its_compile_seconds(fake):
+    """Mutation: with no warm-up pair, the first pair's times decide with the rest, and its compile
+    seconds do not: the head's first round compiling 3x longer (the caches it fills) is no
+    regression, 3x longer in every round is one. Compile is required here, so the rounds go on
+    until four judge it."""
+    require = ("device-bound", "memory", "compile")
+    options = ab.Options(**{**fake["options"].__dict__, "warmup": 0, "require": require})
+    rounds = {"head": 0}
+
+    class ColdFirst(dict):
+        def __getitem__(self, label):
+            rounds[label] = rounds.get(label, 0) + 1
+            return 90.0 if label == "head" and rounds[label] == 1 else 30.0
+
+    fake["compile"] = ColdFirst()
+    assert ab.ab("BASE", "HEAD", options) == ab.EXIT_OK
+    assert fake["calls"] == ab.order(5)
+    verdicts = {(v["key"], v["quantity"]): v for v in pairing(fake)["verdicts"]}
+    assert len(verdicts[STEP_1B, "time"]["base"]) == 5
+    assert len(verdicts[STEP_1B, "compile"]["base"]) == 4
+    assert verdicts[STEP_1B, "compile"]["verdict"] == NO_CHANGE
+    fake["calls"].clear()
+    fake["compile"] = {"base": 30.0, "head": 90.0}
+    assert ab.ab("BASE", "HEAD", options) == ab.EXIT_REGRESSION
 
 
 def test_a_case_failing_at_head_is_a_regression(fake, capsys):

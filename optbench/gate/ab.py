@@ -20,8 +20,9 @@ checked before it is timed, as always. The selected cases are measured in one of
 
 Each round's processes make an ordinary run of their commit: the records go to the store
 (``results/<machine>/optbench/``; a lockstep run's records say so, ``lockstep``) and the history
-gains them. The first ``--warmup`` pairs and lockstep rounds fill the compile caches and are not
-judged. Each verdict is against the metric's threshold (``optbench.suite.catalog.GATE_THRESHOLDS``:
+gains them. The first pair and lockstep round fill the compile caches: their compile seconds are not
+judged, their times and memory are (ABBA order puts both sides in the first pair alike). The first
+``--warmup`` pairs and lockstep rounds (default none) are not judged at all. Each verdict is against the metric's threshold (``optbench.suite.catalog.GATE_THRESHOLDS``:
 device-bound times 3%, host-bound 10%, peak memory 1%, compile seconds 15%). Each design goes on
 until every metric of the classes that must be decided (``--require``: device-bound, memory and
 host-bound by default) has a verdict other than inconclusive, after at least ``--min-rounds``
@@ -96,9 +97,14 @@ LOCKSTEP_MIN_ROUNDS = 6
 # a side's code has lockstep where its tree holds one of these: today's path, or that of the commits
 # before optbench/core/ was split into rooms (ab measures those in their own worktrees)
 LOCKSTEP_MODULES = ("optbench/measure/lockstep.py", "optbench/core/lockstep.py")
+# A grid process of a round, in its side's worktree. Once its records are stored it leaves without
+# the interpreter's teardown (inductor's compile workers, the CUDA context: 1-3 s a process), which
+# no figure of the round depends on; an error still ends it as Python does.
 GRID_ENTRY = (
+    "import os, sys; "
     "from optbench.suite.grids import PROCESSES, measure_suite; "
-    "measure_suite(kinds=PROCESSES[{!r}])"
+    "measure_suite(kinds=PROCESSES[{!r}]); "
+    "sys.stdout.flush(); sys.stderr.flush(); os._exit(0)"
 )
 
 
@@ -333,6 +339,12 @@ def values(records: dict[str, dict]) -> tuple[dict[Series, float], dict[str, str
     return found, statuses
 
 
+def without_compile(measured: dict[Series, float]) -> dict[Series, float]:
+    """``measured`` less its compile seconds: what a side's first round is judged on, whose
+    processes filled the compile caches that its later rounds read."""
+    return {s: x for s, x in measured.items() if s.quantity != "compile"}
+
+
 def paired_samples(records: dict[str, dict]) -> dict[Series, tuple[float, ...]]:
     """The samples of each host-bound time series of one lockstep run whose pairing held."""
     found: dict[Series, tuple[float, ...]] = {}
@@ -380,19 +392,20 @@ class Verdict:
 def judge(
     base: list[dict[Series, float]], head: list[dict[Series, float]], confidence: float
 ) -> list[Verdict]:
-    """A verdict for every series that each judged round of both sides measured; a peak memory
-    that each side gave alike in every round, within REPLICATED_SHARE of its threshold, is bounded
-    by its extreme ratios (:func:`optbench.gate.ratio.replicated_ratio`)."""
-    common = set.intersection(*(set(run) for run in [*base, *head])) if base and head else set()
+    """A verdict for every series that judged rounds of both sides measured, over the rounds that
+    measured it (a case not ok in a round has none there; a first round's compile seconds are left
+    out); a peak memory that each side gave alike in every round, within REPLICATED_SHARE of its
+    threshold, is bounded by its extreme ratios (:func:`optbench.gate.ratio.replicated_ratio`)."""
     out = []
-    for series in sorted(common):
+    for series in sorted(set().union(*base) & set().union(*head)):
         benchmark, params = case_of(series.key)
         klass = catalog.metric_class(
             benchmark, params, series.quantity, series.clock, series.metric
         )
         if klass is None:
             continue
-        b, h = tuple(run[series] for run in base), tuple(run[series] for run in head)
+        b = tuple(run[series] for run in base if series in run)
+        h = tuple(run[series] for run in head if series in run)
         threshold = catalog.GATE_THRESHOLDS[klass]
         exact = (
             replicated_ratio(b, h, threshold * REPLICATED_SHARE)
@@ -512,7 +525,7 @@ class Options:
     time_budget: float = 540.0
     min_rounds: int = 4
     max_rounds: int = 12
-    warmup: int = 1
+    warmup: int = 0
     confidence: float = 0.95
     results: Path | None = None
     require: tuple[str, ...] = ("device-bound", "memory", "host-bound")
@@ -545,7 +558,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-rounds", type=int, default=12, help="judged rounds a side at most (default 12)"
     )
-    p.add_argument("--warmup", type=int, default=1, help="pairs of rounds not judged (default 1)")
+    p.add_argument(
+        "--warmup", type=int, default=0, help="pairs of rounds not judged at all (default 0)"
+    )
     p.add_argument("--confidence", type=float, default=0.95, help="of each interval (default 0.95)")
     p.add_argument("--results", type=Path, help="results root (default results/)")
     p.add_argument(
@@ -844,6 +859,8 @@ class _Rounds:
             if records is None:
                 return False
             measured, statuses = values(records)
+            if self.pairs == 0:
+                measured = without_compile(measured)
             if side is self.base:
                 self.base_abba.append(run_id)
             if kept == "judged":
@@ -879,6 +896,8 @@ class _Rounds:
         for role, records in got.items():
             assert records is not None
             measured, statuses = values(records)
+            if evidence.rounds == 0:
+                measured = without_compile(measured)
             paired[role] = paired_samples(records)
             for timing in unpaired(records):
                 print(
