@@ -22,17 +22,18 @@ Each round's processes make an ordinary run of their commit: the records go to t
 (``results/<machine>/optbench/``; a lockstep run's records say so, ``lockstep``) and the history
 gains them. The first pair and lockstep round fill the compile caches: their compile seconds are not
 judged, their times and memory are (ABBA order puts both sides in the first pair alike). The first
-``--warmup`` pairs and lockstep rounds (default none) are not judged at all. Each verdict is against the metric's threshold (``optbench.suite.catalog.GATE_THRESHOLDS``:
-device-bound times 3%, host-bound 10%, peak memory 1%, compile seconds 15%). Each design goes on
-until every metric of the classes that must be decided (``--require``: device-bound, memory and
-host-bound by default) has a verdict other than inconclusive, after at least ``--min-rounds``
-judged rounds (lockstep: at least 6), or until ``--max-rounds``; a pair or round runs only where it
-fits in what is left of ``--time-budget``. A host-bound time measured in fresh processes (a graphed
-step's forward, or any where lockstep cannot run) moves by tens of percent between them: it is
-judged and reported, and flags a regression when its whole interval is past the threshold, but never
-holds up the verdict. A case that is ok at base and fails at head in any round is a regression. The
-pairing (which runs, in which order, on which GPU and CPU, the verdicts) is stored in
-``results/<machine>/ab/<first run id>.json``.
+``--warmup`` pairs and lockstep rounds (default none) are not judged at all. Each verdict is against
+the metric's threshold (``optbench.suite.catalog.GATE_THRESHOLDS``: device-bound times 3%,
+host-bound 10%, peak memory 1%, compile seconds 15%). Each design goes on until every metric of the
+classes that must be decided (``--require``: device-bound, memory and host-bound by default) has a
+verdict other than inconclusive, after at least ``--min-rounds`` judged rounds (lockstep: at least
+6), or until ``--max-rounds``; a pair or round runs only where it fits in what is left of
+``--time-budget``. A host-bound time measured in fresh processes (a graphed step's forward, or any
+where lockstep cannot run) moves by tens of percent between them: it is judged and reported, and
+flags a regression when its whole interval is past the threshold, but never holds up the verdict. A
+case that is ok at base and fails at head in any round is a regression. The pairing (which runs, in
+which order, on which GPU and CPU, the verdicts) is stored in ``results/<machine>/ab/<first run
+id>.json``.
 
 With several heads (``optbench ab BASE HEAD1 HEAD2``: a planted and a neutral change, or a
 stack of pull requests), every head is judged against the same base runs: each ABBA pass runs the
