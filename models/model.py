@@ -69,6 +69,15 @@ class FusedLinear(nn.Linear):
         return y.split(list(self.parts.values()), dim=-1)
 
 
+def _attends_in_half(q: Tensor) -> bool:
+    """Whether SDPA computes attention of ``q`` in half precision: ``q`` is fp16 or bf16, or
+    autocast to one of them is on for its device (which casts SDPA's inputs)."""
+    half, kind = (torch.float16, torch.bfloat16), q.device.type
+    return q.dtype in half or (
+        torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) in half
+    )
+
+
 class Attention(nn.Module):
     """Grouped-query attention through F.scaled_dot_product_attention, with optional QK-norm. RoPE
     'eager' rotates q and k as HF does; 'triton' (fused projections, no QK-norm) rotates them
@@ -116,14 +125,16 @@ class Attention(nn.Module):
                 q, k = self.qk_norm(q, k)
             q, k = rope_eager(q, cos, sin), rope_eager(k, cos, sin)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        if mask is None:
+        if mask is None and _attends_in_half(q):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
-            # As HF does: with a mask, SDPA's GQA path would fall back to the math kernel, so expand
-            # kv heads.
+            # SDPA's kernels that take enable_gqa (flash, cuDNN) take half precision only, and
+            # none takes it with a mask: otherwise SDPA falls back to the math kernel, which holds
+            # the B x H x S x S scores (fp32 at 1B, B=8, S=1024: 1 GiB a layer, and the check's
+            # fp32 reference step outgrows an 80 GB GPU). So expand kv heads, as HF does.
             rep = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
         return self.o_proj(y.transpose(1, 2).reshape(B, S, -1))
 
 

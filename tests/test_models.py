@@ -68,6 +68,36 @@ def test_forward_is_causal_with_the_right_shape(attn_mask, qk_norm):
     assert not torch.allclose(out[:, 20:], out_changed[:, 20:])
 
 
+def test_causal_attention_expands_kv_heads_unless_it_attends_in_half(monkeypatch):
+    """Mutation: fp32 attention through SDPA's GQA path (enable_gqa) falls back to the math kernel
+    on a GPU, whose B x H x S x S scores outgrew an 80 GB GPU in the 1B check's fp32 reference.
+    fp32 expands the kv heads and computes what the GQA path computes; under bf16 autocast the
+    GQA path stays."""
+    import torch.nn.functional as F
+
+    sdpa, calls = F.scaled_dot_product_attention, []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("enable_gqa", False))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    torch.manual_seed(0)
+    model = Decoder(TINY, attn_mask="is_causal")
+    idx = torch.randint(0, TINY.vocab_size, (2, 32))
+    with torch.no_grad():
+        expanded = model(idx)
+        assert calls == [False] * TINY.n_layers
+        monkeypatch.setattr("models.model._attends_in_half", lambda q: True)
+        torch.testing.assert_close(model(idx), expanded)
+        monkeypatch.undo()
+        monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+        calls.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(idx)
+    assert calls == [True] * TINY.n_layers
+
+
 def test_rope_is_a_relative_rotation():
     torch.manual_seed(0)
     cos, sin = rope_tables(TINY.max_seq_len, TINY.head_dim, TINY.rope_theta)

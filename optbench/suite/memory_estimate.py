@@ -12,14 +12,14 @@ Memory of a training step (``step_memory_bytes``), an estimate for ``models.step
   forward and the backward keeps: the LM head's and those of the blocks that are not checkpointed
   (plus the one block being recomputed); the embedding lookup is not cast.
 - block, bytes per token and layer that the eager block saves for backward, with a = 2 (autocast) or
-  4 (fp32, tf32) bytes per activation, d = d_model, f = ffn_dim, the residual stream in fp32:
-  16d (each of the two eager RMSNorms keeps its fp32 input and normalized x) + 5ad under autocast
-  (q, k, v, gate and up each keep their own half-precision copy of their input; 8d in fp32: one
-  input per norm) + 4ad (SDPA's q, k, v and output, k and v expanded to every head by an explicit
-  mask; 2ad + 2a*kv_dim with is_causal) + ad (o_proj's input) + 4af (gate, up, silu(gate), their
-  product). bf16 autocast with a mask: 36d + 8f; fp32: 44d + 16f. Checkpointing every k-th block
-  keeps only the fp32 input (4d) of its L // k blocks, plus one block's activations live again while
-  it is recomputed.
+  4 (fp32, tf32) bytes per activation, d = d_model, f = ffn_dim, the residual stream in fp32: 16d
+  (each of the two eager RMSNorms keeps its fp32 input and normalized x) + 5ad under autocast (q, k,
+  v, gate and up each keep their own half-precision copy of their input; 8d in fp32: one input per
+  norm) + 4ad (SDPA's q, k, v and output, k and v expanded to every head by an explicit mask or in
+  fp32; 2ad + 2a*kv_dim with is_causal under autocast) + ad (o_proj's input) + 4af (gate, up,
+  silu(gate), their product). bf16 autocast with a mask: 36d + 8f; fp32: 44d + 16f. Checkpointing
+  every k-th block keeps only the fp32 input (4d) of its L // k blocks, plus one block's activations
+  live again while it is recomputed.
 - loss, bytes per token: 12 per logit (V) for the eager loss, which holds the fp32 log-softmax
   output for backward and, at the start of the backward, its incoming and outgoing fp32 gradients;
   the chunked, fused and Liger losses hold one chunk of logits about the size of the hidden states
@@ -101,7 +101,9 @@ def _block_bytes_per_token(cfg: ModelConfig, options: StepOptions) -> float:
     if options.qk_norm:  # and the same of q's and k's heads
         norms += 2 * 4 * (d + kv)
     projection_inputs = 5 * a * d if autocast else 2 * 4 * d
-    sdpa = a * (2 * d + 2 * kv if options.attn_mask == "is_causal" else 4 * d)
+    # k and v expanded to every head unless SDPA's GQA path runs (models.model.Attention)
+    gqa = options.attn_mask == "is_causal" and autocast
+    sdpa = a * (2 * d + 2 * kv if gqa else 4 * d)
     return norms + projection_inputs + sdpa + a * d + 4 * a * f
 
 

@@ -3,16 +3,20 @@
 Each backend that accepts the call (cuDNN, FlashAttention-2, memory-efficient; ``enable_gqa`` as
 the model calls it, and with k and v expanded to every q head as HF does under a mask) is timed
 by ``optbench.measure.timing.measure`` (device ms, CUDA graph replays) on q, k, v laid out as the
-model makes them ((B, S, H, D) transposed to (B, H, S, D)). TFLOP/s count causal attention's
-fewest FLOPs (``optbench.profiling.floors``): 2 B H S^2 D forward, 6 B H S^2 D forward and
-backward. Run from the repository root on a GPU:
+model makes them ((B, S, H, D) transposed to (B, H, S, D)), and so is SDPA's own choice
+('default', what the model gets). TFLOP/s count causal attention's fewest FLOPs
+(``optbench.profiling.floors``): 2 B H S^2 D forward, 6 B H S^2 D forward and backward. 'peak' is
+the most one forward+backward allocates beyond its inputs (the math kernel's B x H x S x S scores
+show there). ``--dtype float32``: the check's fp32 reference step's attention. Run from the
+repository root on a GPU:
 
-    python3 -m scripts.probes.attention_backends 1B
+    python3 -m scripts.probes.attention_backends 1B [--dtype float32]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +26,7 @@ from models.config import CONFIGS
 from optbench.measure.timing import measure
 
 BACKENDS = {
+    "default": None,  # SDPA's own choice
     "cudnn": SDPBackend.CUDNN_ATTENTION,
     "flash": SDPBackend.FLASH_ATTENTION,
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
@@ -33,19 +38,22 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("size")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
     args = p.parse_args(argv)
+    dtype = getattr(torch, args.dtype)
     cfg = CONFIGS[args.size]
     b, s, h, hkv, d = args.batch, args.seq, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     g = torch.Generator("cuda").manual_seed(0)
 
     def heads(n: int) -> torch.Tensor:
-        x = torch.randn(b, s, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+        x = torch.randn(b, s, n, d, device="cuda", dtype=dtype, generator=g)
         return x.transpose(1, 2).requires_grad_()
 
     q, k, v = heads(h), heads(hkv), heads(hkv)
-    dy = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    dy = torch.randn(b, h, s, d, device="cuda", dtype=dtype, generator=g)
     fwd_flops = 2.0 * b * h * s * s * d
-    print(f"{args.size}: B={b} S={s} Hq={h} Hkv={hkv} D={d}, torch {torch.__version__}")
+    shape = f"B={b} S={s} Hq={h} Hkv={hkv} D={d} {args.dtype}"
+    print(f"{args.size}: {shape}, torch {torch.__version__}")
     for name, backend in BACKENDS.items():
         for layout in ("gqa", "expanded"):
 
@@ -60,7 +68,13 @@ def main(argv: list[str] | None = None) -> None:
                 attend().backward(dy)
 
             try:
-                with sdpa_kernel(backend):
+                with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
+                    both()
+                    torch.cuda.synchronize()
+                    held = torch.cuda.memory_allocated()
+                    torch.cuda.reset_peak_memory_stats()
+                    both()
+                    peak = torch.cuda.max_memory_allocated() - held
                     fwd = measure(attend, device="cuda").device
                     fb = measure(both, device="cuda").device
             except RuntimeError as exc:
@@ -69,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"  {name:9} {layout:8} fwd {fwd.median_ms:7.3f} ms "
                 f"({fwd_flops / fwd.median_ms / 1e9:5.0f} TFLOP/s)  fwd+bwd {fb.median_ms:7.3f} ms "
-                f"({3 * fwd_flops / fb.median_ms / 1e9:5.0f} TFLOP/s)"
+                f"({3 * fwd_flops / fb.median_ms / 1e9:5.0f} TFLOP/s)  peak {peak / 2**20:7.0f} MiB"
             )
 
 
