@@ -91,8 +91,10 @@ class CaseMeter:
     (the check's reference): its own peak is dropped, and the bytes it leaves on the device are
     moved from the case to ``reference_bytes``. :meth:`result` is the record's ``memory``:
 
-    - ``peak_bytes``: max over counted phases of (``max_memory_allocated`` - base). A CUDA graph's
-      buffers count at capture, where they are allocated; a replay allocates nothing.
+    - ``peak_bytes``: max over counted phases of ``max_memory_allocated`` less the bytes allocated
+      at the start (not the free bytes of earlier cases' live graph pools, which
+      ``max_memory_allocated`` does not count either). A CUDA graph's buffers count at capture,
+      where they are allocated; a replay allocates nothing.
     - ``resident_bytes``: what is held at the end: allocated bytes plus the free bytes inside
       private pools (a live CUDA graph's, kept for its replays), less the same at the start.
     - ``reserved_peak_bytes``: ``max_memory_reserved`` over counted phases, less the bytes
@@ -105,11 +107,12 @@ class CaseMeter:
     def __init__(self, device: str | torch.device) -> None:
         self.cuda = torch.device(device).type == "cuda" and torch.cuda.is_available()
         self._peak = self._reserved_peak = self._reference = 0
-        self._base = self._held_before = self._reserved_base = 0
+        self._base = self._held_before = self._reserved_base = self._allocated_base = 0
         self._counting = False
         if self.cuda:
             torch.cuda.synchronize()
             self._held_before = self._base = held_bytes()
+            self._allocated_base = torch.cuda.memory_allocated()
             self._reserved_base = torch.cuda.memory_reserved()
 
     @contextlib.contextmanager
@@ -154,6 +157,7 @@ class CaseMeter:
             torch.cuda.synchronize()
             left = torch.cuda.memory_allocated() - before
             self._base += left
+            self._allocated_base += left
             self._reserved_base += left
             self._reference += left if kept is None else kept()
             torch.cuda.empty_cache()
@@ -178,7 +182,7 @@ class CaseMeter:
 
     def _fold(self) -> None:
         torch.cuda.synchronize()
-        self._peak = max(self._peak, torch.cuda.max_memory_allocated() - self._base)
+        self._peak = max(self._peak, torch.cuda.max_memory_allocated() - self._allocated_base)
         self._reserved_peak = max(
             self._reserved_peak, torch.cuda.max_memory_reserved() - self._reserved_base
         )
