@@ -111,6 +111,13 @@ class CaseMeter:
         self._counting = False
         if self.cuda:
             torch.cuda.synchronize()
+            # cuBLAS keeps a workspace per handle and stream (32 MiB on an H200), taken from the
+            # caching allocator by the first matmul of a process and held: given back here, as
+            # PyTorch's own leak check does, so that every case counts the ones it uses, whether
+            # it is the first in its process or not
+            clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+            if clear_workspaces is not None:
+                clear_workspaces()
             self._held_before = self._base = held_bytes()
             self._allocated_base = torch.cuda.memory_allocated()
             self._reserved_base = torch.cuda.memory_reserved()
