@@ -11,6 +11,7 @@ import random
 import statistics
 from typing import Any
 
+from optbench.store.records import CASE_METER
 from optbench.store.store import MACHINE_KEY, ResultStore, record_key
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -57,7 +58,8 @@ def record(
     info: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One record; ``times`` maps a metric to (device samples or None, wall samples), ``peak`` to
-    its per-call peak; ``memory`` is the case's own (records.CaseMemory's fields)."""
+    its per-call peak; ``memory`` is the case's own (records.CaseMemory's fields; the current
+    meter's unless it names another)."""
     rec: dict[str, Any] = {
         "key": record_key(benchmark, params),
         "benchmark": benchmark,
@@ -75,7 +77,7 @@ def record(
         **rec,
         "metrics": metrics,
         "peak_mem_bytes": peak or {},
-        **({"memory": memory} if memory else {}),
+        **({"memory": {"meter": CASE_METER, **memory}} if memory else {}),
         "flops": flops or {},
         "bytes": bytes_ or {},
         "info": info or {},

@@ -10,7 +10,7 @@ import torch
 from optbench.measure import memory
 from optbench.measure.memory import CaseMeter, not_counted
 from optbench.run.runner import Case, Work, run_grid
-from optbench.store.records import CASE_PEAK, CASE_RESIDENT, Record
+from optbench.store.records import CASE_METER, CASE_PEAK, CASE_RESIDENT, Record
 from optbench.store.store import ResultStore
 
 GIB = 1 << 30
@@ -247,7 +247,7 @@ class PhaseMeter:
             self.inside = False
 
     def result(self) -> dict[str, int]:
-        return {"peak_bytes": 7, "resident_bytes": 3}
+        return {"peak_bytes": 7, "resident_bytes": 3, "meter": CASE_METER}
 
 
 def test_the_runner_counts_build_and_timing_but_not_the_check(tmp_path, monkeypatch):
@@ -285,7 +285,7 @@ def test_the_runner_counts_build_and_timing_but_not_the_check(tmp_path, monkeypa
     assert seen["build"] == [True]
     assert seen["check"] == [False]
     assert seen["timed"] and all(seen["timed"])
-    assert rec["memory"] == {"peak_bytes": 7, "resident_bytes": 3}
+    assert rec["memory"] == {"peak_bytes": 7, "resident_bytes": 3, "meter": CASE_METER}
     assert Record.of(rec).peaks() == {CASE_PEAK: 7, CASE_RESIDENT: 3}
 
 

@@ -14,6 +14,7 @@ import pytest
 from synthetic_results import GPU, commit, record, samples, save, slower
 
 from optbench.gate import compare as cmp
+from optbench.store.records import EARLIER_METER
 from optbench.store.store import ResultStore
 
 BASE, HEAD = commit(1), commit(2)
@@ -385,6 +386,23 @@ def test_a_graphed_steps_case_peak_is_judged_and_its_own_calls_is_not(store):
     assert memory["case peak"].significant and memory["case peak"].regression
     assert not memory["case resident"].significant
     assert memory["step"].detectable is None  # reported, never gated
+
+
+def test_an_earlier_meters_case_memory_is_reported_not_judged(store):
+    """Mutation: the case figures of a meter before CASE_METER depended on the cases before them in
+    their process (the same step read 4,199 and 5,230 MiB): a 24% move between two such runs is
+    reported, not gated; the current meter's would be judged (test above)."""
+
+    def earlier(case_peak: int) -> list[dict]:
+        (rec,) = graphed_step(case_peak)
+        del rec["memory"]["meter"]
+        return [rec]
+
+    write(store, earlier(4_199 << 20), earlier(5_230 << 20))
+    memory = {c.metric: c for c in cmp.compare(store, BASE, HEAD) if c.quantity == "peak memory"}
+    assert set(memory) == {"step", *EARLIER_METER}
+    peak = memory[EARLIER_METER[0]]
+    assert peak.ratio > 1.2 and not peak.regression and not peak.gated
 
 
 def compiled(seconds: float) -> list[dict]:

@@ -11,7 +11,7 @@ from synthetic_results import commit, record, samples, save
 
 from optbench.gate import noisecheck as nc
 from optbench.gate.compare import ALPHA, Change, Noise, Summary
-from optbench.store.records import CASE_PEAK, CASE_RESIDENT, Record
+from optbench.store.records import CASE_METER, CASE_PEAK, CASE_RESIDENT, Record
 from optbench.store.store import ResultStore
 
 SHAPES = ["8192x768", "16384x768"]
@@ -194,6 +194,7 @@ def with_case_memory(records: list[dict]) -> list[dict]:
         "resident_bytes": 2**30,
         "reserved_peak_bytes": 4 * 2**30,
         "held_before_bytes": 2**20,
+        "meter": CASE_METER,
     }
     return [{**r, "memory": dict(memory)} for r in records]
 

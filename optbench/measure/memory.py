@@ -14,6 +14,8 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
+from optbench.store.records import CASE_METER
+
 _HOST_DEVICES = (DeviceType.CPU, DeviceType.MKLDNN, DeviceType.IDEEP)
 
 
@@ -181,6 +183,7 @@ class CaseMeter:
             "reserved_peak_bytes": self._reserved_peak,
             "held_before_bytes": self._held_before,
             "reference_bytes": self._reference,
+            "meter": CASE_METER,
         }
 
     def _restart(self) -> None:

@@ -33,7 +33,7 @@ from models.variants import (
     reference,
     switches,
 )
-from optbench.store.records import CASE_PEAK, CASE_RESIDENT
+from optbench.store.records import CASE_PEAK, CASE_RESIDENT, EARLIER_METER
 
 #: metric -> what it measures and in what unit. Times are ms per call (kernels) or per optimizer
 #: step; every kernel time has three clocks: ``device`` (CUDA-graph replays over input sets larger
@@ -622,9 +622,12 @@ def metric_class(
     replays CUDA graphs, host-bound otherwise, by every clock; a graphed step's ``forward`` runs
     eagerly (its graph replays the whole step) and moves by several percent between processes at
     every size, so it is host-bound. Peak memory is the memory class, but for the per-call peak of
-    a graphed step. Convergence losses and the CPU suite's classes are not gated here.
+    a graphed step and the case figures of an earlier meter (``records.EARLIER_METER``).
+    Convergence losses and the CPU suite's classes are not gated here.
     """
     if quantity == "peak memory":
+        if metric in EARLIER_METER:  # an earlier meter's case figures: reported, never judged
+            return None
         # a replay allocates nothing (the graph's memory came at capture): a graphed step's own
         # call reads ~0 by how it is measured; its case peak and resident bytes are judged
         per_call = metric not in (CASE_PEAK, CASE_RESIDENT)
