@@ -245,9 +245,9 @@ def steps(seed: int, run_sd: float) -> list[dict]:
 
 
 def test_host_bound_catches_are_a_trend_not_required(tmp_path, capsys):
-    """Quiet kernels beside a host-bound step whose runs move by 5%: the step's 1.15x plants are
-    missed (its detectable change is far above 15%), reported as a trend, and the check passes on
-    the kernels. Mutation: host-bound among the required classes fails."""
+    """Quiet kernels beside a host-bound step whose runs move by 5%, on a GPU machine: the
+    comparison reports the step's times, never gates them (compare.HOST_BOUND), so neither its
+    noise nor its plants are judged, and the check passes on the kernels."""
     store = ResultStore(tmp_path / "results")
     for n in range(1, 7):
         for r in range(2):
@@ -256,13 +256,11 @@ def test_host_bound_catches_are_a_trend_not_required(tmp_path, capsys):
             save(store, "h100-sxm", commit(n), f"2025-01-0{n}T0{r}:00:00+00:00", records)
     a = nc.audit(store, "h100-sxm")
     assert a.false_alarms == [] and a.missed == []
-    assert a.planted[1.15]["host-bound"] == 6 * 2 and a.caught[1.15]["host-bound"] < 6 * 2
+    assert a.planted[1.15]["host-bound"] == a.caught[1.15]["host-bound"] == 0
     assert a.caught[1.15]["device-bound"] == a.planted[1.15]["device-bound"] == 6 * 4
     assert run_main(store) == 0
     out = capsys.readouterr().out
-    caught = a.caught[1.15]["host-bound"]
-    assert "trend, not required (ab's lockstep rounds decide host-bound changes): 1.15x " in out
-    assert f"host-bound {caught} of 12" in out.split("trend, not required")[1]
+    assert "trend, not required (ab's lockstep rounds decide host-bound changes): none" in out
 
 
 def _change(sigma: float, df: int, detectable: float, runs=(1, 1), quantity="time") -> Change:

@@ -760,8 +760,8 @@ def test_history_page_lists_the_flagged_change_and_writes_its_charts(published):
 
 
 def test_history_of_several_runs_per_commit(tmp_path):
-    """Four commits of three runs each (1% run-to-run jitter); 'best' 20% slower at commit 3 only: a
-    regression there, an improvement at commit 4, nothing else."""
+    """Four commits of three runs each (1% run-to-run jitter) of the 1B steps (device-bound); 'best'
+    20% slower at commit 3 only: a regression there, an improvement at commit 4, nothing else."""
     import random
 
     store = ResultStore(tmp_path / "results")
@@ -770,7 +770,7 @@ def test_history_of_several_runs_per_commit(tmp_path):
             jitter = 1 + random.Random(10 * n + r).gauss(0, 0.01)
             records = [
                 _step(
-                    "bench_step.Step100M",
+                    "bench_step.Step1B",
                     v,
                     ms * jitter * (1.2 if (n, v) == (3, "best") else 1),
                     n + r,
@@ -780,8 +780,8 @@ def test_history_of_several_runs_per_commit(tmp_path):
             save(store, "h100-sxm", commit(n), f"2025-01-0{n}T1{r}:00:00+00:00", records)
     found = {s.key: s for s in data.time_histories(store, "h100-sxm")}
     best, eager = (
-        found["bench_step.Step100M|variant=best"],
-        found["bench_step.Step100M|variant=eager"],
+        found["bench_step.Step1B|variant=best"],
+        found["bench_step.Step1B|variant=eager"],
     )
     assert [len(p.runs) for p in best.commits] == [3, 3, 3, 3]
     assert [p.verdict for p in best.commits] == ["", "", "REGRESSION", "improvement"]

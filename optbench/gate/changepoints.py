@@ -84,6 +84,9 @@ def gpu_unit(info: Mapping[str, Any]) -> str | None:
     return _with_runs_at_once(str(info["gpu_uuid"]), info)
 
 
+CPU_UNIT = "host "  # how a CPU machine's unit (cpu_unit) begins; a GPU's is its UUID
+
+
 def cpu_unit(info: Mapping[str, Any]) -> str | None:
     """The CPU machine a run without a GPU measured on, from its ``__machine__`` record's info: its
     host id and CPU model (what its machine name, ``cpu-<model>-<host id>``, holds), e.g. 'host
@@ -91,7 +94,8 @@ def cpu_unit(info: Mapping[str, Any]) -> str | None:
     run, or a run that recorded no host id (which host it ran on is unknown)."""
     if info.get("gpu_name") or not info.get("host_id"):
         return None
-    return _with_runs_at_once(f"host {info['host_id']} ({info.get('cpu') or 'unknown CPU'})", info)
+    cpu = info.get("cpu") or "unknown CPU"
+    return _with_runs_at_once(f"{CPU_UNIT}{info['host_id']} ({cpu})", info)
 
 
 def _with_runs_at_once(unit: str, info: Mapping[str, Any]) -> str:

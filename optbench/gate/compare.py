@@ -33,7 +33,9 @@ The rule, per record, metric and clock (``device``, ``device_warm``, ``wall``), 
   (:func:`optbench.suite.catalog.gate_threshold`), q Student's t quantile at 1 - :data:`ALPHA` for
   sigma's degrees of freedom. A change beyond it is a regression (slower) or an improvement
   (faster). A metric the catalog does not gate (a kernel's wall time: host launch overhead) is
-  reported, never gated.
+  reported, never gated; so is a host-bound time on a GPU machine (:data:`HOST_BOUND`), whose
+  spread between fresh processes is heavy-tailed: a trend here, decided by ``optbench ab``'s
+  lockstep rounds.
 - Compile seconds (quantity 'compile': the record's ``compile_seconds``, one value per run, only
   of runs that started from a cold compile cache, ``info.compile_cache``, since a warm cache skips
   the compilation it would time) are judged as times are: against their own A/A noise on that GPU
@@ -72,11 +74,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from optbench.gate.changepoints import cpu_unit, gpu_unit
+from optbench.gate.changepoints import CPU_UNIT, cpu_unit, gpu_unit
 from optbench.run.runner import measured_commit
 from optbench.store.records import INTERRUPTED, OK, Record, TimingView
 from optbench.store.store import REPO_ROOT, ResultStore, StoredRun
-from optbench.suite.catalog import GATE_THRESHOLDS, gate_threshold
+from optbench.suite.catalog import GATE_THRESHOLDS, gate_threshold, metric_class
 
 MISSING = "missing"
 COLUMNS = (
@@ -98,6 +100,11 @@ COMPILE_SERIES = ("compile", "seconds")  # (metric, clock) of compile seconds am
 CROSS_GPU = "CROSS-GPU"
 NO_NOISE = "no noise estimate on this GPU"
 NOT_GATED = "not gated"
+# On a GPU machine a host-bound time's run-to-run spread in fresh processes is heavy-tailed (the 1B
+# best-kernels forward: 33.6-39.5 ms in four processes of one commit on one H200, no change
+# between), which a normal noise model fitted on a few A/A runs cannot bound at ALPHA: a trend here,
+# decided by ab's lockstep rounds (a CPU machine's steps, timed by their thread's CPU time, gate)
+HOST_BOUND = "host-bound: ab decides"
 INTERRUPTED_RUN = "interrupted: not gated"
 
 Series = tuple[str, str, str]  # (record key, metric, clock)
@@ -513,6 +520,8 @@ def _noise_change(
     else:
         detectable = model.detectable(len(logs[0]), len(logs[1]), limit or 0.0)
         reason = "" if limit is not None else NOT_GATED
+        if quantity == "time" and not gpu.startswith(CPU_UNIT) and _host_bound(rec, clock, metric):
+            reason = HOST_BOUND
     significant = detectable is not None and abs(diff) > math.log1p(detectable)
     gated = not reason
     return Change(
@@ -532,6 +541,10 @@ def _noise_change(
         gated=gated,
         reason=reason,
     )
+
+
+def _host_bound(rec: Record, clock: str, metric: str) -> bool:
+    return metric_class(rec.benchmark, rec.params, "time", clock, metric) == "host-bound"
 
 
 def _peaks(run: StoredRun, rec: Record) -> dict[str, float]:

@@ -25,8 +25,10 @@ The target, per machine (:attr:`Audit.ok`):
 
 Host-bound times and compile seconds are planted too and their catches reported as a trend, not
 required: a host-bound time moves by several to tens of percent between processes, and the gate's
-lockstep A/B (``optbench ab``) decides host-bound changes; compile seconds' class threshold, 15%,
-is what the plant adds. A metric without a noise estimate on its GPU
+lockstep A/B (``optbench ab``) decides host-bound changes (on a GPU machine the comparison reports
+host-bound times and does not gate them, :data:`optbench.gate.compare.HOST_BOUND`: neither their
+alarms nor their plants are judged there); compile seconds' class threshold, 15%, is what the plant
+adds. A metric without a noise estimate on its GPU
 (:data:`optbench.gate.compare.NO_NOISE`) is counted apart: the comparison does not judge it.
 
 Exit codes: 0 every machine meets the target; 1 one does not; 2 nothing checked (an unknown
@@ -220,7 +222,9 @@ def report(a: Audit) -> list[str]:
         f"{'over' if alarms > a.alarms_allowed else 'at most'} {a.alarms_allowed:.2f} allowed; "
         f"{len(a.missed)} of {required} required plants missed"
     )
-    trend = {f: [c for c in PLANTS[f] if c not in REQUIRED[f]] for f in PLANTS}
+    # the classes planted but not required that the comparison judged (on a GPU machine it never
+    # gates host-bound times: compare.HOST_BOUND)
+    trend = {f: [c for c in PLANTS[f] if c not in REQUIRED[f] and a.planted[f][c]] for f in PLANTS}
     lines = [
         f"{a.machine}: {verdict}",
         f"  {a.pairs} held-out A/A pairs of runs of one commit on one GPU ({len(a.gpus)} GPUs)",
@@ -233,7 +237,10 @@ def report(a: Audit) -> list[str]:
         + "; ".join(f"{f:g}x {_caught(a, f, REQUIRED[f])}" for f in PLANTS)
         + f"; missed: {len(a.missed)}",
         "  trend, not required (ab's lockstep rounds decide host-bound changes): "
-        + "; ".join(f"{f:g}x {_caught(a, f, trend[f])}" for f in PLANTS if trend[f]),
+        + (
+            "; ".join(f"{f:g}x {_caught(a, f, trend[f])}" for f in PLANTS if trend[f])
+            or "none judged"
+        ),
     ]
     lines += [f"  false alarm: {x}" for x in a.false_alarms]
     lines += [f"  missed {x}" for x in a.missed]
