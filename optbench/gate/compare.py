@@ -515,13 +515,14 @@ def _noise_change(
     model = noise.noise(gpu, series) if gpu is not None else None
     if gpu is None:  # across GPUs: beyond the threshold, reported
         detectable, reason = limit, CROSS_GPU
+    elif quantity == "time" and not gpu.startswith(CPU_UNIT) and _host_bound(rec, clock, metric):
+        detectable = limit if model is None else model.detectable(*map(len, logs), limit or 0.0)
+        reason = HOST_BOUND
     elif model is None:
         detectable, reason = None, NO_NOISE if limit is not None else NOT_GATED
     else:
         detectable = model.detectable(len(logs[0]), len(logs[1]), limit or 0.0)
         reason = "" if limit is not None else NOT_GATED
-        if quantity == "time" and not gpu.startswith(CPU_UNIT) and _host_bound(rec, clock, metric):
-            reason = HOST_BOUND
     significant = detectable is not None and abs(diff) > math.log1p(detectable)
     gated = not reason
     return Change(
