@@ -675,8 +675,9 @@ def test_a_roofline_without_problems_has_no_list_and_old_records_have_no_warm_fi
 
 
 def test_a_speedup_needs_its_reference_from_the_same_run(tmp_path):
-    """A rerun of one variant gives no ratio against the reference of an earlier run of the
-    commit."""
+    """A rerun of one variant (an ab round after a full run) gives no ratio against the reference
+    of an earlier run of the commit: the pair comes from the run that measured both, its ms too.
+    Where no run measured both, n/a."""
     from synthetic_results import record, samples, save
 
     def step(variant: str, ms: float) -> dict:
@@ -699,6 +700,13 @@ def test_a_speedup_needs_its_reference_from_the_same_run(tmp_path):
         "fused-ce"
     ] == pytest.approx(1.11, 0.02)
     save(store, "h100-sxm", commit(1), "2025-01-02T12:00:00+00:00", [step("fused-ce", 50.0)])
+    run = data.runs(store)["h100-sxm"][-1]
+    latest = run.records["bench_step.Step100M|variant=fused-ce"]
+    assert data.step_ms(latest) == pytest.approx(50, 0.02)
+    rec, x = data.step_pairs(run)["100M"]["fused-ce"]
+    assert x == pytest.approx(1.11, 0.02) and data.step_ms(rec) == pytest.approx(90, 0.02)
+    save(store, "h100-sxm", commit(2), "2025-01-03T12:00:00+00:00", [step("eager", 100.0)])
+    save(store, "h100-sxm", commit(2), "2025-01-04T12:00:00+00:00", [step("fused-ce", 50.0)])
     assert data.step_speedups(data.runs(store)["h100-sxm"][-1])["100M"]["fused-ce"] is None
 
 

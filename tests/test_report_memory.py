@@ -5,12 +5,15 @@ the estimate beside each. Test data, not measurements."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from synthetic_results import commit, record, samples, save
 
 from models.config import CONFIGS
 from optbench.measure.hardware import lookup
 from optbench.reporting import dashboard, data, memory, site
+from optbench.store.records import CASE_METER
 from optbench.store.store import ResultStore
 from optbench.suite.baseline import step_pair
 from optbench.suite.memory_estimate import step_memory_bytes
@@ -27,7 +30,7 @@ def _step(size: str, variant: str, ms: float, per_call: float, peak: float | Non
         info={"tokens": 8192, "primary_clock": "wall"},
     )
     if peak is not None:
-        rec["memory"] = {"peak_bytes": peak, "resident_bytes": peak / 2}
+        rec["memory"] = {"peak_bytes": peak, "resident_bytes": peak / 2, "meter": CASE_METER}
     return rec
 
 
@@ -102,6 +105,16 @@ def test_memory_page_draws_the_trade_then_the_table(history):
     (legend,) = fig.legends
     assert [t.get_text() for t in legend.get_texts()] == ["eager", "checkpoint", "other steps"]
     assert "<td>cuda-graph</td><td>–</td>" in table and "†" in note
+
+
+def test_an_earlier_meters_case_peak_is_marked(history):
+    """Mutation: a case peak measured before the meter's version 2 (which read a step after a CUDA
+    graph case low) shown as if measured the current way."""
+    run = history[-1]
+    rec = data.steps(run)["1B"]["eager"]
+    earlier = dataclasses.replace(rec, memory=dataclasses.replace(rec.memory, meter=None))
+    assert memory.step_memory(run, "1B", "eager", earlier).cell() == "30.0°"
+    assert memory.step_memory(run, "1B", "eager", rec).cell() == "30.0"
 
 
 def test_the_index_headline_shows_the_fastest_steps_memory(history):

@@ -45,15 +45,15 @@ CHANGE_POINT_COLUMNS = [
 def headline_rows(history: list[Run]) -> list[list[str]]:
     """A row per size (from the run that measured the most pairs of it,
     :func:`optbench.reporting.data.paired_steps`): the fastest step of that run (wall clock), its
-    median ms and IQR, eager's median over it from the same run (n/a where that run has no eager),
-    x HF (:func:`optbench.reporting.data.hf_ratio`), and its memory
+    median ms and IQR, eager's median over it from one run (:meth:`Run.pair`; n/a where no run of
+    the commit measured both), x HF (:func:`optbench.reporting.data.hf_ratio`), and its memory as
+    memory.html shows it, from its latest record
     (:meth:`optbench.reporting.memory.StepMemory.cell`)."""
     rows = []
     for size, run, _ in by_size(fullest(history, paired_steps)):
         by_variant = steps(run)[size]
         variant = min(by_variant, key=lambda v: step_ms(by_variant[v]))
-        rec = by_variant[variant]
-        eager = run.beside(rec, variant="eager")
+        rec, eager = run.pair(by_variant[variant], variant="eager") or (by_variant[variant], None)
         rows.append(
             [
                 f"{size} @ {run.commit[:8]}",
@@ -61,7 +61,7 @@ def headline_rows(history: list[Run]) -> list[list[str]]:
                 f"{step_ms(rec):.1f} [{step_iqr_ms(rec):.1f}]",
                 "n/a" if eager is None else f"{step_ms(eager) / step_ms(rec):.2f}×",
                 x_hf_cell(hf_ratio(run, size)),
-                step_memory(run, size, variant, rec).cell(),
+                step_memory(run, size, variant, by_variant[variant]).cell(),
             ]
         )
     return rows

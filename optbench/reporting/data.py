@@ -79,6 +79,20 @@ class Run:
         )
         return other if other is not None and other.ok else None
 
+    def pair(self, rec: Record, **params: str) -> tuple[Record, Record] | None:
+        """(``rec``'s case, the case with ``params`` in place of its own), both ok and from one run
+        of this commit: ``rec``'s own run, else the newest run that stored both (an ``optbench
+        ab`` round measures a few cases after a full run of the commit: the latest record of a
+        case can come from a run without its reference); None where no run has both."""
+        key = record_key(rec.benchmark, {**split_key(rec.key)[1], **params})
+        others = sorted((r for r in self.by_run if r != run_of(rec)), reverse=True)
+        for run in (run_of(rec), *others):
+            found = self.by_run.get(run, {})
+            mine, other = found.get(rec.key), found.get(key)
+            if mine is not None and mine.ok and other is not None and other.ok:
+                return mine, other
+        return None
+
     @property
     def info(self) -> Mapping[str, Any]:
         return self.records[MACHINE_KEY].info if MACHINE_KEY in self.records else {}
@@ -252,24 +266,32 @@ def step_reference(variant: str) -> str | None:
     return reference(variant) if variant == "eager" or variant in VARIANTS else None
 
 
-def step_speedups(run: Run) -> dict[str, dict[str, float | None]]:
-    """Speedup of each variant vs its own reference measured in the same run (reference median ms /
-    variant median ms, wall clock) by size, then variant; None (n/a) where that reference was not
-    measured there or is unknown, or measured in another run of the commit. Variants that are their
-    own reference (eager, qknorm) have no entry."""
+def step_pairs(run: Run) -> dict[str, dict[str, tuple[Record, float | None]]]:
+    """Each variant's step record and its speedup vs its own reference measured in the same run
+    (reference median ms / variant median ms, wall clock; :meth:`Run.pair`: the variant's latest
+    run, else the newest run of the commit that measured both) by size, then variant; the speedup
+    None (n/a), beside the variant's latest record, where no run of the commit measured both or the
+    reference is unknown. Variants that are their own reference (eager, qknorm) have no entry."""
+
+    def paired(v: str, rec: Record) -> tuple[Record, float | None]:
+        ref = step_reference(v)
+        both = run.pair(rec, variant=ref) if ref is not None else None
+        if both is None or not both[1].timing("step", "wall"):
+            return rec, None
+        mine, base = both
+        return mine, step_ms(base) / step_ms(mine)
+
     found = {
-        size: {
-            v: step_ms(base) / step_ms(rec)
-            if (ref := step_reference(v)) is not None
-            and (base := run.beside(rec, variant=ref)) is not None
-            and base.timing("step", "wall")
-            else None
-            for v, rec in by_v.items()
-            if step_reference(v) != v
-        }
+        size: {v: paired(v, rec) for v, rec in by_v.items() if step_reference(v) != v}
         for size, by_v in steps(run).items()
     }
-    return {size: speedups for size, speedups in found.items() if speedups}
+    return {size: pairs for size, pairs in found.items() if pairs}
+
+
+def step_speedups(run: Run) -> dict[str, dict[str, float | None]]:
+    """:func:`step_pairs`' speedups: by size, then variant, None (n/a) where no run of the commit
+    measured the variant beside its reference."""
+    return {size: {v: x for v, (_, x) in pairs.items()} for size, pairs in step_pairs(run).items()}
 
 
 def vs_label(variant: str) -> str:

@@ -33,8 +33,8 @@ from optbench.reporting.data import (
     step_failures,
     step_iqr_ms,
     step_ms,
+    step_pairs,
     step_reference,
-    step_speedups,
     steps,
     vs_label,
 )
@@ -57,7 +57,7 @@ def _step_rows(found: list[tuple[str, Run, object]]) -> list[list[str]]:
     measured = [
         (
             steps(run).get(size, {}),
-            step_speedups(run).get(size, {}),
+            step_pairs(run).get(size, {}),
             step_failures(run).get(size, {}),
         )
         for size, run, _ in found
@@ -70,7 +70,7 @@ def _step_rows(found: list[tuple[str, Run, object]]) -> list[list[str]]:
     def cell(
         variant: str,
         by_v: dict[str, Record],
-        speedups: dict[str, float | None],
+        pairs: dict[str, tuple[Record, float | None]],
         failed: dict[str, str],
     ) -> str:
         if variant not in by_v:
@@ -78,7 +78,7 @@ def _step_rows(found: list[tuple[str, Run, object]]) -> list[list[str]]:
         rec = by_v[variant]
         if step_reference(variant) == variant:
             return f"{step_ms(rec):.1f} ms [{step_iqr_ms(rec):.1f}]"
-        x = speedups[variant]
+        rec, x = pairs[variant]
         return f"{'n/a' if x is None else f'{x:.2f}×'} ({step_ms(rec):.1f} ms)"
 
     return [

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 
 from models.variants import VARIANTS, switches
 from optbench.reporting.data import Run, step_ms
-from optbench.store.records import Record
+from optbench.store.records import CASE_METER, Record
 from optbench.suite.catalog import graphed
 
 GB = 1e9
 CASE, PER_CALL = "case peak", "per call"  # what a measured figure is (StepMemory.kind)
 PER_CALL_MARK = "†"
+EARLIER_METER_MARK = "°"  # a case peak of a meter before records.CASE_METER
 NOT_SHOWN = "–"  # a graphed step without a case peak
 # The variants whose point is memory against time: activation checkpointing and the losses that
 # never hold the full logits (each switches nothing else).
@@ -30,7 +31,10 @@ MEMORY_NOTE = (
     f"GB = 10⁹ bytes. Measured: the case's peak (weights, gradients, optimizer state, activations "
     f"and CUDA-graph pools); {PER_CALL_MARK} where the record has no case peak: the extra memory "
     "of one step call above what the process held before it (gradients and activations; weights "
-    f"and optimizer state not counted); {NOT_SHOWN}: a step replayed from a CUDA graph whose "
+    f"and optimizer state not counted); {EARLIER_METER_MARK}: a case peak measured before the case "
+    "meter's version 2 (2026-11-29), which read a step measured after a CUDA-graph case of its "
+    "process low (the 100M best-kernels step: 4.4 GB after 56 cases of a full suite, 5.5 GB first "
+    f"in its process); {NOT_SHOWN}: a step replayed from a CUDA graph whose "
     "record has no case peak (a replay allocates nothing: its memory came at capture). Estimate: "
     "optbench.suite.memory_estimate's formula for the step's options on the run's hardware profile "
     "(what the plan skips a size by)."
@@ -46,13 +50,17 @@ class StepMemory:
     kind: str
     estimate: float | None
     graphed: bool
+    earlier_meter: bool = False  # a case peak of a meter before records.CASE_METER
 
     def cell(self) -> str:
-        """The measured figure in GB, marked :data:`PER_CALL_MARK` where per call;
-        :data:`NOT_SHOWN` for a graphed step without one; 'n/a' otherwise."""
+        """The measured figure in GB, marked :data:`PER_CALL_MARK` where per call and
+        :data:`EARLIER_METER_MARK` where an earlier meter measured it; :data:`NOT_SHOWN` for a
+        graphed step without one; 'n/a' otherwise."""
         if self.measured is None:
             return NOT_SHOWN if self.graphed else "n/a"
-        return f"{self.measured / GB:.1f}" + (PER_CALL_MARK if self.kind == PER_CALL else "")
+        per_call = PER_CALL_MARK if self.kind == PER_CALL else ""
+        earlier = EARLIER_METER_MARK if self.earlier_meter else ""
+        return f"{self.measured / GB:.1f}{per_call}{earlier}"
 
     def estimate_cell(self) -> str:
         return "n/a" if self.estimate is None else f"{self.estimate / GB:.1f}"
@@ -83,7 +91,8 @@ def step_memory(run: Run, size: str, variant: str, rec: Record) -> StepMemory:
         if per_call is not None
         else (None, "")
     )
-    return StepMemory(measured, kind, estimate_bytes(run, size, variant), is_graphed)
+    earlier = kind == CASE and rec.memory.meter != CASE_METER
+    return StepMemory(measured, kind, estimate_bytes(run, size, variant), is_graphed, earlier)
 
 
 def memory_columns(sizes: list[tuple[str, Run, dict[str, Record]]]) -> list[str]:

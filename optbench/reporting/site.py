@@ -625,7 +625,8 @@ HEADLINE_NOTE = (
     "that measured the most of the size; × eager: eager's median over it, same run; × HF: "
     "HF + torch.compile's over our fastest; peak GB: the step's memory as memory.html shows it "
     "(– for a step replayed from a CUDA graph whose record has no case peak: its per-call figure "
-    "reads ~0 by how it is measured)."
+    "reads ~0 by how it is measured; ° measured by the case meter before its version 2, which read "
+    "a step after a CUDA-graph case of its process low)."
 )
 
 
