@@ -14,6 +14,7 @@ from synthetic_results import record, samples
 
 from optbench.gate import ab, bisect
 from optbench.gate.ratio import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, Ratio, ratio
+from optbench.store.records import CASE_PEAK, EARLIER_METER
 from optbench.store.store import MACHINE_KEY, ResultStore
 
 STEP_1B = "bench_step.Step1B|variant=best-kernels"
@@ -296,6 +297,33 @@ def test_the_first_pair_is_judged_but_for_its_compile_seconds(fake):
     fake["calls"].clear()
     fake["compile"] = {"base": 30.0, "head": 90.0}
     assert ab.ab("BASE", "HEAD", options) == ab.EXIT_REGRESSION
+
+
+def test_a_series_is_judged_over_the_rounds_that_measured_it():
+    """A case not ok in one round of four (no values there) is judged from the other three, not
+    dropped; a series one side never measured is not judged."""
+    step = ab.Series(STEP_1B, "step", "time", "device")
+    only_head = ab.Series(STEP_1B, "forward", "time", "device")
+    base = [{step: 100.0 + i * 0.1} for i in range(4)]
+    head = [{step: 100.0 + i * 0.1, only_head: 30.0} for i in range(3)] + [{}]
+    (verdict,) = ab.judge(base, head, 0.95)
+    assert verdict.series == step and (len(verdict.base), len(verdict.head)) == (4, 3)
+
+
+def test_a_grid_process_entry_is_python_that_exits_after_measuring():
+    source = ab.GRID_ENTRY.format("steps")
+    compile(source, "<grid entry>", "exec")
+    assert source.index("measure_suite(") < source.index("os._exit(0)")
+
+
+def test_case_memory_of_two_meters_is_not_compared_and_ab_says_so():
+    """Mutation: base's case peak by an earlier meter and head's by the current one are two names,
+    never judged against each other, and ab notes it (meters_differ)."""
+    earlier = ab.Series(STEP_1B, EARLIER_METER[0], "peak memory", "")
+    current = ab.Series(STEP_1B, CASE_PEAK, "peak memory", "")
+    base, head = [{earlier: 5e9}] * 4, [{current: 5e9}] * 4
+    assert ab.judge(base, head, 0.95) == []
+    assert ab.meters_differ(base, head) and not ab.meters_differ(head, head)
 
 
 def test_a_case_failing_at_head_is_a_regression(fake, capsys):

@@ -767,9 +767,17 @@ def test_history_page_lists_the_flagged_change_and_writes_its_charts(published):
     assert all(p.read_bytes().startswith(PNG) for p in pngs)
 
 
-def test_history_of_several_runs_per_commit(tmp_path):
-    """Four commits of three runs each (1% run-to-run jitter) of the 1B steps (device-bound); 'best'
-    20% slower at commit 3 only: a regression there, an improvement at commit 4, nothing else."""
+@pytest.mark.parametrize(
+    ("size", "verdicts"),
+    [
+        ("1B", ["", "", "REGRESSION", "improvement"]),
+        ("100M", ["", "", "", ""]),  # host-bound on a GPU: a trend, not the gate's (HOST_BOUND)
+    ],
+)
+def test_history_of_several_runs_per_commit(tmp_path, size, verdicts):
+    """Four commits of three runs each (1% run-to-run jitter); 'best' 20% slower at commit 3 only:
+    at 1B (device-bound) a regression there, an improvement at commit 4, nothing else; at 100M
+    (host-bound) nothing flagged."""
     import random
 
     store = ResultStore(tmp_path / "results")
@@ -778,7 +786,7 @@ def test_history_of_several_runs_per_commit(tmp_path):
             jitter = 1 + random.Random(10 * n + r).gauss(0, 0.01)
             records = [
                 _step(
-                    "bench_step.Step1B",
+                    f"bench_step.Step{size}",
                     v,
                     ms * jitter * (1.2 if (n, v) == (3, "best") else 1),
                     n + r,
@@ -788,11 +796,11 @@ def test_history_of_several_runs_per_commit(tmp_path):
             save(store, "h100-sxm", commit(n), f"2025-01-0{n}T1{r}:00:00+00:00", records)
     found = {s.key: s for s in data.time_histories(store, "h100-sxm")}
     best, eager = (
-        found["bench_step.Step1B|variant=best"],
-        found["bench_step.Step1B|variant=eager"],
+        found[f"bench_step.Step{size}|variant=best"],
+        found[f"bench_step.Step{size}|variant=eager"],
     )
     assert [len(p.runs) for p in best.commits] == [3, 3, 3, 3]
-    assert [p.verdict for p in best.commits] == ["", "", "REGRESSION", "improvement"]
+    assert [p.verdict for p in best.commits] == verdicts
     assert not eager.flagged
 
 

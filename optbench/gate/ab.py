@@ -20,20 +20,22 @@ checked before it is timed, as always. The selected cases are measured in one of
 
 Each round's processes make an ordinary run of their commit: the records go to the store
 (``results/<machine>/optbench/``; a lockstep run's records say so, ``lockstep``) and the history
-gains them. The first pair and lockstep round fill the compile caches: their compile seconds are not
-judged, their times and memory are (ABBA order puts both sides in the first pair alike). The first
-``--warmup`` pairs and lockstep rounds (default none) are not judged at all. Each verdict is against
-the metric's threshold (``optbench.suite.catalog.GATE_THRESHOLDS``: device-bound times 3%,
-host-bound 10%, peak memory 1%, compile seconds 15%). Each design goes on until every metric of the
-classes that must be decided (``--require``: device-bound, memory and host-bound by default) has a
-verdict other than inconclusive, after at least ``--min-rounds`` judged rounds (lockstep: at least
-6), or until ``--max-rounds``; a pair or round runs only where it fits in what is left of
-``--time-budget``. A host-bound time measured in fresh processes (a graphed step's forward, or any
-where lockstep cannot run) moves by tens of percent between them: it is judged and reported, and
-flags a regression when its whole interval is past the threshold, but never holds up the verdict. A
-case that is ok at base and fails at head in any round is a regression. The pairing (which runs, in
-which order, on which GPU and CPU, the verdicts) is stored in ``results/<machine>/ab/<first run
-id>.json``.
+gains them. The first pair and lockstep round fill the compile caches (the base's first round
+compiles, the head's reads what it can of that): their compile seconds are not judged, so compile
+seconds need a fifth pair to be bounded (``--require compile`` runs it); their times and memory are
+judged (on an H200 the first pair's device times and case memory sat within the later pairs' spread,
+cold cache or not: NOTES.md, 2026-11-29). The first ``--warmup`` pairs and lockstep rounds (default
+none) are not judged at all. Each verdict is against the metric's threshold
+(``optbench.suite.catalog.GATE_THRESHOLDS``: device-bound times 3%, host-bound 10%, peak memory 1%,
+compile seconds 15%). Each design goes on until every metric of the classes that must be decided
+(``--require``: device-bound, memory and host-bound by default) has a verdict other than
+inconclusive, after at least ``--min-rounds`` judged rounds (lockstep: at least 6), or until
+``--max-rounds``; a pair or round runs only where it fits in what is left of ``--time-budget``. A
+host-bound time measured in fresh processes (a graphed step's forward, or any where lockstep cannot
+run) moves by tens of percent between them: it is judged and reported, and flags a regression when
+its whole interval is past the threshold, but never holds up the verdict. A case that is ok at base
+and fails at head in any round is a regression. The pairing (which runs, in which order, on which
+GPU and CPU, the verdicts) is stored in ``results/<machine>/ab/<first run id>.json``.
 
 With several heads (``optbench ab BASE HEAD1 HEAD2``: a planted and a neutral change, or a
 stack of pull requests), every head is judged against the same base runs: each ABBA pass runs the
@@ -75,7 +77,7 @@ from optbench.gate.ratio import (
 from optbench.measure.lockstep import ENV as LOCKSTEP_ENV
 from optbench.measure.lockstep import Partner
 from optbench.run.runner import measured_commit
-from optbench.store.records import OK, Record
+from optbench.store.records import CASE_PEAK, CASE_RESIDENT, EARLIER_METER, OK, Record
 from optbench.store.settings import Settings, process_env
 from optbench.store.store import (
     MACHINE_KEY,
@@ -338,6 +340,18 @@ def values(records: dict[str, dict]) -> tuple[dict[Series, float], dict[str, str
         if rec.compile_seconds:
             found[Series(key, "compile", "compile", "")] = rec.compile_seconds
     return found, statuses
+
+
+def meters_differ(base: list[dict[Series, float]], head: list[dict[Series, float]]) -> bool:
+    """Whether one side's rounds measured case memory by an earlier meter and the other's by the
+    current one (``records.EARLIER_METER`` against ``CASE_PEAK``): then neither is judged."""
+
+    def names(runs: list[dict[Series, float]]) -> set[str]:
+        return {s.metric for run in runs for s in run if s.quantity == "peak memory"}
+
+    earlier, current = set(EARLIER_METER), {CASE_PEAK, CASE_RESIDENT}
+    b, h = names(base), names(head)
+    return bool((b & earlier and h & current) or (b & current and h & earlier))
 
 
 def without_compile(measured: dict[Series, float]) -> dict[Series, float]:
@@ -990,12 +1004,20 @@ def _verdict(args: Options, rounds: _Rounds, head: Side, started: float) -> int:
     verdicts, failed = on_abba + on_lock, evidence.failed()
     if not verdicts and not failed:
         print(
-            f"optbench ab: {head.label}: nothing to compare: no metric was measured in every "
-            "judged round of both sides",
+            f"optbench ab: {head.label}: nothing to compare: no metric was measured in judged "
+            "rounds of both sides",
             file=sys.stderr,
         )
         return EXIT_NOTHING
     _show_verdicts(rounds.machine, head, verdicts, failed)
+    sides = {role: evidence.abba[role] + evidence.lock[role] for role in ("base", "head")}
+    if meters_differ(sides["base"], sides["head"]):
+        print(
+            f"optbench ab: {head.label}: the case memory of the steps is not compared: the two "
+            "sides' case meters differ (optbench.store.records.CASE_METER; an earlier meter's "
+            "figures depended on the cases before them)",
+            file=sys.stderr,
+        )
     regressions = [v for v in verdicts if v.verdict == REGRESSION]
     required = undecided(verdicts, args.require)
     code = EXIT_REGRESSION if regressions or failed else EXIT_INCONCLUSIVE if required else EXIT_OK

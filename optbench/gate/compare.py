@@ -173,7 +173,7 @@ class Change:
     detectable: float | None = None  # the smallest relative change this comparison flags
     method_changed: bool = False  # the clock measures something else at head: not compared
     gated: bool = True  # whether the verdict decides the gate
-    reason: str = ""  # why not gated: CROSS_GPU, NO_NOISE or NOT_GATED ('' where gated)
+    reason: str = ""  # why not gated: CROSS_GPU, NO_NOISE, NOT_GATED or HOST_BOUND ('' if gated)
     gpu: str | None = None  # the GPU whose runs were compared; None: runs of different GPUs
     base_machine: str | None = None  # where the base ran on another machine (:func:`cross_machine`)
 
@@ -907,7 +907,7 @@ def _notes(out: Any, mine: Sequence[Change]) -> None:
             f"note: {changed} time metrics are not compared on {where}: their clock measures "
             "another thing at head (e.g. cold-L2 kernel device time, `info.device_clock`)"
         )
-    times = [c for c in mine if c.quantity == "time" and c.detectable is not None and c.gpu]
+    times = [c for c in mine if c.quantity == "time" and c.detectable is not None and c.gated]
     if times:
         out.print(
             f"{where}: {len(times)} time metrics judged; smallest detectable change: median "

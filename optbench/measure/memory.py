@@ -116,7 +116,8 @@ class CaseMeter:
             # cuBLAS keeps a workspace per handle and stream (32 MiB on an H200), taken from the
             # caching allocator by the first matmul of a process and held: given back here, as
             # PyTorch's own leak check does, so that every case counts the ones it uses, whether
-            # it is the first in its process or not
+            # it is the first in its process or not. Safe while no CUDA graph of an earlier case
+            # is replayed once the next case's meter starts (each case's graphs die with it)
             clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
             if clear_workspaces is not None:
                 clear_workspaces()

@@ -684,7 +684,8 @@ def time_histories(
         for c in compare_runs(
             store.runs(machine, base), store.runs(machine, head), noise, threshold
         ):
-            if c.quantity == "time" and c.significant and verdict(c):
+            # the gate's verdicts and cross-GPU moves; not a trend it reports without gating
+            if c.quantity == "time" and c.significant and (c.gated or c.reason == CROSS_GPU):
                 cross = c.reason == CROSS_GPU
                 verdicts[c.key, c.metric, c.clock, head] = (
                     "" if cross else verdict(c),

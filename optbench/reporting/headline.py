@@ -51,9 +51,9 @@ HEADLINE_PAGE = "docs/results.md"
 def _step_rows(found: list[tuple[str, Run, object]]) -> list[list[str]]:
     """The step table's rows, a column per (size, run) of found: variants that are their own
     reference (eager first), ms per step [IQR]; then each other variant vs its reference (named in
-    its row): the speedup and its ms per step, 'n/a' where the reference was not measured in that
-    run, the status where the variant ran and did not end ok (:func:`step_failures`: 'wrong',
-    'oom', ...), '–' where it did not run."""
+    its row): the speedup and its ms per step from one run (:func:`step_pairs`), 'n/a' where no run
+    of the commit measured the variant beside its reference, the status where the variant ran and
+    did not end ok (:func:`step_failures`: 'wrong', 'oom', ...), '–' where it did not run."""
     measured = [
         (
             steps(run).get(size, {}),
