@@ -247,7 +247,6 @@ def compile_cache(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def bundle(session: nox.Session) -> None:
-    """Write the repository's history to .bundle/optbench.bundle for a runner whose copy has
-    none."""
-    os.makedirs(".bundle", exist_ok=True)
-    session.run("git", "bundle", "create", ".bundle/optbench.bundle", "--all", external=True)
+    """Write the repository's history, less the blobs the work tree holds, to .bundle/ for a runner
+    whose copy has none (scripts/history_pack.py)."""
+    session.run("python3", "scripts/history_pack.py", "pack", external=True)
