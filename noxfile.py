@@ -65,7 +65,7 @@ RUNNER_WHEELS = [
 # (.github/workflows/gpu-bench.yml downloads nox under RUNNER_WHEELS + NOX_PINS), and left out of
 # the wheelhouse: scripts/gpu-run.sh runs asv in its 'existing' environment, which never imports
 # virtualenv, and these 6.3 MB would take a lent machine's copied tree (work tree, .wheelhouse,
-# .bundle) over its 64 MiB.
+# .bundle) nearer its 64 MiB.
 NOX_PINS = [
     "virtualenv==21.15.8",
     "distlib==0.4.4",

@@ -10,7 +10,7 @@
 # asv.conf.json names, results/asv/) is packed into $OUT/results.tgz after the command; `optbench merge
 # results.tgz` folds it into the checkout's results/.
 #
-# A copied work tree arrives with an empty .git: the history comes from .bundle/optbench.bundle
+# A copied work tree arrives with an empty .git: the history comes from .bundle/history.pack
 # (made by `nox -s bundle`), so that asv can record results under the real commit hash. Python
 # packages the runner lacks (asv and its requirements, liger-kernel) come from .wheelhouse/ (made by
 # `nox -s wheelhouse`) and are installed into .cache/site without touching the system.

@@ -3,7 +3,7 @@
 A lent GPU machine takes a copied work tree of at most 64 MiB, and its ``.git`` arrives without
 commits. A bundle of every branch is most of that limit (29 MB on 2026-11-29, beside 35 MB of
 tracked files), since it repeats every blob of the tree. ``pack`` writes ``.bundle/history.pack``:
-every object reachable from a branch but the blobs of HEAD's tree (8.4 MB then), and
+every object reachable from a branch or HEAD but the blobs of HEAD's tree (8.4 MB then), and
 ``.bundle/refs``: HEAD's commit and each branch. ``restore`` (in the copy, from its root) indexes
 the pack, makes each blob of HEAD's tree that is missing from the files at their paths, checking
 each id against the tree's, and moves each branch to the pack's where the branch is absent or an
@@ -48,7 +48,8 @@ def pack() -> None:
     """Write PACK and REFS for HEAD and every branch."""
     head = git("rev-parse", "HEAD").strip()
     carried = {oid for _, oid, _ in tree_blobs(head)}
-    objects = [line.split()[0] for line in git("rev-list", "--objects", "--all").splitlines()]
+    listed = git("rev-list", "--objects", "--branches", "HEAD").splitlines()
+    objects = [line.split()[0] for line in listed]
     wanted = "\n".join(dict.fromkeys(o for o in objects if o not in carried)) + "\n"
     PACK.parent.mkdir(exist_ok=True)
     packed = subprocess.run(
