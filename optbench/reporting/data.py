@@ -84,12 +84,10 @@ class Run:
         of this commit: ``rec``'s own run, else the newest run that stored both (an ``optbench
         ab`` round measures a few cases after a full run of the commit: the latest record of a
         case can come from a run without its reference); None where no run has both."""
-        key = record_key(rec.benchmark, {**split_key(rec.key)[1], **params})
         others = sorted((r for r in self.by_run if r != run_of(rec)), reverse=True)
         for run in (run_of(rec), *others):
-            found = self.by_run.get(run, {})
-            mine, other = found.get(rec.key), found.get(key)
-            if mine is not None and mine.ok and other is not None and other.ok:
+            mine = self.by_run.get(run, {}).get(rec.key)
+            if mine is not None and mine.ok and (other := self.beside(mine, **params)):
                 return mine, other
         return None
 
