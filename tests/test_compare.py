@@ -7,7 +7,9 @@ class, refs looked up without their measured code commit.
 
 from __future__ import annotations
 
+import math
 import random
+import statistics
 import subprocess
 
 import pytest
@@ -406,6 +408,27 @@ def test_an_earlier_meters_case_memory_is_reported_not_judged(store):
     assert set(memory) == {"step", *EARLIER_METER}
     peak = memory[EARLIER_METER[0]]
     assert peak.ratio > 1.2 and not peak.regression and not peak.gated
+
+
+def test_a_time_of_several_runs_shows_their_geometric_mean_and_range(store):
+    """Mutation: the base column showing its latest run (18.2 ms) beside a 1.57x "slower" taken
+    over four runs whose others read ~9 ms, as a stored h200 comparison did."""
+    base_ms, head_ms = (9.0, 9.4, 8.8, 18.2), (24.4, 11.6)
+    for sha, day, levels in ((BASE, "01", base_ms), (HEAD, "02", head_ms)):
+        for r, ms in enumerate(levels):
+            save(store, "h100-sxm", sha, f"2025-01-{day}T0{r}:00:00+00:00", kernels(0, level=ms))
+    change = next(
+        c for c in cmp.compare(store, BASE, HEAD) if (c.metric, c.clock) == ("fwd", "device")
+    )
+
+    def geomean(values: tuple[float, ...]) -> float:
+        return math.exp(statistics.fmean(math.log(v) for v in values))
+
+    assert change.runs == (4, 2)
+    assert change.base.median == pytest.approx(geomean(base_ms), rel=0.01)
+    assert (change.base.q25, change.base.q75) == pytest.approx((8.8, 18.2), rel=0.01)
+    assert change.head.median == pytest.approx(geomean(head_ms), rel=0.01)
+    assert change.head.median / change.base.median == pytest.approx(change.ratio)
 
 
 def compiled(seconds: float) -> list[dict]:

@@ -508,6 +508,14 @@ def _noise_change(
     logs = [[math.log(m[series]) for m in side if series in m] for side in medians]
     if not (logs[0] and logs[1]):
         return None
+    # a time measured in several runs on a side shows what the change is taken from: their
+    # geometric mean and range
+    base, head = (
+        given
+        if len(side) == 1 or quantity != "time"
+        else Summary(*(math.exp(v) for v in (statistics.fmean(side), min(side), max(side))))
+        for side, given in zip(logs, (base, head))
+    )
     _, metric, clock = series
     diff = statistics.fmean(logs[1]) - statistics.fmean(logs[0])
     limit = _limit(rec, quantity, None if quantity == "compile" else clock, threshold, metric)
@@ -700,9 +708,10 @@ def _format(c: Change, s: Summary | None, status: str) -> str:
 
 
 def rows(changes: Iterable[Change]) -> list[tuple[str, ...]]:
-    """Table cells (see COLUMNS) of changes: medians of the latest runs with their quartiles, MiB
-    for memory, seconds for compile; the ratio of the runs' geometric means; the runs per side; the
-    smallest change the comparison detects."""
+    """Table cells (see COLUMNS) of changes: a time's median with its quartiles where a side has
+    one run, else the geometric mean of its runs' medians with their range (what the ratio is taken
+    from), MiB for memory, seconds for compile; the ratio of the runs' geometric means; the runs per
+    side; the smallest change the comparison detects."""
     return [
         (
             c.benchmark,
