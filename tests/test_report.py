@@ -115,6 +115,22 @@ def test_compare_page_shows_the_regression(store, published, asv_calls, tmp_path
     assert 'class="REGRESSION"' not in page and f"{commit(1)[:12]} → {commit(2)[:12]}" in page
 
 
+def test_the_compare_page_leads_with_one_gpu_and_counts_cross_gpu_moves(tmp_path):
+    """Mutation: commits measured on two GPUs listed row by row, a page of moves the gate never
+    judges. They are counted in its sentence instead."""
+    from synthetic_results import record, samples, save
+
+    def kernel(ms: float) -> list[dict]:
+        shape = {"shape": "16384x4096", "impl": "triton"}
+        return [record("bench_kernels.RMSNorm", shape, times={"fwd": (samples(ms, 1), None)})]
+
+    store = ResultStore(tmp_path / "results")
+    save(store, "h100-sxm", commit(1), "2025-01-01T00:00:00+00:00", kernel(1.0))
+    save(store, "h100-sxm", commit(2), "2025-01-02T00:00:00+00:00", kernel(1.69), gpu_uuid="GPU-2")
+    page = "".join(map(str, site.compare_parts(store, None, data.runs(store)["h100-sxm"])))
+    assert "<table" not in page and "1 difference beyond the threshold between runs" in page
+
+
 def test_headline_table(store):
     table = headline.headline_table(store)
     assert "h100-sxm — NVIDIA H100" in table and "emulated" not in table and "cpu-host" not in table

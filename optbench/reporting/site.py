@@ -56,7 +56,16 @@ from string import Template
 
 from models.variants import ABLATED
 from optbench.gate.changepoints import MIN_COMMITS, MIN_MAGNITUDE
-from optbench.gate.compare import COLUMNS, compare, compared, resolve, rows, shown, verdict
+from optbench.gate.compare import (
+    COLUMNS,
+    CROSS_GPU,
+    compare,
+    compared,
+    resolve,
+    rows,
+    shown,
+    verdict,
+)
 from optbench.reporting import charts
 from optbench.reporting.cache import ReportCache, files_digest
 from optbench.reporting.charts import Chart
@@ -496,11 +505,20 @@ def compare_parts(
         if base is None or head is None:
             return [note(f"No results of both {pair[0]} and {pair[1]} on this machine.")]
     changes = compare(store, base, head, [machine])
-    listed = [c for c in changes if shown(c)]
+    # what the gate judges on one GPU first; moves seen only across GPUs are counted, not listed
+    listed = [c for c in changes if shown(c) and c.reason != CROSS_GPU]
+    across = sum(shown(c) and c.reason == CROSS_GPU for c in changes)
     parts: list[Part] = [
         f"<p>{escape(base[:12])} → {escape(head[:12])}: {len(listed)} of "
-        f"{sum(map(compared, changes))} metrics with results at both commits changed "
-        "beyond what their noise lets the gate detect, or fail at head.</p>"
+        f"{sum(map(compared, changes))} metrics with results at both commits changed on one GPU "
+        "beyond what their noise lets the gate detect, or fail at head"
+        + (
+            f"; {across} difference{'s' * (across != 1)} beyond the threshold between runs on "
+            "different GPUs only, not gated and not listed"
+            if across
+            else ""
+        )
+        + ".</p>"
     ]
     if listed:
         parts.append(table(COLUMNS, rows(listed), "html", marks=[verdict(c) for c in listed]))
