@@ -14,7 +14,7 @@ from synthetic_results import record, samples
 
 from optbench.gate import ab, bisect
 from optbench.gate.ratio import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, Ratio, ratio
-from optbench.store.records import CASE_PEAK, EARLIER_METER
+from optbench.store.records import CASE_PEAK, CASE_RESIDENT, EARLIER_METER
 from optbench.store.store import MACHINE_KEY, ResultStore
 
 STEP_1B = "bench_step.Step1B|variant=best-kernels"
@@ -133,6 +133,10 @@ def fake(tmp_path, monkeypatch):
         "lockstep": False,
         "paired": True,
         "compile": {"base": 30.0, "head": 30.0, "head 1": 30.0, "head 2": 30.0},
+        "checked_in": [],
+        "reuses_checks": {"BASE": True, "HEAD": True, "SLOW": True, "NEUTRAL": True},
+        # bytes more a case holds in a process that ran its check (NOTES.md: ~100 MiB)
+        "check_holds": 100 * 2**20,
     }
     rng, compile_rng = random.Random(7), random.Random(11)
 
@@ -148,6 +152,10 @@ def fake(tmp_path, monkeypatch):
         if state["lockstep"]:
             (tree / ab.LOCKSTEP_MODULES[0]).parent.mkdir(parents=True, exist_ok=True)
             (tree / ab.LOCKSTEP_MODULES[0]).write_text("")
+        ref = next(r for r, c in state["commits"].items() if c == commit)
+        if state["reuses_checks"][ref]:
+            (tree / "optbench" / "store").mkdir(parents=True, exist_ok=True)
+            (tree / "optbench" / "store" / "settings.py").write_text(ab.CHECKED_IN_VARIABLE)
         return tree
 
     def save(side, run_id, recs):
@@ -159,6 +167,9 @@ def fake(tmp_path, monkeypatch):
         keys = {k for g in groups.values() for k in g}
         run_id = f"run{len(state['calls']):02d}"
         state["calls"].append(side.label)
+        checked_in = side.checked_in(keys)
+        state["checked_in"].append((side.label, checked_in))
+        held = 0 if checked_in else state["check_holds"]
         level = state["levels"][side.label] * (1 + rng.gauss(0, 0.003))
         host = 70.0 * (1 + rng.gauss(0, 0.15))
         step_1b = record(
@@ -167,9 +178,11 @@ def fake(tmp_path, monkeypatch):
             status=state["status"][side.label],
             times={"step": (samples(level, 1), samples(level, 2))},
             peak={"step": 512},  # a graph replay's own call: not judged
-            memory={"peak_bytes": 25 * 10**9, "resident_bytes": 21 * 10**9},
+            memory={"peak_bytes": 25 * 10**9, "resident_bytes": 21 * 10**9 + held},
             info={"primary_clock": "wall"},
         )
+        if checked_in:
+            step_1b["checked_in"] = checked_in
         step_1b["compile_seconds"] = state["compile"][side.label] * (1 + compile_rng.gauss(0, 0.01))
         recs = [
             step_1b,
@@ -324,6 +337,61 @@ def test_case_memory_of_two_meters_is_not_compared_and_ab_says_so():
     base, head = [{earlier: 5e9}] * 4, [{current: 5e9}] * 4
     assert ab.judge(base, head, 0.95) == []
     assert ab.meters_differ(base, head) and not ab.meters_differ(head, head)
+
+
+def test_a_sides_later_rounds_reuse_its_first_rounds_check(fake):
+    """Each side checks in its first round; its later rounds name that run and check nothing."""
+    assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_OK
+    first_run = {label: f"run{fake['calls'].index(label):02d}" for label in ("base", "head")}
+    for label in ("base", "head"):
+        mine = [c for side, c in fake["checked_in"] if side == label]
+        assert mine[0] is None and set(mine[1:]) == {first_run[label]}
+
+
+def test_memory_is_judged_from_rounds_that_reused_a_check_alone(fake):
+    """Mutation: a process that ran its check holds 100 MiB more; judged with the rounds that
+    reused it, the first pair's memory would leave case memory undecided, or flag it."""
+    options = ab.Options(**{**fake["options"].__dict__, "warmup": 0})
+    assert ab.ab("BASE", "HEAD", options) == ab.EXIT_OK
+    verdicts = {(v["key"], v["metric"]): v for v in pairing(fake)["verdicts"]}
+    resident = verdicts[STEP_1B, CASE_RESIDENT]
+    assert resident["verdict"] == NO_CHANGE and len(resident["base"]) == 3
+
+
+def test_where_a_sides_code_cannot_reuse_a_check_no_side_does(fake):
+    """Mutation: a base that checks in every round against a head that reuses its check would
+    read the check's 100 MiB as the head's saving."""
+    fake["reuses_checks"]["BASE"] = False
+    options = ab.Options(**{**fake["options"].__dict__, "warmup": 0})
+    assert ab.ab("BASE", "HEAD", options) == ab.EXIT_OK
+    assert {c for _, c in fake["checked_in"]} == {None}
+    verdicts = {(v["key"], v["metric"]): v for v in pairing(fake)["verdicts"]}
+    assert len(verdicts[STEP_1B, CASE_RESIDENT]["base"]) == 4
+
+
+def test_a_side_whose_check_fails_checks_again_in_every_round(fake):
+    """Mutation: a wrong head whose first failed check were reused would be timed unchecked in
+    every later round."""
+    fake["status"]["head"] = "wrong"
+    ab.ab("BASE", "HEAD", fake["options"])
+    assert [c for label, c in fake["checked_in"] if label == "head"] == [None] * fake[
+        "calls"
+    ].count("head")
+
+
+def test_the_reused_check_reaches_the_grid_process_only_for_cases_it_covered(tmp_path, monkeypatch):
+    seen = []
+
+    def run(args, cwd, env, stdout, stderr):
+        seen.append(env.get("OPTBENCH_CHECKED_IN"))
+        return subprocess.CompletedProcess(args, 0)
+
+    monkeypatch.setattr(ab.subprocess, "run", run)
+    side = ab.Side("base", "BASE", "a" * 40, tree=tmp_path, checked={STEP_1B: "r1"})
+    settings = ab.Settings(suite="full", select="Step", results=tmp_path / "results")
+    ab.run_round(side, settings, {"steps": [STEP_1B]}, tmp_path / "logs")
+    ab.run_round(side, settings, {"steps": [STEP_1B, STEP_100M]}, tmp_path / "logs")
+    assert seen == ["r1", None]
 
 
 def test_a_case_failing_at_head_is_a_regression(fake, capsys):

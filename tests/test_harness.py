@@ -286,6 +286,48 @@ def test_a_case_records_the_seconds_torch_compile_spent_in_its_check_and_timing(
     assert rec["compile_seconds"] == 3.5 and rec["timing_compile_seconds"] == 0.25
 
 
+def test_a_case_checked_in_an_earlier_run_compiles_where_its_check_would_have(
+    tmp_path, monkeypatch
+):
+    """A Work with checked_in (ab's later rounds): no check runs, the record names the run whose
+    check stands for it, and one call of each timed callable takes the check's place, so its first
+    compile counts in compile_seconds as a check's would (not in timing_compile_seconds)."""
+    import types
+
+    monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
+    monkeypatch.setenv("ASV_COMMIT", "c" * 40)
+    timers: dict[str, list[float]] = {"_compile.compile_inner": []}
+    monkeypatch.setitem(
+        sys.modules, "torch._dynamo.utils", types.SimpleNamespace(compilation_time_metrics=timers)
+    )
+    calls = []
+
+    def step():
+        if not calls:
+            timers["_compile.compile_inner"].append(3.0)  # the first call compiles
+        calls.append(1)
+
+    work = Work(
+        timed={"call": step},
+        checked_in="20261128T000000Z-abcdef",
+        timing={"call": {"warmup_ms": 0.0, "rep_ms": 0.0, "min_reps": 3, "max_reps": 3}},
+    )
+    rec = next(
+        iter(
+            run_grid(
+                "bench_test.Grid",
+                [Case({"case": "c"}, lambda: work)],
+                device="cpu",
+                store=ResultStore(tmp_path),
+                log=lambda _: None,
+            ).values()
+        )
+    )
+    assert rec["status"] == "ok" and "check" not in rec
+    assert rec["checked_in"] == "20261128T000000Z-abcdef"
+    assert rec["compile_seconds"] == 3.0 and rec["timing_compile_seconds"] == 0.0
+
+
 def test_a_work_sets_the_timers_budgets_per_metric(tmp_path, monkeypatch):
     """Work.timing reaches measure() for its metric only (steps: a power-steady warm-up; the rest:
     defaults)."""

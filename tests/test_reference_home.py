@@ -161,3 +161,26 @@ def test_step_work_builds_the_reference_at_its_home_and_evicts_before_moving(mon
     workloads._REFERENCES.clear()
     workloads.step_work("tiny", "checkpoint", "cpu")
     assert built[-1] is True
+
+
+def test_a_step_checked_in_an_earlier_run_builds_no_reference_and_no_check(monkeypatch):
+    """OPTBENCH_CHECKED_IN (ab's later rounds of one side): no baseline built, no check, the run
+    named on the Work; without it, both. Mutation: a step that ignores the setting builds the
+    1B reference (8.8 GB, seconds) in every round."""
+    from models import step as step_mod
+
+    built = []
+
+    def baseline_of(build, reference, precision, host=False):
+        built.append(host)
+        return Baseline(_Reference("cpu"), precision, {}, 8)
+
+    monkeypatch.setattr(step_mod, "baseline_of", baseline_of)
+    monkeypatch.setattr(workloads, "_REFERENCES", {})
+    monkeypatch.setenv("OPTBENCH_CHECKED_IN", "20261128T000000Z-abcdef")
+    work = workloads.step_work("tiny", "checkpoint", "cpu")
+    assert built == [] and workloads._REFERENCES == {}
+    assert work.check is None and work.checked_in == "20261128T000000Z-abcdef"
+    monkeypatch.delenv("OPTBENCH_CHECKED_IN")
+    work = workloads.step_work("tiny", "checkpoint", "cpu")
+    assert len(built) == 1 and work.check is not None and work.checked_in is None

@@ -3,7 +3,12 @@
 Each commit is checked out into a worktree of its own (under ``.cache/ab/``) after resolving it to
 the commit whose code it holds (commits of results and docs alone measure their parent's code):
 where both resolve to one commit, the code is the same and nothing is measured. Every case is
-checked before it is timed, as always. The selected cases are measured in one of two designs:
+checked before it is timed: a kernel or step case in each side's first round that runs it, whose
+check later rounds of the same code reuse (their records name that run, ``checked_in``; where a
+side's code predates this, every side checks in every round); every other case in every round. A
+process that checked holds other memory than one that reused a check (about 100 MiB at 100M and 1B
+on an H200, NOTES.md), so where checks are reused, case memory is judged from the rounds that
+reused them alone. The selected cases are measured in one of two designs:
 
 - **ABBA rounds** (kernels, device-bound steps): a round runs one commit's cases in fresh processes
   (the steps in one, the other grids in another, as ``optbench run`` does), one side after the other
@@ -100,6 +105,8 @@ LOCKSTEP_MIN_ROUNDS = 6
 # a side's code has lockstep where its tree holds one of these: today's path, or that of the commits
 # before optbench/core/ was split into rooms (ab measures those in their own worktrees)
 LOCKSTEP_MODULES = ("optbench/measure/lockstep.py", "optbench/core/lockstep.py")
+# a side's code reuses an earlier round's check where its settings name this variable
+CHECKED_IN_VARIABLE = "OPTBENCH_CHECKED_IN"
 # A grid process of a round, in its side's worktree. Once its records are stored it leaves without
 # the interpreter's teardown (inductor's compile workers, the CUDA context: 1-3 s a process), which
 # no figure of the round depends on; an error still ends it as Python does.
@@ -130,6 +137,14 @@ class Side:
     commit: str
     tree: Path | None = None
     runs: list[str] = field(default_factory=list)
+    # case key -> the run of this side in which it first ended ok, checked
+    checked: dict[str, str] = field(default_factory=dict)
+
+    def checked_in(self, keys: Iterable[str]) -> str | None:
+        """The one run of this side in which every case of ``keys`` passed its check, or None
+        (a case not yet ok, or the cases checked in different runs)."""
+        runs = {self.checked.get(key) for key in keys}
+        return runs.pop() if len(runs) == 1 and None not in runs else None
 
 
 def resolve(ref: str, root: Path = REPO_ROOT) -> str:
@@ -187,10 +202,17 @@ def case_of(key: str) -> tuple[str, dict[str, str]]:
 
 def grid_env(side: Side, settings: Settings, run_id: str, keys: list[str]) -> dict[str, str]:
     """The environment of a grid process of ``side`` that measures exactly the cases ``keys`` as
-    part of run ``run_id`` of its commit."""
+    part of run ``run_id`` of its commit; where an earlier run of the side checked them all, its
+    cases skip their checks (``Settings.checked_in``)."""
     assert side.tree is not None
     return process_env(
-        dataclasses.replace(settings, run_id=run_id, asv_commit=side.commit, select=pattern(keys)),
+        dataclasses.replace(
+            settings,
+            run_id=run_id,
+            asv_commit=side.commit,
+            select=pattern(keys),
+            checked_in=side.checked_in(keys),
+        ),
         side.tree,
         REPO_ROOT / ".cache",
     )
@@ -352,6 +374,23 @@ def meters_differ(base: list[dict[Series, float]], head: list[dict[Series, float
     earlier, current = set(EARLIER_METER), {CASE_PEAK, CASE_RESIDENT}
     b, h = names(base), names(head)
     return bool((b & earlier and h & current) or (b & current and h & earlier))
+
+
+def reuses_checks(tree: Path) -> bool:
+    """Whether the code in ``tree`` can reuse an earlier round's check (``Settings.checked_in``)."""
+    settings = tree / "optbench/store/settings.py"
+    return settings.exists() and CHECKED_IN_VARIABLE in settings.read_text(errors="replace")
+
+
+def without_memory_of_checks(
+    measured: dict[Series, float], records: dict[str, dict]
+) -> dict[Series, float]:
+    """``measured`` less the case memory of the cases that ran their check in this round (no
+    ``checked_in``): where checks are reused, memory is judged from the rounds that reused one."""
+    checked = {key for key, data in records.items() if "checked_in" not in data}
+    return {
+        s: x for s, x in measured.items() if not (s.quantity == "peak memory" and s.key in checked)
+    }
 
 
 def without_compile(measured: dict[Series, float]) -> dict[Series, float]:
@@ -769,6 +808,8 @@ class _Rounds:
     pair_s: float = 0.0  # the longest ABBA pass
     round_s: float = 0.0  # the longest lockstep round
     base_abba: list[str] = field(default_factory=list)  # the base's ABBA runs, every head's
+    # whether later rounds reuse each side's first check: only where every side's code can
+    reuse_checks: bool = False
 
     @classmethod
     def plan(
@@ -778,13 +819,16 @@ class _Rounds:
         one line."""
         assert args.results is not None
         logs = REPO_ROOT / ".cache" / "ab" / "logs"
-        abba, lock = split_lockstep(groups, [s.tree for s in (base, *heads) if s.tree is not None])
+        trees = [s.tree for s in (base, *heads) if s.tree is not None]
+        abba, lock = split_lockstep(groups, trees)
+        reuse = all(map(reuses_checks, trees))
         print(
             f"optbench ab: base {base.commit[:12]} ({base.ref}), "
             + ", ".join(f"{h.label} {h.commit[:12]} ({h.ref})" for h in heads)
             + f": {sum(map(len, abba.values()))} cases in ABBA rounds, "
-            f"{sum(map(len, lock.values()))} host-bound in lockstep rounds; logs in "
-            f"{logs.relative_to(REPO_ROOT)}",
+            f"{sum(map(len, lock.values()))} host-bound in lockstep rounds; "
+            + ("each side checks in its first round; " if reuse else "checks in every round; ")
+            + f"logs in {logs.relative_to(REPO_ROOT)}",
             flush=True,
         )
         return cls(
@@ -798,6 +842,7 @@ class _Rounds:
             logs,
             lockstep_cpus(),
             {head.label: _Evidence() for head in heads},
+            reuse_checks=reuse,
         )
 
     @property
@@ -876,6 +921,8 @@ class _Rounds:
             measured, statuses = values(records)
             if self.pairs == 0:
                 measured = without_compile(measured)
+            if self.reuse_checks:
+                measured = without_memory_of_checks(measured, records)
             if side is self.base:
                 self.base_abba.append(run_id)
             if kept == "judged":
@@ -913,6 +960,8 @@ class _Rounds:
             measured, statuses = values(records)
             if evidence.rounds == 0:
                 measured = without_compile(measured)
+            if self.reuse_checks:
+                measured = without_memory_of_checks(measured, records)
             paired[role] = paired_samples(records)
             for timing in unpaired(records):
                 print(
@@ -952,6 +1001,9 @@ class _Rounds:
             return None
         self.machine, records = found
         self.gpus.add(records.get(MACHINE_KEY, {}).get("info", {}).get("gpu_uuid"))
+        for key, data in records.items():
+            if self.reuse_checks and not key.startswith("__") and data.get("status") == OK:
+                side.checked.setdefault(key, data.get("checked_in") or run_id)
         return records
 
 
@@ -1070,7 +1122,8 @@ def _pairing_record(
     started: float,
 ) -> dict:
     """What ``head``'s pairing record stores: both sides' runs, the rounds' order and lockstep
-    rounds, the GPUs, the options, the exit code and every verdict."""
+    rounds, whether later rounds reused each side's first check, the GPUs, the options, the exit
+    code and every verdict."""
     base, evidence = rounds.base, rounds.seen[head.label]
     ours = {r["base"] for r in evidence.lockstep_rounds}  # not another head's lockstep partners
     return {
@@ -1082,6 +1135,7 @@ def _pairing_record(
         "head": {"ref": head.ref, "commit": head.commit, "runs": head.runs},
         "order": order(rounds.pairs),
         "warmup_pairs": args.warmup,
+        "checks_reused": rounds.reuse_checks,
         "lockstep_rounds": evidence.lockstep_rounds,
         "gpu_uuids": sorted(filter(None, rounds.gpus)),
         "suite": args.suite,

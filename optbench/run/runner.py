@@ -76,7 +76,9 @@ class Work:
     free-form (dtype, tokens per call, ...); ``timing`` overrides the timer's warm-up and sampling
     budgets per metric (:func:`optbench.measure.timing.measure`); ``measured`` maps a metric to a
     timing taken outside this process (a ``Measurement.to_dict()``, e.g. by the ranks of a torchrun
-    launch, ``optbench.suite.distributed``), stored as it is beside those of ``timed``.
+    launch, ``optbench.suite.distributed``), stored as it is beside those of ``timed``;
+    ``checked_in`` names an earlier run of the same commit whose check stands for this case's
+    (``Settings.checked_in``: the case built no check), stored as the record's ``checked_in``.
     """
 
     timed: dict[str, Callable[[], Any]]
@@ -93,6 +95,8 @@ class Work:
     rotation: dict[str, tuple[Callable[[], Any], ...]] = field(default_factory=dict)
     # metric -> Measurement.to_dict()
     measured: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the run of this commit whose check of this case stands for this one's (check is then None)
+    checked_in: str | None = None
 
 
 @dataclass
@@ -469,6 +473,20 @@ def timed_phase(
             rec[compile_field] = round(rec.get(compile_field, 0.0) + now - compiled, 3)
 
 
+def _check(work: Work, rec: dict[str, Any]) -> None:
+    """The case's check, with its compilation and autotuning, into ``rec``; where an earlier run
+    checked the case (``work.checked_in``, named in ``rec``), one call of each timed callable
+    compiles it here instead, so that compile_seconds count the same work either way."""
+    if work.checked_in is not None:
+        rec["checked_in"] = work.checked_in
+    with timed_phase(rec, "check_seconds", compile_field="compile_seconds"):
+        if work.check is not None:
+            rec["check"] = dict(work.check())
+        else:
+            for fn in work.timed.values():
+                fn()
+
+
 def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) -> None:
     from optbench.measure.lockstep import partner
     from optbench.measure.machine import gpu_state
@@ -490,11 +508,9 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
                 work = case.build()
         rec["compile_seconds"] = rec.get("build_compile_seconds", 0.0)
         rec.update(flops=work.flops, bytes=work.bytes, info=work.info)
-        if work.check is not None:
+        if work.check is not None or work.checked_in is not None:
             phase = "check"
-            # with compilation and autotuning
-            with timed_phase(rec, "check_seconds", compile_field="compile_seconds"):
-                rec["check"] = dict(work.check())
+            _check(work, rec)
         for name, fn in work.timed.items():
             phase = f"timing {name!r}"
             pair = partner()

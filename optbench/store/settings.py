@@ -32,6 +32,7 @@ VARIABLES = {
     "asv": "ASV",
     "compile_cache": "OPTBENCH_COMPILE_CACHE",
     "runs_at_once": "OPTBENCH_RUNS_AT_ONCE",
+    "checked_in": "OPTBENCH_CHECKED_IN",
 }
 
 
@@ -62,6 +63,9 @@ class Settings:
     compile_cache: str | None = None
     # runs measuring on this host at the same time, this one among them (run --gpus: one per GPU)
     runs_at_once: str | None = None
+    # an earlier run of this commit in which every case this process measures passed its check
+    # (optbench ab's later rounds): kernel and step cases skip the check and the reference it needs
+    checked_in: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -16,6 +16,7 @@ import torch
 from kernels.numerics import rel_err
 from optbench.measure.memory import not_counted
 from optbench.run.runner import Work, WrongResult
+from optbench.store.settings import current
 from optbench.store.store import DEVICE_CLOCK
 
 if TYPE_CHECKING:
@@ -150,10 +151,11 @@ def _timed_calls(fn: Callable[..., Any], input_set: InputSet) -> dict[str, Calla
 
 
 def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0) -> Work:
-    """One kernel op at one shape and implementation: checked against eager on input set 0, then fwd
-    and fwd+bwd timed over a rotation of input sets (a cold L2; set 0 alone for the warm-L2 figure).
-    ``info`` records the bytes of one set (``set_bytes``), the device's L2 (``l2_bytes``), whether a
-    set fits in it (``fits_l2``) and the number of sets rotated (``input_sets``)."""
+    """One kernel op at one shape and implementation: checked against eager on input set 0 (not
+    where an earlier run of this commit did, ``Settings.checked_in``), then fwd and fwd+bwd timed
+    over a rotation of input sets (a cold L2; set 0 alone for the warm-L2 figure). ``info``
+    records the bytes of one set (``set_bytes``), the device's L2 (``l2_bytes``), whether a set
+    fits in it (``fits_l2``) and the number of sets rotated (``input_sets``)."""
     from optbench.measure.timing import l2_cache_bytes
     from optbench.suite.ops import OPS
     from optbench.suite.plan import kernel_dtype, kernel_skip_reason
@@ -177,6 +179,8 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
     sets = input_sets(op, dims, dtype, device, gen, fn, l2_bytes)
     inputs, out_grad = sets[0]
     leaves = [t for t in inputs if t.requires_grad]
+
+    checked_in = current().checked_in
 
     def check() -> dict[str, Any]:
         ref_dtype = torch.float64 if dtype == torch.float32 else torch.float32
@@ -218,7 +222,8 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
     return Work(
         timed={m: fns[0] for m, fns in rotation.items()},
         rotation=rotation,
-        check=check,
+        check=None if checked_in else check,
+        checked_in=checked_in,
         memory=tuple(rotation)[-1:],
         before_memory=drop_grads,
         flops=op.flops(dims),
@@ -241,8 +246,6 @@ def plant_slowdown(
     """For the regression gate's own check only: ``OPTBENCH_PLANT_SLOWDOWN="rmsnorm/triton=0.10"``
     makes that case's timed callables (one per input set) 10% slower on the device (a GPU spin after
     each call, sized on the cold-L2 device time)."""
-    from optbench.store.settings import current
-
     spec = current().plant_slowdown
     target, _, fraction = spec.partition("=")
     if target != name or not torch.cuda.is_available():
@@ -396,9 +399,10 @@ def step_timing(device: str, info: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
     """One training step of ``size`` with ``variant`` on: checked against its baseline, then
-    timed."""
+    timed; where an earlier run of this commit checked it (``Settings.checked_in``), neither the
+    check nor its reference is built."""
     from models.config import CONFIGS
-    from models.step import UnsupportedOptions, baseline_of, build_step, check_against
+    from models.step import UnsupportedOptions, build_step, check_against
     from optbench.suite.baseline import baseline_notes
     from optbench.suite.plan import step_skip_reason
 
@@ -406,22 +410,10 @@ def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
     skip_if(step_skip_reason(profile, size, variant))
     reference, options = step_options(size, variant, device)
     config, key = CONFIGS[size], (size, reference, options.precision)
-    home = reference_home(config, reference, options, device)
-    if key in _REFERENCES:
-        _REFERENCES[key] = _REFERENCES.pop(key)  # now the most recently used
-    while key not in _REFERENCES and len(_REFERENCES) >= _KEEP_REFERENCES:
-        del _REFERENCES[next(iter(_REFERENCES))]  # a 1B reference is 8.8 GB of host memory
+    checked_in = current().checked_in
     try:
-        # the check's reference is not the step's memory (records.CaseMemory.reference_bytes)
-        with not_counted(kept=lambda: reference_bytes(key, device)):
-            place_references(key, home)
-            if key not in _REFERENCES:
-                _REFERENCES[key] = baseline_of(
-                    lambda opts: build_step(config, opts, device, seed, profile=profile),
-                    reference,
-                    options.precision,
-                    host=home == "cpu",
-                )
+        if checked_in is None:
+            _prepare_reference(key, config, reference, options, device, seed, profile)
         step = build_step(config, options, device, seed, profile=profile)
     except UnsupportedOptions as exc:
         raise NotImplementedError(str(exc)) from exc
@@ -443,10 +435,35 @@ def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
     }
     return Work(
         timed={"step": step, "forward": step.forward_loss},
-        check=check,
+        check=None if checked_in else check,
+        checked_in=checked_in,
         memory=("step",),
         flops={"step": float(step.flops_per_step)},
         graph=False,
         timing=step_timing(device, info),
         info=info,
     )
+
+
+def _prepare_reference(
+    key: tuple, config: Any, reference: Any, options: Any, device: str, seed: int, profile: Any
+) -> None:
+    """The check's baseline of ``key`` (:func:`models.step.baseline_of`) in ``_REFERENCES``, built
+    where it is missing, at its home (:func:`reference_home`), the least recently used dropped."""
+    from models.step import baseline_of, build_step
+
+    home = reference_home(config, reference, options, device)
+    if key in _REFERENCES:
+        _REFERENCES[key] = _REFERENCES.pop(key)  # now the most recently used
+    while key not in _REFERENCES and len(_REFERENCES) >= _KEEP_REFERENCES:
+        del _REFERENCES[next(iter(_REFERENCES))]  # a 1B reference is 8.8 GB of host memory
+    # the check's reference is not the step's memory (records.CaseMemory.reference_bytes)
+    with not_counted(kept=lambda: reference_bytes(key, device)):
+        place_references(key, home)
+        if key not in _REFERENCES:
+            _REFERENCES[key] = baseline_of(
+                lambda opts: build_step(config, opts, device, seed, profile=profile),
+                reference,
+                options.precision,
+                host=home == "cpu",
+            )
