@@ -22,6 +22,7 @@ from optbench.measure.hardware import lookup
 from optbench.reporting import charts, data, headline, memory, site
 from optbench.store.records import NOT_MEASURED
 from optbench.store.store import REPO_ROOT, ResultStore
+from optbench.suite.catalog import ANCHOR_BENCHMARK
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -957,3 +958,24 @@ def test_publish_says_in_one_line_where_the_pages_are_and_how_long_it_took(
     site.publish(store.root, html)
     (line,) = capsys.readouterr().out.splitlines()
     assert "; records unchanged: the pages as before; " in line
+
+
+def test_a_newer_run_without_the_hf_anchor_does_not_hide_x_hf(tmp_path):
+    """Mutation: weighed by its step pairs alone, the newer run (three pairs, no anchor) would take
+    the 1B column from the older one (three pairs and the anchor), and the headline would lose its
+    x HF row."""
+
+    def step(variant: str, ms: float) -> dict:
+        times = {"step": (None, samples(ms, 1))}
+        return record("bench_step.Step1B", {"variant": variant}, times=times)
+
+    anchor = record(
+        ANCHOR_BENCHMARK, {"size": "1B"}, times={"step": (None, samples(130.0, 2))}, info={}
+    )
+    store = ResultStore(tmp_path / "results")
+    older = [step("eager", 220.0), step("best-kernels", 107.0), step("best-regional", 116.0)]
+    save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", [*older, anchor])
+    newer = [step("eager", 221.0), step("best-kernels", 107.2), step("best-regional", 116.2)]
+    save(store, "h100-sxm", commit(2), "2025-01-02T12:00:00+00:00", newer)
+    page = headline.headline_table(store)
+    assert "| 1B @ `fffffff1` |" in page and "× HF (HF ms / our fastest's ms)" in page

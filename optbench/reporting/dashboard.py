@@ -14,9 +14,9 @@ from optbench.reporting.data import (
     by_size,
     fullest,
     hf_ratio,
-    paired_steps,
     step_iqr_ms,
     step_ms,
+    step_table,
     steps,
 )
 from optbench.reporting.headline import x_hf_cell
@@ -50,7 +50,7 @@ def headline_rows(history: list[Run]) -> list[list[str]]:
     memory.html shows it, from its latest record
     (:meth:`optbench.reporting.memory.StepMemory.cell`)."""
     rows = []
-    for size, run, _ in by_size(fullest(history, paired_steps)):
+    for size, run, _ in by_size(fullest(history, step_table)):
         by_variant = steps(run)[size]
         variant = min(by_variant, key=lambda v: step_ms(by_variant[v]))
         rec, eager = run.pair(by_variant[variant], variant="eager") or (by_variant[variant], None)

@@ -202,6 +202,17 @@ def paired_steps(run: Run) -> dict[str, dict[str, Record]]:
     }
 
 
+def step_table(run: Run) -> dict[str, dict[str, Record]]:
+    """:func:`paired_steps` with the HF anchor's record (under its benchmark's name) at each size
+    where the run measured it: a step table's weight in :func:`fullest`, whose rows include the
+    anchor's and x HF, so that a newer run without the anchor does not hide a size's x HF."""
+    found = paired_steps(run)
+    for size, rec in anchor_steps(run).items():
+        if size in found:
+            found[size] = {**found[size], ANCHOR_BENCHMARK: rec}
+    return found
+
+
 def ablations(run: Run) -> dict[str, dict[str, Record]]:
     """ok records of the leave-one-out ablation grids (bench_step.Ablation*) by size, then
     variant."""

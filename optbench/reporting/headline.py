@@ -26,7 +26,6 @@ from optbench.reporting.data import (
     fullest,
     hf_ratio,
     kernel_speedups,
-    paired_steps,
     runs,
     runs_at_once,
     scaling_rows,
@@ -35,6 +34,7 @@ from optbench.reporting.data import (
     step_ms,
     step_pairs,
     step_reference,
+    step_table,
     steps,
     vs_label,
 )
@@ -146,7 +146,7 @@ def _headline(history: list[Run], profiles: list[dict]) -> str:
     """Step and kernel tables of one machine, each size and kernel from the run measuring the most
     of it; where its 1B best steps' time goes, from its ``profiles`` with floors."""
     parts, used = [f"**{history[-1].label}**"], {}
-    found = by_size(fullest(history, paired_steps))
+    found = by_size(fullest(history, step_table))
     if found:
         body = _step_rows(found)
         hf_rows, hf_note = _hf_rows(found)
