@@ -6,9 +6,9 @@ where both resolve to one commit, the code is the same and nothing is measured. 
 checked before it is timed: a kernel or step case in each side's first round that runs it, whose
 check later rounds of the same code reuse (their records name that run, ``checked_in``; where a
 side's code predates this, every side checks in every round); every other case in every round. A
-process that checked holds other memory than one that reused a check (about 100 MiB at 100M and 1B
-on an H200, NOTES.md), so where checks are reused, case memory is judged from the rounds that
-reused them alone. The selected cases are measured in one of two designs:
+process that checked holds more after timing than one that reused a check (98 MiB at 100M, 128 MiB
+at 1B on an H200, the same in every round: NOTES.md), so where checks are reused, case memory is
+judged from the rounds that reused them alone. The selected cases are measured in one of two designs:
 
 - **ABBA rounds** (kernels, device-bound steps): a round runs one commit's cases in fresh processes
   (the steps in one, the other grids in another, as ``optbench run`` does), one side after the other

@@ -92,7 +92,7 @@ def ab_design(data: Mapping[str, Any]) -> bool:
     """Whether a stored record was measured in a design of ``optbench ab``'s own, whose figures are
     not those of the ordinary runs history compares it with: timed in turns with another commit's
     process on one CPU (``lockstep``), or in a process that did not run its check, reusing an
-    earlier run's (``checked_in``; such a process held about 100 MiB less after timing). Every
+    earlier run's (``checked_in``; such a process held 98-128 MiB less after timing). Every
     reader of history and the store's latest records leaves these out; ab judges them itself."""
     return "lockstep" in data or "checked_in" in data
 
