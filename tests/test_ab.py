@@ -137,6 +137,10 @@ def fake(tmp_path, monkeypatch):
         "reuses_checks": {"BASE": True, "HEAD": True, "SLOW": True, "NEUTRAL": True},
         # bytes more a case holds in a process that ran its check (NOTES.md: ~100 MiB)
         "check_holds": 100 * 2**20,
+        # whether the fake grid honours a reused check (the matmul and anchor grids never do)
+        "honours_checked_in": True,
+        # case keys a side's code lacks: its rounds never store them
+        "lacks": {"base": set(), "head": set()},
     }
     rng, compile_rng = random.Random(7), random.Random(11)
 
@@ -163,11 +167,11 @@ def fake(tmp_path, monkeypatch):
         ResultStore(results).save("h100-sxm", side.commit, [machine, *recs], run_id=run_id)
         side.runs.append(run_id)
 
-    def run_round(side, settings, groups, logs):
-        keys = {k for g in groups.values() for k in g}
+    def run_round(side, settings, groups, logs, checked=None):
+        keys = {k for g in groups.values() for k in g} - state["lacks"].get(side.label, set())
         run_id = f"run{len(state['calls']):02d}"
         state["calls"].append(side.label)
-        checked_in = side.checked_in(keys)
+        checked_in = (checked or {}).get("steps") if state["honours_checked_in"] else None
         state["checked_in"].append((side.label, checked_in))
         held = 0 if checked_in else state["check_holds"]
         level = state["levels"][side.label] * (1 + rng.gauss(0, 0.003))
@@ -196,7 +200,7 @@ def fake(tmp_path, monkeypatch):
         save(side, run_id, [r for r in recs if r["key"] in keys])
         return run_id, 1.0, 0
 
-    def run_lockstep_round(sides, settings, groups, logs, cpu, base_first):
+    def run_lockstep_round(sides, settings, groups, logs, cpu, base_first, checked=None):
         assert [k for g in groups.values() for k in g] == [STEP_100M]
         speed = 70.0 * (1 + rng.gauss(0, 0.15))
         ids = {}
@@ -379,19 +383,77 @@ def test_a_side_whose_check_fails_checks_again_in_every_round(fake):
     ].count("head")
 
 
-def test_the_reused_check_reaches_the_grid_process_only_for_cases_it_covered(tmp_path, monkeypatch):
+def test_a_reused_check_reaches_its_grid_process_and_a_stray_one_does_not(tmp_path, monkeypatch):
+    """Mutation: a grid process left the caller's OPTBENCH_CHECKED_IN would skip the first round's
+    checks."""
     seen = []
 
     def run(args, cwd, env, stdout, stderr):
-        seen.append(env.get("OPTBENCH_CHECKED_IN"))
+        seen.append(env.get(ab.CHECKED_IN_VARIABLE))
         return subprocess.CompletedProcess(args, 0)
 
     monkeypatch.setattr(ab.subprocess, "run", run)
-    side = ab.Side("base", "BASE", "a" * 40, tree=tmp_path, checked={STEP_1B: "r1"})
+    monkeypatch.setenv(ab.CHECKED_IN_VARIABLE, "a stray run")
+    side = ab.Side("base", "BASE", "a" * 40, tree=tmp_path)
     settings = ab.Settings(suite="full", select="Step", results=tmp_path / "results")
+    ab.run_round(side, settings, {"steps": [STEP_1B]}, tmp_path / "logs", {"steps": "r1"})
     ab.run_round(side, settings, {"steps": [STEP_1B]}, tmp_path / "logs")
-    ab.run_round(side, settings, {"steps": [STEP_1B, STEP_100M]}, tmp_path / "logs")
     assert seen == ["r1", None]
+
+
+def test_a_side_reuses_the_run_that_checked_every_case_its_code_has():
+    """A case a side's code lacks (never stored) does not hold its reuse up; one not yet ok does,
+    until a run passes every check."""
+    side = ab.Side("base", "BASE", "a" * 40, checked={"r1": {STEP_1B}}, stored={STEP_1B})
+    assert side.checked_in([STEP_1B, STEP_100M]) == "r1"
+    side.stored.add(STEP_100M)
+    assert side.checked_in([STEP_1B, STEP_100M]) is None
+    side.checked["r2"] = {STEP_100M}
+    assert side.checked_in([STEP_1B, STEP_100M]) is None
+    side.checked["r3"] = {STEP_1B, STEP_100M}
+    assert side.checked_in([STEP_1B, STEP_100M]) == "r3"
+    assert ab.Side("head", "HEAD", "b" * 40).checked_in([STEP_1B]) is None
+
+
+def test_a_case_one_side_lacks_does_not_stop_both_reusing_checks(fake):
+    """Mutation: counting a case the base's code lacks as unchecked, no side would ever reuse."""
+    fake["lacks"]["base"] = {STEP_100M}
+    options = ab.Options(**{**fake["options"].__dict__, "warmup": 0})
+    assert ab.ab("BASE", "HEAD", options) == ab.EXIT_OK
+    assert set(fake["checked_in"][2:]) == {("base", "run00"), ("head", "run01")}
+
+
+def test_no_side_reuses_a_check_until_every_side_has_one(fake):
+    """Mutation: a head reusing its check in the round where the base, wrong in its first round,
+    checks again would carry a check's memory on one side alone."""
+    rounds = {"base": 0}
+
+    class BaseWrongFirst(dict):
+        def __getitem__(self, label):
+            rounds[label] = rounds.get(label, 0) + 1
+            return "wrong" if label == "base" and rounds[label] == 1 else "ok"
+
+    fake["status"] = BaseWrongFirst()
+    options = ab.Options(**{**fake["options"].__dict__, "warmup": 0})
+    ab.ab("BASE", "HEAD", options)
+    assert fake["checked_in"][:4] == [
+        ("base", None),
+        ("head", None),
+        ("head", None),
+        ("base", None),
+    ]
+    assert set(fake["checked_in"][4:]) == {("base", "run03"), ("head", "run01")}
+
+
+def test_memory_of_cases_that_never_reuse_a_check_is_judged_from_every_round(fake):
+    """Mutation: where checks are reused but a grid never honours it (the matmul and anchor grids),
+    leaving out the memory of rounds that checked would leave it out of every round, unjudged."""
+    fake["honours_checked_in"] = False
+    options = ab.Options(**{**fake["options"].__dict__, "warmup": 0})
+    assert ab.ab("BASE", "HEAD", options) == ab.EXIT_OK
+    verdicts = {(v["key"], v["metric"]): v for v in pairing(fake)["verdicts"]}
+    resident = verdicts[STEP_1B, CASE_RESIDENT]
+    assert resident["verdict"] == NO_CHANGE and len(resident["base"]) == 4
 
 
 def test_a_case_failing_at_head_is_a_regression(fake, capsys):
@@ -457,9 +519,9 @@ def test_lockstep_rounds_take_each_cpu_twice_in_a_row_once_with_either_side_firs
     monkeypatch.setattr(ab, "lockstep_cpus", lambda: [3, 5, 9])
     faked = ab.run_lockstep_round
 
-    def run_lockstep_round(sides, settings, groups, logs, cpu, base_first):
+    def run_lockstep_round(sides, settings, groups, logs, cpu, base_first, checked=None):
         seen.append((cpu, base_first))
-        return faked(sides, settings, groups, logs, cpu, base_first)
+        return faked(sides, settings, groups, logs, cpu, base_first, checked)
 
     monkeypatch.setattr(ab, "run_lockstep_round", run_lockstep_round)
     assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_OK

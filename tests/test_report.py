@@ -19,7 +19,7 @@ from synthetic_results import commit, record, report_store, samples, save
 
 from models.variants import ABLATED, ABLATION, ADDED
 from optbench.measure.hardware import lookup
-from optbench.reporting import charts, data, headline, memory, site
+from optbench.reporting import charts, dashboard, data, headline, memory, site
 from optbench.store.records import NOT_MEASURED
 from optbench.store.store import REPO_ROOT, ResultStore
 from optbench.suite.catalog import ANCHOR_BENCHMARK
@@ -979,3 +979,5 @@ def test_a_newer_run_without_the_hf_anchor_does_not_hide_x_hf(tmp_path):
     save(store, "h100-sxm", commit(2), "2025-01-02T12:00:00+00:00", newer)
     page = headline.headline_table(store)
     assert "| 1B @ `fffffff1` |" in page and "× HF (HF ms / our fastest's ms)" in page
+    (row,) = dashboard.headline_rows(data.runs(store)["h100-sxm"])
+    assert row[0] == "1B @ fffffff1" and row[4].startswith("1.2")

@@ -3,12 +3,13 @@
 Each commit is checked out into a worktree of its own (under ``.cache/ab/``) after resolving it to
 the commit whose code it holds (commits of results and docs alone measure their parent's code):
 where both resolve to one commit, the code is the same and nothing is measured. Every case is
-checked before it is timed: a kernel or step case in each side's first round that runs it, whose
-check later rounds of the same code reuse (their records name that run, ``checked_in``; where a
-side's code predates this, every side checks in every round); every other case in every round. A
-process that checked holds more after timing than one that reused a check (98 MiB at 100M, 128 MiB
-at 1B on an H200, the same in every round: NOTES.md), so where checks are reused, case memory is
-judged from the rounds that reused them alone. The selected cases are measured in one of two designs:
+checked before it is timed: a kernel or step case in the rounds until every side has passed the
+checks of its grid process's cases in one run, and later rounds reuse those checks (their records
+name that run, ``checked_in``; where a side's code predates this, every side checks in every round);
+every other case in every round. A process that checked holds more after timing than one that
+reused a check (98 MiB at 100M, 128 MiB at 1B on an H200, the same in every round: NOTES.md), so a
+case's memory is judged from the rounds that reused its check where both sides have such rounds,
+else from all. The selected cases are measured in one of two designs:
 
 - **ABBA rounds** (kernels, device-bound steps): a round runs one commit's cases in fresh processes
   (the steps in one, the other grids in another, as ``optbench run`` does), one side after the other
@@ -27,13 +28,13 @@ Each round's processes make an ordinary run of their commit: the records go to t
 (``results/<machine>/optbench/``; a lockstep run's records say so, ``lockstep``) and the history
 gains them. The first pair and lockstep round fill the compile caches (the base's first round
 compiles, the head's reads what it can of that): their compile seconds are not judged, so compile
-seconds need a fifth pair to be bounded (``--require compile`` runs it); their times and memory are
-judged (on an H200 the first pair's device times and case memory sat within the later pairs' spread,
-cold cache or not: NOTES.md, 2026-11-29). The first ``--warmup`` pairs and lockstep rounds (default
-none) are not judged at all. Each verdict is against the metric's threshold
-(``optbench.suite.catalog.GATE_THRESHOLDS``: device-bound times 3%, host-bound 10%, peak memory 1%,
-compile seconds 15%). Each design goes on until every metric of the classes that must be decided
-(``--require``: device-bound, memory and host-bound by default) has a verdict other than
+seconds need a fifth pair to be bounded (``--require compile`` runs it); their times are judged, and
+their memory where no later round reuses their check (on an H200 the first pair's device times sat
+within the later pairs' spread, cold cache or not: NOTES.md, 2026-11-29). The first ``--warmup``
+pairs and lockstep rounds (default none) are not judged at all. Each verdict is against the metric's
+threshold (``optbench.suite.catalog.GATE_THRESHOLDS``: device-bound times 3%, host-bound 10%, peak
+memory 1%, compile seconds 15%). Each design goes on until every metric of the classes that must
+be decided (``--require``: device-bound, memory and host-bound by default) has a verdict other than
 inconclusive, after at least ``--min-rounds`` judged rounds (lockstep: at least 6), or until
 ``--max-rounds``; a pair or round runs only where it fits in what is left of ``--time-budget``. A
 host-bound time measured in fresh processes (a graphed step's forward, or any where lockstep cannot
@@ -66,7 +67,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -82,7 +83,15 @@ from optbench.gate.ratio import (
 from optbench.measure.lockstep import ENV as LOCKSTEP_ENV
 from optbench.measure.lockstep import Partner
 from optbench.run.runner import measured_commit
-from optbench.store.records import CASE_PEAK, CASE_RESIDENT, EARLIER_METER, OK, Record
+from optbench.store.records import (
+    CASE_PEAK,
+    CASE_RESIDENT,
+    EARLIER_METER,
+    NOT_MEASURED,
+    OK,
+    SKIPPED,
+    Record,
+)
 from optbench.store.settings import Settings, process_env
 from optbench.store.store import (
     MACHINE_KEY,
@@ -107,6 +116,9 @@ LOCKSTEP_MIN_ROUNDS = 6
 LOCKSTEP_MODULES = ("optbench/measure/lockstep.py", "optbench/core/lockstep.py")
 # a side's code reuses an earlier round's check where its settings name this variable
 CHECKED_IN_VARIABLE = "OPTBENCH_CHECKED_IN"
+# the clock of a case-memory series measured in a round that ran the case's check, where checks are
+# reused (:func:`memory_of_reused_rounds` decides which rounds judge it)
+CHECKED_ROUND = "checked"
 # A grid process of a round, in its side's worktree. Once its records are stored it leaves without
 # the interpreter's teardown (inductor's compile workers, the CUDA context: 1-3 s a process), which
 # no figure of the round depends on; an error still ends it as Python does.
@@ -137,14 +149,20 @@ class Side:
     commit: str
     tree: Path | None = None
     runs: list[str] = field(default_factory=list)
-    # case key -> the run of this side in which it first ended ok, checked
-    checked: dict[str, str] = field(default_factory=dict)
+    # run id -> the cases that passed their check in that run of this side, or were skipped there
+    checked: dict[str, set[str]] = field(default_factory=dict)
+    # every case key a run of this side stored (a selected case its code lacks is never stored)
+    stored: set[str] = field(default_factory=set)
 
     def checked_in(self, keys: Iterable[str]) -> str | None:
-        """The one run of this side in which every case of ``keys`` passed its check, or None
-        (a case not yet ok, or the cases checked in different runs)."""
-        runs = {self.checked.get(key) for key in keys}
-        return runs.pop() if len(runs) == 1 and None not in runs else None
+        """The first run of this side in which every case of ``keys`` that its code has passed its
+        check or was skipped, or None (none yet)."""
+        need = {key for key in keys if key in self.stored}
+        return (
+            next((run for run, passed in self.checked.items() if need <= passed), None)
+            if need
+            else None
+        )
 
 
 def resolve(ref: str, root: Path = REPO_ROOT) -> str:
@@ -200,31 +218,41 @@ def case_of(key: str) -> tuple[str, dict[str, str]]:
     return benchmark, dict(p.split("=", 1) for p in rest)
 
 
-def grid_env(side: Side, settings: Settings, run_id: str, keys: list[str]) -> dict[str, str]:
+def grid_env(
+    side: Side, settings: Settings, run_id: str, keys: list[str], checked_in: str | None = None
+) -> dict[str, str]:
     """The environment of a grid process of ``side`` that measures exactly the cases ``keys`` as
-    part of run ``run_id`` of its commit; where an earlier run of the side checked them all, its
-    cases skip their checks (``Settings.checked_in``)."""
+    part of run ``run_id`` of its commit; with ``checked_in`` (an earlier run of the side that
+    checked them all) its cases skip their checks (``Settings.checked_in``), without it they check,
+    whatever the caller's environment says."""
     assert side.tree is not None
-    return process_env(
+    env = process_env(
         dataclasses.replace(
             settings,
             run_id=run_id,
             asv_commit=side.commit,
             select=pattern(keys),
-            checked_in=side.checked_in(keys),
+            checked_in=checked_in,
         ),
         side.tree,
         REPO_ROOT / ".cache",
     )
+    if checked_in is None:
+        env.pop(CHECKED_IN_VARIABLE, None)
+    return env
 
 
 def run_round(
-    side: Side, settings: Settings, groups: dict[str, list[str]], logs: Path
+    side: Side,
+    settings: Settings,
+    groups: dict[str, list[str]],
+    logs: Path,
+    checked: Mapping[str, str | None] | None = None,
 ) -> tuple[str, float, int]:
     """One round of ``side``: each grid process of ``groups`` in turn, fresh, in the side's
-    worktree, measuring exactly that group's cases, as one run of its commit. Returns the run id,
-    the seconds it took and the worst exit code of its processes (their output is in
-    ``logs/<run id>.log``)."""
+    worktree, measuring exactly that group's cases, as one run of its commit (a group's cases
+    reusing the checks of run ``checked[group]`` where given). Returns the run id, the seconds it
+    took and the worst exit code of its processes (their output is in ``logs/<run id>.log``)."""
     assert side.tree is not None
     run_id = new_run_id()
     logs.mkdir(parents=True, exist_ok=True)
@@ -234,7 +262,7 @@ def run_round(
             code = subprocess.run(
                 [sys.executable, "-c", GRID_ENTRY.format(group)],
                 cwd=side.tree,
-                env=grid_env(side, settings, run_id, keys),
+                env=grid_env(side, settings, run_id, keys, (checked or {}).get(group)),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             ).returncode
@@ -283,10 +311,12 @@ def run_lockstep_round(
     logs: Path,
     cpu: int,
     base_first: bool,
+    checked: Mapping[str, Mapping[str, str | None]] | None = None,
 ) -> tuple[dict[str, str], float, int]:
     """One lockstep round: for each grid process of ``groups``, both sides' processes at once, each
     in its worktree, timing the same cases in turns on ``cpu`` (:mod:`optbench.measure.lockstep`),
-    the base first where ``base_first``. Each side's processes make one run of its commit. Returns
+    the base first where ``base_first``; a side's group reuses the checks of run
+    ``checked[side][group]`` where given. Each side's processes make one run of its commit. Returns
     the run ids by side, the seconds it took and the worst exit code (logs in
     ``logs/<run id>.log``)."""
     ids = {label: new_run_id() for label in sides}
@@ -298,7 +328,9 @@ def run_lockstep_round(
         ends = {"base": (base_read, base_write), "head": (head_read, head_write)}
         running = []
         for label, side in sides.items():
-            env = grid_env(side, settings, ids[label], keys)
+            env = grid_env(
+                side, settings, ids[label], keys, (checked or {}).get(label, {}).get(group)
+            )
             first = (label == "base") == base_first
             env[LOCKSTEP_ENV] = Partner.env_value(*ends[label], first, cpu)
             log = open(logs / f"{ids[label]}.log", "a")  # noqa: SIM115 - closed below
@@ -382,15 +414,50 @@ def reuses_checks(tree: Path) -> bool:
     return settings.exists() and CHECKED_IN_VARIABLE in settings.read_text(errors="replace")
 
 
-def without_memory_of_checks(
+def mark_memory_of_checks(
     measured: dict[Series, float], records: dict[str, dict]
 ) -> dict[Series, float]:
-    """``measured`` less the case memory of the cases that ran their check in this round (no
-    ``checked_in``): where checks are reused, memory is judged from the rounds that reused one."""
+    """``measured`` with the case memory of the cases that ran their check in this round (no
+    ``checked_in``) under the clock :data:`CHECKED_ROUND`, for :func:`memory_of_reused_rounds`."""
     checked = {key for key, data in records.items() if "checked_in" not in data}
     return {
-        s: x for s, x in measured.items() if not (s.quantity == "peak memory" and s.key in checked)
+        (
+            s._replace(clock=CHECKED_ROUND)
+            if s.quantity == "peak memory" and s.key in checked
+            else s
+        ): x
+        for s, x in measured.items()
     }
+
+
+def memory_of_reused_rounds(
+    base: list[dict[Series, float]], head: list[dict[Series, float]]
+) -> tuple[list[dict[Series, float]], list[dict[Series, float]]]:
+    """Both sides' runs with each case-memory series of :func:`mark_memory_of_checks`' rounds
+    settled: left out where both sides have rounds that reused the case's check (a process that
+    checked holds more), else judged with the rest (a case whose code never reuses its check)."""
+
+    def reused(runs: list[dict[Series, float]]) -> set[tuple[str, str]]:
+        return {
+            (s.key, s.metric)
+            for run in runs
+            for s in run
+            if s.quantity == "peak memory" and s.clock != CHECKED_ROUND
+        }
+
+    both = reused(base) & reused(head)
+
+    def settle(runs: list[dict[Series, float]]) -> list[dict[Series, float]]:
+        return [
+            {
+                (s._replace(clock="") if s.clock == CHECKED_ROUND else s): x
+                for s, x in run.items()
+                if s.clock != CHECKED_ROUND or (s.key, s.metric) not in both
+            }
+            for run in runs
+        ]
+
+    return settle(base), settle(head)
 
 
 def without_compile(measured: dict[Series, float]) -> dict[Series, float]:
@@ -754,8 +821,8 @@ class _Evidence:
             for label, runs in self.lock.items()
         }
         return (
-            judge(self.abba["base"], self.abba["head"], confidence),
-            judge(unpaired["base"], unpaired["head"], confidence) + lock,
+            judge(*memory_of_reused_rounds(self.abba["base"], self.abba["head"]), confidence),
+            judge(*memory_of_reused_rounds(unpaired["base"], unpaired["head"]), confidence) + lock,
         )
 
     def failed(self) -> list[str]:
@@ -827,7 +894,11 @@ class _Rounds:
             + ", ".join(f"{h.label} {h.commit[:12]} ({h.ref})" for h in heads)
             + f": {sum(map(len, abba.values()))} cases in ABBA rounds, "
             f"{sum(map(len, lock.values()))} host-bound in lockstep rounds; "
-            + ("each side checks in its first round; " if reuse else "checks in every round; ")
+            + (
+                "checks until each side passed them in a round; "
+                if reuse
+                else "checks every round; "
+            )
             + f"logs in {logs.relative_to(REPO_ROOT)}",
             flush=True,
         )
@@ -913,8 +984,11 @@ class _Rounds:
         kept = "warm-up" if self.pairs < self.args.warmup else "judged"
         pass_started = time.perf_counter()
         sides_in_order = [self.base, *self.heads]
+        checked = self.checked_runs(sides_in_order, self.abba)
         for side in sides_in_order if self.pairs % 2 == 0 else sides_in_order[::-1]:
-            run_id, seconds, code = run_round(side, self.settings, self.abba, self.logs)
+            run_id, seconds, code = run_round(
+                side, self.settings, self.abba, self.logs, checked[side.label]
+            )
             records = self.stored(side, run_id, code)
             if records is None:
                 return False
@@ -922,7 +996,7 @@ class _Rounds:
             if self.pairs == 0:
                 measured = without_compile(measured)
             if self.reuse_checks:
-                measured = without_memory_of_checks(measured, records)
+                measured = mark_memory_of_checks(measured, records)
             if side is self.base:
                 self.base_abba.append(run_id)
             if kept == "judged":
@@ -945,8 +1019,15 @@ class _Rounds:
         cpu = self.cpus[(evidence.rounds // 2) % len(self.cpus)]
         base_first = evidence.rounds % 2 == 0
         sides = {"base": self.base, "head": partner}
+        checked = self.checked_runs(list(sides.values()), self.lock)
         ids, seconds, code = run_lockstep_round(
-            sides, self.settings, self.lock, self.logs, cpu, base_first
+            sides,
+            self.settings,
+            self.lock,
+            self.logs,
+            cpu,
+            base_first,
+            {role: checked[side.label] for role, side in sides.items()},
         )
         got = {role: self.stored(side, ids[role], code) for role, side in sides.items()}
         if any(records is None for records in got.values()):
@@ -961,7 +1042,7 @@ class _Rounds:
             if evidence.rounds == 0:
                 measured = without_compile(measured)
             if self.reuse_checks:
-                measured = without_memory_of_checks(measured, records)
+                measured = mark_memory_of_checks(measured, records)
             paired[role] = paired_samples(records)
             for timing in unpaired(records):
                 print(
@@ -988,6 +1069,21 @@ class _Rounds:
         self.round_s = max(self.round_s, seconds)
         return True
 
+    def checked_runs(
+        self, sides: list[Side], groups: dict[str, list[str]]
+    ) -> dict[str, dict[str, str | None]]:
+        """Per side label, per grid process of ``groups``: the run whose checks its cases reuse in
+        the next round, where checks are reused and every side of the round has such a run (else
+        every side checks, so that no side's memory carries a check the other's lacks)."""
+        reuse = {
+            group: self.reuse_checks and all(s.checked_in(keys) is not None for s in sides)
+            for group, keys in groups.items()
+        }
+        return {
+            s.label: {g: s.checked_in(keys) if reuse[g] else None for g, keys in groups.items()}
+            for s in sides
+        }
+
     def stored(self, side: Side, run_id: str, code: int) -> dict[str, dict] | None:
         """The records run ``run_id`` of ``side`` stored (its machine and GPU noted), or None,
         said on stderr with its log, where it stored none."""
@@ -1002,8 +1098,16 @@ class _Rounds:
         self.machine, records = found
         self.gpus.add(records.get(MACHINE_KEY, {}).get("info", {}).get("gpu_uuid"))
         for key, data in records.items():
-            if self.reuse_checks and not key.startswith("__") and data.get("status") == OK:
-                side.checked.setdefault(key, data.get("checked_in") or run_id)
+            if key.startswith("__"):
+                continue
+            side.stored.add(key)
+            skipped = data.get("status") == SKIPPED and not str(data.get("reason", "")).startswith(
+                NOT_MEASURED
+            )
+            if self.reuse_checks and (
+                skipped or data.get("status") == OK and "checked_in" not in data
+            ):
+                side.checked.setdefault(run_id, set()).add(key)
         return records
 
 

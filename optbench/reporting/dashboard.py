@@ -43,8 +43,8 @@ CHANGE_POINT_COLUMNS = [
 
 
 def headline_rows(history: list[Run]) -> list[list[str]]:
-    """A row per size (from the run that measured the most pairs of it,
-    :func:`optbench.reporting.data.paired_steps`): the fastest step of that run (wall clock), its
+    """A row per size (from the run that measured the most pairs of it and the HF anchor,
+    :func:`optbench.reporting.data.step_table`): the fastest step of that run (wall clock), its
     median ms and IQR, eager's median over it from one run (:meth:`Run.pair`; n/a where no run of
     the commit measured both), x HF (:func:`optbench.reporting.data.hf_ratio`), and its memory as
     memory.html shows it, from its latest record

@@ -192,9 +192,9 @@ def step_failures(run: Run) -> dict[str, dict[str, str]]:
 
 def paired_steps(run: Run) -> dict[str, dict[str, Record]]:
     """:func:`steps` less the variants whose reference their run did not measure (speedup n/a), by
-    size (a size whose variants are all such: none): a step table's weight in :func:`fullest`, so
-    that a commit measured in shards, a variant's reference on another GPU, does not outweigh one
-    whose runs measured the pairs."""
+    size (a size whose variants are all such: none), so that a commit measured in shards, a
+    variant's reference on another GPU, does not outweigh one whose runs measured the pairs
+    (:func:`step_table`)."""
     speedups = step_speedups(run)
     return {
         size: {v: rec for v, rec in by_v.items() if speedups.get(size, {}).get(v, 1.0) is not None}
@@ -205,7 +205,8 @@ def paired_steps(run: Run) -> dict[str, dict[str, Record]]:
 def step_table(run: Run) -> dict[str, dict[str, Record]]:
     """:func:`paired_steps` with the HF anchor's record (under its benchmark's name) at each size
     where the run measured it: a step table's weight in :func:`fullest`, whose rows include the
-    anchor's and x HF, so that a newer run without the anchor does not hide a size's x HF."""
+    anchor's and x HF, so that a newer run without the anchor and with no more pairs does not hide
+    a size's x HF (one with a pair more does: the newest of the fullest runs wins)."""
     found = paired_steps(run)
     for size, rec in anchor_steps(run).items():
         if size in found:

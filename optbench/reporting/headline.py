@@ -162,7 +162,10 @@ def _headline(history: list[Run], profiles: list[dict]) -> str:
             "`run --gpus` shared the host's CPUs, and its host-bound steps read slower than "
             "measured alone):",
             table(
-                ["optimization", *(_size_header(size, run, by_v) for size, run, by_v in found)],
+                [
+                    "optimization",
+                    *(_size_header(size, run, steps(run)[size]) for size, run, _ in found),
+                ],
                 body + hf_rows,
                 "markdown",
             ),

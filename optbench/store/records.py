@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 OK = "ok"
+# The status of a case the machine or the plan does not run (its reason says why)
+SKIPPED = "skipped"
 # The status of a case that SIGINT or SIGTERM stopped (Ctrl-C, a runner's cancel): it says nothing
 # about the case, and its run is partial (its ``__run__`` record, optbench.store.store).
 INTERRUPTED = "interrupted"
@@ -156,7 +158,7 @@ class Record:
     def failed(self) -> bool:
         """Whether the case ran and did not end ok (wrong, oom, timeout, error, crashed): not a
         skip, an interrupt, or a case that never ran (its reason starts with NOT_MEASURED)."""
-        return self.status not in (OK, "skipped", INTERRUPTED) and not self.reason.startswith(
+        return self.status not in (OK, SKIPPED, INTERRUPTED) and not self.reason.startswith(
             NOT_MEASURED
         )
 
