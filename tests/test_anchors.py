@@ -351,9 +351,16 @@ def test_no_hf_rows_without_an_anchor(tmp_path, failed):
 
 
 def test_x_hf_only_from_the_columns_commit(tmp_path):
-    """The anchor measured at an older commit than the step table's column is not divided by a newer
+    """The anchor measured at an older commit than the step table's column (a newer run that
+    measured as much of the table: one step pair more, no anchor) is not divided by a newer
     step."""
     store = _hf_store(tmp_path)
-    save(store, "h100-sxm", commit(2), "2025-01-02T12:00:00+00:00", _steps(2, True))
+    extra = record(
+        "bench_step.Step100M",
+        {"variant": "fused-adamw"},
+        times={"step": (None, samples(90.0, 5))},
+        info={"primary_clock": "wall"},
+    )
+    save(store, "h100-sxm", commit(2), "2025-01-02T12:00:00+00:00", [*_steps(2, True), extra])
     table = headline.headline_table(store)
     assert "| 100M @ `fffffff2` |" in table and "HF" not in table
