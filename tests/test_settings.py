@@ -27,6 +27,16 @@ def test_settings_round_trip_through_the_environment():
     assert set(made.env()) <= set(S.VARIABLES.values())
 
 
+def test_a_reused_check_reaches_a_benchmark_process_from_its_settings_alone(tmp_path, monkeypatch):
+    """Mutation: a stray OPTBENCH_CHECKED_IN in the caller's shell would have `optbench run` (and
+    ab's first rounds) time every kernel and step case unchecked."""
+    variable = S.VARIABLES["checked_in"]
+    monkeypatch.setenv(variable, "a stray run")
+    assert variable not in S.process_env(S.Settings(), tmp_path, tmp_path / ".cache")
+    reused = S.process_env(S.Settings(checked_in="r1"), tmp_path, tmp_path / ".cache")
+    assert reused[variable] == "r1"
+
+
 def test_an_unset_suite_follows_the_machine(monkeypatch):
     monkeypatch.setattr(S, "has_nvidia_gpu", lambda env: False)
     assert S.Settings.from_env({}).suite == "cpu"

@@ -92,7 +92,7 @@ from optbench.store.records import (
     SKIPPED,
     Record,
 )
-from optbench.store.settings import Settings, process_env
+from optbench.store.settings import VARIABLES, Settings, process_env
 from optbench.store.store import (
     MACHINE_KEY,
     REPO_ROOT,
@@ -115,7 +115,7 @@ LOCKSTEP_MIN_ROUNDS = 6
 # before optbench/core/ was split into rooms (ab measures those in their own worktrees)
 LOCKSTEP_MODULES = ("optbench/measure/lockstep.py", "optbench/core/lockstep.py")
 # a side's code reuses an earlier round's check where its settings name this variable
-CHECKED_IN_VARIABLE = "OPTBENCH_CHECKED_IN"
+CHECKED_IN_VARIABLE = VARIABLES["checked_in"]
 # the clock of a case-memory series measured in a round that ran the case's check, where checks are
 # reused (:func:`memory_of_reused_rounds` decides which rounds judge it)
 CHECKED_ROUND = "checked"
@@ -224,9 +224,9 @@ def grid_env(
     """The environment of a grid process of ``side`` that measures exactly the cases ``keys`` as
     part of run ``run_id`` of its commit; with ``checked_in`` (an earlier run of the side that
     checked them all) its cases skip their checks (``Settings.checked_in``), without it they check,
-    whatever the caller's environment says."""
+    whatever the caller's environment says (:func:`optbench.store.settings.process_env`)."""
     assert side.tree is not None
-    env = process_env(
+    return process_env(
         dataclasses.replace(
             settings,
             run_id=run_id,
@@ -237,9 +237,6 @@ def grid_env(
         side.tree,
         REPO_ROOT / ".cache",
     )
-    if checked_in is None:
-        env.pop(CHECKED_IN_VARIABLE, None)
-    return env
 
 
 def run_round(

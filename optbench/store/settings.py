@@ -99,8 +99,10 @@ def process_env(settings: Settings, code: Path, cache: Path) -> dict[str, str]:
     """The environment of a benchmark process that runs the code of the work tree ``code`` (first on
     its import path, also for the processes asv starts, which drop PYTHONPATH) with ``settings``,
     its compile caches under ``cache`` (shared by every run and commit of a checkout): this
-    process's environment plus those."""
+    process's environment plus those. A reused check (``checked_in``) reaches it only from
+    ``settings``, never from this process's environment: a stray one would time cases unchecked."""
     env = dict(os.environ)
+    env.pop(VARIABLES["checked_in"], None)
     env.update(settings.env())
     env.update(
         TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
