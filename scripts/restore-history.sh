@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Gives a copied work tree the git history that its copy lacks, from .bundle/history.pack and .bundle/refs (made by
-# `nox -s bundle`: scripts/history_pack.py, which leaves out the blobs the work tree holds), so that asv can record
-# results under real commit hashes. Also on a warm runner whose .git is from an older copy. Branches only move
-# forward: in a checkout that is ahead of the pack (a developer's own) nothing changes.
+# Gives a copied work tree the git history that its copy lacks, from .bundle/history.pack and
+# .bundle/refs (made by `nox -s bundle`: scripts/history_pack.py, which leaves out the blobs the work
+# tree holds), so that asv can record results under real commit hashes. Also on a warm runner whose
+# .git is from an older copy. Branches only move forward: in a checkout that is ahead of the pack (a
+# developer's own) nothing changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -87,7 +87,6 @@ from optbench.store.records import (
     CASE_PEAK,
     CASE_RESIDENT,
     EARLIER_METER,
-    NOT_MEASURED,
     OK,
     SKIPPED,
     Record,
@@ -584,7 +583,7 @@ def status_regressions(base: list[dict[str, str]], head: list[dict[str, str]]) -
         k
         for k in keys
         if all(r.get(k) == OK for r in base)
-        and any(r.get(k, OK) not in (OK, "skipped") for r in head)
+        and any(r.get(k, OK) not in (OK, SKIPPED) for r in head)
     )
 
 
@@ -1098,12 +1097,8 @@ class _Rounds:
             if key.startswith("__"):
                 continue
             side.stored.add(key)
-            skipped = data.get("status") == SKIPPED and not str(data.get("reason", "")).startswith(
-                NOT_MEASURED
-            )
-            if self.reuse_checks and (
-                skipped or data.get("status") == OK and "checked_in" not in data
-            ):
+            rec = Record.of(data)
+            if self.reuse_checks and (rec.skipped or rec.ok and "checked_in" not in data):
                 side.checked.setdefault(run_id, set()).add(key)
         return records
 

@@ -155,6 +155,12 @@ class Record:
         return self.status == INTERRUPTED
 
     @property
+    def skipped(self) -> bool:
+        """Whether the machine or the plan does not run the case (not one that never ran: its reason
+        starts with NOT_MEASURED)."""
+        return self.status == SKIPPED and not self.reason.startswith(NOT_MEASURED)
+
+    @property
     def failed(self) -> bool:
         """Whether the case ran and did not end ok (wrong, oom, timeout, error, crashed): not a
         skip, an interrupt, or a case that never ran (its reason starts with NOT_MEASURED)."""
