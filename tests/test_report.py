@@ -132,6 +132,24 @@ def test_the_compare_page_leads_with_one_gpu_and_counts_cross_gpu_moves(tmp_path
     assert "<table" not in page and "1 difference beyond the threshold between runs" in page
 
 
+def test_compare_page_counts_host_bound_moves_on_a_gpu_and_lists_none(tmp_path):
+    """Mutation: a graphed step's eager forward (host-bound: ab decides it) moving 35% between two
+    single runs on one GPU, listed as the page's first table, leads with what the gate never
+    judges."""
+
+    def step(ms: float) -> list[dict]:
+        times = {"forward": (None, samples(ms, 1))}
+        params = {"variant": "best-kernels"}
+        info = {"primary_clock": "wall"}
+        return [record("bench_step.Step100M", params, times=times, info=info)]
+
+    store = ResultStore(tmp_path / "results")
+    save(store, "h100-sxm", commit(1), "2025-01-01T00:00:00+00:00", step(11.0))
+    save(store, "h100-sxm", commit(2), "2025-01-02T00:00:00+00:00", step(15.0))
+    page = "".join(map(str, site.compare_parts(store, None, data.runs(store)["h100-sxm"])))
+    assert "<table" not in page and "1 host-bound time moved beyond the threshold" in page
+
+
 def test_headline_table(store):
     table = headline.headline_table(store)
     assert "h100-sxm — NVIDIA H100" in table and "emulated" not in table and "cpu-host" not in table

@@ -59,6 +59,7 @@ from optbench.gate.changepoints import MIN_COMMITS, MIN_MAGNITUDE
 from optbench.gate.compare import (
     COLUMNS,
     CROSS_GPU,
+    HOST_BOUND,
     compare,
     compared,
     resolve,
@@ -505,9 +506,12 @@ def compare_parts(
         if base is None or head is None:
             return [note(f"No results of both {pair[0]} and {pair[1]} on this machine.")]
     changes = compare(store, base, head, [machine])
-    # what the gate judges on one GPU first; moves seen only across GPUs are counted, not listed
-    listed = [c for c in changes if shown(c) and c.reason != CROSS_GPU]
-    across = sum(shown(c) and c.reason == CROSS_GPU for c in changes)
+    # what the gate judges first, and failures; moves it does not judge (seen only across GPUs, or
+    # a host-bound time on a GPU, which ab's lockstep rounds decide) are counted, not listed
+    listed = [c for c in changes if shown(c) and (c.gated or not c.significant)]
+    trends = [c for c in changes if c.significant and not c.gated]
+    across = sum(c.reason == CROSS_GPU for c in trends)
+    host = sum(c.reason == HOST_BOUND for c in trends)
     parts: list[Part] = [
         f"<p>{escape(base[:12])} → {escape(head[:12])}: {len(listed)} of "
         f"{sum(map(compared, changes))} metrics with results at both commits changed on one GPU "
@@ -516,6 +520,12 @@ def compare_parts(
             f"; {across} difference{'s' * (across != 1)} beyond the threshold between runs on "
             "different GPUs only, not gated and not listed"
             if across
+            else ""
+        )
+        + (
+            f"; {host} host-bound time{'s' * (host != 1)} moved beyond the threshold, not gated "
+            "(ab's lockstep rounds decide them) and not listed"
+            if host
             else ""
         )
         + ".</p>"
