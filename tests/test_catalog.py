@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import itertools
 import json
 import os
 import re
@@ -129,16 +130,25 @@ def test_every_name_in_the_code_is_in_the_catalog():
     assert named and {n: p for n, p in named.items() if n not in catalog.BENCHMARKS} == {}
 
 
-def test_suites_pick_their_benchmarks():
+def _asv_name(entry: catalog.Benchmark, params: tuple[str, ...], method: str = "track_x") -> str:
+    """How asv names one combination of ``entry``'s method: ``<name>.<method>(<reprs>)``."""
+    return f"{entry.name}.{method}({', '.join(map(repr, params))})"
+
+
+def test_suites_pick_their_benchmarks_and_combinations():
+    """asv's regex matches each combination a suite measures, of every method, and no other: not
+    another suite's, not a benchmark named by a prefix of another."""
     pattern = {s: re.compile(catalog.asv_pattern(s)) for s in catalog.SUITE_NAMES}
     for suite, names in catalog.SUITES.items():
-        for name in catalog.BENCHMARKS:
-            assert bool(pattern[suite].search(f"{name}.track_step_ms")) == (name in names), (
-                suite,
-                name,
-            )
-            # no benchmark matches by prefix
-            assert not pattern[suite].search(f"{name}X.track_step_ms")
+        for name, entry in catalog.BENCHMARKS.items():
+            ours = {tuple(c.values()) for c in entry.cases(suite)}
+            assert bool(ours) == (name in names), (suite, name)
+            for combo in itertools.product(*entry.asv_params()):
+                for method in ("track_step_ms", "time_fwdbwd"):
+                    asv_name = _asv_name(entry, combo, method)
+                    assert bool(pattern[suite].search(asv_name)) == (combo in ours), asv_name
+                # no benchmark matches by prefix
+                assert not pattern[suite].search(asv_name.replace(".time_", "X.time_"))
     assert (
         "bench_step.StepTiny" in catalog.SUITES["cpu"]
         and "bench_kernels.RMSNorm" not in catalog.SUITES["quick"]

@@ -32,7 +32,7 @@ from optbench.store.store import ResultStore
 from optbench.suite import baseline as B
 from optbench.suite import memory_estimate as M
 from optbench.suite import plan as P
-from optbench.suite.catalog import KERNELS, STEP_GRIDS, asv_pattern, benchmark
+from optbench.suite.catalog import KERNELS, STEP_GRIDS, asv_pattern
 from optbench.suite.ops import OPS
 
 T4, H100, A100_40 = PROFILES["t4"], PROFILES["h100-sxm"], PROFILES["a100-40gb"]
@@ -68,11 +68,12 @@ def test_every_profile_plans(key, suite):
 
 
 def _asv_cases(suite: str, monkeypatch) -> set[tuple[str, tuple]]:
-    """(benchmark, params) of every case the asv classes define under OPTBENCH_SUITE=suite, selected
-    as ``optbench run --suite suite`` selects them: the classes it runs, the combinations of their
-    grids (every suite's) that the suite measures."""
+    """(benchmark, params) of every case the asv classes define under OPTBENCH_SUITE=suite that
+    asv runs for ``optbench run --suite suite``: the combinations of their grids (every suite's)
+    whose names, as asv writes them, its ``--bench`` regex matches."""
     monkeypatch.syspath_prepend(str(ROOT))
     monkeypatch.setenv("OPTBENCH_SUITE", suite)
+    pattern = re.compile(asv_pattern(suite))
     cases = set()
     # fresh imports, undone after
     for name in ("bench_kernels", "bench_step", "bench_precision", "bench_anchors"):
@@ -80,13 +81,13 @@ def _asv_cases(suite: str, monkeypatch) -> set[tuple[str, tuple]]:
         del sys.modules[f"benchmarks.{name}"]
         module = importlib.import_module(f"benchmarks.{name}")
         for cls in vars(module).values():
-            if not (isinstance(cls, type) and cls.__module__ == module.__name__ and cls.params):
+            concrete = isinstance(cls, type) and isinstance(getattr(cls, "params", None), list)
+            if not (concrete and cls.__module__ == module.__name__ and cls.params):
                 continue
             bench = cls.benchmark_name()
-            if re.search(asv_pattern(suite), f"{bench}.track_x"):
-                ours = benchmark(bench).cases(suite)
-                combos = [dict(zip(cls.param_names, c)) for c in itertools.product(*cls.params)]
-                cases |= {(bench, tuple(c.items())) for c in combos if c in ours}
+            for combo in itertools.product(*cls.params):
+                if pattern.search(f"{bench}.track_x({', '.join(map(repr, combo))})"):
+                    cases.add((bench, tuple(zip(cls.param_names, combo))))
     return cases
 
 

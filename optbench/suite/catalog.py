@@ -552,10 +552,32 @@ def suite_cases(suite: str) -> list[tuple[str, dict[str, str]]]:
 
 
 def asv_pattern(suite: str, select: str | None = None) -> str:
-    """asv's ``--bench`` regex selecting the benchmarks of ``suite`` (every track method of each);
-    with ``select``, those of them with a case it selects (:func:`selected_benchmarks`)."""
-    names = selected_benchmarks(suite, select)
-    return "^(" + "|".join(re.escape(name) for name in names) + r")\."
+    """asv's ``--bench`` regex selecting what ``optbench run --suite suite`` measures: every method
+    of each benchmark of ``suite`` (with ``select``, of those with a case it selects:
+    :func:`selected_benchmarks`), for the combinations of its parameters the run measures.
+
+    asv matches a parameterized benchmark's combinations by ``<name>.<method>(<values' reprs>)``,
+    and starts a process for each one it matches and each method, where the benchmark's
+    ``skip_params`` then skip those left out (``benchmarks/common.py``): naming only the measured
+    combinations spares those processes (the full suite's grids hold three times the combinations
+    it measures). A benchmark without parameters matches by its name."""
+    from optbench.store.store import record_key
+
+    alternatives = []
+    for name in selected_benchmarks(suite, select):
+        entry = BENCHMARKS[name]
+        if not entry.param_names:
+            alternatives.append(re.escape(name) + r"\.")
+            continue
+        combos = [
+            ", ".join(repr(params[p]) for p in entry.param_names)
+            for params in entry.cases(suite)
+            if not select or re.search(select, record_key(name, params))
+        ]
+        alternatives.append(
+            re.escape(name) + r"\.\w+\((" + "|".join(map(re.escape, combos)) + r")\)$"
+        )
+    return "^(" + "|".join(alternatives) + ")"
 
 
 def selected_benchmarks(suite: str, select: str | None = None) -> list[str]:
