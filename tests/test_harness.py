@@ -350,6 +350,8 @@ def test_steps_on_a_gpu_are_timed_at_a_power_steady_clock():
     info: dict = {}
     gpu = step_timing("cuda", info)["step"]
     assert (gpu["warmup_ms"], gpu["rep_ms"]) == (STEP_WARMUP_MS, STEP_REP_MS)
+    # held at the cap, a step is timed over more than one swing of its clock (1B: 0.11 s a step)
+    assert gpu["held_min_reps"] * 110 >= 3000
     assert isinstance(gpu["settled"], PowerSettle) and gpu["settled"].min_ms >= 500
     gpu["settled"].on_settled(612.34)  # where the warm-up ends early, the record says so
     assert info == {"step_warmup_ms": 612.3}
@@ -399,13 +401,32 @@ def _settle_on(monkeypatch, states: list[dict | None], limit_w: float | None = 7
 
 
 def _warm_up_ms(settled) -> float:
+    """The warm-up's ms; asserts that it says the device was held back where it ran its length."""
     from optbench.measure.timing import _Rotation, _warm_up
 
     start = time.perf_counter()
-    _warm_up(
+    _, held = _warm_up(
         _Rotation((lambda: time.sleep(0.002),)), lambda: None, time.perf_counter, 600.0, settled
     )
-    return (time.perf_counter() - start) * 1e3
+    spent_ms = (time.perf_counter() - start) * 1e3
+    assert held == (spent_ms >= 600), (held, spent_ms)
+    return spent_ms
+
+
+def test_a_device_held_back_through_the_warm_up_gets_more_samples():
+    """A GPU at its power cap swings its clock over a second or so: held through the warm-up, a step
+    is timed over at least held_min_reps samples; one that settled, or measured without a
+    ``settled`` rule, over its usual budget."""
+    from optbench.measure.timing import measure
+
+    def samples(**kw) -> int:
+        timing = measure(lambda: None, warmup_ms=5.0, rep_ms=0.0, min_reps=10, **kw)
+        return timing.wall.n
+
+    assert samples(settled=lambda ms: False, held_min_reps=30) == 30
+    assert samples(settled=lambda ms: True, held_min_reps=30) == 10
+    assert samples(held_min_reps=30) == 10
+    assert samples(settled=lambda ms: False) == 10
 
 
 FREE = {

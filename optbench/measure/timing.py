@@ -212,6 +212,7 @@ def measure(
     graph: bool = True,
     clock: Callable[[], float] = time.perf_counter,
     settled: Callable[[float], bool] | None = None,
+    held_min_reps: int | None = None,
     turns: Turns | None = None,
 ) -> Measurement:
     """Time fn: wall milliseconds per call always, device milliseconds per call on CUDA.
@@ -225,36 +226,43 @@ def measure(
     (:class:`optbench.measure.machine.PowerSettle`: a clock no power cap or heat holds back). A wall
     sample repeats it until it lasts about 1 ms (synchronizing CUDA around it, timed with `clock`,
     seconds); samples are taken until rep_ms is spent, at least min_reps and at most max_reps of
-    them. On a CPU the warm-up and the samples run on one torch thread (:func:`one_thread`).
-    Device time: with graph=True, replays of a CUDA graph of k back-to-back calls (k a
-    multiple of the sets, so that a replay lasts about 0.5 ms; one round for long calls) timed with
-    CUDA events: no host launch gap is in the figure. If the calls cannot be captured, the per-call
-    sum of device-kernel durations from torch.profiler, and if that fails, CUDA events around each
-    eager call. Where the graph was timed, eager calls over the same rotation timed by events are
-    measured too and the faster median is kept (for long calls the launch gaps the graph removes are
-    negligible, and a graph may execute some operations, like copies, differently). With graph=False
-    (whole training steps, whose wall time is the primary figure) each wall sample is also bracketed
-    by CUDA events, so one set of calls gives both clocks. With ``turns`` (a lockstep partner's,
-    :mod:`optbench.measure.lockstep`) the wall samples are exactly ``turns.samples``, each taken in
-    this process's turn. Raises RuntimeError if a median comes out as 0 (nothing measurable was
-    timed).
-    """
+    them; at least ``held_min_reps`` where ``settled`` never said so (a GPU held at its power cap
+    through the warm-up, whose clock swings over a second or so: samples within one swing have a
+    median that moves with its phase). On a CPU the warm-up and the samples run on one torch thread
+    (:func:`one_thread`). Device time: with graph=True, replays of a CUDA graph of k back-to-back
+    calls (k a multiple of the sets, so that a replay lasts about 0.5 ms; one round for long calls)
+    timed with CUDA events: no host launch gap is in the figure. If the calls cannot be captured,
+    the per-call sum of device-kernel durations from torch.profiler, and if that fails, CUDA events
+    around each eager call. Where the graph was timed, eager calls over the same rotation timed by
+    events are measured too and the faster median is kept (for long calls the launch gaps the graph
+    removes are negligible, and a graph may execute some operations, like copies, differently). With
+    graph=False (whole training steps, whose wall time is the primary figure) each wall sample is
+    also bracketed by CUDA events, so one set of calls gives both clocks. With ``turns`` (a lockstep
+    partner's, :mod:`optbench.measure.lockstep`) the wall samples are exactly ``turns.samples``,
+    each taken in this process's turn. Raises RuntimeError if a median comes out as 0 (nothing
+    measurable was timed)."""
     if min_reps < 1 or max_reps < min_reps:
         raise ValueError(f"need 1 <= min_reps <= max_reps, got {min_reps}, {max_reps}")
     sets = tuple(fn) if isinstance(fn, Sequence) else (fn,)
     rotation = _Rotation(sets)
-    budget = _Budget(rep_ms, min_reps, max_reps)
     dev = torch.device(device)
+
+    def budget_after(held: bool) -> _Budget:
+        least = max(min_reps, held_min_reps or 0) if held else min_reps
+        return _Budget(rep_ms, least, max(max_reps, least))
+
     if dev.type == "cpu":
         with one_thread():
-            estimate_ms = _warm_up(rotation, _no_sync, clock, warmup_ms, settled)
+            estimate_ms, held = _warm_up(rotation, _no_sync, clock, warmup_ms, settled)
+            budget = budget_after(held)
             _, wall = _wall_timing(rotation, _no_sync, clock, estimate_ms, budget, turns=turns)
         return Measurement(device=None, wall=wall)
     if dev.type != "cuda":
         raise ValueError(f"measure() supports cpu and cuda devices, not {dev.type!r}")
     with torch.cuda.device(dev):
         sync = torch.cuda.synchronize
-        estimate_ms = _warm_up(rotation, sync, clock, warmup_ms, settled)
+        estimate_ms, held = _warm_up(rotation, sync, clock, warmup_ms, settled)
+        budget = budget_after(held)
         if not graph:
             device_timing, wall = _wall_timing(
                 rotation, sync, clock, estimate_ms, budget, events=True, turns=turns
@@ -316,18 +324,23 @@ def _warm_up(
     clock: Callable[[], float],
     warmup_ms: float,
     settled: Callable[[float], bool] | None = None,
-) -> float:
+) -> tuple[float, bool]:
     """Call the rotation (synchronized) >= 3 times, once per set at least, and for >= warmup_ms
-    unless ``settled(elapsed_ms)`` is true first; return the fastest call, ms."""
+    unless ``settled(elapsed_ms)`` is true first; return the fastest call, ms, and whether the
+    device stayed held back (``settled`` given and never true)."""
     sync()
     start = clock()
-    calls, fastest_ms, now = 0, math.inf, start
+    calls, fastest_ms, now, held = 0, math.inf, start, settled is not None
 
     def warming() -> bool:
+        nonlocal held
         elapsed_ms = (now - start) * 1e3
-        return elapsed_ms < warmup_ms and not (
-            settled is not None and calls > 0 and settled(elapsed_ms)
-        )
+        if elapsed_ms >= warmup_ms:
+            return False
+        if settled is not None and calls > 0 and settled(elapsed_ms):
+            held = False
+            return False
+        return True
 
     while calls < max(_WARMUP_CALLS, rotation.period) or warming():
         before = clock()
@@ -336,7 +349,7 @@ def _warm_up(
         now = clock()
         fastest_ms = min(fastest_ms, (now - before) * 1e3)
         calls += 1
-    return fastest_ms
+    return fastest_ms, held
 
 
 def _wall_timing(

@@ -376,25 +376,37 @@ def step_options(size: str, variant: str, device: str):
 # and a window of a few steps times the boost clock, a few percent fast. A step that stays clear of
 # the cap keeps its clock: its warm-up ends once the GPU shows that
 # (optbench.measure.machine.PowerSettle, at least half a second in; the host-bound 100M steps draw
-# 290-560 W).
+# 290-560 W). A step held at the cap runs at a clock that swings over a second or so (1B on an
+# H200: 104 to 112 ms and back within its 10 samples, their phase alike in every process), so the
+# median of one second's samples moves with the swing's phase (+-1% between processes): such a step
+# is timed over at least STEP_HELD_MIN_SAMPLES samples, three swings at 1B.
 STEP_WARMUP_MS, STEP_REP_MS = 2000.0, 1000.0
+STEP_HELD_MIN_SAMPLES = 30
 
 
 def step_timing(device: str, info: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """``timing.measure``'s keywords for a training step's metrics (ours and the anchors'): on a
     GPU, the ``step`` metric's: at least STEP_REP_MS of samples after STEP_WARMUP_MS of steps, or
     fewer where PowerSettle finds the GPU not held back (the warm-up's ms then go to
-    ``info['step_warmup_ms']``). On a CPU (no boost to wait out) the default budgets, and the
-    ``step`` and ``forward`` samples timed by the CPU time of the thread that runs them
-    (``time.thread_time``; ``measure`` runs them on one torch thread): on a CPU that other
-    processes share, a step's wall time also counts the time the scheduler gives its core to them,
-    which moves a tiny step's median several times over between two processes of the same code."""
+    ``info['step_warmup_ms']``); at least STEP_HELD_MIN_SAMPLES samples where it never does. On a
+    CPU (no boost to wait out) the default budgets, and the ``step`` and ``forward`` samples timed
+    by the CPU time of the thread that runs them (``time.thread_time``; ``measure`` runs them on one
+    torch thread): on a CPU that other processes share, a step's wall time also counts the time the
+    scheduler gives its core to them, which moves a tiny step's median several times over between
+    two processes of the same code."""
     if not str(device).startswith("cuda"):
         return {metric: {"clock": time.thread_time} for metric in ("step", "forward")}
     from optbench.measure.machine import PowerSettle
 
     settle = PowerSettle(on_settled=lambda ms: info.__setitem__("step_warmup_ms", round(ms, 1)))
-    return {"step": {"warmup_ms": STEP_WARMUP_MS, "rep_ms": STEP_REP_MS, "settled": settle}}
+    return {
+        "step": {
+            "warmup_ms": STEP_WARMUP_MS,
+            "rep_ms": STEP_REP_MS,
+            "settled": settle,
+            "held_min_reps": STEP_HELD_MIN_SAMPLES,
+        }
+    }
 
 
 def step_work(size: str, variant: str, device: str, seed: int = 0) -> Work:
