@@ -309,6 +309,7 @@ def _events() -> list[dict]:
             timing_seconds=5.0,
             timing_compile_seconds=1.0,
             memory_seconds=0.5,
+            free_seconds=0.25,
         ),
         _start("b"),
         _end("b", 2.0, "skipped", build_seconds=1.5),
@@ -337,7 +338,8 @@ def test_the_breakdown_sums_each_phase_over_the_run_and_leaves_the_rest_to_asv()
             "timing_compile": 1.0,
             "timing": 4.0,
             "memory": 0.5,
-            "case_other": 0.5 + 0.5 + 1.0 + 1.0,
+            "free": 0.25,
+            "case_other": 0.25 + 0.5 + 1.0 + 1.0,
             "overhead": 100.0 - 62.0,
         }
     )

@@ -18,7 +18,9 @@ Phases (each case's from its record's fields, :func:`optbench.run.runner.measure
   make);
 - timing: warm-up, CUDA-graph capture and samples (``measure`` does not split them: one phase);
 - memory sizing: the peak-memory pass of the metrics that have one;
-- other in cases: the rest of each case's seconds (freeing memory between cases);
+- freeing: giving back what the case held (its objects, the collector where a cycle holds device
+  memory, the allocator's cached blocks: ``free_seconds``);
+- other in cases: the rest of each case's seconds;
 - asv and other overhead: the run's wall time (asv's run, start to end) minus all of the above:
   asv's discovery, its track processes, the benchmark classes outside the suite, saving records, the
   CPU suite's asv-timed classes.
@@ -39,7 +41,8 @@ PHASES = {
     "timing_compile": "timing: torch.compile (recompiles)",
     "timing": "timing (warm-up, capture, samples)",
     "memory": "memory sizing",
-    "case_other": "other in cases (freeing memory, ...)",
+    "free": "freeing the case's memory",
+    "case_other": "other in cases",
     "overhead": "asv and other overhead (discovery, track processes, asv-timed classes)",
 }
 
@@ -68,7 +71,9 @@ def phases(events: Iterable[Mapping[str, Any]], wall_s: float) -> dict[str, floa
             out["timing_compile"] += min(recompiled, timing)
             out["timing"] += max(timing - recompiled, 0.0)
             out["memory"] += _f(e, "memory_seconds")
+            out["free"] += _f(e, "free_seconds")
             inside = _f(e, "build_seconds") + check + timing + _f(e, "memory_seconds")
+            inside += _f(e, "free_seconds")
             out["case_other"] += max(_f(e, "seconds") - inside, 0.0)
     out["overhead"] = wall_s - sum(v for k, v in out.items() if k != "overhead")
     return out

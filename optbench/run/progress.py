@@ -60,6 +60,7 @@ PHASE_FIELDS = (
     "timing_seconds",
     "timing_compile_seconds",
     "memory_seconds",
+    "free_seconds",
 )
 ABORTED = "aborted"  # the end of a case whose measurement raised past the runner (not an interrupt)
 

@@ -14,7 +14,8 @@ is saved to the result store as soon as it exists, so a run that dies keeps what
 record holds the seconds of each phase of its case (``build_seconds`` with its
 ``build_compile_seconds``, ``check_seconds``, ``compile_seconds``: torch.compile's seconds in the
 build and the check, what the case costs to compile; ``timing_seconds`` with its
-``timing_compile_seconds``, ``memory_seconds``); each case's start and end, with those seconds, also
+``timing_compile_seconds``, ``memory_seconds``, ``free_seconds``: giving back what it held); each
+case's start and end, with those seconds, also
 go to the run's progress file (:mod:`optbench.run.progress`), which ``optbench run`` follows. On a
 GPU a record also holds its case's own ``memory`` (:class:`optbench.measure.memory.CaseMeter`: the
 peak over its build, warm-up and timing, not its check; what stays resident) beside each metric's
@@ -566,19 +567,21 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
                 traceback=traceback.format_exc()[-4000:],
             )
     finally:
-        del work
-        try:
-            _free_device_memory(baseline)
-        except CaseTimeout:
-            raise
-        except Exception as exc:  # noqa: BLE001 - e.g. an illegal memory access: the CUDA context is gone
-            rec.update(
-                status="crashed",
-                context_lost=True,
-                reason=(
-                    f"the CUDA context became unusable in this case: {type(exc).__name__}: {exc}"
-                )[:1000],
-            )
+        with timed_phase(rec, "free_seconds"):
+            del work
+            try:
+                _free_device_memory(baseline)
+            except CaseTimeout:
+                raise
+            except Exception as exc:  # noqa: BLE001 - e.g. an illegal memory access: the CUDA context is gone
+                rec.update(
+                    status="crashed",
+                    context_lost=True,
+                    reason=(
+                        f"the CUDA context became unusable in this case: {type(exc).__name__}: "
+                        f"{exc}"
+                    )[:1000],
+                )
 
 
 def interrupt_reason(exc: KeyboardInterrupt, key: str | None, seconds: float | None) -> str:
