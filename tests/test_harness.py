@@ -1161,3 +1161,45 @@ def test_a_time_budget_too_short_to_measure_anything_is_refused_before_any_work(
     with pytest.raises(SystemExit) as exit_:
         cli.run(["--time-budget", "110", "--no-html"])
     assert exit_.value.code == 2 and "cannot measure anything" in capsys.readouterr().err
+
+
+class _Held:
+    """A stand-in for a model: what a cycle holds, watched by a weak reference."""
+
+
+def _cycle() -> tuple:
+    """A reference cycle holding a :class:`_Held`, and a weak reference to that."""
+    import weakref
+
+    held, box = _Held(), []
+    box.append((box, held))
+    return box, weakref.ref(held)
+
+
+def test_the_collector_after_a_case_passes_over_its_objects_then_all_where_memory_stays(
+    monkeypatch,
+):
+    """On a GPU the objects alive at a case's start are set aside (gc.freeze): the pass after the
+    case frees the cycles it made; a cycle among the set-aside ones is freed too where the device
+    still holds more than at the start (a model that one holds), and left where it does not."""
+    import gc
+
+    from optbench.run import runner
+
+    allocated = {"bytes": 0}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: allocated["bytes"])
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    try:
+        older, older_alive = _cycle()
+        runner._set_aside_what_lives_now()
+        made, made_alive = _cycle()
+        del older, made
+        runner._free_device_memory(baseline=0)
+        assert made_alive() is None and older_alive() is not None  # a pass over the case's own
+        allocated["bytes"] = 1  # the device holds more than at the start: the older cycle's
+        runner._free_device_memory(baseline=0)
+        assert older_alive() is None
+    finally:
+        gc.unfreeze()
