@@ -185,37 +185,23 @@ def _allocated(device: str) -> int | None:
     return torch.cuda.memory_allocated() if str(device).startswith("cuda") else None
 
 
-def _set_aside_what_lives_now() -> None:
-    """Where a GPU's memory is measured, move every object alive now out of the collector's passes
-    (``gc.freeze``), so that the pass after a case (:func:`_free_device_memory`) walks what the case
-    made, not the imports and earlier cases of the process: a full pass costs 0.1-0.3 s in a
-    process that has imported inductor, 18.5 s of the H200's full suite. On a CPU, nothing."""
-    import gc
-
-    import torch
-
-    if torch.cuda.is_available():
-        gc.freeze()
-
-
 def _free_device_memory(baseline: int | None = None) -> None:
     """Give back what a case left on the device. Reference counting has freed its acyclic garbage
-    already; the collector's pass over what the case made (:func:`_set_aside_what_lives_now` at its
-    start) frees its cycles. Where the bytes allocated stay above ``baseline`` (those at the case's
-    start; None: always) after that, as when a cycle reaching back to older objects holds a model,
-    the set-aside objects join the collector again and it passes over all of them. Then the
-    allocator's cached blocks go back to the driver."""
+    already; the collector (a full pass costs 0.1-0.3 s in a process that has imported inductor)
+    runs only where the bytes allocated stay above ``baseline`` (those at the case's start; None:
+    always), as when a cycle holds a model. Then the allocator's cached blocks go back to the
+    driver."""
     import gc
 
     import torch
 
-    cuda = torch.cuda.is_available()
-    if cuda:
+    if (
+        baseline is None
+        or not torch.cuda.is_available()
+        or torch.cuda.memory_allocated() > baseline
+    ):
         gc.collect()
-    if baseline is None or not cuda or torch.cuda.memory_allocated() > baseline:
-        gc.unfreeze()
-        gc.collect()
-    if cuda:
+    if torch.cuda.is_available():
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
 
@@ -508,7 +494,6 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
     from optbench.measure.memory import CaseMeter, peak_memory
     from optbench.measure.timing import measure
 
-    _set_aside_what_lives_now()
     work, phase, baseline = None, "build", _allocated(device)
     if partner() is not None:  # the whole record, whatever its end, is the paired design's
         rec["lockstep"] = {}
