@@ -512,7 +512,9 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
         if work.check is not None or work.checked_in is not None:
             phase = "check"
             _check(work, rec)
-        for name, fn in work.timed.items():
+        # by name: a callable bound to a name here would hold the case's model or inputs (device
+        # memory) past `del work` until this frame ends, after the memory is given back
+        for name in work.timed:
             phase = f"timing {name!r}"
             pair = partner()
             with (
@@ -521,7 +523,7 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
                 pair.session(f"{key} {name}") if pair else nullcontext() as turns,
             ):
                 rec["metrics"][name] = measure(
-                    work.rotation.get(name, fn),
+                    work.rotation.get(name, work.timed[name]),
                     device=device,
                     graph=work.graph,
                     turns=turns,
@@ -537,7 +539,7 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
                     if work.before_memory is not None:
                         work.before_memory()
                     rec["mem_base_bytes"][name] = _allocated(device)
-                    rec["peak_mem_bytes"][name] = peak_memory(fn, device=device)
+                    rec["peak_mem_bytes"][name] = peak_memory(work.timed[name], device=device)
         if work.timed:  # a case timed elsewhere only (work.measured) used no memory here
             rec["memory"] = meter.result()
         rec["metrics"].update(work.measured)  # timed elsewhere (after the check passed there)

@@ -1,8 +1,8 @@
 """Where a case's freeing seconds go on a GPU (the breakdown's "freeing the case's memory", 0.2 s a
 case in the full suite): the parts of ``optbench.run.runner._free_device_memory`` (the collector's
-pass over what the case made, the full pass where the device still holds more than at the start,
-synchronize, empty_cache) against the case's whole ``free_seconds``, whose rest is dropping its
-work (``del work``). One JSON line per case, for the full suite's SwiGLU and RMSNorm kernels and two
+pass where the device still holds more than at the case's start, and what it freed; synchronize;
+empty_cache) against the case's whole ``free_seconds``, whose rest is dropping its work (``del
+work``). One JSON line per case, for the full suite's SwiGLU and RMSNorm kernels and two
 100M steps, in one process. Run it on a GPU:
 
     python3 scripts/probes/free_probe.py
@@ -34,25 +34,23 @@ def main() -> None:
 
     def free(baseline: int | None = None) -> None:
         t0 = time.perf_counter()
-        gc.collect()
-        t1 = time.perf_counter()
-        allocated = torch.cuda.memory_allocated()
-        full = baseline is None or allocated > baseline
+        over = None if baseline is None else torch.cuda.memory_allocated() - baseline
+        full = over is None or over > 0
         if full:
-            gc.unfreeze()
             gc.collect()
-        t2 = time.perf_counter()
+        t1 = time.perf_counter()
+        after = None if baseline is None else torch.cuda.memory_allocated() - baseline
         torch.cuda.synchronize()
-        t3 = time.perf_counter()
+        t2 = time.perf_counter()
         torch.cuda.empty_cache()
-        t4 = time.perf_counter()
+        t3 = time.perf_counter()
         parts.append(
             {
-                "young_s": round(t1 - t0, 4),
-                "full_s": round(t2 - t1, 4) if full else None,
-                "allocated_over_start": None if baseline is None else allocated - baseline,
-                "sync_s": round(t3 - t2, 4),
-                "empty_cache_s": round(t4 - t3, 4),
+                "allocated_over_start": over,
+                "collector_s": round(t1 - t0, 4) if full else None,
+                "allocated_over_start_after": after,
+                "sync_s": round(t2 - t1, 4),
+                "empty_cache_s": round(t3 - t2, 4),
                 "tracked_objects": len(gc.get_objects()),
             }
         )
