@@ -414,3 +414,42 @@ def test_what_is_no_results_tree_is_refused_in_one_line_and_nothing_is_merged(
     assert out.err.startswith(f"optbench merge: {bad} is not an optbench or asv results tree")
     assert out.err.rstrip().endswith("; nothing merged")
     assert _files(dest) == before
+
+
+def test_a_combination_a_run_left_out_is_null_not_what_asv_loaded(tmp_path):
+    """Two shards of one commit (``run --gpus``), each asv's results loaded before either wrote:
+    asv, through optbench's writer, leaves out what its regex did not select as null (asv itself
+    would keep the value it loaded), so neither shard writes a stale value over the other's."""
+    import math
+
+    from asv.results import Results
+    from asv.runner import BenchmarkResult
+
+    from optbench.asv import asv_atomic
+
+    def shard(selected: int, value: float) -> dict:
+        results = Results({"machine": "h100-sxm"}, {}, SHA, 0, "3.11", "existing-py", {})
+        benchmark = {
+            "name": "bench_step.Step100M.track_step_ms",
+            "params": [["'eager'", "'best'"]],
+            "version": "1",
+        }
+        add = asv_atomic._measured_only(Results.add_result)
+        loaded = BenchmarkResult([80.0, 30.0], [None] * 2, [None] * 2, 0, "", None)
+        add(results, benchmark, loaded)  # what asv read from the file before the run
+        measured = [math.nan, math.nan]
+        measured[selected] = value
+        now = BenchmarkResult(measured, [None] * 2, [None] * 2, 0, "", None)
+        add(results, benchmark, now, selected_idx=[selected])
+        return results.get_result_value(benchmark["name"], benchmark["params"])
+
+    path = write_asv_file(tmp_path / "results", [80.0, 30.0])
+    first, second = shard(0, 70.0), shard(1, 20.0)
+    # null (asv's own add_result: the loaded 30 and 80)
+    assert math.isnan(first[1]) and math.isnan(second[0])
+    for values in (second, first):  # the second shard writes first; asv saves a NaN as null
+        asv_atomic._write_json(path, asv_file([None if math.isnan(v) else v for v in values]))
+    assert json.loads(path.read_text())["results"]["bench_step.Step100M.track_step_ms"][0] == [
+        70.0,
+        20.0,
+    ]

@@ -4,9 +4,10 @@ asv writes its results files in place (open, dump), so a run killed mid-write wo
 half-written file; this entry point swaps asv's writer for one that writes a temporary file and
 renames it. A results file (one commit and environment) is written over the one on disk under a
 lock on its folder, merged case by case (``optbench.store.merge.merge_asv_results``: what this run
-measured wins, its nulls keep what is there), so that runs of one commit at once (``optbench run
---gpus``: one shard per GPU) each keep the cases the others wrote since asv read the file. Use it as
-``python -m optbench.asv.asv_atomic <asv arguments>``.
+measured wins, its nulls keep what is there; a combination the run left out is null, never a value
+asv loaded before the run: :func:`_measured_only`), so that runs of one commit at once
+(``optbench run --gpus``: one shard per GPU) each keep the cases the others wrote since asv read
+the file. Use it as ``python -m optbench.asv.asv_atomic <asv arguments>``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import fcntl
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,11 +74,27 @@ def asv(args: list[str], env: dict[str, str] | None = None, echo: bool = True) -
     return done.returncode
 
 
+def _measured_only(add_result: Callable[..., Any]) -> Callable[..., Any]:
+    """asv's ``Results.add_result`` without ``selected_idx``: a combination the run's ``--bench``
+    regex leaves out (``optbench.suite.catalog.asv_pattern`` names the measured ones) goes in as
+    null, not as the value asv loaded from the file before the run. The file on disk keeps its own
+    values under nulls (:func:`_over_disk`), so a non-null value is one this run measured: a shard
+    of ``--gpus`` cannot write back, over another's fresh value, what it loaded before that."""
+
+    def add(self: Any, benchmark: Any, result: Any, *args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("selected_idx", None)
+        return add_result(self, benchmark, result, *args, **kwargs)
+
+    return add
+
+
 def main(argv: list[str] | None = None) -> int:
+    import asv.results
     import asv.util
     from asv.main import main as asv_main
 
     asv.util.write_json = _write_json
+    asv.results.Results.add_result = _measured_only(asv.results.Results.add_result)
     sys.argv = ["asv", *(sys.argv[1:] if argv is None else argv)]
     return asv_main() or 0
 
