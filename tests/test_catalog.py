@@ -130,25 +130,69 @@ def test_every_name_in_the_code_is_in_the_catalog():
     assert named and {n: p for n, p in named.items() if n not in catalog.BENCHMARKS} == {}
 
 
-def _asv_name(entry: catalog.Benchmark, params: tuple[str, ...], method: str = "track_x") -> str:
-    """How asv names one combination of ``entry``'s method: ``<name>.<method>(<reprs>)``."""
-    return f"{entry.name}.{method}({', '.join(map(repr, params))})"
+METHODS = ("track_step_ms", "time_fwdbwd")
+
+
+def _asv_selection(pattern: str) -> dict[str, set[tuple[str, ...]]]:
+    """What asv's own ``--bench`` matching (``asv.benchmarks.Benchmarks``) selects under
+    ``pattern`` from every catalog benchmark, two methods each (and a benchmark named by each
+    name plus 'X', which must never match): the combinations of its asv grid asv would start a
+    process for, by benchmark; each method selecting the same ones."""
+    from types import SimpleNamespace
+
+    from asv.benchmarks import Benchmarks
+
+    grids = {n: list(itertools.product(*e.asv_params())) for n, e in catalog.BENCHMARKS.items()}
+    listed = [
+        {"name": f"{name}{suffix}.{method}", "params": [[repr(v) for v in axis] for axis in axes]}
+        for name, entry in catalog.BENCHMARKS.items()
+        for axes in [entry.asv_params()]
+        for suffix in ("", "X")
+        for method in METHODS
+    ]
+    found = Benchmarks(SimpleNamespace(benchmark_dir="benchmarks"), listed, regex=[pattern])
+    chosen: dict[str, set[tuple[str, ...]]] = {}
+    for full in found:
+        name, method = full.rsplit(".", 1)
+        combos = {grids[name][i] for i in found.benchmark_selection[full]}
+        assert chosen.setdefault(name, combos) == combos, (full, "methods differ")
+    assert set(found) == {f"{name}.{m}" for name in chosen for m in METHODS}
+    return chosen
 
 
 def test_suites_pick_their_benchmarks_and_combinations():
-    """asv's regex matches each combination a suite measures, of every method, and no other: not
-    another suite's, not a benchmark named by a prefix of another."""
-    pattern = {s: re.compile(catalog.asv_pattern(s)) for s in catalog.SUITE_NAMES}
+    """asv's own matching under a suite's regex selects each combination the suite measures, and
+    no other: not another suite's, not a benchmark named by a prefix of another."""
     for suite, names in catalog.SUITES.items():
-        for name, entry in catalog.BENCHMARKS.items():
-            ours = {tuple(c.values()) for c in entry.cases(suite)}
-            assert bool(ours) == (name in names), (suite, name)
-            for combo in itertools.product(*entry.asv_params()):
-                for method in ("track_step_ms", "time_fwdbwd"):
-                    asv_name = _asv_name(entry, combo, method)
-                    assert bool(pattern[suite].search(asv_name)) == (combo in ours), asv_name
-                # no benchmark matches by prefix
-                assert not pattern[suite].search(asv_name.replace(".time_", "X.time_"))
+        ours = {
+            name: {tuple(c.values()) for c in catalog.BENCHMARKS[name].cases(suite)}
+            for name in names
+        }
+        assert _asv_selection(catalog.asv_pattern(suite)) == ours, suite
+    assert _asv_selection(catalog.asv_pattern("cpu", "nosuchcase")) == {}
+
+
+@pytest.mark.parametrize("select", [None, r"variant=eager$", r"impl=triton$", r"Step1B"])
+def test_asv_runs_what_skip_params_keep(select, monkeypatch):
+    """The combinations ``optbench run``'s regex selects are those the grid classes' skip_params
+    (``optbench.suite.grids.unmeasured``, what plain ``asv run`` skips by) keep, under the same
+    suite and selection."""
+    from optbench.suite.grids import unmeasured
+
+    for suite in ("full", "cpu", "sweep"):
+        monkeypatch.setenv("OPTBENCH_SUITE", suite)
+        if select:
+            monkeypatch.setenv("OPTBENCH_SELECT", select)
+        kept = {
+            name: combos
+            for name, entry in catalog.BENCHMARKS.items()
+            if (combos := set(itertools.product(*entry.asv_params())) - set(unmeasured(name)))
+        }
+        assert _asv_selection(catalog.asv_pattern(suite, select)) == kept, (suite, select)
+
+
+def test_suites_name_their_benchmarks():
+    """The CPU suite has the tiny step, quick no kernel grids, and quick's steps are its grid's."""
     assert (
         "bench_step.StepTiny" in catalog.SUITES["cpu"]
         and "bench_kernels.RMSNorm" not in catalog.SUITES["quick"]

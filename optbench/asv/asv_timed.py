@@ -49,7 +49,7 @@ def outcomes(
     that asv's results under ``asv_results`` hold for ``commit`` on ``machine``, of the methods asv
     started at Unix time ``since`` or later (this run's: an earlier run's values stay in the file),
     in asv's order; with ``select``, only those whose case key (``bench_cpu.MLP|impl=eager``) it
-    matches (asv skipped the others: ``skip_params``)."""
+    matches (asv ran no other: ``optbench.suite.catalog.asv_pattern``)."""
     from asv.results import iter_results_for_machine_and_hash
 
     found: list[Outcome] = []

@@ -560,15 +560,12 @@ def asv_pattern(suite: str, select: str | None = None) -> str:
     and starts a process for each one it matches and each method, where the benchmark's
     ``skip_params`` then skip those left out (``benchmarks/common.py``): naming only the measured
     combinations spares those processes (the full suite's grids hold three times the combinations
-    it measures). A benchmark without parameters matches by its name."""
+    it measures). Where nothing is selected, a regex that matches nothing."""
     from optbench.store.store import record_key
 
     alternatives = []
     for name in selected_benchmarks(suite, select):
         entry = BENCHMARKS[name]
-        if not entry.param_names:
-            alternatives.append(re.escape(name) + r"\.")
-            continue
         combos = [
             ", ".join(repr(params[p]) for p in entry.param_names)
             for params in entry.cases(suite)
@@ -577,7 +574,7 @@ def asv_pattern(suite: str, select: str | None = None) -> str:
         alternatives.append(
             re.escape(name) + r"\.\w+\((" + "|".join(map(re.escape, combos)) + r")\)$"
         )
-    return "^(" + "|".join(alternatives) + ")"
+    return "^(" + "|".join(alternatives) + ")" if alternatives else "(?!)"
 
 
 def selected_benchmarks(suite: str, select: str | None = None) -> list[str]:
