@@ -13,6 +13,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -418,12 +419,14 @@ def test_a_device_held_back_through_the_warm_up_gets_more_samples():
     ``settled`` rule, over its usual budget."""
     from optbench.measure.timing import measure
 
-    def samples(**kw) -> int:
-        timing = measure(lambda: None, warmup_ms=5.0, rep_ms=0.0, min_reps=10, **kw)
+    def samples(warmup_ms: float = 5.0, **kw) -> int:
+        timing = measure(lambda: None, warmup_ms=warmup_ms, rep_ms=0.0, min_reps=10, **kw)
         return timing.wall.n
 
     assert samples(settled=lambda ms: False, held_min_reps=30) == 30
-    assert samples(settled=lambda ms: True, held_min_reps=30) == 10
+    assert samples(settled=lambda ms: False, held_min_reps=30, max_reps=20) == 30
+    # settled at its first question (a warm-up that long would end by time only on a stalled CPU)
+    assert samples(60_000.0, settled=lambda ms: True, held_min_reps=30) == 10
     assert samples(held_min_reps=30) == 10
     assert samples(settled=lambda ms: False) == 10
 
@@ -1182,7 +1185,7 @@ def test_what_a_case_timed_is_gone_before_its_memory_is_given_back(tmp_path, mon
 
     monkeypatch.setenv("OPTBENCH_MACHINE", "test-machine")
     monkeypatch.setenv("ASV_COMMIT", "c" * 40)
-    held: list[bool] = []
+    held: list[Any] = []  # the model's weak reference; then whether it was alive at the check
 
     def build() -> Work:
         model = _Model()

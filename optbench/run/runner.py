@@ -15,11 +15,10 @@ record holds the seconds of each phase of its case (``build_seconds`` with its
 ``build_compile_seconds``, ``check_seconds``, ``compile_seconds``: torch.compile's seconds in the
 build and the check, what the case costs to compile; ``timing_seconds`` with its
 ``timing_compile_seconds``, ``memory_seconds``, ``free_seconds``: giving back what it held); each
-case's start and end, with those seconds, also
-go to the run's progress file (:mod:`optbench.run.progress`), which ``optbench run`` follows. On a
-GPU a record also holds its case's own ``memory`` (:class:`optbench.measure.memory.CaseMeter`: the
-peak over its build, warm-up and timing, not its check; what stays resident) beside each metric's
-per-call peak.
+case's start and end, with those seconds, also go to the run's progress file
+(:mod:`optbench.run.progress`), which ``optbench run`` follows. On a GPU a record also holds its
+case's own ``memory`` (:class:`optbench.measure.memory.CaseMeter`: the peak over its build, warm-up
+and timing, not its check; what stays resident) beside each metric's per-call peak.
 """
 
 from __future__ import annotations
@@ -575,7 +574,8 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
                 _free_device_memory(baseline)
             except CaseTimeout:
                 raise
-            except Exception as exc:  # noqa: BLE001 - e.g. an illegal memory access: the CUDA context is gone
+            # e.g. an illegal memory access: the CUDA context is gone
+            except Exception as exc:  # noqa: BLE001
                 rec.update(
                     status="crashed",
                     context_lost=True,

@@ -51,7 +51,6 @@ def main() -> None:
                 "allocated_over_start_after": after,
                 "sync_s": round(t2 - t1, 4),
                 "empty_cache_s": round(t3 - t2, 4),
-                "tracked_objects": len(gc.get_objects()),
             }
         )
 
@@ -67,8 +66,9 @@ def main() -> None:
             if variants is None or case.params.get("variant") in variants
         ]
         records = runner.run_grid(name, chosen, device="cuda", store=store, log=lambda _: None)
-        for case, rec in zip(chosen, records.values()):
-            part = parts.pop(0) if parts else {}
+        # one freeing per case, in the cases' order (the runner frees after every case it starts)
+        assert len(parts) == len(records) == len(chosen), (len(parts), len(records))
+        for case, rec, part in zip(chosen, records.values(), parts):
             print(
                 json.dumps(
                     {
@@ -76,10 +76,12 @@ def main() -> None:
                         "status": rec["status"],
                         "free_s": rec.get("free_seconds"),
                         **part,
+                        "tracked_objects": len(gc.get_objects()),
                     }
                 ),
                 flush=True,
             )
+        parts.clear()
 
 
 if __name__ == "__main__":
