@@ -551,43 +551,45 @@ def suite_cases(suite: str) -> list[tuple[str, dict[str, str]]]:
     return [(b.name, params) for b in BENCHMARKS.values() for params in b.cases(suite)]
 
 
+def measured_combos(name: str, suite: str, select: str | None = None) -> list[tuple[str, ...]]:
+    """The combinations of benchmark ``name``'s parameters (values in its ``param_names``' order)
+    that ``optbench run --suite suite`` measures: its cases in ``suite``, with ``select`` (a regex)
+    those whose record key it matches."""
+    from optbench.store.store import record_key
+
+    entry = BENCHMARKS[name]
+    return [
+        tuple(params[p] for p in entry.param_names)
+        for params in entry.cases(suite)
+        if not select or re.search(select, record_key(name, params))
+    ]
+
+
 def asv_pattern(suite: str, select: str | None = None) -> str:
     """asv's ``--bench`` regex selecting what ``optbench run --suite suite`` measures: every method
-    of each benchmark of ``suite`` (with ``select``, of those with a case it selects:
-    :func:`selected_benchmarks`), for the combinations of its parameters the run measures.
+    of each benchmark of ``suite``, for the combinations of its parameters the run measures
+    (:func:`measured_combos`).
 
     asv matches a parameterized benchmark's combinations by ``<name>.<method>(<values' reprs>)``,
     and starts a process for each one it matches and each method, where the benchmark's
     ``skip_params`` then skip those left out (``benchmarks/common.py``): naming only the measured
     combinations spares those processes (the full suite's grids hold three times the combinations
     it measures). Where nothing is selected, a regex that matches nothing."""
-    from optbench.store.store import record_key
-
-    alternatives = []
-    for name in selected_benchmarks(suite, select):
-        entry = BENCHMARKS[name]
-        combos = [
-            ", ".join(repr(params[p]) for p in entry.param_names)
-            for params in entry.cases(suite)
-            if not select or re.search(select, record_key(name, params))
-        ]
-        alternatives.append(
-            re.escape(name) + r"\.\w+\((" + "|".join(map(re.escape, combos)) + r")\)$"
-        )
+    alternatives = [
+        re.escape(name)
+        + r"\.\w+\(("
+        + "|".join(re.escape(", ".join(map(repr, combo))) for combo in combos)
+        + r")\)$"
+        for name in SUITES[suite]
+        if (combos := measured_combos(name, suite, select))
+    ]
     return "^(" + "|".join(alternatives) + ")" if alternatives else "(?!)"
 
 
 def selected_benchmarks(suite: str, select: str | None = None) -> list[str]:
     """The benchmarks of ``suite`` with a case whose record key ``select`` (a regex) matches; all of
     them without ``select``."""
-    from optbench.store.store import record_key
-
-    return [
-        name
-        for name in SUITES[suite]
-        if not select
-        or any(re.search(select, record_key(name, p)) for p in BENCHMARKS[name].cases(suite))
-    ]
+    return [name for name in SUITES[suite] if measured_combos(name, suite, select)]
 
 
 #: The cases ``optbench ab`` measures by default (a regex on case keys, in the full suite): a kernel

@@ -164,17 +164,10 @@ def unmeasured(name: str) -> list[tuple[str, ...]]:
     outside its suite, and those ``$OPTBENCH_SELECT`` does not select. :func:`measure_suite` records
     them as skips; asv skips them before their ``setup``, without a word (the grid classes'
     ``skip_params``, ``benchmarks/common.py``), so a run's output never lists them."""
-    from optbench.store.store import record_key
-
     settings = current()
-    entry = catalog.benchmark(name)
-    ours = {record_key(name, params) for params in entry.cases(settings.suite)}
-    left_out = []
-    for combo in itertools.product(*entry.asv_params()):
-        key = record_key(name, dict(zip(entry.param_names, combo)))
-        if key not in ours or (settings.select and not re.search(settings.select, key)):
-            left_out.append(tuple(combo))
-    return left_out
+    kept = set(catalog.measured_combos(name, settings.suite, settings.select))
+    combos = itertools.product(*catalog.benchmark(name).asv_params())
+    return [combo for combo in map(tuple, combos) if combo not in kept]
 
 
 def _short(select: str | None, width: int = 80) -> str | None:
