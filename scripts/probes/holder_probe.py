@@ -1,12 +1,13 @@
 """What holds the device memory a case leaves behind: the 1B best-regional step, after which the
 next case (best-kernels) starts with ~7.7 GB more allocated than the check's reference explains.
 
-Runs the case through the runner (which frees after it), then prints JSON lines: the bytes still
+Runs the cases through the runner; after the runner frees each, prints JSON lines: the bytes still
 allocated; the live blocks grouped by where they were allocated (the allocator's history, python
 frames); for the largest live CUDA tensors the collector can see, the chain of objects that refer to
 them; and the bytes allocated after ``torch._dynamo.reset()`` and a collector pass. Run on a GPU:
 
-    python3 scripts/probes/holder_probe.py [VARIANT ...]   (default: best-regional)
+    python3 scripts/probes/holder_probe.py [VARIANT ...]   (default: eager best-regional
+    best-kernels, the full suite's Step1B cases in order)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import os
 import sys
 import tempfile
+import types
 
 import torch
 
@@ -71,38 +73,80 @@ def describe(obj: object) -> str:
     return f"{type(obj).__module__}.{name}"
 
 
-def holders(limit: int = 6, depth: int = 5) -> None:
-    tensors = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.is_cuda]
+def real_cuda_tensors() -> list[torch.Tensor]:
+    """Live CUDA tensors the collector tracks, with device memory (no fake or meta tensors), not
+    the cached check references', largest first."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    from optbench.suite import workloads
+
+    kept = set()
+    for baseline in workloads._REFERENCES.values():
+        ref = baseline.reference
+        for value in vars(ref).values():
+            for t in value.values() if isinstance(value, dict) else [value]:
+                if isinstance(t, torch.Tensor):
+                    kept.add(t.untyped_storage().data_ptr())
+    tensors = [
+        o
+        for o in gc.get_objects()
+        if isinstance(o, torch.Tensor)
+        and not isinstance(o, FakeTensor)
+        and o.is_cuda
+        and o.untyped_storage().data_ptr() != 0
+        and o.untyped_storage().data_ptr() not in kept
+    ]
     tensors.sort(key=lambda t: t.untyped_storage().nbytes(), reverse=True)
+    return tensors
+
+
+def referrers(obj: object, ignore: set[int], depth: int, width: int = 3) -> list:
+    """The objects referring to obj, as a tree ``depth`` deep, ``width`` per level (this probe's
+    own frames and lists left out)."""
+    if depth == 0:
+        return []
+    refs = [
+        r
+        for r in gc.get_referrers(obj)
+        if id(r) not in ignore
+        and not (isinstance(r, types.FrameType) and r.f_code.co_filename == __file__)
+    ]
+    shown = refs[:width]
+    ignore.update((id(refs), id(shown)))
+    tree: list = [[describe(r), referrers(r, ignore, depth - 1, width)] for r in shown]
+    return tree + ([f"+{len(refs) - width} more"] if len(refs) > width else [])
+
+
+def holders(limit: int = 4, depth: int = 5) -> None:
+    tensors = real_cuda_tensors()
     emit(
-        gc_visible_cuda_tensors=len(tensors),
-        gc_visible_mib=round(sum(t.untyped_storage().nbytes() for t in tensors) / 2**20),
+        real_cuda_tensors=len(tensors),
+        real_mib=round(sum(t.untyped_storage().nbytes() for t in tensors) / 2**20),
     )
     ignore = {id(tensors)}
     for tensor in tensors[:limit]:
-        chain, obj = [], tensor
-        for _ in range(depth):
-            refs = [
-                r for r in gc.get_referrers(obj) if id(r) not in ignore and r is not sys._getframe()
-            ]
-            if not refs:
-                break
-            obj = refs[0]
-            ignore.add(id(refs))
-            chain.append(describe(obj) + (f" (+{len(refs) - 1} more)" if len(refs) > 1 else ""))
         emit(
             tensor_mib=round(tensor.untyped_storage().nbytes() / 2**20),
             shape=list(tensor.shape),
             dtype=str(tensor.dtype),
-            chain=chain,
+            referrers=referrers(tensor, ignore, depth),
         )
 
 
 def main() -> None:
-    variants = sys.argv[1:] or ["best-regional"]
+    variants = sys.argv[1:] or ["eager", "best-regional", "best-kernels"]
     os.environ.setdefault("OPTBENCH_MACHINE", "holder-probe")
     os.environ.setdefault("ASV_COMMIT", "f" * 40)
     torch.cuda.memory._record_memory_history(max_entries=200_000, stacks="python")
+    free = runner._free_device_memory
+
+    def free_and_look(baseline: int | None = None) -> None:
+        free(baseline)
+        emit(after_free_mib=round(torch.cuda.memory_allocated() / 2**20))
+        live_blocks()
+        holders()
+
+    runner._free_device_memory = free_and_look
     entry = catalog.benchmark(BENCHMARK)
     chosen = [
         case
@@ -114,9 +158,6 @@ def main() -> None:
     )
     for key, rec in records.items():
         emit(case=key, status=rec["status"], memory=rec.get("memory"))
-    emit(after_cases_mib=round(torch.cuda.memory_allocated() / 2**20))
-    live_blocks()
-    holders()
     torch._dynamo.reset()
     gc.collect()
     torch.cuda.empty_cache()
