@@ -86,18 +86,24 @@ def real_cuda_tensors() -> list[torch.Tensor]:
         for value in vars(ref).values():
             for t in value.values() if isinstance(value, dict) else [value]:
                 if isinstance(t, torch.Tensor):
-                    kept.add(t.untyped_storage().data_ptr())
-    tensors = [
-        o
-        for o in gc.get_objects()
-        if isinstance(o, torch.Tensor)
-        and not isinstance(o, FakeTensor)
-        and o.is_cuda
-        and o.untyped_storage().data_ptr() != 0
-        and o.untyped_storage().data_ptr() not in kept
-    ]
+                    kept.add(_ptr(t))
+    tensors = [o for o in gc.get_objects() if _on_device(o, FakeTensor) and _ptr(o) not in kept]
     tensors.sort(key=lambda t: t.untyped_storage().nbytes(), reverse=True)
     return tensors
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _on_device(obj: object, fake: type) -> bool:
+    """A real CUDA tensor with storage; one that cannot tell (asking raises) is left out."""
+    if not isinstance(obj, torch.Tensor) or isinstance(obj, fake):
+        return False
+    try:
+        return obj.is_cuda and _ptr(obj) != 0
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
 
 
 def referrers(obj: object, ignore: set[int], depth: int, width: int = 3) -> list:
