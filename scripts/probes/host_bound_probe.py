@@ -7,7 +7,8 @@ the calling thread, and the time the collector spent inside it (``gc.callbacks``
 One JSON line per case: the medians and quartiles of those per call, the collections per call, and
 the runner's own figure. Run it on a GPU, in several processes to see the spread between them:
 
-    python3 scripts/probes/host_bound_probe.py [VARIANT ...]   (default: eager fused-adamw eager)
+    [PROBE_NO_GC=1] python3 scripts/probes/host_bound_probe.py [VARIANT ...]
+    (default: eager fused-adamw eager)
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from optbench.store.store import ResultStore
 from optbench.suite import catalog, grids
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# PROBE_NO_GC=1: the collector off while each metric is timed (as timeit times)
+NO_GC = bool(os.environ.get("PROBE_NO_GC"))
 BENCHMARK = os.environ.get("PROBE_BENCHMARK", "bench_step.Step100M")
 
 
@@ -89,9 +92,14 @@ def main() -> None:
     def measure_traced(fn, **kwargs):  # noqa: ANN001, ANN003, ANN202 - measure's own signature
         timed.append([])
         calls = timed[-1]
-        return measure(
-            traced(fn, calls) if callable(fn) else [traced(f, calls) for f in fn], **kwargs
-        )
+        if NO_GC:
+            gc.disable()
+        try:
+            return measure(
+                traced(fn, calls) if callable(fn) else [traced(f, calls) for f in fn], **kwargs
+            )
+        finally:
+            gc.enable()
 
     timing.measure = measure_traced
     entry = catalog.benchmark(BENCHMARK)
