@@ -481,14 +481,19 @@ def test_a_required_class_left_undecided_is_inconclusive(fake):
     assert ab.ab("BASE", "HEAD", memory_only) == ab.EXIT_OK
 
 
-def test_a_host_bound_step_timed_in_fresh_processes_never_holds_up_the_verdict(fake):
+def test_a_host_bound_step_timed_in_fresh_processes_never_holds_up_the_verdict(fake, capsys):
     """Where a side cannot pair (code before lockstep), the 100M step (15% a run) is judged and
-    reported in the ABBA rounds, inconclusive, and the gate passes after the fewest rounds."""
+    reported in the ABBA rounds, inconclusive, and the gate passes after the fewest rounds; the
+    console's last line says why that inconclusive verdict is not a required one."""
     assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_OK
     assert fake["calls"] == ab.order(5)
     step = next(v for v in pairing(fake)["verdicts"] if v["key"] == STEP_100M)
     assert step["class"] == "host-bound" and step["verdict"] == INCONCLUSIVE
     assert not step["paired"]
+    assert (
+        "of them required: device-bound, memory, host-bound in lockstep rounds)"
+        in capsys.readouterr().out
+    )
 
 
 def test_host_bound_steps_are_timed_in_lockstep_rounds_and_decided(fake):

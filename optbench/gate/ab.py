@@ -601,6 +601,14 @@ def undecided(verdicts: Iterable[Verdict], required: Iterable[str]) -> list[Verd
     ]
 
 
+def required_classes(required: Iterable[str]) -> str:
+    """The classes :func:`undecided` holds to, as the console names them: a host-bound metric only
+    where it was timed in lockstep (paired)."""
+    return ", ".join(
+        "host-bound in lockstep rounds" if klass == "host-bound" else klass for klass in required
+    )
+
+
 def order(pairs: int) -> list[str]:
     """ABBA order of ``pairs`` pairs of rounds: base, head, head, base, base, head, ..."""
     return [
@@ -1180,7 +1188,7 @@ def _verdict(args: Options, rounds: _Rounds, head: Side, started: float) -> int:
         f"optbench ab: {head.label + ': ' if head.label != 'head' else ''}"
         f"{len(regressions) + len(failed)} regressions, "
         f"{sum(v.verdict == INCONCLUSIVE for v in verdicts)} "
-        f"inconclusive ({len(required)} of them of a required class: {', '.join(args.require)}) of "
+        f"inconclusive ({len(required)} of them required: {required_classes(args.require)}) of "
         f"{len(verdicts)} metrics ({max(0, rounds.pairs - args.warmup)} judged ABBA pairs, "
         f"{max(0, evidence.rounds - args.warmup)} judged lockstep rounds, "
         f"{record['seconds']:.0f} s, GPU {', '.join(record['gpu_uuids']) or 'none'}); pairing in "
