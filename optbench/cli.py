@@ -24,6 +24,7 @@ from pathlib import Path
 
 from optbench.asv import asv_timed
 from optbench.run import breakdown, progress
+from optbench.run.compile_cache import COLD
 from optbench.run.console import console
 from optbench.run.helptext import plain
 from optbench.store.records import INTERRUPTED, Record
@@ -530,7 +531,9 @@ def _announce(
         flush=True,
     )
     expected = progress.expected_seconds(
-        (run for c in store.commits(machine) for run in store.runs(machine, c)), planned
+        (run for c in store.commits(machine) for run in store.runs(machine, c)),
+        planned,
+        cold=current().compile_cache == COLD,
     )
     print(
         progress.estimate_note(planned, expected, args.time_budget, ASV_START_S + ASV_WRAP_UP_S),

@@ -92,6 +92,29 @@ def test_expected_seconds_are_the_median_of_the_cases_that_ran():
     assert progress.expected_seconds(runs, ["a", "b"]) == {"a": 12.0}
 
 
+def test_expected_seconds_come_from_runs_whose_compile_cache_was_alike():
+    """A run that starts without a compile cache is estimated from the cold runs where any ran the
+    case (a cold torch.compile takes several times a warm one), a warm one from the warm runs;
+    a case measured in runs of the other kind only falls back on those."""
+
+    def run(cache, records):
+        info = {"key": MACHINE_KEY, "info": {"compile_cache": cache}}
+        data = {k: {"key": k, "status": "ok", "seconds": s} for k, s in records.items()}
+        return StoredRun("h200", "c0", "r", {MACHINE_KEY: info, **data})
+
+    runs = [
+        run("cold", {"step": 40.0}),
+        run("restored h200-key", {"step": 10.0, "kernel": 2.0}),
+        run("local", {"step": 12.0}),
+    ]
+    assert progress.expected_seconds(runs, ["step", "kernel"], cold=True) == {
+        "step": 40.0,
+        "kernel": 2.0,
+    }
+    assert progress.expected_seconds(runs, ["step"], cold=False) == {"step": 11.0}
+    assert progress.expected_seconds(runs, ["step"]) == {"step": 12.0}
+
+
 def test_the_estimate_before_a_run_says_whether_its_budget_will_cut_cases():
     planned, expected = ["a", "b", "c"], {"a": 100.0, "b": 300.0}
     note = progress.estimate_note(planned, expected, None, 60.0)

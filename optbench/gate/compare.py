@@ -75,6 +75,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from optbench.gate.changepoints import CPU_UNIT, cpu_unit, gpu_unit
+from optbench.run.compile_cache import COLD
 from optbench.run.runner import measured_commit
 from optbench.store.records import INTERRUPTED, OK, Record, TimingView
 from optbench.store.store import REPO_ROOT, ResultStore, StoredRun
@@ -95,7 +96,6 @@ COLUMNS = (
 )
 ALPHA = 1e-3  # one-sided false-alarm rate of one metric's verdict
 MIN_DF = 3  # degrees of freedom of A/A runs on one GPU a metric's noise estimate needs
-COLD_CACHE = "cold"  # info.compile_cache of a run whose compile seconds are compared
 COMPILE_SERIES = ("compile", "seconds")  # (metric, clock) of compile seconds among a run's series
 CROSS_GPU = "CROSS-GPU"
 NO_NOISE = "no noise estimate on this GPU"
@@ -244,7 +244,7 @@ def run_medians(run: StoredRun) -> dict[Series, float]:
     designs (:func:`optbench.store.records.ab_design`: timed in lockstep, or without their check)
     are left out: their figures are not those of the runs they would be compared with."""
     found = {}
-    cold = run.info.get("compile_cache") == COLD_CACHE
+    cold = run.info.get("compile_cache") == COLD
     for key, data in run.results().items():
         rec = Record.of(data)
         if not rec.ok or rec.ab_design:

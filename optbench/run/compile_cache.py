@@ -46,6 +46,9 @@ def cache_key() -> str:
     return re.sub(r"[^a-z0-9._]+", "-", text.lower()).strip("-")
 
 
+COLD = "cold"  # info.compile_cache of a run that started without any compile cache
+
+
 def restore(key: str, carried: Path = CARRIED, root: Path = CACHE_ROOT) -> str:
     """Unpack ``<carried>/<key>.tar.xz`` into ``root``; 'restored <key>', or 'cold' where there is
     none (or ``root`` already holds caches: a warm machine keeps its own, and the run says so:
@@ -54,7 +57,7 @@ def restore(key: str, carried: Path = CARRIED, root: Path = CACHE_ROOT) -> str:
         return "local"
     packed = carried / f"{key}{SUFFIX}"
     if not packed.is_file():
-        return "cold"
+        return COLD
     root.mkdir(parents=True, exist_ok=True)
     with tarfile.open(packed) as tar:
         tar.extractall(root, filter="data")

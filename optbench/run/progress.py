@@ -198,20 +198,30 @@ def asv_timed(benchmarks: Iterable[Any], suite: str, select: str | None = None) 
     ]
 
 
-def expected_seconds(runs: Iterable[Any], keys: Iterable[str]) -> dict[str, float]:
+def expected_seconds(
+    runs: Iterable[Any], keys: Iterable[str], cold: bool | None = None
+) -> dict[str, float]:
     """Seconds per case of ``keys``, the median over every stored record of it that ran (ok, wrong
-    or timeout) in ``runs`` (``optbench.store.store.StoredRun``: one machine's, cold and warm caches
-    alike); a case never run there is absent."""
-    wanted, seen = set(keys), {}
+    or timeout) in ``runs`` (``optbench.store.store.StoredRun``: one machine's); with ``cold``
+    given, over the runs that started from a compile cache in the same state (``cold``: none,
+    :data:`optbench.run.compile_cache.COLD`; else restored or local) where any of them ran the
+    case, since a cold torch.compile takes several times a warm one; a case never run here is
+    absent."""
+    from optbench.run.compile_cache import COLD
+
+    wanted: set[str] = set(keys)
+    alike: dict[str, list[float]] = {}
+    other: dict[str, list[float]] = {}
     for run in runs:
+        same = cold is None or (run.info.get("compile_cache") == COLD) == cold
         for key, rec in run.results().items():
             if (
                 key in wanted
                 and rec.get("status") in ("ok", "wrong", "timeout")
                 and rec.get("seconds")
             ):
-                seen.setdefault(key, []).append(float(rec["seconds"]))
-    return {key: statistics.median(seconds) for key, seconds in seen.items()}
+                (alike if same else other).setdefault(key, []).append(float(rec["seconds"]))
+    return {key: statistics.median(alike.get(key) or other[key]) for key in {*alike, *other}}
 
 
 def estimate_note(
