@@ -74,12 +74,18 @@ NOX_PINS = [
 ]
 
 
-def _importable(session: nox.Session, module: str) -> bool:
-    try:
-        session.run("python", "-c", f"import {module}", silent=True)
-    except nox.command.CommandFailed:
-        return False
-    return True
+def _installed(session: nox.Session, module: str) -> bool:
+    """Whether the session's interpreter finds ``module``, asked without importing it and without a
+    failing command (whose traceback nox would print on a fresh machine's console); part of the
+    install step (``run_install``), as the installs it decides."""
+    found = session.run_install(
+        "python",
+        "-c",
+        "import importlib.util, sys; print(importlib.util.find_spec(sys.argv[1]) is not None)",
+        module,
+        silent=True,
+    )
+    return str(found).strip() == "True"
 
 
 def _install_project(session: nox.Session) -> None:
@@ -87,9 +93,9 @@ def _install_project(session: nox.Session) -> None:
     Triton pinned in the same resolve where torch brought none: Liger-Kernel asks for any triton,
     and pip alone takes the newest (3.9.0 on 2026-11-27, not the interpreter the kernels' tests
     were written against)."""
-    if not _importable(session, "torch"):
+    if not _installed(session, "torch"):
         session.install(CPU_TORCH)
-    triton = [] if _importable(session, "triton") else [TRITON_FOR_CPU_TORCH]
+    triton = [] if _installed(session, "triton") else [TRITON_FOR_CPU_TORCH]
     session.install("-e", ".[dev]", *triton)
 
 
@@ -101,7 +107,7 @@ def _optbench(session: nox.Session, command: str) -> None:
 def tests(session: nox.Session) -> None:
     """Unit, kernel (Triton interpreter on a CPU) and harness tests. Zero tests collected fails."""
     _install_project(session)
-    if not _importable(session, "torchao"):
+    if not _installed(session, "torchao"):
         session.install(TORCHAO_FOR_TESTS)
     session.run(
         "python",
