@@ -53,14 +53,20 @@ class StepMemory:
     earlier_meter: bool = False  # a case peak of a meter before records.CASE_METER
 
     def cell(self) -> str:
-        """The measured figure in GB, marked :data:`PER_CALL_MARK` where per call and
-        :data:`EARLIER_METER_MARK` where an earlier meter measured it; :data:`NOT_SHOWN` for a
-        graphed step without one; 'n/a' otherwise."""
+        """The measured figure in GB (in MB, named, under 0.1 GB: a tiny step's few MB would read
+        0.0), marked :data:`PER_CALL_MARK` where per call and :data:`EARLIER_METER_MARK` where an
+        earlier meter measured it; :data:`NOT_SHOWN` for a graphed step without one; 'n/a'
+        otherwise."""
         if self.measured is None:
             return NOT_SHOWN if self.graphed else "n/a"
         per_call = PER_CALL_MARK if self.kind == PER_CALL else ""
         earlier = EARLIER_METER_MARK if self.earlier_meter else ""
-        return f"{self.measured / GB:.1f}{per_call}{earlier}"
+        figure = (
+            f"{self.measured / GB:.1f}"
+            if self.measured >= GB / 10
+            else f"{self.measured / 1e6:.0f} MB"
+        )
+        return f"{figure}{per_call}{earlier}"
 
     def estimate_cell(self) -> str:
         return "n/a" if self.estimate is None else f"{self.estimate / GB:.1f}"

@@ -652,10 +652,28 @@ HEADLINE_NOTE = (
     "Each size's fastest training step (wall clock, median ms per optimizer step [IQR]) in the run "
     "that measured the most of the size; × eager: eager's median over it, same run; × HF: "
     "HF + torch.compile's over our fastest; peak GB: the step's memory as memory.html shows it "
-    "(– for a step replayed from a CUDA graph whose record has no case peak: its per-call figure "
+    "(MB where named; † where the record has no case peak: the extra memory of one step call "
+    "above what the process held before it, weights and optimizer state not counted; "
+    "– for a step replayed from a CUDA graph whose record has no case peak: its per-call figure "
     "reads ~0 by how it is measured; ° measured by the case meter before its version 2, which read "
     "a step after a CUDA-graph case of its process low)."
 )
+
+
+def newest_run_link(found: dict[str, list[Run]]) -> list[str]:
+    """A line leading to the machine of the newest run where the page's order (real GPUs first,
+    :func:`optbench.reporting.data.runs`) does not put it first: the run a user just made on
+    their own machine, a CPU say, would sit below every GPU's section."""
+    if len(found) < 2:
+        return []
+    newest = max(found, key=lambda m: max(run.date for run in found[m]))
+    if newest == next(iter(found)):
+        return []
+    run = max(found[newest], key=lambda r: r.date)
+    return [
+        f'<p>Newest run: <a href="#{_slug(newest)}">{escape(run.label)}</a>, commit '
+        f"{escape(run.commit[:12])}, {escape(run.date)}.</p>"
+    ]
 
 
 def write_index(
@@ -669,6 +687,7 @@ def write_index(
     )
     body = [
         f'<p>{links} · <a href="../asv/index.html">asv benchmarks</a></p>',
+        *newest_run_link(found),
         note(HEADLINE_NOTE),
     ]
     for m, history in found.items():
