@@ -102,7 +102,14 @@ from optbench.reporting.headline import HEADLINE_PAGE, write_headline
 from optbench.reporting.memory import MEMORY_NOTE, TRADES, memory_columns, memory_rows
 from optbench.reporting.memory import time_against_memory as memory_points
 from optbench.run.console import table
-from optbench.store.store import RECORDS_DIR, REPO_ROOT, ResultStore, asv_results_dir, results_dir
+from optbench.store.store import (
+    MACHINE_KEY,
+    RECORDS_DIR,
+    REPO_ROOT,
+    ResultStore,
+    asv_results_dir,
+    results_dir,
+)
 
 MAX_PANELS = 24  # history charts per benchmark and machine
 
@@ -664,12 +671,14 @@ def newest_run_link(found: dict[str, list[Run]]) -> list[str]:
     """A line leading to the machine of the newest run where the page's order (real GPUs first,
     :func:`optbench.reporting.data.runs`) does not put it first: the run a user just made on
     their own machine, a CPU say, would sit below every GPU's section."""
-    if len(found) < 2:
+    measured = {m: [r for r in h if set(r.records) - {MACHINE_KEY}] for m, h in found.items()}
+    measured = {m: h for m, h in measured.items() if h}  # an ab round's commit keeps only its date
+    if len(measured) < 2:
         return []
-    newest = max(found, key=lambda m: max(run.date for run in found[m]))
-    if newest == next(iter(found)):
+    newest = max(measured, key=lambda m: max(run.date for run in measured[m]))
+    if newest == next(iter(measured)):
         return []
-    run = max(found[newest], key=lambda r: r.date)
+    run = max(measured[newest], key=lambda r: r.date)
     return [
         f'<p>Newest run: <a href="#{_slug(newest)}">{escape(run.label)}</a>, commit '
         f"{escape(run.commit[:12])}, {escape(run.date)}.</p>"
