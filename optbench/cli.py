@@ -296,6 +296,7 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
         console=out,
         planned=planned,
         expected=expected,
+        asv_timed=by_asv,
     )
     date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     started, started_at = time.perf_counter(), time.time()
@@ -535,8 +536,10 @@ def _announce(
         planned,
         cold=current().compile_cache == COLD,
     )
+    note = progress.estimate_note(planned, expected, args.time_budget, ASV_START_S + ASV_WRAP_UP_S)
+    # what asv times itself is not in the stored records: said, not estimated
     print(
-        progress.estimate_note(planned, expected, args.time_budget, ASV_START_S + ASV_WRAP_UP_S),
+        note + (f"; asv's own timing of {', '.join(by_asv)} comes on top" if by_asv else ""),
         flush=True,
     )
     print(

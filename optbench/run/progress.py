@@ -240,7 +240,8 @@ def estimate_note(
     unknown = len(planned) - len(known)
     total = sum(known) + unknown * statistics.median(known)
     note = (
-        f"optbench: expected ~{total:.0f} s of cases from this machine's stored runs ({len(known)} "
+        f"optbench: expected ~{total:.0f} s of grid cases from this machine's stored runs "
+        f"({len(known)} "
         f"of {len(planned)} measured here before"
         + (f"; {unknown} never, counted at the median" if unknown else "")
         + ")"
@@ -380,7 +381,8 @@ class Follower:
     reads the lines appended since its last look (every ``poll_s``) and shows them (``live``: rich's
     progress bar, with a line per finished case printed above it, gone once the run ends; else that
     line alone, on stdout). :meth:`print` shows another line (asv's output) without breaking the
-    bar."""
+    bar. Before the first grid case the bar names the classes asv times itself (``asv_timed``),
+    which it may be timing then."""
 
     def __init__(
         self,
@@ -392,9 +394,15 @@ class Follower:
         poll_s: float = 0.5,
         planned: Sequence[str] = (),
         expected: Mapping[str, float] | None = None,
+        asv_timed: Sequence[str] = (),
     ) -> None:
         self.path, self.total, self.live, self.poll_s = Path(path), total, live, poll_s
         self.planned, self.expected = list(planned), expected  # for the ETA (tally)
+        # before the first grid case: asv starts, and may time its own classes first (a CPU
+        # suite's bench_cpu comes before bench_step: most of its minute)
+        self._starting = "asv: starting" + (
+            f", timing {', '.join(asv_timed)} itself" if asv_timed else ""
+        )
         self.events: list[dict[str, Any]] = []
         # From the file's end as it is now: a run id given again (OPTBENCH_RUN_ID) appends to an
         # earlier file.
@@ -418,7 +426,7 @@ class Follower:
                 console=console,
                 transient=True,
             )
-            self._task = self._progress.add_task("asv: starting", total=total or None, eta="?")
+            self._task = self._progress.add_task(self._starting, total=total or None, eta="?")
 
     def __enter__(self) -> Follower:
         self.start()
@@ -486,7 +494,7 @@ class Follower:
                     if t.total and t.done >= t.total
                     else "asv: between grids"
                     if t.done
-                    else "asv: starting"
+                    else self._starting
                 )
                 self._progress.update(
                     self._task,
