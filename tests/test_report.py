@@ -999,3 +999,21 @@ def test_a_newer_run_without_the_hf_anchor_does_not_hide_x_hf(tmp_path):
     assert "| 1B @ `fffffff1` |" in page and "× HF (HF ms / our fastest's ms)" in page
     (row,) = dashboard.headline_rows(data.runs(store)["h100-sxm"])
     assert row[0] == "1B @ fffffff1" and row[4].startswith("1.2")
+
+
+def test_a_long_chart_title_is_wrapped_to_the_figures_width():
+    """matplotlib does not wrap a suptitle: a long subtitle ran off both edges of the PNG."""
+    subtitle = "speedup vs each variant's own reference, measured in the same run " * 3
+    fig = charts.step_bars(f"h200 — NVIDIA H200\n{subtitle}", {"1B @ abc": {"fused": 1.2}}, "x")
+    lines = fig._suptitle.get_text().split("\n")
+    width_px = fig.get_figwidth() * charts.DPI
+    assert len(lines) > 2 and all(len(line) * 7.5 <= width_px for line in lines)
+
+
+def test_tokens_per_second_use_a_log_axis_only_across_a_tenfold_span():
+    """A log axis starts at no zero: one size's bars (within 2x) drawn on it made a 0.57x step a
+    sliver beside eager's; sizes side by side (1e3 to 1e5 tokens/s) need it."""
+    one_size = {"eager": {"tiny": 2.7e4}, "chunked-ce": {"tiny": 1.55e4}}
+    assert charts.throughput("cpu", one_size, {}).axes[0].get_yscale() == "linear"
+    sizes = {"eager": {"tiny": 2.7e4, "1B": 1.9e3}}
+    assert charts.throughput("h200", sizes, {}).axes[0].get_yscale() == "log"

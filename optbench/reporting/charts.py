@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import math
 import statistics
+import textwrap
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -56,12 +57,21 @@ def _figure(
 
     ncols = min(ncols, n)
     nrows = math.ceil(n / ncols)
-    fig = Figure(figsize=(width * ncols, height * nrows + 0.6), layout="constrained")
+    title = _wrapped(title, width * ncols)
+    extra = 0.25 * title.count("\n")  # inches for the title's lines beyond one
+    fig = Figure(figsize=(width * ncols, height * nrows + 0.6 + extra), layout="constrained")
     fig.suptitle(title)
     axes = list(fig.subplots(nrows, ncols, squeeze=False).ravel())
     for ax in axes[n:]:
         fig.delaxes(ax)
     return fig, axes[:n]
+
+
+def _wrapped(title: str, inches: float) -> str:
+    """``title`` broken into lines that fit a figure ``inches`` wide (a suptitle is not wrapped by
+    matplotlib: a long one ran off both edges of the PNG)."""
+    chars = max(40, int(inches * DPI / 7.5))  # the suptitle's characters average ~7.5 px here
+    return "\n".join(textwrap.fill(line, chars) for line in title.split("\n"))
 
 
 def _bar_width(data: dict) -> float:
@@ -114,9 +124,13 @@ def step_bars(
 def throughput(
     title: str, tokens: dict[str, dict[str, float]], util: dict[str, dict[str, float]]
 ) -> Figure:
-    """Tokens/s (log scale) and, where any, MFU in % per optimization, a bar per 'size @ commit'."""
+    """Tokens/s and, where any, MFU in % per optimization, a bar per 'size @ commit'; tokens/s on a
+    log scale only where they span 10x or more (sizes side by side): a log axis starts at no zero,
+    so a bar's height would not show its value's share (one size alone: linear from 0)."""
     fig, axes = _figure(title, 2 if util else 1, ncols=1, width=_bar_width(tokens))
-    _bars(axes[0], tokens, "tokens/s (wall clock)", "tokens/s", log=True)
+    values = [v for inner in tokens.values() for v in inner.values() if v > 0]
+    log = bool(values) and max(values) >= 10 * min(values)
+    _bars(axes[0], tokens, "tokens/s (wall clock)", "tokens/s", log=log)
     if util:
         _bars(axes[1], util, "MFU (wall clock)", "MFU (% of peak)")
     return fig
@@ -179,7 +193,9 @@ def changes(title: str, labels: Sequence[str], found: Sequence[Change]) -> Figur
     its verdict."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(12, 1.5 + 0.28 * len(found)), layout="constrained")
+    title = _wrapped(title, 12)
+    height = 1.5 + 0.28 * len(found) + 0.25 * title.count("\n")
+    fig = Figure(figsize=(12, height), layout="constrained")
     ax = fig.subplots()
     ax.barh(
         labels,
