@@ -416,7 +416,13 @@ def history_parts(histories: Histories, history: list[Run]) -> list[Part]:
     machine, label = history[-1].machine, history[-1].label
     found, order = histories.found[machine], histories.order[machine]
     if not found:
-        return [note("No metric was measured at two commits or more.")]
+        return [
+            note(
+                "No metric was measured at two commits or more, counting no run of optbench ab's "
+                "own designs (timed in lockstep, or without their check): the machines table "
+                "counts their commits too."
+            )
+        ]
     parts = change_point_parts(found, order)
 
     def newest_change(s: TimeHistory) -> int:
