@@ -7,8 +7,9 @@ rounded to e4m3):
 
 - ``eager``: torch's ops, the reference;
 - ``compile``: the same function under torch.compile, as inductor fuses it inside the FP8 step;
-- ``triton``: two kernels of this probe: the amax (one read), then one pass that reads a tile and
-  writes it in both layouts (the transposed tile through shared memory).
+- ``triton BMxBN Ww``: two kernels of this probe: the amax (one read), then one pass that reads a
+  tile and writes it in both layouts (the transposed tile through shared memory), at each of
+  :data:`TILES`.
 
 Each is checked bit for bit against eager, then its device time taken (CUDA-graph replays, every
 tensor larger than the L2). The floor: 6 bytes an element (the amax's read of 2, the cast's read of
@@ -20,6 +21,7 @@ interpreter's fp8 rounding loses the carry into the exponent: 127.4 becomes 64, 
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 
@@ -33,6 +35,8 @@ AMAX_FLOOR = 1e-12  # torchao's EPS: an all-zero tensor keeps a finite scale
 # The 1B step's FP8 operands (8,192 tokens): a block's input, the MLP's hidden (the down
 # projection's input) and the packed gate/up gradient.
 SHAPES = [(8192, 2048), (8192, 5632), (8192, 11264)]
+# the cast pass's tiles (rows x columns) and warps: the transposed write goes through shared memory
+TILES = [(64, 64, 4), (64, 128, 4), (128, 64, 8), (128, 128, 8)]
 
 
 def scale_of(amax: torch.Tensor) -> torch.Tensor:
@@ -63,7 +67,9 @@ def _cast_both_kernel(x_ptr, scale_ptr, y_ptr, yt_ptr, M, N, BM: tl.constexpr, B
     tl.store(yt_ptr + rn[:, None] * M + rm[None, :], tl.trans(y), mask=tl.trans(mask))
 
 
-def cast_triton(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def cast_triton(
+    x: torch.Tensor, bm: int = 64, bn: int = 64, warps: int = 4
+) -> tuple[torch.Tensor, torch.Tensor]:
     m, n = x.shape
     amax = torch.zeros(1, device=x.device, dtype=torch.float32)
     block = 8192
@@ -71,8 +77,8 @@ def cast_triton(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scale = scale_of(amax)
     y = torch.empty(m, n, device=x.device, dtype=E4M3)
     yt = torch.empty(n, m, device=x.device, dtype=E4M3)
-    bm = bn = 64
-    _cast_both_kernel[(triton.cdiv(m, bm), triton.cdiv(n, bn))](x, scale, y, yt, m, n, BM=bm, BN=bn)
+    grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
+    _cast_both_kernel[grid](x, scale, y, yt, m, n, BM=bm, BN=bn, num_warps=warps)
     return y, yt
 
 
@@ -92,15 +98,28 @@ def exact_input(m: int, n: int) -> torch.Tensor:
 
 
 def cpu_check() -> None:
-    x = exact_input(96, 80)  # not a multiple of the tiles: the masks
-    ref, got = cast_eager(x), cast_triton(x)
-    print(json.dumps({"shape": list(x.shape), "triton_mismatches": mismatches(got, ref)}))
+    x = exact_input(200, 136)  # not a multiple of any tile: the masks
+    ref = cast_eager(x)
+    for bm, bn, warps in TILES:
+        got = cast_triton(x, bm, bn, warps)
+        print(
+            json.dumps(
+                {"shape": list(x.shape), "tile": [bm, bn], "mismatches": mismatches(got, ref)}
+            )
+        )
 
 
 def gpu_run() -> None:
     from optbench.measure.timing import measure
 
-    impls = {"eager": cast_eager, "triton": cast_triton, "compile": torch.compile(cast_eager)}
+    impls = {
+        "eager": cast_eager,
+        **{
+            f"triton {bm}x{bn} {warps}w": functools.partial(cast_triton, bm=bm, bn=bn, warps=warps)
+            for bm, bn, warps in TILES
+        },
+        "compile": torch.compile(cast_eager),
+    }
     for m, n in SHAPES:
         gen = torch.Generator(device="cuda").manual_seed(0)
         x = torch.randn(m, n, device="cuda", generator=gen).to(torch.bfloat16)
