@@ -15,7 +15,7 @@ Each is checked bit for bit against eager, then its device time taken (CUDA-grap
 tensor larger than the L2). The floor: 6 bytes an element (the amax's read of 2, the cast's read of
 2, the two fp8 writes of 1) at the copy ceiling. One JSON line per shape and implementation. On a
 GPU: ``python3 -m scripts.probes.fp8_cast_probe``; ``--cpu`` checks the Triton kernels in Triton's
-interpreter (TRITON_INTERPRET=1) on a small tensor whose values e4m3 holds exactly (the
+interpreter (TRITON_INTERPRET=1) on a small tensor whose scaled values e4m3 holds exactly (the
 interpreter's fp8 rounding loses the carry into the exponent: 127.4 becomes 64, not 128).
 """
 
@@ -88,12 +88,14 @@ def mismatches(got: tuple[torch.Tensor, ...], ref: tuple[torch.Tensor, ...]) -> 
 
 
 def exact_input(m: int, n: int) -> torch.Tensor:
-    """bf16 values e4m3 holds exactly, with amax 448 (scale 1: no product rounds) at the last
-    element only (an amax that misses the tail scales by 448 / 240 and rounds)."""
+    """bf16 values e4m3 holds exactly, within +-112 but for the last element, 224: amax 224, scale
+    exactly 2, and every product exact (no rounding, which the interpreter gets wrong); a cast
+    that skips the scale, divides by it or takes an amax that misses the tail (112: scale 4)
+    writes other bits."""
     gen = torch.Generator().manual_seed(0)
     codes = torch.randint(0, 256, (m, n), generator=gen, dtype=torch.uint8)
-    x = codes.view(E4M3).float().nan_to_num(0.0).clamp(-240.0, 240.0)
-    x[-1, -1] = E4M3_MAX
+    x = codes.view(E4M3).float().nan_to_num(0.0).clamp(-112.0, 112.0)
+    x[-1, -1] = 224.0
     return x.to(torch.bfloat16)
 
 
