@@ -1017,3 +1017,48 @@ def test_tokens_per_second_use_a_log_axis_only_across_a_tenfold_span():
     assert charts.throughput("cpu", one_size, {}).axes[0].get_yscale() == "linear"
     sizes = {"eager": {"tiny": 2.7e4, "1B": 1.9e3}}
     assert charts.throughput("h200", sizes, {}).axes[0].get_yscale() == "log"
+
+
+def test_the_index_points_to_the_newest_run_where_the_gpus_come_first():
+    """A user's CPU run sits below every GPU's section: a line leads to it, dated by its newest
+    record (an ab round on a GPU, its records left out of the page, leaves only a machine record
+    dated later); none where the newest run's machine already comes first."""
+    from types import SimpleNamespace
+
+    def run(label, date, machine_date=None):
+        records = {"a case": SimpleNamespace(date=date)}
+        records[site.MACHINE_KEY] = SimpleNamespace(date=machine_date or date)
+        return SimpleNamespace(label=label, commit="c" * 40, records=records)
+
+    found = {
+        "h200": [run("h200", "2026-11-28T10:00:00+00:00", "2026-11-29T10:00:00+00:00")],
+        "cpu-amd-epyc-003596": [run("cpu", "2026-11-29T09:00:00+00:00")],
+    }
+    [line] = site.newest_run_link(found)
+    assert '<a href="#cpu-amd-epyc-003596">cpu</a>' in line and "2026-11-29T09:00" in line
+    assert site.newest_run_link(dict(reversed(list(found.items())))) == []
+    assert site.newest_run_link({"h200": found["h200"]}) == []
+
+
+def test_the_index_leads_to_a_cpu_run_newer_than_the_gpus(asv_calls, tmp_path):
+    store = ResultStore(tmp_path / "results")
+    gpu = [_step("bench_step.Step100M", "eager", 60.0, 1)]
+    save(store, "h100-sxm", commit(1), "2025-01-01T12:00:00+00:00", gpu)
+    cpu = [_step("bench_step.StepTiny", "eager", 9.0, 2)]
+    save(store, "cpu-host", commit(2), "2025-01-02T12:00:00+00:00", cpu, gpu_name=None)
+    assert site.main(["--results", str(store.root), "--html", str(tmp_path / "html")]) == 0
+    index = (tmp_path / "html" / "optbench" / "index.html").read_text()
+    assert index.index('Newest run: <a href="#cpu-host">') < index.index('<h2 id="h100-sxm">')
+
+
+def test_a_history_without_a_trend_says_why_where_ab_rounds_may_explain_it():
+    """A machine of one commit has no trend; one of several whose metrics reach two commits in no
+    run of optbench's own (ab's rounds are left out) links the machines table counting them."""
+    from types import SimpleNamespace
+
+    histories = site.Histories(found={"cpu": []}, order={"cpu": {}})
+    one = [SimpleNamespace(machine="cpu", label="cpu — CPU")]
+    [alone] = site.history_parts(histories, one)
+    assert "two commits or more." in alone and "ab" not in alone
+    [several] = site.history_parts(histories, one * 3)
+    assert "optbench ab" in several and 'href="index.html#machines"' in several

@@ -138,26 +138,3 @@ def test_a_figure_under_a_tenth_of_a_gb_is_shown_in_named_mb_not_as_zero():
     tiny = memory.StepMemory(12.4e6, memory.PER_CALL, None, graphed=False)
     assert tiny.cell() == "12 MB†"
     assert dataclasses.replace(tiny, measured=1.54e9, kind=memory.CASE).cell() == "1.5"
-
-
-def test_the_index_points_to_the_newest_run_where_the_gpus_come_first():
-    """A user's CPU run sits below every GPU's section: a line leads to it; none where the newest
-    run's machine already comes first."""
-    from types import SimpleNamespace
-
-    def run(label, date, records=("a case",)):
-        return SimpleNamespace(
-            label=label, commit="c" * 40, date=date, records=dict.fromkeys(records)
-        )
-
-    found = {
-        "h200": [run("h200", "2026-11-28T10:00:00+00:00")],
-        "cpu-amd-epyc-003596": [run("cpu", "2026-11-29T09:00:00+00:00")],
-    }
-    [line] = site.newest_run_link(found)
-    assert '<a href="#cpu-amd-epyc-003596">cpu</a>' in line and "2026-11-29T09:00" in line
-    assert site.newest_run_link(dict(reversed(list(found.items())))) == []
-    assert site.newest_run_link({"h200": found["h200"]}) == []
-    # a commit whose runs stored nothing but their machine record (ab's rounds) is not a run to show
-    found["h200"].append(run("h200", "2026-11-29T10:00:00+00:00", records=[site.MACHINE_KEY]))
-    assert "#cpu-amd-epyc-003596" in site.newest_run_link(found)[0]

@@ -416,12 +416,13 @@ def history_parts(histories: Histories, history: list[Run]) -> list[Part]:
     machine, label = history[-1].machine, history[-1].label
     found, order = histories.found[machine], histories.order[machine]
     if not found:
+        if len(history) < 2:
+            return [note("No metric was measured at two commits or more.")]
         return [
-            note(
-                "No metric was measured at two commits or more, counting no run of optbench ab's "
-                "own designs (timed in lockstep, or without their check): the machines table "
-                "counts their commits too."
-            )
+            '<p class="note">No metric was measured at two commits or more outside the rounds of '
+            "optbench ab, whose records this trend leaves out (timed in lockstep, or without their "
+            'check); <a href="index.html#machines">the machines table</a> counts their commits '
+            "too.</p>"
         ]
     parts = change_point_parts(found, order)
 
@@ -676,18 +677,23 @@ HEADLINE_NOTE = (
 def newest_run_link(found: dict[str, list[Run]]) -> list[str]:
     """A line leading to the machine of the newest run where the page's order (real GPUs first,
     :func:`optbench.reporting.data.runs`) does not put it first: the run a user just made on
-    their own machine, a CPU say, would sit below every GPU's section."""
-    measured = {m: [r for r in h if set(r.records) - {MACHINE_KEY}] for m, h in found.items()}
-    measured = {m: h for m, h in measured.items() if h}  # an ab round's commit keeps only its date
-    if len(measured) < 2:
+    their own machine, a CPU say, would sit below every GPU's section. The newest is that of the
+    newest record (an ab round's records are not in a Run, though its machine record is)."""
+
+    def newest(run: Run) -> str:
+        return max((r.date for k, r in run.records.items() if k != MACHINE_KEY), default="")
+
+    dated = {m: max(h, key=newest) for m, h in found.items()}
+    dated = {m: run for m, run in dated.items() if newest(run)}
+    if not dated:
         return []
-    newest = max(measured, key=lambda m: max(run.date for run in measured[m]))
-    if newest == next(iter(measured)):
+    machine = max(dated, key=lambda m: newest(dated[m]))
+    if machine == next(iter(found)):
         return []
-    run = max(measured[newest], key=lambda r: r.date)
+    run = dated[machine]
     return [
-        f'<p>Newest run: <a href="#{_slug(newest)}">{escape(run.label)}</a>, commit '
-        f"{escape(run.commit[:12])}, {escape(run.date)}.</p>"
+        f'<p>Newest run: <a href="#{_slug(machine)}">{escape(run.label)}</a>, commit '
+        f"{escape(run.commit[:12])}, {escape(newest(run))}.</p>"
     ]
 
 
@@ -729,7 +735,7 @@ def write_index(
             if images.get((page, m))
         )
         body.append(f'<div class="thumbs">{thumbs}</div>')
-    body.append("<h2>Machines</h2>")
+    body.append('<h2 id="machines">Machines</h2>')
     body.append(
         table(
             ["machine", "commits", "newest commit", "date"],
