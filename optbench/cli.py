@@ -536,12 +536,8 @@ def _announce(
         planned,
         cold=current().compile_cache == COLD,
     )
-    note = progress.estimate_note(planned, expected, args.time_budget, ASV_START_S + ASV_WRAP_UP_S)
-    # what asv times itself is not in the stored records: said, not estimated
-    print(
-        note + (f"; asv's own timing of {', '.join(by_asv)} comes on top" if by_asv else ""),
-        flush=True,
-    )
+    reserved = ASV_START_S + ASV_WRAP_UP_S
+    print(progress.estimate_note(planned, expected, args.time_budget, reserved, by_asv), flush=True)
     print(
         f"optbench: asv's output goes to {asv_log.relative_to(ROOT)}"
         + ("" if args.verbose else " (--verbose: here too)"),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import subprocess
@@ -131,6 +132,46 @@ def test_the_estimate_before_a_run_says_whether_its_budget_will_cut_cases():
         "cut some" in cut
     )
     assert "no estimate" in progress.estimate_note(planned, {}, 600.0, 60.0)
+
+
+def test_the_estimate_says_what_asv_times_itself_comes_on_top():
+    """A CPU run read '~8 s of cases' and took 50: asv's own timing of its classes (most of it)
+    leaves no records to estimate from, so the line names them; with no grid case, no estimate."""
+    timed = ["bench_cpu.MLP", "bench_cpu.GradStats"]
+    note = progress.estimate_note(["a"], {"a": 8.0}, None, 60.0, timed)
+    assert note.startswith("optbench: expected ~8 s of grid cases") and note.endswith(
+        "; asv's own timing of bench_cpu.MLP, bench_cpu.GradStats comes on top"
+    )
+    assert progress.estimate_note([], {}, None, 60.0, timed) == (
+        "optbench: no grid case to estimate; asv's own timing of bench_cpu.MLP, "
+        "bench_cpu.GradStats comes on top"
+    )
+
+
+def test_the_run_command_estimates_from_runs_with_its_compile_cache_state(monkeypatch, tmp_path):
+    """`optbench run` asks for the estimate of a cold compile cache where OPTBENCH_COMPILE_CACHE
+    says so, and names the classes asv times itself."""
+    from optbench import cli
+
+    asked, noted = [], []
+    monkeypatch.setattr(
+        progress, "expected_seconds", lambda runs, keys, cold=None: asked.append(cold) or {}
+    )
+    monkeypatch.setattr(
+        progress, "estimate_note", lambda *args: noted.append(args) or "optbench: estimate"
+    )
+    monkeypatch.setenv("OPTBENCH_COMPILE_CACHE", "cold")
+    args = argparse.Namespace(
+        select="StepTiny|MLP", skip_existing=False, time_budget=None, verbose=False
+    )
+    store = ResultStore(tmp_path / "results")
+    log = REPO_ROOT / "results" / "x.asv.log"
+    cli._announce(args, store, "cpu", "cpu-host", "c" * 40, "run", log)
+    assert (
+        asked == [True]
+        and noted
+        and noted[0][-1] == progress.asv_timed(cli.BENCHMARKS.values(), "cpu", "StepTiny|MLP") != []
+    )
 
 
 def test_the_line_of_a_finished_case():

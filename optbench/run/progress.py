@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from optbench.run.compile_cache import COLD
 from optbench.store import settings
 
 # The fields of a case's record that its 'end' event carries (the phases of
@@ -207,8 +208,6 @@ def expected_seconds(
     :data:`optbench.run.compile_cache.COLD`; else restored or local) where any of them ran the
     case, since a cold torch.compile takes several times a warm one; a case never run here is
     absent."""
-    from optbench.run.compile_cache import COLD
-
     wanted: set[str] = set(keys)
     alike: dict[str, list[float]] = {}
     other: dict[str, list[float]] = {}
@@ -225,26 +224,34 @@ def expected_seconds(
 
 
 def estimate_note(
-    planned: Sequence[str], expected: Mapping[str, float], budget_s: float | None, reserved_s: float
+    planned: Sequence[str],
+    expected: Mapping[str, float],
+    budget_s: float | None,
+    reserved_s: float,
+    asv_timed: Sequence[str] = (),
 ) -> str:
-    """One line before a run: the seconds its ``planned`` cases took here before
+    """One line before a run: the seconds its ``planned`` grid cases took here before
     (:func:`expected_seconds`), how many never ran here, and, with a time budget of ``budget_s`` of
     which ``reserved_s`` is kept for asv's start and wrap-up, whether the budget will likely cut
-    cases (those never run count as the median of the others)."""
+    cases (those never run count as the median of the others). The classes asv times itself
+    (``asv_timed``) leave no records to estimate from: the line says they come on top."""
+    on_top = f"; asv's own timing of {', '.join(asv_timed)} comes on top" if asv_timed else ""
+    if not planned:
+        return f"optbench: no grid case to estimate{on_top}"
     known = [expected[k] for k in planned if k in expected]
     if not known:
         return (
             f"optbench: none of the {len(planned)} cases has run on this machine before: "
-            "no estimate"
+            f"no estimate{on_top}"
         )
     unknown = len(planned) - len(known)
     total = sum(known) + unknown * statistics.median(known)
     note = (
         f"optbench: expected ~{total:.0f} s of grid cases from this machine's stored runs "
-        f"({len(known)} "
-        f"of {len(planned)} measured here before"
+        f"({len(known)} of {len(planned)} measured here before"
         + (f"; {unknown} never, counted at the median" if unknown else "")
         + ")"
+        + on_top
     )
     if budget_s is not None and total > budget_s - reserved_s:
         note += (

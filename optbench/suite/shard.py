@@ -121,11 +121,13 @@ def shard_select(
     seconds, beside every shard's. The runs in ``store`` of ``machine``, but for those of
     ``commit``, give the times."""
     from optbench.run import progress
+    from optbench.run.compile_cache import COLD
+    from optbench.store.settings import current
     from optbench.suite.catalog import BENCHMARKS, with_references
 
     planned = progress.planned_cases(BENCHMARKS.values(), suite, select)
     runs = (run for c in store.commits(machine) if c != commit for run in store.runs(machine, c))
-    seconds = progress.expected_seconds(runs, planned)
+    seconds = progress.expected_seconds(runs, planned, cold=current().compile_cache == COLD)
     index, count = shard
     owned = split(planned, seconds, count, lambda key: with_references([key], planned))
     shards = [with_references(keys, planned) for keys in owned]
