@@ -85,7 +85,8 @@ def _installed(session: nox.Session, module: str) -> bool:
         module,
         silent=True,
     )
-    return str(found).strip() == "True"
+    # the answer is the last line: a warning on stderr (in the same output) may come first
+    return (str(found).strip().splitlines() or [""])[-1] == "True"
 
 
 def _install_project(session: nox.Session) -> None:

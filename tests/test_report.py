@@ -1008,12 +1008,21 @@ def test_a_long_chart_title_is_wrapped_to_the_figures_width():
     lines = fig._suptitle.get_text().split("\n")
     width_px = fig.get_figwidth() * charts.DPI
     assert len(lines) > 2 and all(len(line) * 7.5 <= width_px for line in lines)
+    # drawn, the title's box lies inside the figure
+    fig.canvas.draw()
+    box = fig._suptitle.get_window_extent()
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width  # in the canvas's own pixels
+    # the gate's chart of changes too, its height grown by the title's lines
+    short = charts.changes("h200", [], [])
+    wrapped = charts.changes(f"h200\n{subtitle}", [], [])
+    assert "\n" in wrapped._suptitle.get_text().split("h200\n", 1)[1]
+    assert wrapped.get_figheight() > short.get_figheight()
 
 
 def test_tokens_per_second_use_a_log_axis_only_across_a_tenfold_span():
     """A log axis starts at no zero: one size's bars (within 2x) drawn on it made a 0.57x step a
     sliver beside eager's; sizes side by side (1e3 to 1e5 tokens/s) need it."""
-    one_size = {"eager": {"tiny": 2.7e4}, "chunked-ce": {"tiny": 1.55e4}}
+    one_size = {"eager": {"tiny": 2.7e4}, "chunked-ce": {"tiny": 1.55e4}, "slow": {"tiny": 5.5e3}}
     assert charts.throughput("cpu", one_size, {}).axes[0].get_yscale() == "linear"
     sizes = {"eager": {"tiny": 2.7e4, "1B": 1.9e3}}
     assert charts.throughput("h200", sizes, {}).axes[0].get_yscale() == "log"

@@ -138,3 +138,4 @@ def test_a_figure_under_a_tenth_of_a_gb_is_shown_in_named_mb_not_as_zero():
     tiny = memory.StepMemory(12.4e6, memory.PER_CALL, None, graphed=False)
     assert tiny.cell() == "12 MB†"
     assert dataclasses.replace(tiny, measured=1.54e9, kind=memory.CASE).cell() == "1.5"
+    assert dataclasses.replace(tiny, estimate=5e7).estimate_cell() == "50 MB"  # as its figure

@@ -28,7 +28,8 @@ NOT_SHOWN = "–"  # a graphed step without a case peak
 # never hold the full logits (each switches nothing else).
 TRADES = tuple(v for v in VARIANTS if set(switches(v)) <= {"checkpoint_every", "loss"})
 MEMORY_NOTE = (
-    f"GB = 10⁹ bytes. Measured: the case's peak (weights, gradients, optimizer state, activations "
+    "GB = 10⁹ bytes (MB, 10⁶ bytes, where a cell names it: under 0.1 GB). Measured: the case's "
+    "peak (weights, gradients, optimizer state, activations "
     f"and CUDA-graph pools); {PER_CALL_MARK} where the record has no case peak: the extra memory "
     "of one step call above what the process held before it (gradients and activations; weights "
     f"and optimizer state not counted); {EARLIER_METER_MARK}: a case peak measured before the case "
@@ -53,23 +54,23 @@ class StepMemory:
     earlier_meter: bool = False  # a case peak of a meter before records.CASE_METER
 
     def cell(self) -> str:
-        """The measured figure in GB (in MB, named, under 0.1 GB: a tiny step's few MB would read
-        0.0), marked :data:`PER_CALL_MARK` where per call and :data:`EARLIER_METER_MARK` where an
-        earlier meter measured it; :data:`NOT_SHOWN` for a graphed step without one; 'n/a'
-        otherwise."""
+        """The measured figure (:func:`gb_cell`), marked :data:`PER_CALL_MARK` where per call and
+        :data:`EARLIER_METER_MARK` where an earlier meter measured it; :data:`NOT_SHOWN` for a
+        graphed step without one; 'n/a' otherwise."""
         if self.measured is None:
             return NOT_SHOWN if self.graphed else "n/a"
         per_call = PER_CALL_MARK if self.kind == PER_CALL else ""
         earlier = EARLIER_METER_MARK if self.earlier_meter else ""
-        figure = (
-            f"{self.measured / GB:.1f}"
-            if self.measured >= GB / 10
-            else f"{self.measured / 1e6:.0f} MB"
-        )
-        return f"{figure}{per_call}{earlier}"
+        return f"{gb_cell(self.measured)}{per_call}{earlier}"
 
     def estimate_cell(self) -> str:
-        return "n/a" if self.estimate is None else f"{self.estimate / GB:.1f}"
+        return "n/a" if self.estimate is None else gb_cell(self.estimate)
+
+
+def gb_cell(nbytes: float) -> str:
+    """Bytes in GB to one decimal, or in MB, named, under 0.1 GB (a tiny step's few MB would read
+    0.0 in a GB column)."""
+    return f"{nbytes / GB:.1f}" if nbytes >= GB / 10 else f"{nbytes / 1e6:.0f} MB"
 
 
 def estimate_bytes(run: Run, size: str, variant: str) -> float | None:

@@ -67,7 +67,8 @@ def describe(obj: object) -> str:
     if isinstance(obj, dict):
         return f"dict({len(obj)} keys: {list(obj)[:4]})"
     if hasattr(obj, "__code__"):
-        return f"{name} {obj.__code__.co_filename}:{obj.__code__.co_name}"  # type: ignore[attr-defined]
+        code = obj.__code__  # type: ignore[attr-defined]
+        return f"{name} {code.co_filename}:{code.co_name}"
     if type(obj).__name__ == "cell":
         return "cell"
     return f"{type(obj).__module__}.{name}"
