@@ -124,8 +124,8 @@ def throughput(
     title: str, tokens: dict[str, dict[str, float]], util: dict[str, dict[str, float]]
 ) -> Figure:
     """Tokens/s and, where any, MFU in % per optimization, a bar per 'size @ commit', both on linear
-    axes from 0: a bar's height is its value's share (on a log axis, which starts at no zero, one
-    size's 0.57x step was a sliver beside eager's, and 1B's FP8 steps slivers beside 100M's)."""
+    axes from 0, so that a bar's height is its value's share (a log axis starts at no zero: there
+    the height of a bar says little of its value)."""
     fig, axes = _figure(title, 2 if util else 1, ncols=1, width=_bar_width(tokens))
     _bars(axes[0], tokens, "tokens/s (wall clock)", "tokens/s")
     if util:
