@@ -680,20 +680,21 @@ def newest_run_link(found: dict[str, list[Run]]) -> list[str]:
     their own machine, a CPU say, would sit below every GPU's section. The newest is that of the
     newest record (an ab round's records are not in a Run, though its machine record is)."""
 
-    def newest(run: Run) -> str:
-        return max((r.date for k, r in run.records.items() if k != MACHINE_KEY), default="")
-
-    dated = {m: max(h, key=newest) for m, h in found.items()}
-    dated = {m: run for m, run in dated.items() if newest(run)}
+    dated = [
+        (rec.date, machine, run)
+        for machine, history in found.items()
+        for run in history
+        for key, rec in run.records.items()
+        if key != MACHINE_KEY
+    ]
     if not dated:
         return []
-    machine = max(dated, key=lambda m: newest(dated[m]))
+    date, machine, run = max(dated, key=lambda d: d[0])
     if machine == next(iter(found)):
         return []
-    run = dated[machine]
     return [
         f'<p>Newest run: <a href="#{_slug(machine)}">{escape(run.label)}</a>, commit '
-        f"{escape(run.commit[:12])}, {escape(newest(run))}.</p>"
+        f"{escape(run.commit[:12])}, {escape(date)}.</p>"
     ]
 
 
