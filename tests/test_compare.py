@@ -772,3 +772,19 @@ def test_runs_of_one_cpu_machine_compare_as_that_machine_and_others_stay_apart(s
         assert changes and all(c.gpu is None and c.reason == cmp.CROSS_GPU for c in changes)
         assert run_main(apart) == 2
         assert f"{cmp.CROSS_GPU}, not gated: {CPU_MACHINE}" in capsys.readouterr().out
+
+
+def test_a_row_shows_the_figure_its_ratio_comes_from_not_an_ab_rounds(store):
+    """ab's rounds at head (records reusing their check: an ab design, left out of the ratio) came
+    after its ordinary run: the row showed the last round's median beside a ratio taken from the
+    ordinary run's (9.08 ms shown as 14.32 on the h200 page)."""
+    write(store, kernels(0), kernels(1, slower=SLOW))
+    rounds = [{**rec, "checked_in": "earlier-run"} for rec in kernels(2, slower=SLOW, scale=3.0)]
+    save(store, "h100-sxm", HEAD, "2025-01-03T00:00:00+00:00", rounds)
+    (slow,) = [
+        c
+        for c in cmp.compare(store, BASE, HEAD)
+        if c.key == SLOW_KEY and c.metric == "fwd"
+        if c.clock == "device"
+    ]
+    assert slow.head.median == pytest.approx(slow.base.median * slow.ratio, rel=0.02)

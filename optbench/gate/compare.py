@@ -77,7 +77,7 @@ from typing import Any, NamedTuple
 from optbench.gate.changepoints import CPU_UNIT, cpu_unit, gpu_unit
 from optbench.run.compile_cache import COLD
 from optbench.run.runner import measured_commit
-from optbench.store.records import INTERRUPTED, OK, Record, TimingView
+from optbench.store.records import INTERRUPTED, OK, Record, TimingView, ab_design
 from optbench.store.store import REPO_ROOT, ResultStore, StoredRun
 from optbench.suite.catalog import GATE_THRESHOLDS, gate_threshold, metric_class
 
@@ -321,8 +321,9 @@ def compare_runs(
     threshold: float | None = None,
 ) -> list[Change]:
     """Every change of every record from the runs ``base`` to the runs ``head`` of one machine: on
-    each GPU that ran the record at both commits, else across GPUs (not gated). ``threshold``
-    replaces the catalog's class thresholds of the gated metrics."""
+    each GPU that ran the record at both commits, else across GPUs (not gated). Records of optbench
+    ab's own designs are left out (:func:`run_medians`), so a row's figures are those its ratio
+    comes from. ``threshold`` replaces the catalog's class thresholds of the gated metrics."""
     where = {
         "machine": (head or base)[0].machine,
         "base_commit": base[0].commit if base else "",
@@ -332,12 +333,17 @@ def compare_runs(
     def device(run: StoredRun) -> tuple[str, str | None]:  # one GPU in two folders: not alike
         return run.machine, gpu_of(run)
 
+    def holds(run: StoredRun, key: str) -> bool:  # as run_medians: no record of ab's own designs
+        return key in run.records and not ab_design(run.records[key])
+
     keys = dict.fromkeys(k for side in (base, head) for run in side for k in run.results())
     medians = {id(run): run_medians(run) for side in (base, head) for run in side}
     changes: list[Change] = []
     for key in keys:
-        old = [r for r in base if key in r.records]
-        new = [r for r in head if key in r.records]
+        old = [r for r in base if holds(r, key)]
+        new = [r for r in head if holds(r, key)]
+        if not (old or new):  # measured in ab's rounds only
+            continue
         common = sorted(d for d in {device(r) for r in old} & {device(r) for r in new} if d[1])
         for machine, gpu in common:
             changes += _record_changes(
