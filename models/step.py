@@ -108,6 +108,10 @@ class StepOptions:
     # GEMM) in the two backward GEMMs too; torchao's recipes use it in the forward GEMM only. Needs
     # fp8.
     fp8_fast_accum: bool = False
+    # With fp8='tensorwise': whose FP8 Linear layers run the recipe: torchao's Float8Linear (its
+    # casts fused by torch.compile where the step compiles) or ours (kernels.fp8_linear: the same
+    # scales and GEMMs, each operand cast in both layouts in one Triton pass).
+    fp8_linear: Literal["torchao", "triton"] = "torchao"
     batch_size: int = 8
     seq_len: int = 1024
 
@@ -165,6 +169,8 @@ def _value_problems(options: StepOptions) -> list[str]:
             "fp8_fast_accum sets the accumulation of FP8 GEMMs: it needs fp8='tensorwise' or "
             "'rowwise'"
         )
+    if options.fp8_linear == "triton" and options.fp8 != "tensorwise":
+        problems.append("fp8_linear='triton' runs the tensorwise recipe: it needs fp8='tensorwise'")
     if options.rope != "eager" and (not options.fused_proj or options.qk_norm is not None):
         problems.append(
             f"rope={options.rope!r} rotates the packed q/k/v projection: it needs fused_proj=True "
@@ -223,7 +229,7 @@ def _precision_problems(
         )
         if device.type != "cuda" or not fp8:
             problems.append(
-                f"fp8={options.fp8!r} (torchao float8 training) needs a GPU with FP8 tensor cores "
+                f"fp8={options.fp8!r} (FP8 matmuls) needs a GPU with FP8 tensor cores "
                 f"(sm89+); {where} has none"
             )
         if options.precision == "fp64":
@@ -363,28 +369,35 @@ def fp8_eligible(module: torch.nn.Module, fqn: str) -> bool:
     )
 
 
-@functools.cache
-def _float8_fused_linear() -> type:
-    """torchao's Float8Linear that is also a :class:`FusedLinear` (its forward, FusedLinear's
-    ``split`` and ``parts``), for a fused projection swapped to FP8: the model splits its output and
-    names its gradient by the parts (``Decoder.unfused``)."""
-    from torchao.float8.float8_linear import Float8Linear
-
-    return type(
-        "Float8FusedLinear", (Float8Linear, FusedLinear), {"__doc__": _float8_fused_linear.__doc__}
-    )
-
-
 def to_float8(
-    model: Decoder, recipe: str, emulate: bool = False, fast_accum: bool = False
+    model: Decoder,
+    recipe: str,
+    emulate: bool = False,
+    fast_accum: bool = False,
+    linear: str = "torchao",
 ) -> list[str]:
-    """Swap ``model``'s eligible Linear layers (:func:`fp8_eligible`) for torchao's Float8Linear
-    with the scaling recipe ``recipe`` ('tensorwise' | 'rowwise',
-    ``Float8LinearConfig.from_recipe_name``), in place; the weights stay the same Parameters.
+    """Swap ``model``'s eligible Linear layers (:func:`fp8_eligible`) for FP8 ones with the scaling
+    recipe ``recipe`` ('tensorwise' | 'rowwise', torchao's ``Float8LinearConfig.from_recipe_name``),
+    in place; the weights stay the same Parameters. ``linear`` (``StepOptions.fp8_linear``):
+    torchao's Float8Linear, or 'triton', ours (kernels.fp8_linear; the tensorwise recipe only).
     ``emulate``: torchao's emulation (FP8 rounding, matmuls in high precision), what a device
-    without FP8 tensor cores can run (tests on a CPU). ``fast_accum``: the backward GEMMs (grad
-    input, grad weight) accumulate fast as the forward one does (``StepOptions.fp8_fast_accum``).
-    Returns the swapped layers' names."""
+    without FP8 tensor cores can run (tests on a CPU; ours runs its GEMMs on a CPU as they are).
+    ``fast_accum``: the backward GEMMs (grad input, grad weight) accumulate fast as the forward one
+    does (``StepOptions.fp8_fast_accum``). Returns the swapped layers' names."""
+    fused = {name: m.parts for name, m in model.named_modules() if isinstance(m, FusedLinear)}
+    if linear == "triton":
+        swapped = _to_fp8_linear(model, recipe, fast_accum)
+    else:
+        _to_torchao_float8(model, recipe, emulate, fast_accum)
+        swapped = [name for name, m in model.named_modules() if type(m).__name__ == "Float8Linear"]
+    for name in swapped:
+        if name in fused:  # keeps splitting its output into the parts
+            layer = model.get_submodule(name)
+            layer.__class__, layer.parts = _fused(type(layer)), fused[name]
+    return swapped
+
+
+def _to_torchao_float8(model: Decoder, recipe: str, emulate: bool, fast_accum: bool) -> None:
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     from torchao.float8.config import Float8GemmConfig
 
@@ -394,14 +407,34 @@ def to_float8(
         config = dataclasses.replace(
             config, gemm_config_grad_input=fast, gemm_config_grad_weight=fast
         )
-    fused = {name: m.parts for name, m in model.named_modules() if isinstance(m, FusedLinear)}
     convert_to_float8_training(model, module_filter_fn=fp8_eligible, config=config)
-    swapped = [name for name, m in model.named_modules() if type(m).__name__ == "Float8Linear"]
-    for name in swapped:
-        if name in fused:  # keeps splitting its output into the parts
-            layer = model.get_submodule(name)
-            layer.__class__, layer.parts = _float8_fused_linear(), fused[name]
+
+
+def _to_fp8_linear(model: Decoder, recipe: str, fast_accum: bool) -> list[str]:
+    from kernels.fp8_linear import FP8Linear
+
+    if recipe != "tensorwise":
+        raise ValueError(f"kernels.fp8_linear runs the tensorwise recipe, not {recipe!r}")
+    swapped = []
+    for name, m in model.named_modules():
+        if fp8_eligible(m, name):
+            if m.bias is not None:
+                raise ValueError(f"{name}: kernels.fp8_linear's layers have no bias")
+            m.__class__, m.fast_accum = FP8Linear, fast_accum
+            swapped.append(name)
     return swapped
+
+
+@functools.cache
+def _fused(fp8_linear: type) -> type:
+    """The FP8 Linear class ``fp8_linear`` that is also a :class:`FusedLinear` (its forward,
+    FusedLinear's ``split`` and ``parts``), for a fused projection swapped to FP8: the model splits
+    its output and names its gradient by the parts (``Decoder.unfused``)."""
+    return type(
+        f"{fp8_linear.__name__.replace('Linear', 'FusedLinear')}",
+        (fp8_linear, FusedLinear),
+        {"__doc__": _fused.__doc__},
+    )
 
 
 def _adamw(
@@ -479,6 +512,7 @@ class TrainStep:
                 options.fp8,
                 emulate=self.device.type != "cuda",
                 fast_accum=options.fp8_fast_accum,
+                linear=options.fp8_linear,
             )
         self.model.checkpoint_every = options.checkpoint_every
         self.params = list(self.model.parameters())

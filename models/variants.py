@@ -147,6 +147,15 @@ VARIANTS: dict[str, dict] = {
         "fp8_fast_accum": True,
         "numerics": "convergence",
     },
+    # best-kernels-fp8-tensorwise-fast-accum with our FP8 Linear layers (kernels.fp8_linear): the
+    # same recipe, each operand cast in both layouts in one Triton pass.
+    "best-kernels-fp8-triton": {
+        **_KERNELS,
+        "fp8": "tensorwise",
+        "fp8_fast_accum": True,
+        "fp8_linear": "triton",
+        "numerics": "convergence",
+    },
 }
 
 

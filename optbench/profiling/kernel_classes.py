@@ -62,7 +62,7 @@ KERNEL_RULES: tuple[tuple[str, str, str], ...] = (
         "attention",
     ),
     ("op", r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear)$", "gemm"),
-    ("within", r"matmul_with_hp_or_float8_args|ToFloat8|Float8", "fp8_cast"),
+    ("within", r"matmul_with_hp_or_float8_args|ToFloat8|Float8|^optbench::fp8_cast", "fp8_cast"),
     ("within", r"^(c10d::|nccl:|record_param_comms)", "communication"),
     # the gradient statistics (norms, clip) are the optimizer's: they read what it reads
     (
@@ -185,9 +185,9 @@ def class_split(p: Parsed) -> dict[str, Any]:
 
 
 def is_float8_linear(module: torch.nn.Module) -> bool:
-    """Whether ``module`` is torchao's Float8Linear (or a subclass: models.step's
-    Float8FusedLinear)."""
-    return any(cls.__name__ == "Float8Linear" for cls in type(module).__mro__)
+    """Whether ``module`` runs FP8 GEMMs: torchao's Float8Linear or ours (kernels.fp8_linear's
+    FP8Linear), or a subclass (models.step's fused projections in FP8)."""
+    return any(cls.__name__ in ("Float8Linear", "FP8Linear") for cls in type(module).__mro__)
 
 
 def linear_gemm_flops(model: torch.nn.Module, tokens: int) -> dict[str, float]:

@@ -230,14 +230,15 @@ COMPILE_MODES = [
     "compile-max-autotune",
     "compile-max-autotune-no-cudagraphs",
 ]
-# FP8 matmuls (torchao float8 training), at the end of a grid: new, and a lost CUDA context ends its
-# grid.
+# FP8 matmuls (torchao's float8 training and ours), at the end of a grid: new, and a lost CUDA
+# context ends its grid.
 FP8 = [
     "fp8-tensorwise",
     "fp8-rowwise",
     "best-kernels-fp8-tensorwise",
     "best-kernels-fp8-rowwise",
     "best-kernels-fp8-tensorwise-fast-accum",
+    "best-kernels-fp8-triton",
 ]
 
 STEP_GRIDS: dict[str, list[str]] = {
@@ -311,6 +312,7 @@ CONVERGENCE = [
     "best-kernels-fp8-tensorwise",
     "best-kernels-fp8-rowwise",
     "best-kernels-fp8-tensorwise-fast-accum",
+    "best-kernels-fp8-triton",
 ]
 # Multi-GPU training steps (optbench.suite.distributed): DDP and FSDP2 over the eager step and over
 # 'best' (no CUDA graphs), each at 1, 2 and 4 GPUs of one host; the multigpu suite only. Each

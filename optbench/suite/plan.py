@@ -87,11 +87,13 @@ def _precision_reason(profile: HardwareProfile, precision: str, what: str) -> st
 
 
 def _fp8_reason(profile: HardwareProfile, options: StepOptions, what: str) -> str | None:
-    """FP8 matmuls (torchao float8 training) on a device without FP8 tensor cores (sm89+)."""
+    """FP8 matmuls (torchao's float8 training or ours) on a device without FP8 tensor cores
+    (sm89+)."""
     if options.fp8 == "off" or profile.fp8:
         return None
+    whose = "torchao float8" if options.fp8_linear == "torchao" else "optbench's Triton casts"
     return (
-        f"no FP8: {what} runs FP8 matmuls (torchao float8, {options.fp8} scaling); "
+        f"no FP8: {what} runs FP8 matmuls ({whose}, {options.fp8} scaling); "
         f"{_device(profile)} has no FP8 tensor cores (sm89+)"
     )
 
