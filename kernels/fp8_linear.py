@@ -67,9 +67,18 @@ def _fp8_cast_both_kernel(
     rn = pid_n.to(tl.int64) * BN + tl.arange(0, BN)
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     x = tl.load(X + rm[:, None] * N + rn[None, :], mask=mask, other=0.0).to(tl.float32)
-    y = tl.clamp(x * scale, -FP8_MAX, FP8_MAX).to(Y.dtype.element_ty)
+    scaled = tl.clamp(x * scale, -FP8_MAX, FP8_MAX)
+    y = scaled.to(Y.dtype.element_ty)
     tl.store(Y + rm[:, None] * N + rn[None, :], y, mask=mask)
-    tl.store(YT + rn[:, None] * M + rm[None, :], tl.trans(y), mask=tl.trans(mask))
+    if X.dtype.element_ty == tl.float32:
+        # Transposed as fp32, then rounded: Triton 3.6 on an H200 transposed the FP8 tile of an
+        # fp32 load wrong (a quarter of the elements differed from torch's). The FP8 tile of a
+        # 16-bit load it transposes right, and a quarter of the bytes through shared memory is
+        # the faster way.
+        yt = tl.trans(scaled).to(YT.dtype.element_ty)
+    else:
+        yt = tl.trans(y)
+    tl.store(YT + rn[:, None] * M + rm[None, :], yt, mask=tl.trans(mask))
 
 
 def cast_both_triton(

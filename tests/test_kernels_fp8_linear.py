@@ -51,11 +51,12 @@ def exact_input(m: int, n: int, fmt: str) -> torch.Tensor:
 # -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("shape", [(200, 136), (64, 128), (16, 16)], ids=str)
-def test_the_triton_cast_writes_torchs_bits_in_both_layouts(shape, fmt):
-    """(200, 136) is no multiple of the tile: the masks."""
-    x = exact_input(*shape, fmt)
+def test_the_triton_cast_writes_torchs_bits_in_both_layouts(shape, fmt, dtype):
+    """(200, 136) is no multiple of the tile: the masks; fp32 inputs take a path of their own."""
+    x = exact_input(*shape, fmt).to(dtype)
     got, ref = cast_both_triton(x, fmt), cast_both_eager(x, fmt)
     assert [t.dtype for t in got] == [fp8_mod.FORMATS[fmt]] * 2 + [torch.float32]
     assert got[1].shape == shape[::-1] and got[1].is_contiguous()
@@ -219,11 +220,13 @@ requires_fp8_gpu = pytest.mark.skipif(not HAS_FP8_GPU, reason="needs FP8 tensor 
 
 
 @requires_fp8_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("shape", [(8192, 2048), (1000, 2064)], ids=str)
-def test_the_triton_cast_writes_torchs_bits_on_a_gpu(shape, fmt):
+def test_the_triton_cast_writes_torchs_bits_on_a_gpu(shape, fmt, dtype):
+    """fp32 too: a weight the optimizer keeps in fp32 (Triton transposed its FP8 tile wrong)."""
     gen = torch.Generator("cuda").manual_seed(0)
-    x = torch.randn(shape, device="cuda", generator=gen).to(torch.bfloat16)
+    x = torch.randn(shape, device="cuda", generator=gen).to(dtype)
     assert bit_mismatches(cast_both_triton(x, fmt), cast_both_eager(x, fmt)) == 0
 
 

@@ -183,6 +183,11 @@ def test_the_line_of_a_finished_case():
         "optbench: [2/5] b: ok, forward 91.9 ms, step 543 ms (wall), took 20.0 s; "
         "elapsed 1:02:05, ETA 0:45"
     )
+    converged = {"deviation": 0.016089, "tolerance": 0.024812}
+    assert progress.case_line(_end("b", 20.0, figure=converged), t) == (
+        "optbench: [2/5] b: ok, loss curve 0.0161 nats from eager's (RMS), tolerance 0.0248, "
+        "took 20.0 s; elapsed 1:02:05, ETA 0:45"
+    )
     failed = progress.case_line(_end("c", 1.25, "oom", reason="CUDA out of memory"), t)
     assert "c: oom (CUDA out of memory), took 1.2 s" in failed
     unstarted = _end(
@@ -318,12 +323,16 @@ def test_the_end_of_an_ok_case_carries_its_figure_by_its_primary_clock(tmp_path,
     progress.case_ended("k|a=2", "k", rec("ok", "wall"))
     progress.case_ended("k|a=3", "k", cpu)
     progress.case_ended("k|a=4", "k", rec("wrong", None))
+    converged = {"status": "ok", "seconds": 1.0, "metrics": {}}
+    converged["info"] = {"rms_deviation": 0.016, "tolerance": 0.025, "curve": [2.0]}
+    progress.case_ended("c|v=1", "c", converged)
     ends = [e.get("figure") for e in progress.read_events(path)]
     assert ends == [
         {"clock": "device", "ms": {"fwd": 0.5, "fwdbwd": 1.5}},
         {"clock": "wall", "ms": {"fwd": 0.7, "fwdbwd": 1.9}},
         {"clock": "wall", "ms": {"fwd": 0.7, "fwdbwd": 1.9}},
         None,
+        {"deviation": 0.016, "tolerance": 0.025},
     ]
 
 

@@ -151,13 +151,17 @@ def case_ended(
 
 def figure(rec: Mapping[str, Any]) -> dict[str, Any] | None:
     """What a case's line shows of its record ``rec``: ``{"clock", "ms": {metric: median ms}}``,
-    each metric timed by the record's primary clock (by wall time where none is: a CPU); None for a
-    case that is not ok or has no timing."""
+    each metric timed by the record's primary clock (by wall time where none is: a CPU); for a
+    convergence case ``{"deviation", "tolerance"}`` (nats: its verdict's two figures); None for a
+    case that is not ok or has neither."""
     from optbench.store.records import Record
 
     view = Record.of(rec)
     if not view.ok:
         return None
+    info = rec.get("info") or {}
+    if isinstance(info, dict) and {"rms_deviation", "tolerance"} <= info.keys():
+        return {"deviation": info["rms_deviation"], "tolerance": info["tolerance"]}
     clock = view.primary_clock
     if not any(view.timing(m, clock) for m in view.metrics):
         clock = "wall"
@@ -354,6 +358,9 @@ def case_line(event: Mapping[str, Any], t: Tally) -> str:
     figure (:func:`figure`), the seconds it took, elapsed, ETA."""
     shown = event.get("figure") or {}
     measured = ", ".join(f"{m} {milliseconds(v)} ms" for m, v in (shown.get("ms") or {}).items())
+    if "deviation" in shown:
+        dev, tol = shown["deviation"], shown["tolerance"]
+        measured = f"loss curve {dev:.3g} nats from eager's (RMS), tolerance {tol:.3g}"
     took = "" if event.get("seconds") is None else f", took {event['seconds']:.1f} s"
     reason = (
         f" ({event['reason'][:80]})"
@@ -362,7 +369,8 @@ def case_line(event: Mapping[str, Any], t: Tally) -> str:
     )
     return (
         f"optbench: [{t.done}/{t.total}] {event.get('key')}: {event.get('status')}{reason}"
-        + (f", {measured} ({shown.get('clock')})" if measured else "")
+        + (f", {measured}" if measured else "")
+        + (f" ({shown['clock']})" if shown.get("clock") else "")
         + f"{took}; elapsed {clock(t.elapsed_s)}, ETA {clock(t.eta_s)}"
     )
 
