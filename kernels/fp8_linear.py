@@ -67,18 +67,9 @@ def _fp8_cast_both_kernel(
     rn = pid_n.to(tl.int64) * BN + tl.arange(0, BN)
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     x = tl.load(X + rm[:, None] * N + rn[None, :], mask=mask, other=0.0).to(tl.float32)
-    scaled = tl.clamp(x * scale, -FP8_MAX, FP8_MAX)
-    y = scaled.to(Y.dtype.element_ty)
+    y = tl.clamp(x * scale, -FP8_MAX, FP8_MAX).to(Y.dtype.element_ty)
     tl.store(Y + rm[:, None] * N + rn[None, :], y, mask=mask)
-    if X.dtype.element_ty == tl.float32:
-        # Transposed as fp32, then rounded: Triton 3.6 on an H200 transposed the FP8 tile of an
-        # fp32 load wrong (a quarter of the elements differed from torch's). The FP8 tile of a
-        # 16-bit load it transposes right, and a quarter of the bytes through shared memory is
-        # the faster way.
-        yt = tl.trans(scaled).to(YT.dtype.element_ty)
-    else:
-        yt = tl.trans(y)
-    tl.store(YT + rn[:, None] * M + rm[None, :], yt, mask=tl.trans(mask))
+    tl.store(YT + rn[:, None] * M + rm[None, :], tl.trans(y), mask=tl.trans(mask))
 
 
 def cast_both_triton(
@@ -115,7 +106,12 @@ def cast_both_eager(x: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tens
 @torch.library.custom_op("optbench::fp8_cast_both", mutates_args=(), device_types="cuda")
 def fp8_cast_both(x: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, y^T, 1 / scale): the 2-D x cast to FP8 ``fmt`` with one dynamic scale, in both layouts
-    (module docstring). An opaque op, so torch.compile never traces the launch."""
+    (module docstring). An opaque op, so torch.compile never traces the launch. A 16-bit x takes
+    the Triton kernels, an fp32 one (a weight kept in fp32) torch's ops: on an H200, Triton 3.6
+    wrote the transposed tile of an fp32 x wrong (a quarter to a half of its elements, whether the
+    tile was transposed before or after its rounding to FP8)."""
+    if x.dtype == torch.float32:
+        return cast_both_eager(x, fmt)
     return cast_both_triton(x.contiguous(), fmt)
 
 

@@ -11,6 +11,7 @@ import functools
 
 import pytest
 import torch
+from kernel_numerics import DEVICE
 
 import kernels.fp8_linear as fp8_mod
 from kernels.fp8_linear import FP8Linear, cast_both_eager, cast_both_triton, fp8_linear
@@ -51,12 +52,13 @@ def exact_input(m: int, n: int, fmt: str) -> torch.Tensor:
 # -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("shape", [(200, 136), (64, 128), (16, 16)], ids=str)
 def test_the_triton_cast_writes_torchs_bits_in_both_layouts(shape, fmt, dtype):
-    """(200, 136) is no multiple of the tile: the masks; fp32 inputs take a path of their own."""
-    x = exact_input(*shape, fmt).to(dtype)
+    """(200, 136) is no multiple of the tile: the masks. 16-bit inputs: an fp32 one takes torch's
+    cast (fp8_cast_both)."""
+    x = exact_input(*shape, fmt).to(DEVICE, dtype)
     got, ref = cast_both_triton(x, fmt), cast_both_eager(x, fmt)
     assert [t.dtype for t in got] == [fp8_mod.FORMATS[fmt]] * 2 + [torch.float32]
     assert got[1].shape == shape[::-1] and got[1].is_contiguous()
@@ -190,6 +192,7 @@ def test_our_fp8_layers_replace_the_blocks_linear_layers_fused_ones_too():
     assert type(step.model.lm_head) is torch.nn.Linear
 
 
+@pytest.mark.skipif(DEVICE == "cuda", reason="a CPU's step (on a GPU: test_fp8's step checks)")
 def test_the_step_with_our_fp8_layers_passes_the_loose_check():
     """best-kernels-fp8-triton's model on a CPU (our SwiGLU, RoPE and RMSNorm in the interpreter,
     the FP8 GEMMs on the CPU; no compile, no CUDA graph) against the fp32 reference: FP8's error,
@@ -220,14 +223,16 @@ requires_fp8_gpu = pytest.mark.skipif(not HAS_FP8_GPU, reason="needs FP8 tensor 
 
 
 @requires_fp8_gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("shape", [(8192, 2048), (1000, 2064)], ids=str)
-def test_the_triton_cast_writes_torchs_bits_on_a_gpu(shape, fmt, dtype):
-    """fp32 too: a weight the optimizer keeps in fp32 (Triton transposed its FP8 tile wrong)."""
+def test_the_cast_op_writes_torchs_bits_on_a_gpu(shape, fmt, dtype):
+    """The op: the Triton kernels for 16-bit inputs, torch's cast for an fp32 one (a weight the
+    optimizer keeps in fp32)."""
     gen = torch.Generator("cuda").manual_seed(0)
     x = torch.randn(shape, device="cuda", generator=gen).to(dtype)
-    assert bit_mismatches(cast_both_triton(x, fmt), cast_both_eager(x, fmt)) == 0
+    got = torch.ops.optbench.fp8_cast_both(x, fmt)
+    assert bit_mismatches(got, cast_both_eager(x, fmt)) == 0
 
 
 @requires_fp8_gpu
