@@ -19,7 +19,7 @@ from synthetic_results import commit, record, report_store, samples, save
 
 from models.variants import ABLATED, ABLATION, ADDED
 from optbench.measure.hardware import lookup
-from optbench.reporting import charts, dashboard, data, headline, memory, site
+from optbench.reporting import charts, dashboard, data, headline, hf_runs, memory, site
 from optbench.store.records import NOT_MEASURED
 from optbench.store.store import REPO_ROOT, ResultStore
 from optbench.suite.catalog import ANCHOR_BENCHMARK
@@ -1072,3 +1072,40 @@ def test_a_history_without_a_trend_says_why_where_ab_rounds_may_explain_it():
     assert "two commits or more." in alone and "ab" not in alone
     [several] = site.history_parts(histories, one * 3)
     assert "optbench ab" in several and 'href="index.html#machines"' in several
+
+
+def test_each_run_with_the_hf_anchor_gets_a_row_of_x_hf_even_without_eager(tmp_path):
+    """A run of the anchor and a few best steps (no eager: the step table's column needs each
+    variant's reference, so it keeps the older run) still shows its x HF, bf16 and FP8 apart, each
+    figure from that run; a run without the anchor has no row."""
+
+    def step(variant: str, ms: float) -> dict:
+        return record("bench_step.Step1B", {"variant": variant}, times={"step": (None, [ms] * 5)})
+
+    def anchor(ms: float) -> dict:
+        return record(ANCHOR_BENCHMARK, {"size": "1B"}, times={"step": (None, [ms] * 5)}, info={})
+
+    store = ResultStore(tmp_path / "results")
+    older = [step("eager", 220.0), step("best-kernels", 107.0), anchor(130.0)]
+    save(store, "h200", commit(1), "2025-01-01T12:00:00+00:00", older)
+    newer = [
+        step("best-kernels", 108.0),
+        step("best-kernels-fp8-tensorwise-fast-accum", 90.0),
+        step("best-kernels-fp8-triton", 84.0),
+        step("best-kernels-fp8-gone", 85.0),  # a variant that has left the catalog since
+        anchor(126.0),
+    ]
+    save(store, "h200", commit(2), "2025-01-02T12:00:00+00:00", newer)
+    # no row: no anchor; and an anchor beside no best-* step (a sweep's shard)
+    save(store, "h200", commit(3), "2025-01-03T12:00:00+00:00", [step("eager", 219.0)])
+    save(store, "h200", commit(4), "2025-01-04T12:00:00+00:00", [step("fused-ce", 200), anchor(1)])
+    rows = hf_runs.hf_runs(data.runs(store)["h200"])
+    assert [r.commit for r in rows] == [commit(2), commit(1)]
+    _, _, body = hf_runs.hf_table(rows)
+    assert body[0][5:] == [
+        "best-kernels 108.00 ms: 1.167×",
+        "best-kernels-fp8-triton 84.00 ms: 1.500×",
+    ]
+    assert body[1][5:] == ["best-kernels 107.00 ms: 1.215×", "–"]
+    page = headline.headline_table(store)
+    assert "| fffffff2 | " in page and "| 1B @ `fffffff1` |" in page

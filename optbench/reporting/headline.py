@@ -39,6 +39,7 @@ from optbench.reporting.data import (
     vs_label,
 )
 from optbench.reporting.floors import floor_markdown, floor_reports
+from optbench.reporting.hf_runs import hf_runs, hf_table
 from optbench.reporting.memory import MEMORY_NOTE, memory_columns, memory_rows
 from optbench.run.console import table
 from optbench.store.records import Record
@@ -172,6 +173,11 @@ def _headline(history: list[Run], profiles: list[dict]) -> str:
             *([hf_note] if hf_note else []),
         ]
         used.update((run.commit, run.date) for _, run, _ in found)
+    paired = hf_runs(history)
+    if paired:
+        caption, header, rows = hf_table(paired)
+        parts += [caption, table(header, rows, "markdown")]
+        used.update((r.commit, r.anchor.date) for r in paired)
     sizes = by_size(fullest(history, steps))
     if sizes:
         parts += [

@@ -99,6 +99,7 @@ from optbench.reporting.data import (
     tokens_per_s,
 )
 from optbench.reporting.headline import HEADLINE_PAGE, write_headline
+from optbench.reporting.hf_runs import hf_runs, hf_table, newest_per_size
 from optbench.reporting.memory import MEMORY_NOTE, TRADES, memory_columns, memory_rows
 from optbench.reporting.memory import time_against_memory as memory_points
 from optbench.run.console import table
@@ -719,6 +720,9 @@ def write_index(
         body.append(
             table(HEADLINE_COLUMNS, rows, "html") if rows else note("No training-step results.")
         )
+        if paired := newest_per_size(hf_runs(history)):
+            caption, header, hf_rows = hf_table(paired)
+            body += [note(f"The newest of each size. {caption}"), table(header, hf_rows, "html")]
         points = change_points_newest_first(histories.found[m], histories.order[m])
         summary = change_point_summary(histories.found[m], len(points))
         body.append(
