@@ -51,14 +51,24 @@ def _fp8_amax_kernel(X, AMAX, n, BLOCK: tl.constexpr):
 
 @triton.jit
 def _fp8_cast_both_kernel(
-    X, AMAX, Y, YT, INV_SCALE, M, N, FP8_MAX: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr
+    X,
+    AMAX,
+    Y,
+    YT,
+    INV_SCALE,
+    M,
+    N,
+    FP8_MAX: tl.constexpr,
+    FLOOR: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
 ):
     """One (BM, BN) tile of the (M, N) x: y = round(clamp(x * scale, +-FP8_MAX)) into Y (M, N) and
-    its transpose into YT (N, M), scale = FP8_MAX / max(amax, 1e-12); program (0, 0) writes
+    its transpose into YT (N, M), scale = FP8_MAX / max(amax, FLOOR); program (0, 0) writes
     1 / scale, the GEMM's scale, to INV_SCALE."""
     # torchao divides in float64 and rounds the scale to float32; the inverse is float32's
     # correctly rounded reciprocal (div_rn, not the approximate division). Same bits, same GEMMs.
-    amax = tl.maximum(tl.load(AMAX).to(tl.float64), 1e-12)
+    amax = tl.maximum(tl.load(AMAX).to(tl.float64), FLOOR)
     scale = (FP8_MAX / amax).to(tl.float32)
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
     if (pid_m == 0) & (pid_n == 0):
@@ -78,6 +88,8 @@ def cast_both_triton(
     """(y, y^T contiguous, 1 / scale) of a contiguous 2-D x cast to ``fmt`` ('e4m3' | 'e5m2') with
     one scale for the tensor, by this module's two Triton kernels; ``tile``: the cast pass's rows,
     columns and warps."""
+    if x.dim() != 2 or not x.is_contiguous() or x.numel() == 0:
+        raise ValueError(f"the Triton cast takes a contiguous, non-empty 2-D tensor: {x.shape}")
     m, n = x.shape
     dtype = FORMATS[fmt]
     amax = torch.zeros(1, device=x.device, dtype=torch.float32)
@@ -89,8 +101,9 @@ def cast_both_triton(
     grid = (triton.cdiv(m, rows), triton.cdiv(n, cols))
     fp8_max = torch.finfo(dtype).max
     _fp8_cast_both_kernel[grid](
-        x, amax, y, yt, inv_scale, m, n, FP8_MAX=fp8_max, BM=rows, BN=cols, num_warps=warps
-    )
+        x, amax, y, yt, inv_scale, m, n, FP8_MAX=fp8_max, FLOOR=AMAX_FLOOR, BM=rows, BN=cols,
+        num_warps=warps,
+    )  # fmt: skip
     return y, yt, inv_scale
 
 
@@ -141,6 +154,7 @@ def _scaled_mm(
     dtype: torch.dtype,
     fast_accum: bool,
 ) -> torch.Tensor:
+    """(a * inv_a) @ (b * inv_b) in ``dtype``: a row-major, b column-major, both FP8."""
     return torch._scaled_mm(
         a, b, scale_a=inv_a, scale_b=inv_b, out_dtype=dtype, use_fast_accum=fast_accum
     )
@@ -160,7 +174,7 @@ class FP8LinearFunction(torch.autograd.Function):
         x8, x8t, inv_x = fp8_cast_both(x2, "e4m3")
         w8, w8t, inv_w = fp8_cast_both(weight, "e4m3")
         ctx.save_for_backward(x8t, w8t, inv_x, inv_w)
-        ctx.fast_accum, ctx.weight_dtype = fast_accum, weight.dtype
+        ctx.fast_accum = fast_accum
         y = _scaled_mm(x8, w8.t(), inv_x, inv_w, x.dtype, fast_accum=True)
         return y.view(*x.shape[:-1], w8.shape[0])
 
@@ -171,7 +185,8 @@ class FP8LinearFunction(torch.autograd.Function):
         g8, g8t, inv_g = fp8_cast_both(g2, "e5m2")
         grad_x = _scaled_mm(g8, w8t.t(), inv_g, inv_w, grad.dtype, ctx.fast_accum)
         grad_w = _scaled_mm(g8t, x8t.t(), inv_g, inv_x, grad.dtype, ctx.fast_accum)
-        return grad_x.view(*grad.shape[:-1], w8t.shape[0]), grad_w.to(ctx.weight_dtype), None
+        # grad_w in the gradient's dtype: autograd casts it to an fp32 weight's, as torchao's
+        return grad_x.view(*grad.shape[:-1], w8t.shape[0]), grad_w, None
 
 
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, fast_accum: bool = False) -> torch.Tensor:
@@ -187,4 +202,6 @@ class FP8Linear(torch.nn.Linear):
     fast_accum: bool = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.bias is not None:
+            raise ValueError("kernels.fp8_linear's layers have no bias")
         return fp8_linear(x, self.weight, self.fast_accum)

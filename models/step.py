@@ -58,6 +58,7 @@ torch._functorch.config.autograd_cache_allow_custom_autograd_functions = True
 
 Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16"]
 Fp8Recipe = Literal["off", "tensorwise", "rowwise"]
+Fp8Linear = Literal["torchao", "triton"]
 KernelImpl = Literal["eager", "triton", "liger"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
@@ -111,7 +112,7 @@ class StepOptions:
     # With fp8='tensorwise': whose FP8 Linear layers run the recipe: torchao's Float8Linear (its
     # casts fused by torch.compile where the step compiles) or ours (kernels.fp8_linear: the same
     # scales and GEMMs, each operand cast in both layouts in one Triton pass).
-    fp8_linear: Literal["torchao", "triton"] = "torchao"
+    fp8_linear: Fp8Linear = "torchao"
     batch_size: int = 8
     seq_len: int = 1024
 
@@ -374,7 +375,7 @@ def to_float8(
     recipe: str,
     emulate: bool = False,
     fast_accum: bool = False,
-    linear: str = "torchao",
+    linear: Fp8Linear = "torchao",
 ) -> list[str]:
     """Swap ``model``'s eligible Linear layers (:func:`fp8_eligible`) for FP8 ones with the scaling
     recipe ``recipe`` ('tensorwise' | 'rowwise', torchao's ``Float8LinearConfig.from_recipe_name``),
@@ -426,15 +427,12 @@ def _to_fp8_linear(model: Decoder, recipe: str, fast_accum: bool) -> list[str]:
 
 
 @functools.cache
-def _fused(fp8_linear: type) -> type:
-    """The FP8 Linear class ``fp8_linear`` that is also a :class:`FusedLinear` (its forward,
+def _fused(layer: type) -> type:
+    """The FP8 Linear class ``layer`` that is also a :class:`FusedLinear` (its forward,
     FusedLinear's ``split`` and ``parts``), for a fused projection swapped to FP8: the model splits
     its output and names its gradient by the parts (``Decoder.unfused``)."""
-    return type(
-        f"{fp8_linear.__name__.replace('Linear', 'FusedLinear')}",
-        (fp8_linear, FusedLinear),
-        {"__doc__": _fused.__doc__},
-    )
+    name = layer.__name__.replace("Linear", "FusedLinear")
+    return type(name, (layer, FusedLinear), {"__doc__": _fused.__doc__})
 
 
 def _adamw(

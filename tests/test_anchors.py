@@ -363,4 +363,7 @@ def test_x_hf_only_from_the_columns_commit(tmp_path):
     )
     save(store, "h100-sxm", commit(2), "2025-01-02T12:00:00+00:00", [*_steps(2, True), extra])
     table = headline.headline_table(store)
-    assert "| 100M @ `fffffff2` |" in table and "HF" not in table
+    assert "| 100M @ `fffffff2` |" in table and "× HF (HF ms / our fastest's ms)" not in table
+    # the table of x HF run by run keeps the anchor beside its own run's steps only
+    (row,) = [line for line in table.splitlines() if line.startswith("| 100M | ")]
+    assert "| fffffff1 |" in row

@@ -34,11 +34,11 @@ FORMATS = ["e4m3", "e5m2"]
 
 
 def exact_input(m: int, n: int, fmt: str) -> torch.Tensor:
-    """bf16 values the format holds exactly, within half its largest, but for the last element, at
-    half its largest: amax max / 2, scale exactly 2, every product exact. (The interpreter rounds
-    to FP8 without the carry into the exponent; exact products need no rounding.) A cast that skips
-    the scale, divides by it, or takes an amax that misses the last element (scale 4) writes other
-    bits."""
+    """bf16 values the format holds exactly, within a quarter of its largest, but for the last
+    element, at half its largest: amax max / 2, scale exactly 2, every product exact. (The
+    interpreter rounds to FP8 without the carry into the exponent; exact products need no
+    rounding.) A cast that skips the scale, divides by it, or takes an amax that misses the last
+    element (scale 4) writes other bits."""
     dtype = fp8_mod.FORMATS[fmt]
     top = torch.finfo(dtype).max / 2
     gen = torch.Generator().manual_seed(0)
@@ -64,6 +64,21 @@ def test_the_triton_cast_writes_torchs_bits_in_both_layouts(shape, fmt, dtype):
     assert got[1].shape == shape[::-1] and got[1].is_contiguous()
     assert float(ref[2]) == 0.5  # the inverse of scale 2
     assert bit_mismatches(got, ref) == 0
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_an_all_zero_tensor_takes_the_amax_floor(fmt):
+    """amax 0: the scale is max / AMAX_FLOOR, finite, as torchao's (its inverse the same bits)."""
+    x = torch.zeros(64, 128, device=DEVICE, dtype=torch.bfloat16)
+    got, ref = cast_both_triton(x, fmt), cast_both_eager(x, fmt)
+    assert float(ref[2]) > 0 and bit_mismatches(got, ref) == 0
+
+
+def test_the_triton_cast_refuses_what_it_would_read_wrong():
+    x = torch.zeros(64, 128, device=DEVICE, dtype=torch.bfloat16)
+    for bad in (x.t(), x[:0], x.view(2, 32, 128)):
+        with pytest.raises(ValueError, match="contiguous, non-empty 2-D"):
+            cast_both_triton(bad, "e4m3")
 
 
 def _planted_casts(x: torch.Tensor, fmt: str) -> dict[str, tuple[torch.Tensor, ...]]:
@@ -149,6 +164,8 @@ def _assert_same_bits(out: dict[str, torch.Tensor]) -> None:
 @pytest.mark.parametrize("fast_accum", [False, True])
 @pytest.mark.parametrize("weight_dtype", [torch.bfloat16, torch.float32], ids=str)
 def test_the_layer_is_torchaos_tensorwise_recipe_bit_for_bit(weight_dtype, fast_accum):
+    """On a CPU, whose _scaled_mm ignores fast accumulation: the layouts, scales and formats (the
+    GPU test below holds fast_accum to torchao's)."""
     out = _torchao_and_ours(weight_dtype, fast_accum)
     _assert_same_bits(out)
 
@@ -227,8 +244,8 @@ requires_fp8_gpu = pytest.mark.skipif(not HAS_FP8_GPU, reason="needs FP8 tensor 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("shape", [(8192, 2048), (1000, 2064)], ids=str)
 def test_the_cast_op_writes_torchs_bits_on_a_gpu(shape, fmt, dtype):
-    """The op: the Triton kernels for 16-bit inputs, torch's cast for an fp32 one (a weight the
-    optimizer keeps in fp32)."""
+    """The op: the Triton kernels for 16-bit inputs; for an fp32 one (a weight the optimizer keeps
+    in fp32) torch's cast, so there this checks only that the op takes that path."""
     gen = torch.Generator("cuda").manual_seed(0)
     x = torch.randn(shape, device="cuda", generator=gen).to(dtype)
     got = torch.ops.optbench.fp8_cast_both(x, fmt)
@@ -241,4 +258,28 @@ def test_the_cast_op_writes_torchs_bits_on_a_gpu(shape, fmt, dtype):
 def test_the_layer_is_torchaos_tensorwise_recipe_bit_for_bit_on_a_gpu(weight_dtype, fast_accum):
     """cuBLAS's FP8 GEMMs, with the Triton casts: the same bits as torchao's eager layer."""
     out = _torchao_and_ours(weight_dtype, fast_accum, "cuda", (2, 512, 2048, 2560))
+    _assert_same_bits(out)
+
+
+@requires_fp8_gpu
+def test_under_autocast_the_layer_is_torchaos_bit_for_bit_on_a_gpu():
+    """fp32 input and weight under bf16 autocast (an eager FP8 step's): both layers take the input
+    in autocast's dtype and cast the fp32 weight as it is."""
+    float8 = pytest.importorskip("torchao.float8", reason="torchao is not installed")
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(2048, 2560, bias=False, device="cuda")
+    theirs = torch.nn.Sequential(copy.deepcopy(layer))
+    float8.convert_to_float8_training(theirs, config=float8.Float8LinearConfig())
+    x = torch.randn(2, 512, 2048, device="cuda")
+    grad = torch.randn(2, 512, 2560, device="cuda").to(torch.bfloat16)
+    out = {}
+    for who, fn, w in (
+        ("theirs", theirs, theirs[0].weight),
+        ("ours", lambda x: fp8_linear(x, layer.weight), layer.weight),
+    ):
+        xi = x.clone().requires_grad_()
+        with torch.autocast("cuda", torch.bfloat16):
+            y = fn(xi)
+        y.backward(grad)
+        out |= {f"{who} y": y, f"{who} dx": xi.grad, f"{who} dw": w.grad}
     _assert_same_bits(out)

@@ -405,6 +405,23 @@ def test_eager_fp8_casts_are_classified_by_the_enclosing_torchao_function() -> N
     assert kernel_class(reduce, ("aten::amax", "aten::logsumexp")) == "other"
 
 
+def test_our_fp8_casts_are_fp8_cast_by_their_op_and_by_their_names() -> None:
+    """kernels.fp8_linear: the kernels (and the amax's zero fill) inside its op, and its kernels by
+    name where no op is recorded (a CUDA graph's replay); its layers' GEMMs are FP8 FLOPs."""
+    fill = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"
+    for name in ("_fp8_amax_kernel", "_fp8_cast_both_kernel", fill):
+        assert kernel_class(name, ("aten::fill_", "optbench::fp8_cast_both")) == "fp8_cast"
+    assert kernel_class("_fp8_cast_both_kernel") == kernel_class("_fp8_amax_kernel") == "fp8_cast"
+    assert kernel_class(fill) != "fp8_cast"  # outside the op, a fill is no cast
+
+    from kernels.fp8_linear import FP8Linear
+
+    model = tiny_model()
+    model[0].__class__ = FP8Linear
+    flops = linear_gemm_flops(model, tokens=100)
+    assert flops["fp8_layers"] == 1 and flops["fp8"] == 600 * 32 * 64
+
+
 def fake_parsed(host: list, device: list, steps: int = 1) -> timeline.Parsed:
     line = timeline.Timeline(
         [(i * 1000.0, (i + 1) * 1000.0) for i in range(steps)],

@@ -185,8 +185,8 @@ def test_the_line_of_a_finished_case():
     )
     converged = {"deviation": 0.016089, "tolerance": 0.024812}
     assert progress.case_line(_end("b", 20.0, figure=converged), t) == (
-        "optbench: [2/5] b: ok, loss curve 0.0161 nats from eager's (RMS), tolerance 0.0248, "
-        "took 20.0 s; elapsed 1:02:05, ETA 0:45"
+        "optbench: [2/5] b: ok, loss curve 0.0161 nats from eager seeds' mean (RMS), "
+        "tolerance 0.0248, took 20.0 s; elapsed 1:02:05, ETA 0:45"
     )
     failed = progress.case_line(_end("c", 1.25, "oom", reason="CUDA out of memory"), t)
     assert "c: oom (CUDA out of memory), took 1.2 s" in failed

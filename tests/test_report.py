@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from synthetic_results import commit, record, report_store, samples, save
+from synthetic_results import GPU, commit, record, report_store, samples, save
 
 from models.variants import ABLATED, ABLATION, ADDED
 from optbench.measure.hardware import lookup
@@ -1107,5 +1107,12 @@ def test_each_run_with_the_hf_anchor_gets_a_row_of_x_hf_even_without_eager(tmp_p
         "best-kernels-fp8-triton 84.00 ms: 1.500×",
     ]
     assert body[1][5:] == ["best-kernels 107.00 ms: 1.215×", "–"]
+    assert rows[0].gpu == GPU[4:12] and body[0][3] == GPU[4:12]
+    assert hf_runs.hf_runs(data.runs(store)["h200"], limit=1) == rows[:1]
+    assert hf_runs.newest_per_size(rows) == rows[:1]
+    # the index shows the newest of each size
+    index = (site.publish(store.root, tmp_path / "html").parent / "index.html").read_text()
+    assert "<td>best-kernels-fp8-triton 84.00 ms: 1.500×</td>" in index
+    assert "<td>best-kernels 107.00 ms: 1.215×</td>" not in index
     page = headline.headline_table(store)
     assert "| fffffff2 | " in page and "| 1B @ `fffffff1` |" in page

@@ -177,7 +177,8 @@ def _headline(history: list[Run], profiles: list[dict]) -> str:
     if paired:
         caption, header, rows = hf_table(paired)
         parts += [caption, table(header, rows, "markdown")]
-        used.update((r.commit, r.anchor.date) for r in paired)
+        for r in paired:
+            used.setdefault(r.commit, r.anchor.date)
     sizes = by_size(fullest(history, steps))
     if sizes:
         parts += [

@@ -8,6 +8,7 @@ column is taken from, which must have measured each variant's reference too.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from models.variants import VARIANTS, switches
@@ -15,7 +16,6 @@ from optbench.reporting.data import Run, step_iqr_ms, step_ms
 from optbench.store.records import Record
 from optbench.store.store import MACHINE_KEY
 from optbench.suite import catalog
-from optbench.suite.catalog import ANCHOR_BENCHMARK
 
 ROWS = 8  # the newest runs shown per machine
 KINDS = ("bf16", "FP8")  # the columns of our steps: without FP8 matmuls, with them
@@ -45,7 +45,7 @@ def _kind(variant: str) -> str:
     return "bf16" if switches(variant).get("fp8", "off") == "off" else "FP8"
 
 
-def _fastest(records: dict[str, Record], size: str) -> dict[str, tuple[str, Record]]:
+def _fastest(records: Mapping[str, Record], size: str) -> dict[str, tuple[str, Record]]:
     """Our ok best-* step records of ``size`` among ``records`` (one run's): the fastest of each
     kind."""
     fastest: dict[str, tuple[str, Record]] = {}
@@ -63,9 +63,9 @@ def _fastest(records: dict[str, Record], size: str) -> dict[str, tuple[str, Reco
     return fastest
 
 
-def hf_runs(history: list[Run]) -> list[HFRun]:
+def hf_runs(history: list[Run], limit: int | None = ROWS) -> list[HFRun]:
     """Each optbench run of ``history`` (one machine's commits) with an ok anchor at a size and one
-    of our steps at that size, newest first, at most :data:`ROWS`."""
+    of our best-* steps at that size, newest first, at most ``limit`` (None: all)."""
     found = []
     for commit in history:
         for run_id, records in commit.by_run.items():
@@ -73,16 +73,16 @@ def hf_runs(history: list[Run]) -> list[HFRun]:
             gpu = str(machine.info.get("gpu_uuid") or "") if machine else ""
             for rec in records.values():
                 if (
-                    rec.benchmark != ANCHOR_BENCHMARK
+                    rec.benchmark != catalog.ANCHOR_BENCHMARK
                     or not rec.ok
                     or not rec.timing("step", "wall")
                 ):
                     continue
                 size = rec.params["size"]
-                fastest = _fastest(dict(records), size)
+                fastest = _fastest(records, size)
                 if fastest:
                     found.append(HFRun(size, commit.commit, run_id, gpu[4:12], rec, fastest))
-    return sorted(found, key=lambda r: r.run, reverse=True)[:ROWS]
+    return sorted(found, key=lambda r: r.run, reverse=True)[:limit]
 
 
 def newest_per_size(rows: list[HFRun]) -> list[HFRun]:

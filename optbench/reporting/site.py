@@ -720,7 +720,7 @@ def write_index(
         body.append(
             table(HEADLINE_COLUMNS, rows, "html") if rows else note("No training-step results.")
         )
-        if paired := newest_per_size(hf_runs(history)):
+        if paired := newest_per_size(hf_runs(history, limit=None)):
             caption, header, hf_rows = hf_table(paired)
             body += [note(f"The newest of each size. {caption}"), table(header, hf_rows, "html")]
         points = change_points_newest_first(histories.found[m], histories.order[m])

@@ -159,8 +159,8 @@ def figure(rec: Mapping[str, Any]) -> dict[str, Any] | None:
     view = Record.of(rec)
     if not view.ok:
         return None
-    info = rec.get("info") or {}
-    if isinstance(info, dict) and {"rms_deviation", "tolerance"} <= info.keys():
+    info = view.info
+    if {"rms_deviation", "tolerance"} <= info.keys():
         return {"deviation": info["rms_deviation"], "tolerance": info["tolerance"]}
     clock = view.primary_clock
     if not any(view.timing(m, clock) for m in view.metrics):
@@ -360,7 +360,7 @@ def case_line(event: Mapping[str, Any], t: Tally) -> str:
     measured = ", ".join(f"{m} {milliseconds(v)} ms" for m, v in (shown.get("ms") or {}).items())
     if "deviation" in shown:
         dev, tol = shown["deviation"], shown["tolerance"]
-        measured = f"loss curve {dev:.3g} nats from eager's (RMS), tolerance {tol:.3g}"
+        measured = f"loss curve {dev:.3g} nats from eager seeds' mean (RMS), tolerance {tol:.3g}"
     took = "" if event.get("seconds") is None else f", took {event['seconds']:.1f} s"
     reason = (
         f" ({event['reason'][:80]})"

@@ -7,9 +7,11 @@ why), as torchao's tensorwise recipe scales it:
 - ``compile``: the same function under torch.compile, as inductor fuses it inside the FP8 step;
 - ``triton BMxBN Ww``: ``kernels.fp8_linear.cast_both_triton`` at each of :data:`TILES`.
 
-Each is checked bit for bit against eager, then its device time taken (CUDA-graph replays, every
-tensor larger than the L2). The floor: 6 bytes an element (the amax's read of 2, the cast's read of
-2, the two fp8 writes of 1) at the copy ceiling. One JSON line per shape and implementation. On a
+Each is checked bit for bit against eager, then its device time taken (CUDA-graph replays of one
+input, as a step casts it: the smallest, 34 MB, fits an H200's 50 MB L2, so its cast may read part
+of it from the L2 after the amax pass; the two wider ones, 92 and 185 MB, do not). The floor: 6
+bytes an element (the amax's read of 2, the cast's read of 2, the two fp8 writes of 1) at the copy
+ceiling. One JSON line per shape and implementation. On a
 GPU: ``python3 -m scripts.probes.fp8_cast_probe``.
 """
 
