@@ -1,0 +1,65 @@
+"""What the convergence check's pooled seed spread makes of the stored verdicts: for each stored
+convergence record of a GPU machine, its deviation against the tolerance its run had (4 x that run's
+own eager seeds' spread) and against the tolerance pooled over every stored run's seeds of the same
+GPU model, software and protocol (``optbench.suite.convergence.EagerSeeds.spread``). CPU only, from
+the store; one JSON line per record. ``python3 -m scripts.probes.convergence_pooled_spread`` (output
+kept in ``results/cpu-amd-epyc/probes-<date>/``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from optbench.store.store import ResultStore
+from optbench.suite import convergence as C
+
+MACHINES = ("h200", "h100-sxm")
+SIZE = "100M"
+
+
+def _seeds(info: dict) -> C.EagerSeeds:
+    eager = info["eager"]
+    curves = tuple(C.Curve(tuple(c["steps"]), tuple(c["loss"])) for c in eager["curves"])
+    return C.EagerSeeds(curves, curves[0].steps.index(eager["compared_from_step"]))
+
+
+def main() -> None:
+    store = ResultStore()
+    for machine in MACHINES:
+        variances: dict[tuple, dict[str, float]] = {}
+        verdicts = []
+        for commit in store.commits(machine):
+            for run in store.runs(machine, commit):
+                software = tuple(run.info.get(k) for k in C.SAME_SOFTWARE)
+                for key, rec in run.results().items():
+                    info = rec.get("info") or {}
+                    if not key.startswith(f"bench_convergence.Convergence{SIZE}|") or not info.get(
+                        "eager"
+                    ):
+                        continue
+                    group = (*software, json.dumps(info["protocol"], sort_keys=True))
+                    source = info["eager"].get("from_run") or run.run_id
+                    variances.setdefault(group, {})[source] = _seeds(info).variance
+                    verdicts.append((run.run_id, commit, rec, group, source))
+        for run_id, commit, rec, group, source in verdicts:
+            own = _seeds(rec["info"])
+            pooled = tuple((r, v) for r, v in variances[group].items() if r != source)
+            spread = C.EagerSeeds(own.curves, own.first, pooled=pooled).spread
+            deviation = rec["info"]["rms_deviation"]
+            line = {
+                "machine": machine,
+                "run": run_id,
+                "commit": commit[:7],
+                "variant": rec["params"]["variant"],
+                "status": rec["status"],
+                "deviation": round(deviation, 5),
+                "tolerance_own": round(rec["info"]["tolerance"], 5),
+                "tolerance_pooled": round(C.FACTOR * spread, 5),
+                "pooled_runs": 1 + len(pooled),
+                "ratio_pooled": round(deviation / (C.FACTOR * spread), 3),
+            }
+            print(json.dumps(line))
+
+
+if __name__ == "__main__":
+    main()
