@@ -143,6 +143,19 @@ def _hf_rows(found: list[tuple[str, Run, object]]) -> tuple[list[list[str]], str
     return [hf, x_hf], note
 
 
+def _hf_runs_markdown(history: list[Run]) -> tuple[list[str], dict[str, str]]:
+    """The table of x HF run by run (:mod:`optbench.reporting.hf_runs`) with its caption, and the
+    {commit: date} of its rows' anchors (the newest of each commit); ([], {}) without an anchor."""
+    paired = hf_runs(history)
+    if not paired:
+        return [], {}
+    caption, header, rows = hf_table(paired)
+    used: dict[str, str] = {}
+    for r in paired:
+        used.setdefault(r.commit, r.anchor.date)
+    return [caption, table(header, rows, "markdown")], used
+
+
 def _headline(history: list[Run], profiles: list[dict]) -> str:
     """Step and kernel tables of one machine, each size and kernel from the run measuring the most
     of it; where its 1B best steps' time goes, from its ``profiles`` with floors."""
@@ -173,12 +186,10 @@ def _headline(history: list[Run], profiles: list[dict]) -> str:
             *([hf_note] if hf_note else []),
         ]
         used.update((run.commit, run.date) for _, run, _ in found)
-    paired = hf_runs(history)
-    if paired:
-        caption, header, rows = hf_table(paired)
-        parts += [caption, table(header, rows, "markdown")]
-        for r in paired:
-            used.setdefault(r.commit, r.anchor.date)
+    hf_parts, hf_used = _hf_runs_markdown(history)
+    parts += hf_parts
+    for commit, date in hf_used.items():
+        used.setdefault(commit, date)
     sizes = by_size(fullest(history, steps))
     if sizes:
         parts += [
