@@ -3,7 +3,7 @@ convergence record of a GPU machine, its deviation against the tolerance its run
 own eager seeds' spread) and against the tolerance pooled over every stored run's seeds of the same
 GPU model, software and protocol (``optbench.suite.convergence.EagerSeeds.spread``). CPU only, from
 the store; one JSON line per record. ``python3 -m scripts.probes.convergence_pooled_spread`` (output
-kept in ``results/cpu-amd-epyc/probes-<date>/``).
+of session 27: ``results/cpu-amd-epyc/probes-2026-11-29/``).
 """
 
 from __future__ import annotations
