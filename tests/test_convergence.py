@@ -242,11 +242,18 @@ def test_a_wrong_variant_is_recorded_as_wrong_with_its_curves(eager, monkeypatch
 
 
 def _stored_seeds_run(
-    tmp_path, monkeypatch, eager, protocol=PROTOCOL, commit="c0", run_id="r1", **software
+    tmp_path,
+    monkeypatch,
+    eager,
+    protocol=PROTOCOL,
+    commit="c0",
+    run_id="r1",
+    seq_len=OPTIONS.seq_len,
+    **software,
 ):
     """Results under tmp_path holding a run (``run_id``) of ``commit`` (c0: the commit being
-    measured) whose eager convergence record keeps ``eager``'s seeds, on this machine's software
-    (``software`` overrides part of it)."""
+    measured) whose eager convergence record keeps ``eager``'s seeds (trained at ``seq_len``), on
+    this machine's software (``software`` overrides part of it)."""
     from optbench.measure.machine import machine_info
     from optbench.store.store import MACHINE_KEY, ResultStore
 
@@ -260,7 +267,7 @@ def _stored_seeds_run(
         "protocol": protocol.record(),
         "precision": OPTIONS.precision,
         "batch_size": OPTIONS.batch_size,
-        "seq_len": OPTIONS.seq_len,
+        "seq_len": seq_len,
         "eager": eager.record(),
     }
     ResultStore(tmp_path).save(
@@ -356,9 +363,21 @@ def test_the_spread_pools_the_seeds_of_every_stored_run_of_this_software(
     _stored_seeds_run(tmp_path, monkeypatch, _wider(eager, 3.0), run_id="r3", torch="0.0.0")
     other = dataclasses.replace(PROTOCOL, corpus_seed=99)
     _stored_seeds_run(tmp_path, monkeypatch, _wider(eager, 3.0), other, "c-1", "r4")
+    # not pooled either: seeds of another shape (r5), seeds that did not learn (r6); r2's seeds
+    # again, as a later run read them (r7): pooled once
+    _stored_seeds_run(
+        tmp_path, monkeypatch, _wider(eager, 3.0), commit="c-1", run_id="r5", seq_len=64
+    )
+    unlearned = tuple(C.Curve(c.steps, c.loss[::-1]) for c in _wider(eager, 3.0).curves)
+    _stored_seeds_run(
+        tmp_path, monkeypatch, C.EagerSeeds(unlearned, eager.first), commit="c-1", run_id="r6"
+    )
+    relayed = dataclasses.replace(_wider(eager, 2.0), source="r2")
+    _stored_seeds_run(tmp_path, monkeypatch, relayed, commit="c-2", run_id="r7")
     rec = _variant_case(monkeypatch, [])
     kept = rec["info"]["eager"]
-    assert kept["from_run"] == "r1" and kept["spread_pooled_runs"] == ["r2"]
+    assert kept["from_run"] == "r1" and list(kept["spread_pooled_runs"]) == ["r2"]
+    assert kept["spread_pooled_runs"]["r2"] == pytest.approx(4 * eager.variance)
     pooled = math.sqrt((eager.variance + 4 * eager.variance) / 2)
     assert kept["own_spread"] == pytest.approx(eager.spread)
     assert rec["info"]["tolerance"] == pytest.approx(C.FACTOR * pooled)

@@ -215,7 +215,7 @@ class EagerSeeds:
             "mean": list(self.mean),
             "spread": self.spread,
             "own_spread": self.own_spread,
-            "spread_pooled_runs": [run for run, _ in self.pooled],
+            "spread_pooled_runs": dict(self.pooled),  # run id -> its seed variance
             "compared_from_step": self.curves[0].steps[self.first],
             "leave_one_out": self.leave_one_out(),
             **({"from_run": self.source} if self.source else {}),
@@ -322,7 +322,7 @@ def _stored_seeds(
     commits = store.commits(machine) if every_commit else [commit] if commit != "unknown" else []
     runs = sorted(
         (run for c in commits for run in store.runs(machine, c)),
-        key=lambda run: run.run_id,
+        key=lambda run: (run.date, run.run_id),
         reverse=True,
     )
     seen: set[str] = set()
@@ -360,14 +360,19 @@ def stored_seed_variances(
 ) -> tuple[tuple[str, float], ...]:
     """(run id, seed variance) of the eager seeds every stored run on this machine kept with this
     protocol, shape, GPU model and software (:func:`_stored_seeds`, any commit), but the run
-    ``exclude`` (the seeds being judged against, where read from a stored run). The seed spread
-    pools them: estimated from one run's few seeds (a variance of about seeds - 1 degrees of
-    freedom, its points being one curve's) it moves by a factor of several between runs of the
-    same code; pooled, it settles as runs accumulate."""
+    ``exclude`` (the seeds being judged against, where read from a stored run) and this process's
+    own run (:func:`optbench.store.store.current_run_id`: seeds it stored are these). The seed
+    spread pools them: estimated from one run's few seeds (a variance of about seeds - 1 degrees
+    of freedom, its points being one curve's) it moves by a factor of several between runs of the
+    same code. Every run trains the same seeds: pooling averages the part of the spread that
+    differs between runs (a GPU's non-deterministic kernels), not the seeds' own."""
+    from optbench.store.store import current_run_id
+
+    left_out = {exclude, current_run_id()}
     return tuple(
         (run, seeds.variance)
         for run, seeds in _stored_seeds(size, protocol, options, True)
-        if run != exclude
+        if run not in left_out
     )
 
 

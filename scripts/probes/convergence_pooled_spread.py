@@ -1,7 +1,9 @@
 """What the convergence check's pooled seed spread makes of the stored verdicts: for each stored
 convergence record of a GPU machine, its deviation against the tolerance its run had (4 x that run's
-own eager seeds' spread) and against the tolerance pooled over every stored run's seeds of the same
-GPU model, software and protocol (``optbench.suite.convergence.EagerSeeds.spread``). CPU only, from
+own eager seeds' spread) and against the tolerance pooled over the stored runs' seeds of the same
+GPU model, software and protocol (``optbench.suite.convergence.EagerSeeds.spread``): those stored
+before the record's run (what the check would have said then, ``live``) and all of them (what a run
+would say now, ``now``). CPU only, from
 the store; one JSON line per record. ``python3 -m scripts.probes.convergence_pooled_spread`` (output
 of session 27: ``results/cpu-amd-epyc/probes-2026-11-29/``).
 """
@@ -43,8 +45,6 @@ def main() -> None:
                     verdicts.append((run.run_id, commit, rec, group, source))
         for run_id, commit, rec, group, source in verdicts:
             own = _seeds(rec["info"])
-            pooled = tuple((r, v) for r, v in variances[group].items() if r != source)
-            spread = C.EagerSeeds(own.curves, own.first, pooled=pooled).spread
             deviation = rec["info"]["rms_deviation"]
             line = {
                 "machine": machine,
@@ -54,10 +54,17 @@ def main() -> None:
                 "status": rec["status"],
                 "deviation": round(deviation, 5),
                 "tolerance_own": round(rec["info"]["tolerance"], 5),
-                "tolerance_pooled": round(C.FACTOR * spread, 5),
-                "pooled_runs": 1 + len(pooled),
-                "ratio_pooled": round(deviation / (C.FACTOR * spread), 3),
             }
+            for when, before in (("live", run_id), ("now", None)):
+                pooled = tuple(
+                    (r, v)
+                    for r, v in variances[group].items()
+                    if r != source and (before is None or r < before)
+                )
+                tolerance = C.FACTOR * C.EagerSeeds(own.curves, own.first, pooled=pooled).spread
+                line[f"tolerance_{when}"] = round(tolerance, 5)
+                line[f"runs_{when}"] = 1 + len(pooled)
+                line[f"ratio_{when}"] = round(deviation / tolerance, 3)
             print(json.dumps(line))
 
 
