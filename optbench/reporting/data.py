@@ -163,8 +163,13 @@ def size_order(size: str) -> float:
 def _step_grid(run: Run, role: str) -> dict[str, dict[str, Record]]:
     """ok records of the step grids of ``role`` (``optbench.suite.catalog.Benchmark.role``) with a
     wall time, by size (smallest first), then variant."""
+    return grid_records(run.records.values(), role)
+
+
+def grid_records(records: Iterable[Record], role: str) -> dict[str, dict[str, Record]]:
+    """:func:`_step_grid` of any ``records`` (one optbench run's, say)."""
     found: dict[str, dict[str, Record]] = defaultdict(dict)
-    for rec in run.records.values():
+    for rec in records:
         entry = catalog.BENCHMARKS.get(rec.benchmark)
         if entry and entry.role == role and rec.ok and rec.timing("step", "wall"):
             found[entry.size][rec.params["variant"]] = rec
@@ -532,9 +537,14 @@ def by_size(found: dict[str, tuple[Run, object]]) -> list[tuple[str, Run, object
 
 def anchor_steps(run: Run) -> dict[str, Record]:
     """ok HF anchor records (optbench.suite.anchors) with a wall time, by size."""
+    return anchor_records(run.records.values())
+
+
+def anchor_records(records: Iterable[Record]) -> dict[str, Record]:
+    """:func:`anchor_steps` of any ``records`` (one optbench run's, say)."""
     return {
         rec.params["size"]: rec
-        for rec in run.records.values()
+        for rec in records
         if rec.benchmark == ANCHOR_BENCHMARK and rec.ok and rec.timing("step", "wall")
     }
 

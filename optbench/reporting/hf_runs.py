@@ -12,10 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from models.variants import VARIANTS, switches
-from optbench.reporting.data import Run, step_iqr_ms, step_ms
+from optbench.reporting.data import Run, anchor_records, grid_records, step_iqr_ms, step_ms
 from optbench.store.records import Record
 from optbench.store.store import MACHINE_KEY
-from optbench.suite import catalog
 
 ROWS = 8  # the newest runs shown per machine
 KINDS = ("bf16", "FP8")  # the columns of our steps: without FP8 matmuls, with them
@@ -45,20 +44,14 @@ def _kind(variant: str) -> str:
     return "bf16" if switches(variant).get("fp8", "off") == "off" else "FP8"
 
 
-def _fastest(records: Mapping[str, Record], size: str) -> dict[str, tuple[str, Record]]:
-    """Our ok best-* step records of ``size`` among ``records`` (one run's): the fastest of each
-    kind."""
+def _fastest(by_variant: Mapping[str, Record]) -> dict[str, tuple[str, Record]]:
+    """The fastest of each kind among one run's ok best-* step records of one size."""
     fastest: dict[str, tuple[str, Record]] = {}
-    for rec in records.values():
-        entry = catalog.BENCHMARKS.get(rec.benchmark)
-        if not (entry and entry.role == "variants" and entry.size == size):
-            continue
-        if not (rec.ok and rec.timing("step", "wall")) or not rec.params["variant"].startswith(
-            BEST
+    for variant, rec in by_variant.items():
+        kind = _kind(variant)
+        if variant.startswith(BEST) and (
+            kind not in fastest or step_ms(rec) < step_ms(fastest[kind][1])
         ):
-            continue
-        variant, kind = rec.params["variant"], _kind(rec.params["variant"])
-        if kind not in fastest or step_ms(rec) < step_ms(fastest[kind][1]):
             fastest[kind] = (variant, rec)
     return fastest
 
@@ -71,17 +64,10 @@ def hf_runs(history: list[Run], limit: int | None = ROWS) -> list[HFRun]:
         for run_id, records in commit.by_run.items():
             machine = records.get(MACHINE_KEY)
             gpu = str(machine.info.get("gpu_uuid") or "") if machine else ""
-            for rec in records.values():
-                if (
-                    rec.benchmark != catalog.ANCHOR_BENCHMARK
-                    or not rec.ok
-                    or not rec.timing("step", "wall")
-                ):
-                    continue
-                size = rec.params["size"]
-                fastest = _fastest(records, size)
-                if fastest:
-                    found.append(HFRun(size, commit.commit, run_id, gpu[4:12], rec, fastest))
+            steps = grid_records(records.values(), "variants")
+            for size, anchor in anchor_records(records.values()).items():
+                if fastest := _fastest(steps.get(size, {})):
+                    found.append(HFRun(size, commit.commit, run_id, gpu[4:12], anchor, fastest))
     return sorted(found, key=lambda r: r.run, reverse=True)[:limit]
 
 
