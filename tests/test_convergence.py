@@ -241,19 +241,10 @@ def test_a_wrong_variant_is_recorded_as_wrong_with_its_curves(eager, monkeypatch
     assert C.summary("tiny", "foreach-adamw")["ratio"] > 1
 
 
-def _stored_seeds_run(
-    tmp_path,
-    monkeypatch,
-    eager,
-    protocol=PROTOCOL,
-    commit="c0",
-    run_id="r1",
-    seq_len=OPTIONS.seq_len,
-    **software,
-):
-    """Results under tmp_path holding a run (``run_id``) of ``commit`` (c0: the commit being
-    measured) whose eager convergence record keeps ``eager``'s seeds (trained at ``seq_len``), on
-    this machine's software (``software`` overrides part of it)."""
+def _stored_seeds_run(tmp_path, monkeypatch, eager, protocol=PROTOCOL, **software):
+    """Results under tmp_path holding one run (id 'r1') of the commit being measured whose eager
+    convergence record keeps ``eager``'s seeds, on this machine's software (``software`` overrides
+    part of it)."""
     from optbench.measure.machine import machine_info
     from optbench.store.store import MACHINE_KEY, ResultStore
 
@@ -267,12 +258,12 @@ def _stored_seeds_run(
         "protocol": protocol.record(),
         "precision": OPTIONS.precision,
         "batch_size": OPTIONS.batch_size,
-        "seq_len": seq_len,
+        "seq_len": OPTIONS.seq_len,
         "eager": eager.record(),
     }
     ResultStore(tmp_path).save(
         "cpu-test",
-        commit,
+        "c0",
         [
             {
                 "key": MACHINE_KEY,
@@ -287,7 +278,7 @@ def _stored_seeds_run(
                 "info": info,
             },
         ],
-        run_id=run_id,
+        run_id="r1",
     )
 
 
@@ -340,60 +331,6 @@ def test_eager_seeds_of_another_protocol_or_software_or_that_did_not_learn_are_n
     trained: list = []
     rec = _variant_case(monkeypatch, trained)
     assert rec["status"] == "ok" and trained == [1] and "from_run" not in rec["info"]["eager"]
-
-
-def _wider(eager: C.EagerSeeds, k: float) -> C.EagerSeeds:
-    """``eager``'s seeds with their departures from the mean curve scaled by ``k``: the seed
-    variance k^2 times."""
-    mean = eager.mean
-    curves = tuple(
-        C.Curve(c.steps, tuple(m + k * (x - m) for x, m in zip(c.loss, mean))) for c in eager.curves
-    )
-    return C.EagerSeeds(curves, eager.first)
-
-
-def test_the_spread_pools_the_seeds_of_every_stored_run_of_this_software(
-    eager, tmp_path, monkeypatch
-):
-    """The mean curve stays the seeds this case reads (r1, of this commit); the spread is the root
-    of the mean of their variance and every other stored run's of this protocol and software, any
-    commit (r2); a run of other software (r3) or another protocol (r4) is not pooled."""
-    _stored_seeds_run(tmp_path, monkeypatch, eager)
-    _stored_seeds_run(tmp_path, monkeypatch, _wider(eager, 2.0), commit="c-1", run_id="r2")
-    _stored_seeds_run(tmp_path, monkeypatch, _wider(eager, 3.0), run_id="r3", torch="0.0.0")
-    other = dataclasses.replace(PROTOCOL, corpus_seed=99)
-    _stored_seeds_run(tmp_path, monkeypatch, _wider(eager, 3.0), other, "c-1", "r4")
-    # not pooled either: seeds of another shape (r5), seeds that did not learn (r6); r2's seeds
-    # again, as a later run read them (r7): pooled once
-    _stored_seeds_run(
-        tmp_path, monkeypatch, _wider(eager, 3.0), commit="c-1", run_id="r5", seq_len=64
-    )
-    unlearned = tuple(C.Curve(c.steps, c.loss[::-1]) for c in _wider(eager, 3.0).curves)
-    _stored_seeds_run(
-        tmp_path, monkeypatch, C.EagerSeeds(unlearned, eager.first), commit="c-1", run_id="r6"
-    )
-    relayed = dataclasses.replace(_wider(eager, 2.0), source="r2")
-    _stored_seeds_run(tmp_path, monkeypatch, relayed, commit="c-2", run_id="r7")
-    rec = _variant_case(monkeypatch, [])
-    kept = rec["info"]["eager"]
-    assert kept["from_run"] == "r1" and list(kept["spread_pooled_runs"]) == ["r2"]
-    assert kept["spread_pooled_runs"]["r2"] == pytest.approx(4 * eager.variance)
-    pooled = math.sqrt((eager.variance + 4 * eager.variance) / 2)
-    assert kept["own_spread"] == pytest.approx(eager.spread)
-    assert rec["info"]["tolerance"] == pytest.approx(C.FACTOR * pooled)
-    assert kept["mean"] == pytest.approx(list(eager.mean))
-
-
-@pytest.mark.parametrize("bug", list(MUTATIONS))
-def test_a_planted_bug_fails_against_a_spread_pooled_with_other_runs_seeds(eager, bug):
-    """Pooled with two runs whose seeds spread 0.8x and 1.25x as widely as these (on a CPU the
-    seeds repeat exactly from run to run; on a GPU they do not), each planted bug still fails and
-    another eager seed still passes."""
-    others = tuple((f"r{k}", _wider(eager, k).variance) for k in (0.8, 1.25))
-    pooled = dataclasses.replace(eager, pooled=others)
-    assert pooled.spread == pytest.approx(eager.spread * math.sqrt((1 + 0.8**2 + 1.25**2) / 3))
-    assert not C.judge(MUTATIONS[bug](), pooled).ok
-    assert C.judge(C.train(_step(4), _batches(), PROTOCOL), pooled).ok
 
 
 # --- the suite

@@ -11,15 +11,11 @@ from the init of one seed. Its loss curve: the mean training loss of each ``log_
 steps (nats), at the last step of each.
 
 Tolerance. The eager step trains from ``seeds`` seeds (0, 1, ...). At each logged point the seeds'
-mean and sample variance; a run's *seed variance* is the variances' mean over the compared points
-(one figure from all points, steadier than any one point's). The compared points are those after
-the first :data:`SKIP` of the steps: before them the loss falls from ln V at a rate set by the
-init, where seeds differ most and would swamp the spread. The *seed spread* sigma is the root of
-the mean of this run's seed variance and those of the eager seeds every stored run on the machine
-kept with the same protocol, shape, GPU model and software (:func:`stored_seed_variances`, any
-commit), at least :data:`SPREAD_FLOOR`: one run's few seeds give a variance of about seeds - 1
-degrees of freedom (a seed's points move together), whose root moved 2.5x between three runs of the
-same eager code; the mean curve stays this run's (or the stored seeds' it reads).
+mean and sample variance; the *seed spread* sigma is the root of the variances' mean over the
+compared points (pooled: one figure from all points, steadier than any one point's from a few runs),
+at least :data:`SPREAD_FLOOR`. The compared points are those after the first :data:`SKIP` of the
+steps: before them the loss falls from ln V at a rate set by the init, where seeds differ most and
+would swamp the spread.
 
 Statistic. The variant trains from seed 0. Its *deviation* is the root-mean-square, over the
 compared points, of its curve minus the eager mean curve (nats); it passes when the deviation is at
@@ -57,7 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,9 +168,6 @@ class EagerSeeds:
     first: int
     # the stored run they were read from (:func:`stored_eager_seeds`); None: trained here
     source: str | None = None
-    # (run id, seed variance) of other stored runs' eager seeds that the spread pools
-    # (:func:`stored_seed_variances`)
-    pooled: tuple[tuple[str, float], ...] = ()
 
     @property
     def mean(self) -> tuple[float, ...]:
@@ -183,22 +176,11 @@ class EagerSeeds:
         )
 
     @property
-    def variance(self) -> float:
-        """The mean over the compared points of these seeds' sample variance, nats squared."""
-        losses = torch.tensor([c.loss for c in self.curves], dtype=torch.float64)[:, self.first :]
-        return float(losses.var(0).mean())
-
-    @property
-    def own_spread(self) -> float:
-        """Root of :attr:`variance`, at least SPREAD_FLOOR: these seeds' spread alone."""
-        return max(math.sqrt(self.variance), SPREAD_FLOOR)
-
-    @property
     def spread(self) -> float:
-        """The seed spread the tolerance is made of: the root of the mean of these seeds' variance
-        and the pooled runs' (each run's seeds weigh alike), at least SPREAD_FLOOR."""
-        variances = [self.variance, *(v for _, v in self.pooled)]
-        return max(math.sqrt(sum(variances) / len(variances)), SPREAD_FLOOR)
+        """Root of the mean over the compared points of the seeds' sample variance, at least
+        SPREAD_FLOOR."""
+        losses = torch.tensor([c.loss for c in self.curves], dtype=torch.float64)[:, self.first :]
+        return max(float(losses.var(0).mean().sqrt()), SPREAD_FLOOR)
 
     def leave_one_out(self) -> list[float]:
         """Each seed's deviation from the other seeds' mean, in their spread: what a correct variant
@@ -214,8 +196,6 @@ class EagerSeeds:
             "curves": [c.record() for c in self.curves],
             "mean": list(self.mean),
             "spread": self.spread,
-            "own_spread": self.own_spread,
-            "spread_pooled_runs": dict(self.pooled),  # run id -> its seed variance
             "compared_from_step": self.curves[0].steps[self.first],
             "leave_one_out": self.leave_one_out(),
             **({"from_run": self.source} if self.source else {}),
@@ -301,15 +281,15 @@ def eager_seeds(
 SAME_SOFTWARE = ("gpu_name", "torch", "triton", "cuda")
 
 
-def _stored_seeds(
-    size: str, protocol: Protocol, options: Any, every_commit: bool
-) -> Iterator[tuple[str, EagerSeeds]]:
-    """(run id, eager seeds) of each run stored on this machine, newest first, whose convergence
-    record of ``size`` keeps eager seeds trained with this ``protocol`` at ``options``' precision,
-    batch and sequence length, by this process's GPU model, torch, Triton and CUDA
-    (:data:`SAME_SOFTWARE`), every seed having learned: of the commit being measured, or of
-    ``every_commit``. A run's seeds once (from its first such record); seeds a run read from
-    another are that run's."""
+def stored_eager_seeds(size: str, protocol: Protocol, options: Any) -> EagerSeeds | None:
+    """Eager seeds that an earlier run of the code being measured stored on this machine: the seeds
+    a convergence record of ``size`` keeps (the eager case's, or a variant's, which keeps those it
+    was judged against), trained with this ``protocol`` at ``options``' precision, batch and
+    sequence length, by a run with this process's GPU model, torch, Triton and CUDA
+    (:data:`SAME_SOFTWARE`), every seed having learned; the newest such run's, with its id as
+    ``source``. None where there is none. Reading them spares a variant's case the eager seeds'
+    training (~2 min at 100M on an H100) when it runs without the eager case (``optbench run
+    --select``)."""
     from optbench.measure.machine import machine_info
     from optbench.run.runner import current_commit, current_machine
     from optbench.store import settings
@@ -319,14 +299,7 @@ def _stored_seeds(
     info = machine_info()
     store = ResultStore(settings.current().results)
     shape = (options.precision, options.batch_size, options.seq_len)
-    commits = store.commits(machine) if every_commit else [commit] if commit != "unknown" else []
-    runs = sorted(
-        (run for c in commits for run in store.runs(machine, c)),
-        key=lambda run: (run.date, run.run_id),
-        reverse=True,
-    )
-    seen: set[str] = set()
-    for run in runs:
+    for run in reversed(store.runs(machine, commit) if commit != "unknown" else []):
         if any(run.info.get(k) != info.get(k) for k in SAME_SOFTWARE):
             continue
         for key, rec in run.results().items():
@@ -338,42 +311,12 @@ def _stored_seeds(
                 or (kept.get("precision"), kept.get("batch_size"), kept.get("seq_len")) != shape
             ):
                 continue
-            source = kept["eager"].get("from_run") or run.run_id
             curves = tuple(
                 Curve(tuple(c["steps"]), tuple(c["loss"])) for c in kept["eager"]["curves"]
             )
-            if source not in seen and all(c.loss[-1] < c.loss[0] for c in curves):
-                seen.add(source)
-                yield source, EagerSeeds(curves, protocol.first_compared, source=source)
-
-
-def stored_eager_seeds(size: str, protocol: Protocol, options: Any) -> EagerSeeds | None:
-    """Eager seeds that an earlier run of the code being measured stored on this machine
-    (:func:`_stored_seeds`): the newest such run's, with its id as ``source``. None where there is
-    none. Reading them spares a variant's case the eager seeds' training (~2 min at 100M on an
-    H100) when it runs without the eager case (``optbench run --select``)."""
-    return next((seeds for _, seeds in _stored_seeds(size, protocol, options, False)), None)
-
-
-def stored_seed_variances(
-    size: str, protocol: Protocol, options: Any, exclude: str | None
-) -> tuple[tuple[str, float], ...]:
-    """(run id, seed variance) of the eager seeds every stored run on this machine kept with this
-    protocol, shape, GPU model and software (:func:`_stored_seeds`, any commit), but the run
-    ``exclude`` (the seeds being judged against, where read from a stored run) and this process's
-    own run (:func:`optbench.store.store.current_run_id`: seeds it stored are these). The seed
-    spread pools them: estimated from one run's few seeds (a variance of about seeds - 1 degrees
-    of freedom, its points being one curve's) it moves by a factor of several between runs of the
-    same code. Every run trains the same seeds: pooling averages the part of the spread that
-    differs between runs (a GPU's non-deterministic kernels), not the seeds' own."""
-    from optbench.store.store import current_run_id
-
-    left_out = {exclude, current_run_id()}
-    return tuple(
-        (run, seeds.variance)
-        for run, seeds in _stored_seeds(size, protocol, options, True)
-        if run not in left_out
-    )
+            if all(c.loss[-1] < c.loss[0] for c in curves):
+                return EagerSeeds(curves, protocol.first_compared, source=run.run_id)
+    return None
 
 
 # (size, device, eager options, protocol) -> the eager seeds of this process (trained, or read by
@@ -424,13 +367,11 @@ def convergence_work(
             )
             # a 100M run's curves are small; its model is gone: only the last key is kept
             _EAGER.clear()
-            seeds = stored or eager_seeds(
+            _EAGER[key] = stored or eager_seeds(
                 lambda s: build_step(config, eager_options, device, s, profile=profile),
                 batches,
                 protocol,
             )
-            pooled = stored_seed_variances(size, protocol, eager_options, seeds.source)
-            _EAGER[key] = dataclasses.replace(seeds, pooled=pooled)
         eager = _EAGER[key]
         curve = (
             eager.curves[seed]
@@ -468,9 +409,8 @@ def convergence_work(
             raise WrongResult(
                 f"convergence {size}/{variant}: the loss curve deviates from the eager seeds' mean "
                 f"by {verdict.deviation:.4g} nats (RMS from step {curve.steps[eager.first]}), over "
-                f"{FACTOR:g} x the seed spread {eager.spread:.4g} = {verdict.tolerance:.4g} (these "
-                f"seeds' {eager.own_spread:.4g}, pooled with {len(eager.pooled)} stored runs'); "
-                f"final loss {curve.final:.4f} against eager's {eager_final:.4f}"
+                f"{FACTOR:g} x their spread {eager.spread:.4g} = {verdict.tolerance:.4g}; final "
+                f"loss {curve.final:.4f} against eager's {eager_final:.4f}"
             )
         return {
             "deviation": verdict.deviation,

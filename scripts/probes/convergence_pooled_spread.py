@@ -1,22 +1,36 @@
-"""What the convergence check's pooled seed spread makes of the stored verdicts: for each stored
+"""What a pooled seed spread would make of the convergence check's stored verdicts: for each stored
 convergence record of a GPU machine, its deviation against the tolerance its run had (4 x that run's
-own eager seeds' spread) and against the tolerance pooled over the stored runs' seeds of the same
-GPU model, software and protocol (``optbench.suite.convergence.EagerSeeds.spread``): those stored
-before the record's run (what the check would have said then, ``live``) and all of them (what a run
-would say now, ``now``). CPU only, from
-the store; one JSON line per record. ``python3 -m scripts.probes.convergence_pooled_spread`` (output
-of session 27: ``results/cpu-amd-epyc/probes-2026-11-29/``).
+own eager seeds' spread) and against 4 x the spread pooled over the stored runs' seeds of the same
+GPU model, software and protocol (a rule tried and taken back, NOTES.md): those stored before the
+record's run (``live``) and all of them (``now``). CPU only, from the store; one JSON line per
+record. ``python3 -m scripts.probes.convergence_pooled_spread`` (output of session 27:
+``results/cpu-amd-epyc/probes-2026-11-29/``).
 """
 
 from __future__ import annotations
 
 import json
+import math
+
+import torch
 
 from optbench.store.store import ResultStore
 from optbench.suite import convergence as C
 
 MACHINES = ("h200", "h100-sxm")
 SIZE = "100M"
+
+
+def seed_variance(seeds: C.EagerSeeds) -> float:
+    """The mean over the compared points of the seeds' sample variance, nats squared."""
+    losses = torch.tensor([c.loss for c in seeds.curves], dtype=torch.float64)[:, seeds.first :]
+    return float(losses.var(0).mean())
+
+
+def pooled_tolerance(seeds: C.EagerSeeds, others: list[float]) -> float:
+    """FACTOR x the root of the mean of the seeds' variance and ``others`` (other runs')."""
+    variances = [seed_variance(seeds), *others]
+    return C.FACTOR * max(math.sqrt(sum(variances) / len(variances)), C.SPREAD_FLOOR)
 
 
 def _seeds(info: dict) -> C.EagerSeeds:
@@ -41,7 +55,7 @@ def main() -> None:
                         continue
                     group = (*software, json.dumps(info["protocol"], sort_keys=True))
                     source = info["eager"].get("from_run") or run.run_id
-                    variances.setdefault(group, {})[source] = _seeds(info).variance
+                    variances.setdefault(group, {})[source] = seed_variance(_seeds(info))
                     verdicts.append((run.run_id, commit, rec, group, source))
         for run_id, commit, rec, group, source in verdicts:
             own = _seeds(rec["info"])
@@ -56,12 +70,12 @@ def main() -> None:
                 "tolerance_own": round(rec["info"]["tolerance"], 5),
             }
             for when, before in (("live", run_id), ("now", None)):
-                pooled = tuple(
-                    (r, v)
+                pooled = [
+                    v
                     for r, v in variances[group].items()
                     if r != source and (before is None or r < before)
-                )
-                tolerance = C.FACTOR * C.EagerSeeds(own.curves, own.first, pooled=pooled).spread
+                ]
+                tolerance = pooled_tolerance(own, pooled)
                 line[f"tolerance_{when}"] = round(tolerance, 5)
                 line[f"runs_{when}"] = 1 + len(pooled)
                 line[f"ratio_{when}"] = round(deviation / tolerance, 3)
