@@ -1,8 +1,8 @@
 """The convergence check (``optbench run --suite convergence``): the 100M model trains 300 steps on
-a synthetic language, eager from 4 seeds and each variant that changes the numerics on purpose (FP8,
+a synthetic language, eager from 8 seeds and each variant that changes the numerics on purpose (FP8,
 8-bit and master AdamW) from one; a variant whose loss curve is more than 4 seed spreads (RMS) from
 eager's is ``wrong``. The records hold every curve (``info``); the track methods give the final loss
-and the deviation. How the tolerance is made, and the GPU time (~4-5 min on an H100):
+and the deviation. How the tolerance is made, and the GPU time (~6-7 min on an H100):
 ``optbench.suite.convergence``.
 """
 

@@ -34,6 +34,9 @@ The variant and eager seed 0 share their init; their deviation (``same_seed_rms`
 as is each eager seed's deviation from the other seeds' mean (``leave_one_out``): the spread's own
 check.
 
+Seeds: 8. On a GPU eager's training is not deterministic, and the spread of 4 seeds moved enough
+between runs of the same code to flip a verdict; 8 steady it (NOTES.md, "Session 28").
+
 Records (``info``): every curve (the variant's and each eager seed's), the mean curve, the spread,
 the deviation, the largest point's deviation, the final loss (mean over the last tenth of the
 steps), the corpus's floor. The eager case stores the seeds (it always trains them); a variant's
@@ -42,10 +45,10 @@ run of the same code and software kept (:func:`stored_eager_seeds`, named in its
 ``eager.from_run``), else trains them, and keeps them for the next case.
 
 GPU time (100M, B=8 x S=1024 = 8192 tokens per step, 300 steps = 2.5M tokens per run, on an H100):
-the eager step at ~75 ms (110k tokens/s) takes ~23 s a run, ~90 s for its 4 seeds; an eager-speed
+the eager step at ~75 ms (110k tokens/s) takes ~23 s a run, ~3 min for its 8 seeds; an eager-speed
 variant (adamw-8bit, master-adamw, fp8-* without compile) ~20-30 s; a compiled one (best-kernels*)
-~5 s of steps plus ~30 s of compilation. The grid (catalog.CONVERGENCE) is ~4-5 min; a variant run
-alone ~2 min more where it trains the eager seeds, which it reads instead from a stored run of the
+~5 s of steps plus ~30 s of compilation. The grid (catalog.CONVERGENCE) is ~6-7 min; a variant run
+alone ~3 min more where it trains the eager seeds, which it reads instead from a stored run of the
 same code and software where there is one (:func:`stored_eager_seeds`).
 """
 
@@ -80,7 +83,7 @@ class Protocol:
 
     steps: int = 300
     log_every: int = 10
-    seeds: int = 4
+    seeds: int = 8
     hyper: Hyper = HYPER
     branching: int = 8
     corpus_seed: int = 1234
