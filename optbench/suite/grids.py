@@ -225,6 +225,10 @@ def _measure_grid(
         from optbench.suite.distributed import CASE_BUDGET_S
 
         budget_s = max(budget_s, CASE_BUDGET_S)
+    elif entry.kind == "convergence":
+        from optbench.suite.convergence import CASE_BUDGET_S
+
+        budget_s = max(budget_s, CASE_BUDGET_S)
     todo = [c for c in cases(name, grid, device) if record_key(name, c.params) in chosen]
     records = run_grid(name, todo, device=device, budget_s=budget_s)
     kept = {}
