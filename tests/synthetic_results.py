@@ -100,10 +100,12 @@ def save(
     runs_at_once: int = 1,
     cpu: str | None = None,
     host_id: str | None = None,
+    stamp: bool = False,
 ) -> None:
     """Store records (with their machine record) as one run (default id: ``run-<date>``) of one
     machine and commit; a run without ``gpu_name`` has no ``gpu_uuid``; ``cpu`` and ``host_id``,
-    where given, go into its info as a run's machine record holds them."""
+    where given, go into its info as a run's machine record holds them; ``stamp``: every record,
+    the machine record too, names the run (``run``), as the runner's do."""
     info = {
         **{k: v for k, v in (("cpu", cpu), ("host_id", host_id)) if v is not None},
         "gpu_name": gpu_name,
@@ -115,12 +117,14 @@ def save(
         "compile_cache": compile_cache,
         "runs_at_once": runs_at_once,
     }
-    full = [{**r, "commit": sha, "machine": machine, "date": date} for r in records]
+    run = run_id or f"run-{date}"
+    named = {"run": run} if stamp else {}
+    full = [{**r, "commit": sha, "machine": machine, "date": date, **named} for r in records]
     store.save(
         machine,
         sha,
-        [{"key": MACHINE_KEY, "info": info, "date": date, "commit": sha}, *full],
-        run_id=run_id or f"run-{date}",
+        [{"key": MACHINE_KEY, "info": info, "date": date, "commit": sha, **named}, *full],
+        run_id=run,
     )
 
 

@@ -19,7 +19,7 @@ from synthetic_results import GPU, commit, record, report_store, samples, save
 
 from models.variants import ABLATED, ABLATION, ADDED
 from optbench.measure.hardware import lookup
-from optbench.reporting import charts, dashboard, data, headline, hf_runs, memory, site
+from optbench.reporting import charts, convergence, dashboard, data, headline, hf_runs, memory, site
 from optbench.store.records import NOT_MEASURED
 from optbench.store.store import REPO_ROOT, ResultStore
 from optbench.suite.catalog import ANCHOR_BENCHMARK
@@ -1116,3 +1116,60 @@ def test_each_run_with_the_hf_anchor_gets_a_row_of_x_hf_even_without_eager(tmp_p
     assert "<td>best-kernels 107.00 ms: 1.215×</td>" not in index
     page = headline.headline_table(store)
     assert "| fffffff2 | " in page and "| 1B @ `fffffff1` |" in page
+
+
+def test_each_convergence_variant_shows_its_newest_verdict_and_how_many_passed(tmp_path):
+    """The newest record that reached a verdict (ok or wrong) of each variant, in the catalog's
+    order, with the figures it was decided by and the run that trained its eager seeds; a later
+    timeout decides nothing; a verdict that flipped shows in the count of stored verdicts."""
+    name = "bench_convergence.Convergence100M"
+
+    def case(variant: str, status: str, deviation: float, seeds: int, **eager) -> dict:
+        info = {
+            "rms_deviation": deviation,
+            "tolerance": 0.02 if seeds == 4 else 0.0308,
+            "final_loss": 1.97,
+            "eager": {"curves": [{"steps": [10], "loss": [2.0]}] * seeds, **eager},
+        }
+        return {**record(name, {"variant": variant}, info=info), "status": status}
+
+    def runs(*cases_by_run: list[dict]) -> None:
+        for day, cases in enumerate(cases_by_run, 1):
+            run = f"2025010{day}T120000Z-{'abc'[day - 1] * 6}"
+            date = f"2025-01-0{day}T12:00:00+00:00"
+            save(store, "h200", commit(day), date, cases, run_id=run, stamp=True)
+
+    store = ResultStore(tmp_path / "results")
+    fp8, fast = "best-kernels-fp8-tensorwise", "best-kernels-fp8-tensorwise-fast-accum"
+    runs(
+        [case("eager", "ok", 0.005, 4), case(fp8, "wrong", 0.024, 4), case(fast, "ok", 0.002, 4)],
+        [case("eager", "ok", 0.007, 8), case(fp8, "ok", 0.0075, 8)],
+        [
+            case(fp8, "timeout", 0.0, 8),
+            record(name, {"variant": fast}, status="timeout"),
+            case("fp8-rowwise", "ok", 0.006, 8, from_run="20250102T120000Z-bbbbbb"),
+        ],
+    )
+    rows = convergence.convergence_rows(data.runs(store)["h200"])
+    assert [r.variant for r in rows] == ["eager", "fp8-rowwise", fp8, fast]
+    _, header, body = convergence.convergence_table(rows)
+    by_variant = {row[0]: dict(zip(header, row)) for row in body}
+    assert by_variant[fp8] == {
+        "variant": fp8,
+        "verdict": "ok",
+        "RMS deviation": "0.0075",
+        "tolerance": "0.0308",
+        "eager seeds": "8",
+        "final loss": "1.9700",
+        "run": "bbbbbb",
+        "commit": commit(2)[:8],
+        "GPU": GPU[4:12],
+        "stored verdicts ok": "1 of 2",
+    }
+    assert by_variant[fast]["verdict"] == "ok" and by_variant[fast]["run"] == "aaaaaa"
+    assert by_variant["fp8-rowwise"]["eager seeds"] == "8 (run bbbbbb)"
+    assert by_variant["eager"]["stored verdicts ok"] == "2 of 2"
+    page = headline.headline_table(store)
+    assert "Convergence check (100M" in page and f"| {fp8} | ok | 0.0075 | 0.0308 |" in page
+    index = (site.publish(store.root, tmp_path / "html").parent / "index.html").read_text()
+    assert f"<td>{fp8}</td><td>ok</td><td>0.0075</td>" in index

@@ -14,6 +14,7 @@ import statistics
 from pathlib import Path
 
 from models.variants import ABLATED
+from optbench.reporting.convergence import convergence_rows, convergence_table
 from optbench.reporting.data import (
     ABLATION_CAPTION,
     ABLATION_HEADER,
@@ -156,6 +157,45 @@ def _hf_runs_markdown(history: list[Run]) -> tuple[list[str], dict[str, str]]:
     return [caption, table(header, rows, "markdown")], used
 
 
+def _kernel_markdown(history: list[Run]) -> tuple[list[str], dict[str, str]]:
+    """The kernel speedup table with its caption, and the {commit: date} of its runs; ([], {})
+    without kernel results."""
+    ops = fullest(history, kernel_speedups)
+    if not ops:
+        return [], {}
+    body = [
+        [
+            op,
+            impl,
+            f"{statistics.geometric_mean(v):.2f}×",
+            f"{min(v):.2f}–{max(v):.2f}×",
+            str(len(v)),
+            f"`{run.commit[:8]}`",
+        ]
+        for op, (run, impls) in ops.items()
+        for impl, v in impls.items()
+    ]
+    caption = (
+        "Kernel speedup vs eager (device time, forward+backward where the kernel has one; "
+        "geometric mean over shapes):"
+    )
+    header = ["kernel", "implementation", "speedup", "range over shapes", "shapes", "commit"]
+    return [caption, table(header, body, "markdown")], {
+        run.commit: run.date for run, _ in ops.values()
+    }
+
+
+def _convergence_markdown(history: list[Run]) -> tuple[list[str], dict[str, str]]:
+    """The convergence verdicts (:mod:`optbench.reporting.convergence`) with their caption, and
+    the {commit: date} of their records; ([], {}) without a convergence record."""
+    rows = convergence_rows(history)
+    if not rows:
+        return [], {}
+    caption, header, body = convergence_table(rows)
+    used = {r.commit: r.record.date for r in rows}
+    return [caption, table(header, body, "markdown")], used
+
+
 def _headline(history: list[Run], profiles: list[dict]) -> str:
     """Step and kernel tables of one machine, each size and kernel from the run measuring the most
     of it; where its 1B best steps' time goes, from its ``profiles`` with floors."""
@@ -198,33 +238,10 @@ def _headline(history: list[Run], profiles: list[dict]) -> str:
             table(memory_columns(sizes), memory_rows(sizes), "markdown"),
         ]
         used.update((run.commit, run.date) for _, run, _ in sizes)
-    ablation, ablation_used = _ablation_markdown(history)
-    parts += ablation
-    used.update(ablation_used)
-    ops = fullest(history, kernel_speedups)
-    if ops:
-        body = [
-            [
-                op,
-                impl,
-                f"{statistics.geometric_mean(v):.2f}×",
-                f"{min(v):.2f}–{max(v):.2f}×",
-                str(len(v)),
-                f"`{run.commit[:8]}`",
-            ]
-            for op, (run, impls) in ops.items()
-            for impl, v in impls.items()
-        ]
-        parts += [
-            "Kernel speedup vs eager (device time, forward+backward where the kernel has one; "
-            "geometric mean over shapes):",
-            table(
-                ["kernel", "implementation", "speedup", "range over shapes", "shapes", "commit"],
-                body,
-                "markdown",
-            ),
-        ]
-        used.update((run.commit, run.date) for run, _ in ops.values())
+    for section in (_ablation_markdown, _convergence_markdown, _kernel_markdown):
+        more, more_used = section(history)
+        parts += more
+        used.update(more_used)
     scaling = fullest(history, distributed_steps)
     if scaling:
         parts += [

@@ -70,6 +70,7 @@ from optbench.gate.compare import (
 from optbench.reporting import charts
 from optbench.reporting.cache import ReportCache, files_digest
 from optbench.reporting.charts import Chart
+from optbench.reporting.convergence import convergence_rows, convergence_table
 from optbench.reporting.dashboard import (
     CHANGE_POINT_COLUMNS,
     HEADLINE_COLUMNS,
@@ -723,6 +724,9 @@ def write_index(
         if paired := newest_per_size(hf_runs(history, limit=None)):
             caption, header, hf_rows = hf_table(paired)
             body += [note(f"The newest of each size. {caption}"), table(header, hf_rows, "html")]
+        if verdicts := convergence_rows(history):
+            caption, header, rows = convergence_table(verdicts)
+            body += [note(caption), table(header, rows, "html")]
         points = change_points_newest_first(histories.found[m], histories.order[m])
         summary = change_point_summary(histories.found[m], len(points))
         body.append(
