@@ -7,8 +7,11 @@ the calling thread, and the time the collector spent inside it (``gc.callbacks``
 One JSON line per case: the medians and quartiles of those per call, the collections per call, and
 the runner's own figure. Run it on a GPU, in several processes to see the spread between them:
 
-    [PROBE_NO_GC=1] python3 scripts/probes/host_bound_probe.py [VARIANT ...]
-    (default: eager fused-adamw eager)
+    [PROBE_NO_GC=1] [PROBE_BENCHMARK=bench_step.Step1B] python3 scripts/probes/host_bound_probe.py
+    [VARIANT ...] (default: eager fused-adamw eager)
+
+``per_metric``: the wall and thread CPU time of each timed call of each metric of the case (the
+step, then the forward): a call whose CPU time is about its wall time is host-bound.
 """
 
 from __future__ import annotations
@@ -135,6 +138,15 @@ def main() -> None:
                     "wall_ms_all": [round(w, 2) for w in wall],
                     "cpu_ms_all": [round(c["cpu_ms"], 2) for c in calls],
                     "objects_tracked": len(gc.get_objects()),
+                    # each measure() call of the case (its metrics in turn, step first)
+                    "per_metric": [
+                        {
+                            "calls": len(c),
+                            "wall_ms_q": quartiles([x["wall_ms"] for x in c]),
+                            "cpu_ms_q": quartiles([x["cpu_ms"] for x in c]),
+                        }
+                        for c in timed
+                    ],
                 }
             ),
             flush=True,
