@@ -7,11 +7,12 @@ the calling thread, and the time the collector spent inside it (``gc.callbacks``
 One JSON line per case: the medians and quartiles of those per call, the collections per call, and
 the runner's own figure. Run it on a GPU, in several processes to see the spread between them:
 
-    [PROBE_NO_GC=1] [PROBE_BENCHMARK=bench_step.Step1B] python3 scripts/probes/host_bound_probe.py
-    [VARIANT ...] (default: eager fused-adamw eager)
+    [PROBE_NO_GC=1] [PROBE_BENCHMARK=bench_step.Step1B] [PROBE_SUITE=sweep]
+    python3 scripts/probes/host_bound_probe.py [VARIANT ...] (default: eager fused-adamw eager)
 
 ``per_metric``: the wall and thread CPU time of each timed call of each metric of the case (the
-step, then the forward): a call whose CPU time is about its wall time is host-bound.
+step, then the forward). Where CUDA's synchronize spins (on the lent H200s it did: a graphed 1B
+step's CPU time equals its wall time), the CPU time counts the wait too and tells nothing.
 """
 
 from __future__ import annotations
@@ -108,7 +109,11 @@ def main() -> None:
     entry = catalog.benchmark(BENCHMARK)
     cases = {
         c.params.get("variant"): c
-        for c in grids.cases(BENCHMARK, entry.grid("full" if DEVICE == "cuda" else "cpu"), DEVICE)
+        for c in grids.cases(
+            BENCHMARK,
+            entry.grid(os.environ.get("PROBE_SUITE", "full") if DEVICE == "cuda" else "cpu"),
+            DEVICE,
+        )
     }
     store = ResultStore(tempfile.mkdtemp())
     print(json.dumps({"objects_tracked_at_start": len(gc.get_objects())}), flush=True)
