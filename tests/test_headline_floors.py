@@ -14,7 +14,13 @@ from optbench.store.store import ResultStore
 
 
 def write_report(
-    root: Path, name: str, commit: str, date: str, graph: bool, gemm_ms: float
+    root: Path,
+    name: str,
+    commit: str,
+    date: str,
+    graph: bool,
+    gemm_ms: float,
+    kernels_per_step: float = 852.0,
 ) -> None:
     classes = [
         {"class": "gemm", "ms": gemm_ms, "floor_ms": 60.0, "over_ms": gemm_ms - 60.0},
@@ -33,6 +39,7 @@ def write_report(
             "machine_info": {"gpu_uuid": "GPU-f15216d5-8682"},
         },
         "time": {"device_busy_ms": gemm_ms + 11.5, "wall_ms": gemm_ms + 15.0},
+        "launches": {"kernels_per_step": kernels_per_step, "per_step": 852.0},
         "kernel_classes": {
             "floors": {
                 "classes": classes,
@@ -68,3 +75,19 @@ def test_the_newest_ungraphed_profiles_of_a_name_grouped_by_name(
     assert by_row["other"] == ["0.50", "0.50"]  # no floor model: ms alone
     assert by_row["wall per step"] == ["84.00", "83.00"]
     assert "GPU f15216d5" in caption and "bf16 790 TFLOP/s" in caption
+
+
+def test_a_profile_whose_window_held_earlier_kernels_is_marked(tmp_path: Path) -> None:
+    """An ungraphed profile that recorded more kernels a step than it launched (the warm-up
+    step's, still queued when the window opened) is marked, with how many a step; one that did
+    not is not, nor a graphed one (one launch a step runs the graph)."""
+    write_report(tmp_path, "best-nograph", "c1", "2026-11-24T00:00:00", False, 70.0)
+    write_report(tmp_path, "fp8-nograph", "c2", "2026-11-25T00:00:00", False, 40.0, 878.67)
+    caption, header, _ = floor_markdown(floor_reports(ResultStore(tmp_path), "h200"))
+    assert header == ["class", "best-nograph @ `c1`", "fp8-nograph @ `c2` †"]
+    assert "†: the profile's window also held kernels launched before it" in caption
+    assert "(26.7 a step)" in caption
+    graphed = {"meta": {"options": {"cuda_graph": True}}, "launches": {"per_step": 1.0}}
+    assert (
+        floors.spilled({**graphed, "launches": {"kernels_per_step": 1265.5, "per_step": 1.0}}) == 0
+    )

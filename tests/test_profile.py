@@ -632,3 +632,41 @@ def test_kernel_classes_are_rendered(
     assert "| gemm_fp8 | 1 | 0.3 | 100.0% |" in md and "| gemm_fp8_ceiling_fraction |" in md
     assert FP8_GEMMS[0] in md and "matmul_with_hp_or_float8_args" in md  # top kernels and the rules
     assert diff.figures(r)["kernel_classes.ms.gemm_fp8"] == pytest.approx(0.3)
+
+
+def test_the_profiled_window_opens_on_an_idle_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA the device is synchronized after the last warm-up step, before the prof.step() that
+    opens the window, and at no other step: the warm-up's queued kernels stay out of the window,
+    and the profiled steps run as training runs them, unsynchronized."""
+    from optbench.profiling import capture
+
+    events: list[str] = []
+
+    class FakeProfile:
+        def __init__(self, **kwargs: object) -> None:
+            pass
+
+        def __enter__(self) -> FakeProfile:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            events.append("stop")
+
+        def step(self) -> None:
+            events.append("prof.step")
+
+    class FakeStep:
+        device = torch.device("cuda", 0)
+
+        def __call__(self) -> None:
+            events.append("step")
+
+    monkeypatch.setattr(capture, "profile", FakeProfile)
+    monkeypatch.setattr(capture, "schedule", lambda **kwargs: kwargs)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 0)
+    monkeypatch.setattr(capture, "allocated_bytes", lambda step: 0)
+    capture.capture(FakeStep(), steps=2, warmup=3)
+    warm_up = ["step", "prof.step"] * 2 + ["step", "sync", "prof.step"]
+    assert events == [*warm_up, *["step", "prof.step"] * 2, "stop"]

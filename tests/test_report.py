@@ -1119,9 +1119,11 @@ def test_each_run_with_the_hf_anchor_gets_a_row_of_x_hf_even_without_eager(tmp_p
 
 
 def test_each_convergence_variant_shows_its_newest_verdict_and_how_many_passed(tmp_path):
-    """The newest record that reached a verdict (ok or wrong) of each variant, in the catalog's
-    order, with the figures it was decided by and the run that trained its eager seeds; a later
-    timeout decides nothing; a verdict that flipped shows in the count of stored verdicts."""
+    """The newest record that reached a verdict (ok or wrong) of each variant of the catalog's grid,
+    in its order, with the figures it was decided by and the run that trained its eager seeds; the
+    newest by run, where a later rerun of an older commit stored it; a later timeout decides
+    nothing, and a variant with no verdict shows its newest status; a verdict that flipped shows in
+    the count of stored verdicts; a variant no longer in the grid has no row."""
     name = "bench_convergence.Convergence100M"
 
     def case(variant: str, status: str, deviation: float, seeds: int, **eager) -> dict:
@@ -1133,11 +1135,12 @@ def test_each_convergence_variant_shows_its_newest_verdict_and_how_many_passed(t
         }
         return {**record(name, {"variant": variant}, info=info), "status": status}
 
-    def runs(*cases_by_run: list[dict]) -> None:
+    def runs(*cases_by_run: list[dict], commits: tuple[int, ...] = (1, 2, 3, 1)) -> None:
         for day, cases in enumerate(cases_by_run, 1):
-            run = f"2025010{day}T120000Z-{'abc'[day - 1] * 6}"
+            run = f"2025010{day}T120000Z-{'abcd'[day - 1] * 6}"
             date = f"2025-01-0{day}T12:00:00+00:00"
-            save(store, "h200", commit(day), date, cases, run_id=run, stamp=True)
+            sha = commit(commits[day - 1])
+            save(store, "h200", sha, date, cases, run_id=run, stamp=True)
 
     store = ResultStore(tmp_path / "results")
     fp8, fast = "best-kernels-fp8-tensorwise", "best-kernels-fp8-tensorwise-fast-accum"
@@ -1148,10 +1151,13 @@ def test_each_convergence_variant_shows_its_newest_verdict_and_how_many_passed(t
             case(fp8, "timeout", 0.0, 8),
             record(name, {"variant": fast}, status="timeout"),
             case("fp8-rowwise", "ok", 0.006, 8, from_run="20250102T120000Z-bbbbbb"),
+            record(name, {"variant": "fp8-tensorwise"}, status="skipped"),
+            case("best-kernels-fp8-gone", "ok", 0.001, 8),  # left the grid since
         ],
+        [case("eager", "ok", 0.009, 8)],  # a rerun of the first commit, the newest run
     )
     rows = convergence.convergence_rows(data.runs(store)["h200"])
-    assert [r.variant for r in rows] == ["eager", "fp8-rowwise", fp8, fast]
+    assert [r.variant for r in rows] == ["eager", "fp8-tensorwise", "fp8-rowwise", fp8, fast]
     _, header, body = convergence.convergence_table(rows)
     by_variant = {row[0]: dict(zip(header, row)) for row in body}
     assert by_variant[fp8] == {
@@ -1168,8 +1174,20 @@ def test_each_convergence_variant_shows_its_newest_verdict_and_how_many_passed(t
     }
     assert by_variant[fast]["verdict"] == "ok" and by_variant[fast]["run"] == "aaaaaa"
     assert by_variant["fp8-rowwise"]["eager seeds"] == "8 (run bbbbbb)"
-    assert by_variant["eager"]["stored verdicts ok"] == "2 of 2"
+    assert [by_variant["eager"][k] for k in ("RMS deviation", "run", "commit")] == [
+        "0.0090",
+        "dddddd",
+        commit(1)[:8],
+    ]
+    assert by_variant["eager"]["stored verdicts ok"] == "3 of 3"
+    skipped = by_variant["fp8-tensorwise"]
+    assert [skipped[k] for k in ("verdict", "RMS deviation", "stored verdicts ok")] == [
+        "skipped",
+        "–",
+        "0 of 0",
+    ]
     page = headline.headline_table(store)
-    assert "Convergence check (100M" in page and f"| {fp8} | ok | 0.0075 | 0.0308 |" in page
+    assert "Convergence check (optbench.suite.convergence" in page
+    assert f"| {fp8} | ok | 0.0075 | 0.0308 |" in page
     index = (site.publish(store.root, tmp_path / "html").parent / "index.html").read_text()
     assert f"<td>{fp8}</td><td>ok</td><td>0.0075</td>" in index

@@ -55,7 +55,11 @@ def allocated_bytes(step: TrainStep) -> int:
 
 def capture(step: TrainStep, steps: int, warmup: int) -> Capture:
     """Run ``warmup`` steps, the last one under the profiler's warm-up, then profile ``steps``
-    steps."""
+    steps. On CUDA the device finishes the warm-up's kernels before the profiled window opens, and
+    the profiler synchronizes it before it stops: the window holds the kernels of ``steps`` steps,
+    no more. (A host that runs ahead of the device leaves the last warm-up step's optimizer kernels
+    queued at the window's opening, and they would count as the window's: 80 AdamW kernels, 1.5 ms
+    a step of a three-step profile of the 1B FP8 step, NOTES.md, session 28.)"""
     cuda = step.device.type == "cuda"
     wait, warm = max(warmup - 1, 0), min(warmup, 1)
     with profile(
@@ -69,7 +73,9 @@ def capture(step: TrainStep, steps: int, warmup: int) -> Capture:
             if cuda and i == wait + warm:
                 torch.cuda.reset_peak_memory_stats(step.device)
             step()
-            prof.step()  # the profiler synchronizes the device before it stops
+            if cuda and i == wait + warm - 1:  # this prof.step() opens the profiled window
+                torch.cuda.synchronize(step.device)
+            prof.step()
     peak = torch.cuda.max_memory_allocated(step.device) if cuda else None
     return Capture(prof, allocated_bytes(step), peak)
 

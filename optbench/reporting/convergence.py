@@ -1,18 +1,18 @@
 """The convergence check's verdicts (``optbench run --suite convergence``), for the headline and the
-index: per machine, each variant's newest verdict, with the figures it was decided by (its loss
-curve's RMS deviation from the eager seeds' mean, and the tolerance, both in nats), the eager seeds
-it was judged against (how many, and the run that trained them where another run did), its run,
-commit and GPU, and how many of the variant's stored verdicts on the machine were ok: a verdict
-that flipped between runs shows there.
+index: per machine, each variant of the catalog's convergence grid with its newest verdict (its
+newest ok or wrong record; else its newest record, whose status then shows: a timeout or a skip
+decided nothing), the figures it was decided by (its loss curve's RMS deviation from the eager
+seeds' mean, and the tolerance, both in nats), the eager seeds it was judged against (how many, and
+the run that trained them where another run did), its run, commit and GPU, and how many of the
+variant's stored verdicts on the machine were ok: a verdict that flipped between runs shows there.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optbench.reporting.data import Run
+from optbench.reporting.data import Run, run_gpu
 from optbench.store.records import Record
-from optbench.store.store import MACHINE_KEY
 from optbench.suite import catalog
 
 VERDICTS = ("ok", "wrong")  # the statuses that are verdicts (a timeout or a skip decided nothing)
@@ -31,28 +31,24 @@ class ConvergenceRow:
     passed: int  # of which ok
 
 
-def _gpu(records: dict[str, Record]) -> str:
-    machine = records.get(MACHINE_KEY)
-    return str(machine.info.get("gpu_uuid") or "")[4:12] if machine else ""
-
-
 def convergence_rows(history: list[Run]) -> list[ConvergenceRow]:
-    """Each convergence variant of one machine's ``history`` with its newest record that reached
-    a verdict (ok or wrong; else its newest), in the catalog's order."""
+    """Each variant of ``catalog.CONVERGENCE`` that one machine's ``history`` has a record of, in
+    the catalog's order, with its newest record that reached a verdict (ok or wrong; else its
+    newest), by run id."""
     found: dict[str, list[tuple[str, str, Record, str]]] = {}
     for commit in history:
         for run_id, records in commit.by_run.items():
             for rec in records.values():
-                if catalog.BENCHMARKS.get(rec.benchmark) and rec.benchmark.startswith(
-                    "bench_convergence."
-                ):
+                entry = catalog.BENCHMARKS.get(rec.benchmark)
+                if entry and entry.kind == "convergence":
                     found.setdefault(rec.params["variant"], []).append(
-                        (run_id, commit.commit, rec, _gpu(records))
+                        (run_id, commit.commit, rec, run_gpu(records))
                     )
-    order = {v: i for i, v in enumerate(catalog.CONVERGENCE)}
     rows = []
-    for variant, stored in sorted(found.items(), key=lambda kv: order.get(kv[0], len(order))):
-        stored.sort(key=lambda s: s[0])
+    for variant in catalog.CONVERGENCE:
+        stored = sorted(found.get(variant, []), key=lambda s: s[0])
+        if not stored:
+            continue
         decided = [s for s in stored if s[2].status in VERDICTS]
         run, commit, rec, gpu = (decided or stored)[-1]
         passed = sum(s[2].status == "ok" for s in decided)
@@ -75,10 +71,12 @@ def _nats(rec: Record, field: str) -> str:
 def convergence_table(rows: list[ConvergenceRow]) -> tuple[str, list[str], list[list[str]]]:
     """(caption, header, rows) of the table (module docstring)."""
     caption = (
-        "Convergence check (100M, 300 steps of training on a synthetic language; "
-        "optbench.suite.convergence): each variant's newest verdict. A variant passes where its "
-        "loss curve's RMS deviation from the eager seeds' mean is at most the tolerance, 4 times "
-        "the seeds' spread (nats); eager seeds: how many, and the run that trained them where it "
+        "Convergence check (optbench.suite.convergence: the 100M model trained a few hundred "
+        "steps on a synthetic language): each variant's newest verdict (its newest ok or wrong "
+        "record; else its newest record's status). A variant passes where its loss curve's RMS "
+        "deviation from the eager seeds' mean is at most the tolerance, a multiple of the seeds' "
+        "spread (nats); eager's own row is its seed 0 against all its seeds, and it is wrong only "
+        "where a seed did not learn. Eager seeds: how many, and the run that trained them where it "
         "was another; stored verdicts: how many of the variant's ok or wrong records on this "
         "machine were ok."
     )

@@ -554,6 +554,13 @@ def run_of(rec: Record) -> str:
     return rec.run or rec.date
 
 
+def run_gpu(records: Mapping[str, Record]) -> str:
+    """The first 8 hex digits of the GPU's UUID that one optbench run's ``records`` (its machine
+    record's) name, as NOTES.md names GPUs; '' where the run recorded none."""
+    machine = records.get(MACHINE_KEY)
+    return str(machine.info.get("gpu_uuid") or "")[4:12] if machine else ""
+
+
 def runs_at_once(run: Run, records: Iterable[Record]) -> int:
     """The most runs that measured on the host at once (their machine records' ``runs_at_once``)
     among the optbench runs of ``records``: over 1 where shards of ``run --gpus`` shared its CPUs,

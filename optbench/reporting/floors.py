@@ -55,7 +55,13 @@ def floor_markdown(reports: list[dict[str, Any]]) -> tuple[str, list[str], list[
     """(caption, header, rows) of the table: a row per kernel class that took time in any report,
     the most time in any first, then the classes with a floor together, the device's busy
     ms and the wall ms per step."""
-    header = ["class", *(f"{r['meta']['name']} @ `{r['meta']['commit'][:8]}`" for r in reports)]
+    header = [
+        "class",
+        *(
+            f"{r['meta']['name']} @ `{r['meta']['commit'][:8]}`" + (" †" if spilled(r) else "")
+            for r in reports
+        ),
+    ]
     classes = [_by_class(r["kernel_classes"]["floors"]["classes"]) for r in reports]
     kinds = sorted(
         (k for k in classes[-1] if any(c[k]["ms"] for c in classes)),
@@ -85,7 +91,25 @@ def floor_markdown(reports: list[dict[str, Any]]) -> tuple[str, list[str], list[
         "(a product of zeros ran 13% faster than of random data on an H200: the device's "
         f"KINDS.md). Ceilings, measured in the profile's run: {ceilings}."
     )
+    if marked := [r for r in reports if spilled(r)]:
+        caption += (
+            " †: the profile's window also held kernels launched before it, the warm-up step's "
+            "still queued when it opened ("
+            + ", ".join(f"{spilled(r):.1f} a step" for r in marked)
+            + "): its classes and device busy count their time too (optbench profile has "
+            "synchronized the device before the window since)."
+        )
     return caption, header, rows
+
+
+def spilled(report: dict[str, Any]) -> float:
+    """Kernels a step that a profile of an ungraphed step recorded beyond those it launched in its
+    window: launched before the window opened and run in it (0 where none, or the step graphed,
+    where one launch runs a whole graph)."""
+    launches = report.get("launches") or {}
+    if report["meta"]["options"].get("cuda_graph") or "per_step" not in launches:
+        return 0.0
+    return max(0.0, launches["kernels_per_step"] - launches["per_step"])
 
 
 def _gpu(report: dict[str, Any]) -> str:

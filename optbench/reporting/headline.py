@@ -2,10 +2,11 @@
 (``optbench report --headline``), generated whole; README links to it.
 
 Per machine: the training-step table (each variant vs its own reference, from one run; the HF anchor
-and x HF where measured), the leave-one-out ablation of best-kernels per size, and kernel speedups
-vs the op's baseline (device time, geometric mean over shapes). Each size and kernel comes from the
-run that measured the most of it (:func:`optbench.reporting.data.fullest`); the commits and dates
-used close the section.
+and x HF where measured), x HF run by run, each step's memory, the leave-one-out ablation of
+best-kernels per size, the convergence check's verdicts, kernel speedups vs the op's baseline
+(device time, geometric mean over shapes), multi-GPU scaling, and where the 1B best steps' time goes
+(from stored profiles). Each size and kernel comes from the run that measured the most of it
+(:func:`optbench.reporting.data.fullest`); the commits and dates used close the section.
 """
 
 from __future__ import annotations
@@ -197,8 +198,9 @@ def _convergence_markdown(history: list[Run]) -> tuple[list[str], dict[str, str]
 
 
 def _headline(history: list[Run], profiles: list[dict]) -> str:
-    """Step and kernel tables of one machine, each size and kernel from the run measuring the most
-    of it; where its 1B best steps' time goes, from its ``profiles`` with floors."""
+    """The tables of one machine (the module docstring's), each size and kernel from the run
+    measuring the most of it; where its 1B best steps' time goes, from its ``profiles`` with
+    floors."""
     parts, used = [f"**{history[-1].label}**"], {}
     found = by_size(fullest(history, step_table))
     if found:
@@ -241,7 +243,8 @@ def _headline(history: list[Run], profiles: list[dict]) -> str:
     for section in (_ablation_markdown, _convergence_markdown, _kernel_markdown):
         more, more_used = section(history)
         parts += more
-        used.update(more_used)
+        for commit, date in more_used.items():
+            used.setdefault(commit, date)
     scaling = fullest(history, distributed_steps)
     if scaling:
         parts += [

@@ -12,9 +12,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from models.variants import VARIANTS, switches
-from optbench.reporting.data import Run, anchor_records, grid_records, step_iqr_ms, step_ms
+from optbench.reporting.data import (
+    Run,
+    anchor_records,
+    grid_records,
+    run_gpu,
+    step_iqr_ms,
+    step_ms,
+)
 from optbench.store.records import Record
-from optbench.store.store import MACHINE_KEY
 
 ROWS = 8  # the newest runs shown per machine
 KINDS = ("bf16", "FP8")  # the columns of our steps: without FP8 matmuls, with them
@@ -62,12 +68,11 @@ def hf_runs(history: list[Run], limit: int | None = ROWS) -> list[HFRun]:
     found = []
     for commit in history:
         for run_id, records in commit.by_run.items():
-            machine = records.get(MACHINE_KEY)
-            gpu = str(machine.info.get("gpu_uuid") or "") if machine else ""
+            gpu = run_gpu(records)
             steps = grid_records(records.values(), "variants")
             for size, anchor in anchor_records(records.values()).items():
                 if fastest := _fastest(steps.get(size, {})):
-                    found.append(HFRun(size, commit.commit, run_id, gpu[4:12], anchor, fastest))
+                    found.append(HFRun(size, commit.commit, run_id, gpu, anchor, fastest))
     return sorted(found, key=lambda r: r.run, reverse=True)[:limit]
 
 

@@ -704,8 +704,8 @@ def write_index(
     out: Output, found: dict[str, list[Run]], histories: Histories, images: Images
 ) -> None:
     """The index: per machine its headline (:func:`optbench.reporting.dashboard.headline_rows`),
-    its newest change points and a thumbnail of each page's first chart for it; then every
-    machine's commits."""
+    x HF of the newest run of each size, the convergence check's verdicts, its newest change
+    points and a thumbnail of each page's first chart for it; then every machine's commits."""
     links = " · ".join(
         f'<a href="{name}.html">{escape(title)}</a>' for name, (title, _, _) in PAGES.items()
     )

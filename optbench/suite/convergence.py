@@ -34,8 +34,10 @@ The variant and eager seed 0 share their init; their deviation (``same_seed_rms`
 as is each eager seed's deviation from the other seeds' mean (``leave_one_out``): the spread's own
 check.
 
-Seeds: 8. On a GPU eager's training is not deterministic, and the spread of 4 seeds moved enough
-between runs of the same code to flip a verdict; 8 steady it (NOTES.md, "Session 28").
+Seeds: 8. On a GPU eager's training is not deterministic (about half the variance between two
+seeds' curves is between two runs of one seed), and the spread of 4 seeds moved 2.5x between runs
+of the same code, which flipped a verdict; 8 narrow the tolerance's range, at FACTOR kept from 4
+seeds (NOTES.md, "Session 28").
 
 Records (``info``): every curve (the variant's and each eager seed's), the mean curve, the spread,
 the deviation, the largest point's deviation, the final loss (mean over the last tenth of the
@@ -295,8 +297,8 @@ def stored_eager_seeds(size: str, protocol: Protocol, options: Any) -> EagerSeed
     sequence length, by a run with this process's GPU model, torch, Triton and CUDA
     (:data:`SAME_SOFTWARE`), every seed having learned; the newest such run's, with its id as
     ``source``. None where there is none. Reading them spares a variant's case the eager seeds'
-    training (~2 min at 100M on an H100) when it runs without the eager case (``optbench run
-    --select``)."""
+    training (~3 min at 100M on an H100 or H200) when it runs without the eager case
+    (``optbench run --select``)."""
     from optbench.measure.machine import machine_info
     from optbench.run.runner import current_commit, current_machine
     from optbench.store import settings

@@ -205,6 +205,21 @@ def _ended_its_process_here() -> set[str]:
     }
 
 
+def _kind_budget_s(kind: str) -> float:
+    """The least budget a case of ``kind`` gets: a distributed or convergence case's own (each
+    module's ``CASE_BUDGET_S``: their cases do more than a single-GPU case's budget allows), else
+    0 (the settings' alone)."""
+    if kind == "distributed":
+        from optbench.suite.distributed import CASE_BUDGET_S
+
+        return CASE_BUDGET_S
+    if kind == "convergence":
+        from optbench.suite.convergence import CASE_BUDGET_S
+
+        return CASE_BUDGET_S
+    return 0.0
+
+
 def _measure_grid(
     name: str, grid: list[list[str]], chosen: list[str], device: str
 ) -> dict[str, dict[str, Any]]:
@@ -220,15 +235,7 @@ def _measure_grid(
         for key in chosen:  # the run's progress counts them as done
             progress.case_ended(key, name, not_started)
         return dict.fromkeys(chosen, not_started)
-    budget_s = current().case_budget_s
-    if entry.kind == "distributed":
-        from optbench.suite.distributed import CASE_BUDGET_S
-
-        budget_s = max(budget_s, CASE_BUDGET_S)
-    elif entry.kind == "convergence":
-        from optbench.suite.convergence import CASE_BUDGET_S
-
-        budget_s = max(budget_s, CASE_BUDGET_S)
+    budget_s = max(current().case_budget_s, _kind_budget_s(entry.kind))
     todo = [c for c in cases(name, grid, device) if record_key(name, c.params) in chosen]
     records = run_grid(name, todo, device=device, budget_s=budget_s)
     kept = {}

@@ -1,6 +1,7 @@
 """Where a host-bound step's time goes between calls, and why its median moves between processes
 (the 100M eager step on an H100 or H200: 52 to 96 ms over runs of one commit, an IQR of 1 to 35 ms
-within one). Runs the full suite's Step100M cases named below through the runner, in one process,
+within one). Runs the cases named below (Step100M's of the full suite unless ``PROBE_BENCHMARK``
+and ``PROBE_SUITE`` name others) through the runner, in one process,
 and for every timed call of each step (warm-up and samples) records its wall time, the CPU time of
 the calling thread, and the time the collector spent inside it (``gc.callbacks``), by generation.
 
@@ -62,7 +63,7 @@ class Collector:
 
 
 def quartiles(values: list[float]) -> list[float]:
-    return [round(float(v), 3) for v in np.percentile(values, [25, 50, 75])]
+    return [round(float(v), 3) for v in np.percentile(values, [25, 50, 75])] if values else []
 
 
 def main() -> None:
