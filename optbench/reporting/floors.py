@@ -96,8 +96,8 @@ def floor_markdown(reports: list[dict[str, Any]]) -> tuple[str, list[str], list[
             " †: the profile's window also held kernels launched before it, the warm-up step's "
             "still queued when it opened ("
             + ", ".join(f"{spilled(r):.1f} a step" for r in marked)
-            + "): its classes and device busy count their time too (optbench profile has "
-            "synchronized the device before the window since)."
+            + "): its classes and device busy count their time too (optbench profile now "
+            "synchronizes the device before its window opens)."
         )
     return caption, header, rows
 
