@@ -635,9 +635,9 @@ def test_kernel_classes_are_rendered(
 
 
 def test_the_profiled_window_opens_on_an_idle_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On CUDA the device is synchronized after the last warm-up step, before the prof.step() that
-    opens the window, and at no other step: the warm-up's queued kernels stay out of the window,
-    and the profiled steps run as training runs them, unsynchronized."""
+    """On CUDA the device is synchronized before the first step and after the last warm-up step,
+    before the prof.step() that opens the window, and at no other step: earlier queued kernels
+    stay out of the window, and the profiled steps run as training runs them, unsynchronized."""
     from optbench.profiling import capture
 
     events: list[str] = []
@@ -668,5 +668,8 @@ def test_the_profiled_window_opens_on_an_idle_device(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 0)
     monkeypatch.setattr(capture, "allocated_bytes", lambda step: 0)
     capture.capture(FakeStep(), steps=2, warmup=3)
-    warm_up = ["step", "prof.step"] * 2 + ["step", "sync", "prof.step"]
+    warm_up = ["sync", *["step", "prof.step"] * 2, "step", "sync", "prof.step"]
     assert events == [*warm_up, *["step", "prof.step"] * 2, "stop"]
+    events.clear()
+    capture.capture(FakeStep(), steps=2, warmup=0)  # the window opens with the first step
+    assert events == ["sync", *["step", "prof.step"] * 2, "stop"]

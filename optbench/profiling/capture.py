@@ -55,13 +55,15 @@ def allocated_bytes(step: TrainStep) -> int:
 
 def capture(step: TrainStep, steps: int, warmup: int) -> Capture:
     """Run ``warmup`` steps, the last one under the profiler's warm-up, then profile ``steps``
-    steps. On CUDA the device finishes the warm-up's kernels before the profiled window opens, and
-    the profiler synchronizes it before it stops: the window holds the kernels of ``steps`` steps,
-    no more. (A host that runs ahead of the device leaves the last warm-up step's optimizer kernels
-    queued at the window's opening, and they would count as the window's: 80 AdamW kernels, 1.5 ms
-    a step of a three-step profile of the 1B FP8 step, NOTES.md, session 28.)"""
+    steps. On CUDA the device finishes the kernels queued before (the build's, the warm-up's)
+    before the profiled window opens, and the profiler synchronizes it before it stops: the window
+    holds the kernels of ``steps`` steps, no more. (A host that runs ahead of the device leaves the
+    last warm-up step's kernels queued when the window opens, and they would count as the
+    window's.)"""
     cuda = step.device.type == "cuda"
     wait, warm = max(warmup - 1, 0), min(warmup, 1)
+    if cuda:  # with no warm-up step, the window opens with the first step: nothing queued before
+        torch.cuda.synchronize(step.device)
     with profile(
         activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])],
         schedule=schedule(wait=wait, warmup=warm, active=steps, repeat=1),
