@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optbench.reporting.data import Run, run_gpu
+from optbench.reporting.data import Run, run_cells, run_gpu
 from optbench.store.records import Record
 from optbench.suite import catalog
 
@@ -100,9 +100,7 @@ def convergence_table(rows: list[ConvergenceRow]) -> tuple[str, list[str], list[
             _nats(r.record, "tolerance"),
             _seeds(r.record),
             _nats(r.record, "final_loss"),
-            r.run[-6:],
-            r.commit[:8],
-            r.gpu or "n/a",
+            *run_cells(r.run, r.commit, r.gpu),
             f"{r.passed} of {r.verdicts}",
         ]
         for r in rows

@@ -561,6 +561,12 @@ def run_gpu(records: Mapping[str, Record]) -> str:
     return str(machine.info.get("gpu_uuid") or "")[4:12] if machine else ""
 
 
+def run_cells(run: str, commit: str, gpu: str) -> list[str]:
+    """A table row's cells naming where its figures come from: the run id's last 6 characters, the
+    commit's first 8, the GPU's (:func:`run_gpu`; 'n/a' where none)."""
+    return [run[-6:], commit[:8], gpu or "n/a"]
+
+
 def runs_at_once(run: Run, records: Iterable[Record]) -> int:
     """The most runs that measured on the host at once (their machine records' ``runs_at_once``)
     among the optbench runs of ``records``: over 1 where shards of ``run --gpus`` shared its CPUs,

@@ -16,6 +16,7 @@ from optbench.reporting.data import (
     Run,
     anchor_records,
     grid_records,
+    run_cells,
     run_gpu,
     step_iqr_ms,
     step_ms,
@@ -111,9 +112,7 @@ def hf_table(rows: list[HFRun]) -> tuple[str, list[str], list[list[str]]]:
     body = [
         [
             r.size,
-            r.run[-6:],
-            r.commit[:8],
-            r.gpu or "n/a",
+            *run_cells(r.run, r.commit, r.gpu),
             f"{step_ms(r.anchor):.2f} ms [{step_iqr_ms(r.anchor):.2f}]",
             *(_cell(r, k) for k in KINDS),
         ]
