@@ -31,9 +31,13 @@ from kernels._common import persistent_programs, row_grid, row_tile, rows_2d
 # Tiles (elements of x per program, or per backward loop step) and elements per thread, tuned on an
 # H100 at 16384 x {768, 2048, 4096} bf16 and QK-norm head_dim 64/96/128: the backward runs best with
 # big register tiles (about 64 bytes of x and of dy per thread, next step's loads issued before the
-# current step's math) even at one resident program per SM.
+# current step's math) even at one resident program per SM. The residual add's backward loads 10
+# bytes an element (fp32 h and residual gradient, 16-bit dout) against 4, and runs best with half
+# the tile and 32 bytes of h per thread (on an H200 at 8192 rows of 768, 1536 and 2048:
+# scripts/probes/rmsnorm_bwd_tiles.py; 1.17-1.57x its floor against 1.54-2.34x at the plain tile).
 FWD_TILE, FWD_PER_THREAD = 4096, 16
 BWD_TILE, BWD_THREAD_BYTES = 8192, 64
+ADD_BWD_TILE, ADD_BWD_THREAD_BYTES = 4096, 32
 
 
 def fwd_tile(n_rows: int, n_cols: int) -> tuple[int, int, int]:
@@ -41,9 +45,15 @@ def fwd_tile(n_rows: int, n_cols: int) -> tuple[int, int, int]:
     return row_tile(n_rows, n_cols, FWD_TILE, FWD_PER_THREAD)
 
 
-def bwd_tile(n_rows: int, n_cols: int, x: torch.Tensor) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps) of the backward for inputs of x's dtype."""
-    return row_tile(n_rows, n_cols, BWD_TILE, BWD_THREAD_BYTES // x.element_size())
+def bwd_tile(
+    n_rows: int, n_cols: int, x: torch.Tensor, residual: bool = False
+) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps) of the backward for inputs of x's dtype; ``residual``: the
+    residual add's backward (HAS_RES)."""
+    tile, thread_bytes = (
+        (ADD_BWD_TILE, ADD_BWD_THREAD_BYTES) if residual else (BWD_TILE, BWD_THREAD_BYTES)
+    )
+    return row_tile(n_rows, n_cols, tile, thread_bytes // x.element_size())
 
 
 def rms_norm_eager(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -390,7 +400,7 @@ def _launch_bwd(
     need_dw)."""
     dy2, weight = rows_2d(dy), weight.contiguous()
     n, h = x2.shape
-    block_m, block_n, warps = bwd_tile(n, h, x2)
+    block_m, block_n, warps = bwd_tile(n, h, x2, residual=dres is not None)
     meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, HAS_RES=dres is not None)
     n1, n2, *x_strides = row_grid(x2[:, None, None])
     dy_strides = row_grid(dy2[:, None, None])[2:]

@@ -132,6 +132,23 @@ def test_real_shape_gpu():
     assert_all_close(results, refs, NAMES, TOL[torch.bfloat16])
 
 
+@pytest.mark.gpu
+@requires_cuda
+@pytest.mark.parametrize("hidden", [768, 1536, 2048], ids=str)
+def test_add_real_shape_gpu(hidden):
+    """The residual add and norm as the best steps run it (fp32 stream, bf16 branch and output),
+    at each model size's width, 8192 rows: the residual backward's own tile."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x, y = (torch.randn(8192, hidden, generator=gen, device="cuda") for _ in range(2))
+    w = torch.randn(hidden, generator=gen, device="cuda")
+    results, refs = run_and_reference(
+        lambda x, y, w: add_rms_norm(x, y, w, out_dtype=torch.bfloat16),
+        add_rms_norm_eager,
+        [x, y.bfloat16(), w],
+    )
+    assert_all_close(results, refs, ADD_NAMES, TOL[torch.bfloat16])
+
+
 # --- add_rms_norm: (h = x + y, RMSNorm(h)) with the residual gradient added in the backward
 # ---------------
 ADD_NAMES = ["h", "out", "dx", "dy", "dweight"]
@@ -194,11 +211,13 @@ def test_add_residual_gradient_counts():
 
 
 @pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_residual_switch_adds_only_the_residual_terms(x_dtype):
+def test_residual_switch_adds_only_the_residual_terms(x_dtype, monkeypatch):
     """RMSNorm and AddRMSNorm run one body per direction, switched by HAS_RES: with a zero addend
-    and a zero residual gradient, the residual path computes what the plain one does, bit for bit
-    (fp32 weights, as the model's; dweight to rounding, as the two may sum partials over
-    different grids)."""
+    and a zero residual gradient, the residual path computes what the plain one does, bit for bit,
+    at the plain path's backward tile (fp32 weights, as the model's; dweight to rounding, as the two
+    may sum partials over different grids)."""
+    monkeypatch.setattr(rmsnorm_mod, "ADD_BWD_TILE", rmsnorm_mod.BWD_TILE)
+    monkeypatch.setattr(rmsnorm_mod, "ADD_BWD_THREAD_BYTES", rmsnorm_mod.BWD_THREAD_BYTES)
     x, dy = torch.randn(2, 37, 257, device=DEVICE).to(x_dtype).unbind()
     w = torch.randn(257, device=DEVICE)
     zero = torch.zeros(37, 257, device=DEVICE, dtype=x_dtype)

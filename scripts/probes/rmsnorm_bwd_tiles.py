@@ -1,8 +1,8 @@
 """Probe (CUDA): the add-RMSNorm backward (``kernels.rmsnorm.add_rms_norm_bwd``, as the best steps
-call it: residual h and its gradient fp32, the norm's output gradient bf16) at each register tile
-(``BWD_TILE`` elements, ``BWD_THREAD_BYTES`` of x per thread) on 8192 rows of each model size's
-width, against its floor: 16 bytes an element (reads dout 2, h 4, dh 4; writes dx 4, dy 2) at the
-copy ceiling PROBE_COPY_GBPS (default 4268, an H200's: the device's H200.md).
+call it: residual h and its gradient fp32, the norm's output gradient bf16) at each register
+tile (``ADD_BWD_TILE`` elements, ``ADD_BWD_THREAD_BYTES`` of h per thread) on 8192 rows of each
+model size's width, against its floor: 16 bytes an element (reads dout 2, h 4, dh 4; writes dx 4,
+dy 2) at the copy ceiling PROBE_COPY_GBPS (default 4268, an H200's: the device's H200.md).
 
 Each tile's dx and dy are compared with the shipped tile's (max abs difference: the row
 reductions' order moves with the layout) and its dW with an fp64 reference's. Device ms from
@@ -52,7 +52,7 @@ def run(args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
 
 
 def main() -> None:
-    shipped = rms.BWD_TILE, rms.BWD_THREAD_BYTES
+    shipped = rms.ADD_BWD_TILE, rms.ADD_BWD_THREAD_BYTES
     l2 = torch.cuda.get_device_properties(0).L2_cache_size if DEVICE == "cuda" else 0
     for width in WIDTHS:
         gen = torch.Generator(device=DEVICE).manual_seed(0)
@@ -61,11 +61,11 @@ def main() -> None:
         sets = [inputs(width, gen) for _ in range(n_sets)]
         dout, _, h, _, rstd = sets[0]
         dw_ref = (dout.double() * (h.double() * rstd.double()[:, None])).sum(0)
-        rms.BWD_TILE, rms.BWD_THREAD_BYTES = shipped
+        rms.ADD_BWD_TILE, rms.ADD_BWD_THREAD_BYTES = shipped
         dx0, dy0, _ = run(sets[0])
         for tile, thread_bytes in itertools.product(TILES, THREAD_BYTES):
-            rms.BWD_TILE, rms.BWD_THREAD_BYTES = tile, thread_bytes
-            block_m, _, warps = rms.bwd_tile(ROWS, width, h)
+            rms.ADD_BWD_TILE, rms.ADD_BWD_THREAD_BYTES = tile, thread_bytes
+            block_m, _, warps = rms.bwd_tile(ROWS, width, h, residual=True)
             row = {"width": width, "tile": tile, "thread_bytes": thread_bytes}
             row |= {"block_m": block_m, "warps": warps, "shipped": (tile, thread_bytes) == shipped}
             try:
@@ -85,7 +85,7 @@ def main() -> None:
                 "dw_rel_err": float((dw.double() - dw_ref).abs().max() / dw_ref.abs().max()),
             }
             print(json.dumps(row), flush=True)
-    rms.BWD_TILE, rms.BWD_THREAD_BYTES = shipped
+    rms.ADD_BWD_TILE, rms.ADD_BWD_THREAD_BYTES = shipped
 
 
 if __name__ == "__main__":
