@@ -13,7 +13,15 @@ import pytest
 from synthetic_results import record, samples
 
 from optbench.gate import ab, bisect
-from optbench.gate.ratio import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, Ratio, ratio
+from optbench.gate.ratio import (
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    NO_CHANGE,
+    NOT_SLOWER,
+    REGRESSION,
+    Ratio,
+    ratio,
+)
 from optbench.store.records import CASE_PEAK, CASE_RESIDENT, EARLIER_METER
 from optbench.store.store import MACHINE_KEY, ResultStore
 
@@ -62,8 +70,9 @@ def test_one_outlying_slow_run_leaves_the_lower_end_and_the_verdict():
 def test_verdict_bounds_are_relative_to_the_threshold():
     at = lambda low, high: Ratio(1.0, low, high, 5, 5).verdict(0.10)  # noqa: E731
     assert at(1.11, 1.2) == REGRESSION and at(1.09, 1.2) == INCONCLUSIVE
-    assert at(0.8, 0.9) == IMPROVEMENT and at(0.8, 0.95) == INCONCLUSIVE
-    assert at(0.95, 1.05) == NO_CHANGE
+    assert at(0.8, 0.9) == IMPROVEMENT and at(0.8, 0.95) == NOT_SLOWER
+    assert at(0.95, 1.05) == NO_CHANGE and at(0.8, 1.05) == NOT_SLOWER
+    assert at(0.8, 1.11) == INCONCLUSIVE  # faster or slower: a regression not ruled out
 
 
 def test_a_mean_of_runs_would_be_moved_by_one_outlier_but_the_estimate_is_not():
@@ -460,6 +469,29 @@ def test_a_case_failing_at_head_is_a_regression(fake, capsys):
     fake["status"]["head"] = "wrong"
     assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_REGRESSION
     assert f"REGRESSION: {STEP_1B}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("head_ms", [96.5, 97.1, 97.5])
+def test_a_head_faster_by_about_the_threshold_is_decided_at_the_fewest_rounds(fake, head_ms):
+    """A 1B step 2.5-3.5% faster (noise 0.3% a run) has an interval that may straddle the
+    improvement bound, 1/1.03: below 1.03 whatever it straddles, so it is decided (``not slower``
+    or ``improvement``) after the fewest judged pairs. Mutation: holding such a verdict
+    undecided spends pairs up to --max-rounds on how much faster."""
+    fake["levels"]["head"] = head_ms
+    assert ab.ab("BASE", "HEAD", fake["options"]) == ab.EXIT_OK
+    opts = fake["options"]
+    assert len(fake["calls"]) == 2 * (opts.warmup + opts.min_rounds)
+    verdicts = {(v["key"], v["metric"], v["clock"]): v for v in pairing(fake)["verdicts"]}
+    assert verdicts[STEP_1B, "step", "wall"]["verdict"] in (NOT_SLOWER, IMPROVEMENT)
+
+
+def test_a_head_slower_by_about_the_threshold_runs_on(fake):
+    """The mirror: a 1B step 3% slower straddles the regression bound, and the pairs run on to
+    --max-rounds (a regression is not ruled out)."""
+    fake["levels"]["head"] = 103.0
+    assert ab.ab("BASE", "HEAD", fake["options"]) in (ab.EXIT_INCONCLUSIVE, ab.EXIT_REGRESSION)
+    opts = fake["options"]
+    assert len(fake["calls"]) > 2 * (opts.warmup + opts.min_rounds)
 
 
 def test_a_required_class_left_undecided_is_inconclusive(fake):

@@ -19,7 +19,10 @@ Verdicts against a metric's threshold ``t`` (the catalog's ``GATE_THRESHOLDS``):
 - ``improvement``: the whole interval lies below ``1 / (1 + t)``;
 - ``no change``: the whole interval lies inside ``(1 / (1 + t), 1 + t)``: any change is under the
   threshold;
-- ``inconclusive``: the interval reaches past a bound: more runs would narrow it.
+- ``not slower``: the interval lies below ``1 + t`` and reaches below ``1 / (1 + t)``: faster, by
+  the threshold or by less. The question the gate asks (is HEAD slower?) has its answer, at the
+  confidence ``no change`` has, so no more runs are spent on how much faster;
+- ``inconclusive``: the interval reaches past ``1 + t``: more runs would narrow it.
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE = (
+REGRESSION, IMPROVEMENT, NO_CHANGE, NOT_SLOWER, INCONCLUSIVE = (
     "regression",
     "improvement",
     "no change",
+    "not slower",
     "inconclusive",
 )
 
@@ -56,8 +60,8 @@ class Ratio:
             return REGRESSION
         if self.high < 1 / bound:
             return IMPROVEMENT
-        if 1 / bound < self.low and self.high < bound:
-            return NO_CHANGE
+        if self.high < bound:
+            return NO_CHANGE if 1 / bound < self.low else NOT_SLOWER
         return INCONCLUSIVE
 
 

@@ -8,6 +8,11 @@ them; and the bytes allocated after ``torch._dynamo.reset()`` and a collector pa
 
     python3 scripts/probes/holder_probe.py [VARIANT ...]   (default: eager best-regional
     best-kernels, the full suite's Step1B cases in order)
+
+``PROBE_BENCHMARK`` names another step grid (bench_step.Step100M). With ``PROBE_AT=result`` it
+looks where the case meter takes its ``resident_bytes`` (after timing, before the runner frees
+anything) instead: run once as is and once with ``OPTBENCH_CHECKED_IN=probe`` (the check skipped,
+as in ab's later rounds) to see what a process that checked holds more.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from optbench.run import runner
 from optbench.store.store import ResultStore
 from optbench.suite import catalog, grids
 
-BENCHMARK = "bench_step.Step1B"
+BENCHMARK = os.environ.get("PROBE_BENCHMARK", "bench_step.Step1B")
+AT_RESULT = os.environ.get("PROBE_AT") == "result"
 OURS = ("/models/", "/kernels/", "/optbench/")
 
 
@@ -50,15 +56,20 @@ def live_blocks() -> None:
     snapshot = torch.cuda.memory._snapshot()
     by_site: collections.Counter[str] = collections.Counter()
     pools: collections.Counter[str] = collections.Counter()
+    pools_free: collections.Counter[str] = collections.Counter()
     for segment in snapshot["segments"]:
         pool = str(tuple(segment.get("segment_pool_id", (0, 0))))
         for block in segment["blocks"]:
             if block["state"] != "active_allocated":
+                pools_free[pool] += block["size"]
                 continue
             pools[pool] += block["size"]
             by_site[where(block.get("frames", []))] += block["size"]
-    emit(live_by_pool_mib={k: round(v / 2**20) for k, v in pools.items()})
-    for site, size in by_site.most_common(12):
+    emit(
+        live_by_pool_mib={k: round(v / 2**20, 1) for k, v in pools.items()},
+        free_by_pool_mib={k: round(v / 2**20, 1) for k, v in pools_free.items()},
+    )
+    for site, size in by_site.most_common(40 if AT_RESULT else 12):
         emit(live_mib=round(size / 2**20), site=site)
 
 
@@ -153,7 +164,19 @@ def main() -> None:
         live_blocks()
         holders()
 
-    runner._free_device_memory = free_and_look
+    if AT_RESULT:
+        from optbench.measure.memory import CaseMeter
+
+        result = CaseMeter.result
+
+        def look_then_result(meter: CaseMeter) -> dict[str, int]:
+            emit(at_result_allocated_mib=round(torch.cuda.memory_allocated() / 2**20, 1))
+            live_blocks()
+            return result(meter)
+
+        CaseMeter.result = look_then_result
+    else:
+        runner._free_device_memory = free_and_look
     entry = catalog.benchmark(BENCHMARK)
     chosen = [
         case
