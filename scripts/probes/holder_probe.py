@@ -12,7 +12,8 @@ them; and the bytes allocated after ``torch._dynamo.reset()`` and a collector pa
 ``PROBE_BENCHMARK`` names another step grid (bench_step.Step100M). With ``PROBE_AT=result`` it
 looks where the case meter takes its ``resident_bytes`` (after timing, before the runner frees
 anything) instead: run once as is and once with ``OPTBENCH_CHECKED_IN=probe`` (the check skipped,
-as in ab's later rounds) to see what a process that checked holds more.
+as in ab's later rounds) to see what a process that checked holds more. ``PROBE_SITES`` (a regular
+expression): there, the referrers of the live tensors allocated at a matching site.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import collections
 import gc
 import json
 import os
+import re
 import sys
 import tempfile
 import types
@@ -33,6 +35,7 @@ from optbench.suite import catalog, grids
 
 BENCHMARK = os.environ.get("PROBE_BENCHMARK", "bench_step.Step1B")
 AT_RESULT = os.environ.get("PROBE_AT") == "result"
+SITES = os.environ.get("PROBE_SITES")
 OURS = ("/models/", "/kernels/", "/optbench/")
 
 
@@ -50,6 +53,35 @@ def where(frames: list[dict]) -> str:
         if f is not None
     ]
     return " <- ".join(dict.fromkeys(site)) or "?"
+
+
+def blocks_at(pattern: str) -> list[tuple[int, int]]:
+    """(address, size) of the live blocks allocated at a site matching ``pattern``."""
+    found = []
+    for segment in torch.cuda.memory._snapshot()["segments"]:
+        address = segment["address"]
+        for block in segment["blocks"]:
+            if block["state"] == "active_allocated" and re.search(
+                pattern, where(block.get("frames", []))
+            ):
+                found.append((address, block["size"]))
+            address += block["size"]
+    return found
+
+
+def holders_at(pattern: str, depth: int = 6) -> None:
+    """The referrers of the live tensors whose storage lies in a block allocated at ``pattern``."""
+    blocks = blocks_at(pattern)
+    emit(blocks_at_sites=[[hex(a), round(n / 2**20, 1)] for a, n in blocks])
+    inside = [t for t in real_cuda_tensors() if any(a <= _ptr(t) < a + n for a, n in blocks)]
+    ignore = {id(inside)}
+    for tensor in inside[:8]:
+        emit(
+            tensor_mib=round(tensor.untyped_storage().nbytes() / 2**20, 1),
+            shape=list(tensor.shape),
+            dtype=str(tensor.dtype),
+            referrers=referrers(tensor, ignore, depth),
+        )
 
 
 def live_blocks() -> None:
@@ -172,6 +204,8 @@ def main() -> None:
         def look_then_result(meter: CaseMeter) -> dict[str, int]:
             emit(at_result_allocated_mib=round(torch.cuda.memory_allocated() / 2**20, 1))
             live_blocks()
+            if SITES:
+                holders_at(SITES)
             return result(meter)
 
         CaseMeter.result = look_then_result
