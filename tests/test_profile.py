@@ -673,3 +673,33 @@ def test_the_profiled_window_opens_on_an_idle_device(monkeypatch: pytest.MonkeyP
     events.clear()
     capture.capture(FakeStep(), steps=2, warmup=0)  # the window opens with the first step
     assert events == ["sync", *["step", "prof.step"] * 2, "stop"]
+
+
+def test_the_memory_snapshot_is_the_allocators_pickled_and_gzipped(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The snapshot file holds what torch.cuda.memory._snapshot returned after one more step,
+    recorded under the allocator's history and with the history switched off after; gzipped."""
+    import pickle
+
+    from optbench.profiling import capture
+
+    events: list[object] = []
+    snapshot = {"segments": [{"address": 1, "blocks": []}], "device_traces": [[]]}
+    monkeypatch.setattr(
+        torch.cuda.memory, "_record_memory_history", lambda **kw: events.append(kw["enabled"])
+    )
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda: snapshot)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
+
+    class FakeStep:
+        device = torch.device("cuda", 0)
+
+        def __call__(self) -> None:
+            events.append("step")
+
+    path = tmp_path / "memory_snapshot.pickle.gz"
+    capture.dump_memory_snapshot(FakeStep(), path)
+    assert events == ["all", "step", "sync", None]
+    with gzip.open(path, "rb") as f:
+        assert pickle.load(f) == snapshot

@@ -4,6 +4,8 @@ from, the step's tensor bytes and, on CUDA, a memory snapshot of one more step."
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import pickle
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -84,11 +86,13 @@ def capture(step: TrainStep, steps: int, warmup: int) -> Capture:
 
 def dump_memory_snapshot(step: TrainStep, path: Path) -> None:
     """One more step under the CUDA allocator's history (Python stacks of allocations), saved to
-    ``path``."""
+    ``path`` as ``torch.cuda.memory._dump_snapshot`` pickles it, gzipped (a 1B step's is 1.2 MB
+    and 16x smaller so; pytorch.org/memory_viz takes it unzipped)."""
     torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python")
     try:
         step()
         torch.cuda.synchronize(step.device)
-        torch.cuda.memory._dump_snapshot(str(path))
+        with gzip.open(path, "wb") as f:
+            pickle.dump(torch.cuda.memory._snapshot(), f)
     finally:
         torch.cuda.memory._record_memory_history(enabled=None)

@@ -13,8 +13,8 @@ A report runs ``--warmup`` steps (the last one under the profiler's own warm-up)
 steps under torch.profiler (CPU and CUDA activities, memory events, no shapes, no stacks). Every
 figure is per step, averaged over the profiled steps. It writes report.json (all figures), report.md
 and report.html (the same content), trace.json.gz (Chrome trace), time_split.png,
-memory_timeline.png and, on CUDA, memory_snapshot.pickle (one more step recorded by
-``torch.cuda.memory._record_memory_history``, for pytorch.org/memory_viz) into
+memory_timeline.png and, on CUDA, memory_snapshot.pickle.gz (one more step recorded by
+``torch.cuda.memory._record_memory_history``; unzipped, for pytorch.org/memory_viz) into
 ``results/<machine>/profiles/<commit[:12]>-<size>-<name>/`` or ``--out``. The folder is built under
 a temporary name and renamed into place, so a crash leaves no half report.
 

@@ -306,7 +306,7 @@ def write_report(
     plot_time_split(report["time"], folder / "time_split.png")
     plot_memory(p.curve, p.line, folder / "memory_timeline.png")
     if step.device.type == "cuda":
-        dump_memory_snapshot(step, folder / "memory_snapshot.pickle")
+        dump_memory_snapshot(step, folder / "memory_snapshot.pickle.gz")
     report["files"] = sorted(
         [*(f.name for f in folder.iterdir()), "report.html", "report.json", "report.md"]
     )
