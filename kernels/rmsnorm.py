@@ -34,7 +34,7 @@ from kernels._common import persistent_programs, row_grid, row_tile, rows_2d
 # current step's math) even at one resident program per SM. The residual add's backward loads 10
 # bytes an element (fp32 h and residual gradient, 16-bit dout) against 4, and runs best with half
 # the tile and 32 bytes of h per thread (on an H200 at 8192 rows of 768, 1536 and 2048:
-# scripts/probes/rmsnorm_bwd_tiles.py; 1.17-1.57x its floor against 1.54-2.34x at the plain tile).
+# scripts/probes/rmsnorm_bwd_tiles.py; 1.18-1.57x its floor against 1.54-2.34x at the plain tile).
 FWD_TILE, FWD_PER_THREAD = 4096, 16
 BWD_TILE, BWD_THREAD_BYTES = 8192, 64
 ADD_BWD_TILE, ADD_BWD_THREAD_BYTES = 4096, 32
@@ -410,9 +410,9 @@ def _launch_bwd(
     def args(part: torch.Tensor) -> tuple:
         return (*head, part, 0, n, h, *residual)
 
-    # Persistent: one program per resident slot (one per SM at the tuned tiles), each walking
-    # every P-th row block, so the dW partials are P rows whatever N is. rstd stands in for the
-    # fp32 partials buffer while the grid is sized.
+    # Persistent: one program per resident slot (as many as the tile's registers let fit), each
+    # walking every P-th row block, so the dW partials are P rows whatever N is. rstd stands in for
+    # the fp32 partials buffer while the grid is sized.
     n_blocks = triton.cdiv(n, block_m)
     programs = persistent_programs(rms_bwd_stripe, n_blocks, args(rstd), meta, x2.device)
     part = torch.empty((1, programs, h), dtype=torch.float32, device=x2.device)

@@ -15,6 +15,7 @@ from kernel_numerics import (
 )
 
 import kernels.rmsnorm as rmsnorm_mod
+from kernels._common import row_tile
 from kernels.rmsnorm import RMSNorm, add_rms_norm, add_rms_norm_eager, rms_norm, rms_norm_eager
 
 # Relative-error bound (vs float64) for the output and every gradient, per input dtype. Triton's CPU
@@ -130,6 +131,29 @@ def test_real_shape_gpu():
         rms_norm, rms_norm_eager, _inputs((16384, 4096), torch.bfloat16)
     )
     assert_all_close(results, refs, NAMES, TOL[torch.bfloat16])
+
+
+def test_the_residual_backward_takes_its_own_tile(monkeypatch):
+    """The residual add's backward asks for its tile (ADD_BWD_*), the plain one for the plain
+    tile (BWD_*). Mutation: the add path launched without ``residual=True`` steps at the plain
+    tile, as before b88c0ba."""
+    seen = []
+    tile = rmsnorm_mod.bwd_tile
+
+    def spy(*args, residual=False):
+        seen.append(residual)
+        return tile(*args, residual=residual)
+
+    monkeypatch.setattr(rmsnorm_mod, "bwd_tile", spy)
+    x, y = torch.randn(2, 37, 257, device=DEVICE).unbind()
+    w = torch.randn(257, device=DEVICE)
+    run_and_reference(rms_norm, rms_norm_eager, [x, w])
+    run_and_reference(add_rms_norm, add_rms_norm_eager, [x, y, w])
+    assert seen == [False, True]
+    h = torch.empty(8192, 2048)  # the 1B step's residual stream, fp32
+    add_tile = rmsnorm_mod.ADD_BWD_TILE, rmsnorm_mod.ADD_BWD_THREAD_BYTES // 4
+    assert tile(8192, 2048, h, residual=True) == row_tile(8192, 2048, *add_tile)
+    assert tile(8192, 2048, h, residual=True) != tile(8192, 2048, h)
 
 
 @pytest.mark.gpu

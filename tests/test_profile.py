@@ -698,7 +698,8 @@ def test_the_memory_snapshot_is_the_allocators_pickled_and_gzipped(
         def __call__(self) -> None:
             events.append("step")
 
-    path = tmp_path / "memory_snapshot.pickle.gz"
+    path = tmp_path / capture.SNAPSHOT
+    assert capture.SNAPSHOT.endswith(".pickle.gz")  # the name says how to open it
     capture.dump_memory_snapshot(FakeStep(), path)
     assert events == ["all", "step", "sync", None]
     with gzip.open(path, "rb") as f:

@@ -84,6 +84,9 @@ def capture(step: TrainStep, steps: int, warmup: int) -> Capture:
     return Capture(prof, allocated_bytes(step), peak)
 
 
+SNAPSHOT = "memory_snapshot.pickle.gz"  # a report's allocator snapshot (dump_memory_snapshot)
+
+
 def dump_memory_snapshot(step: TrainStep, path: Path) -> None:
     """One more step under the CUDA allocator's history (Python stacks of allocations), saved to
     ``path`` as ``torch.cuda.memory._dump_snapshot`` pickles it, gzipped (a 1B step's is 1.2 MB

@@ -14,7 +14,7 @@ from typing import Any
 
 from models.step import TrainStep
 from optbench.profiling.breakdown import SMALL_KERNEL_US
-from optbench.profiling.capture import Capture, dump_memory_snapshot
+from optbench.profiling.capture import SNAPSHOT, Capture, dump_memory_snapshot
 from optbench.profiling.charts import plot_memory, plot_time_split
 from optbench.profiling.kernel_classes import TOP_PER_CLASS
 from optbench.profiling.timeline import PHASES, Parsed
@@ -306,7 +306,7 @@ def write_report(
     plot_time_split(report["time"], folder / "time_split.png")
     plot_memory(p.curve, p.line, folder / "memory_timeline.png")
     if step.device.type == "cuda":
-        dump_memory_snapshot(step, folder / "memory_snapshot.pickle.gz")
+        dump_memory_snapshot(step, folder / SNAPSHOT)
     report["files"] = sorted(
         [*(f.name for f in folder.iterdir()), "report.html", "report.json", "report.md"]
     )

@@ -74,8 +74,10 @@ def holders_at(pattern: str, depth: int = 6) -> None:
     blocks = blocks_at(pattern)
     emit(blocks_at_sites=[[hex(a), round(n / 2**20, 1)] for a, n in blocks])
     inside = [t for t in real_cuda_tensors() if any(a <= _ptr(t) < a + n for a, n in blocks)]
-    ignore = {id(inside)}
-    for tensor in inside[:8]:
+    shown = inside[:8]
+    emit(tensors_in_blocks=len(inside), shown=len(shown))
+    ignore = {id(inside), id(shown)}
+    for tensor in shown:
         emit(
             tensor_mib=round(tensor.untyped_storage().nbytes() / 2**20, 1),
             shape=list(tensor.shape),
