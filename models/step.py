@@ -546,6 +546,10 @@ class TrainStep:
         self._graph_loss: Tensor | None = None
         # eager steps before a capture; DDP's reducer needs 11 (PyTorch's CUDA graphs notes)
         self.capture_warmup = 3
+        # the side stream of every capture's warm-up: cuBLAS keeps a workspace (32 MiB) per stream
+        # it ran on, so a new stream for each capture (a tuned step captures again) would leave
+        # one more workspace a capture
+        self._warmup_stream: torch.cuda.Stream | None = None
         if options.cuda_graph and capture:
             self.capture()
 
@@ -679,7 +683,9 @@ class TrainStep:
         fresh optimizer state in place. Every later call replays it. A step built with
         ``capture=False`` (to be wrapped first, as DDP wraps it) calls this itself."""
         initial = self.snapshot()
-        side, main = torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device)
+        if self._warmup_stream is None:
+            self._warmup_stream = torch.cuda.Stream(self.device)
+        side, main = self._warmup_stream, torch.cuda.current_stream(self.device)
         side.wait_stream(main)
         with self._matmul_precision(), torch.cuda.stream(side):
             for _ in range(self.capture_warmup):

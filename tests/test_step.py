@@ -297,6 +297,13 @@ def test_graph_captures_a_compiled_step(monkeypatch):
         "captured",
     ]
 
+    # a tuned step captures again, its warm-up on the stream of its first capture: cuBLAS keeps a
+    # workspace per stream it ran on (mutation: a new side stream for each capture)
+    made: list = []
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: made.append(device) or stream)
+    step.tune(step.hyper)
+    assert made == [] and events.count("captured") == 2
+
 
 def test_8bit_adamw_is_skipped_with_its_reason_without_bitsandbytes(monkeypatch):
     import importlib.util
