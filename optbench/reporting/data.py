@@ -160,14 +160,10 @@ def size_order(size: str) -> float:
     return float(m[1]) * (1e6 if m[2] == "M" else 1e9) if m else 0.0
 
 
-def _step_grid(run: Run, role: str) -> dict[str, dict[str, Record]]:
-    """ok records of the step grids of ``role`` (``optbench.suite.catalog.Benchmark.role``) with a
-    wall time, by size (smallest first), then variant."""
-    return grid_records(run.records.values(), role)
-
-
 def grid_records(records: Iterable[Record], role: str) -> dict[str, dict[str, Record]]:
-    """:func:`_step_grid` of any ``records`` (one optbench run's, say)."""
+    """The ok records among ``records`` of the step grids of ``role``
+    (``optbench.suite.catalog.Benchmark.role``) with a wall time, by size (smallest first), then
+    variant."""
     found: dict[str, dict[str, Record]] = defaultdict(dict)
     for rec in records:
         entry = catalog.BENCHMARKS.get(rec.benchmark)
@@ -179,7 +175,7 @@ def grid_records(records: Iterable[Record], role: str) -> dict[str, dict[str, Re
 def steps(run: Run) -> dict[str, dict[str, Record]]:
     """ok training-step records of the variant grids with a wall time by size ('tiny', '100M', ...),
     variant."""
-    return _step_grid(run, "variants")
+    return grid_records(run.records.values(), "variants")
 
 
 def step_failures(run: Run) -> dict[str, dict[str, str]]:
@@ -222,7 +218,7 @@ def step_table(run: Run) -> dict[str, dict[str, Record]]:
 def ablations(run: Run) -> dict[str, dict[str, Record]]:
     """ok records of the leave-one-out ablation grids (bench_step.Ablation*) by size, then
     variant."""
-    return _step_grid(run, "ablation")
+    return grid_records(run.records.values(), "ablation")
 
 
 def distributed_steps(run: Run) -> dict[str, dict[str, Record]]:
