@@ -1,13 +1,14 @@
 """scripts/restore-history.sh: a copied tree gets its history from the pack
 (scripts/history_pack.py: every object but the blobs the tree holds, which it makes from the
-files); a checkout ahead of the pack keeps its branches where they are; a copy that differs from the
-pack's commit is refused."""
+files, and old results, which no worktree checks out); a checkout ahead of the pack keeps its
+branches where they are; a copy that differs from the pack's commit is refused."""
 
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from optbench.run import worktree
 from optbench.store.store import REPO_ROOT
 
 ROOT = REPO_ROOT
@@ -29,9 +30,13 @@ def _repo(path: Path) -> Path:
         shutil.copy(ROOT / "scripts" / script, path / "scripts")
     (path / ".gitignore").write_text(".bundle/\n")
     (path / "a.txt").write_text("1\n")
+    (path / "results").mkdir()
+    (path / "results" / "run.json").write_text("run 1\n")
+    (path / "results" / "a-copy.txt").write_text("1\n")  # a.txt's old blob, also under results/
     _git(path, "add", ".")
     _git(path, "commit", "-q", "-m", "one")
     (path / "a.txt").write_text("2\n")
+    (path / "results" / "run.json").write_text("run 2\n")
     (path / "b.txt").write_text("b\n")
     (path / "link").symlink_to("b.txt")
     _git(path, "add", ".")
@@ -57,8 +62,12 @@ def test_a_copy_without_history_gets_the_bundles(tmp_path: Path) -> None:
     assert _git(copy, "rev-parse", "HEAD") == _git(origin, "rev-parse", "HEAD")
     assert _git(copy, "rev-parse", "side") == _git(origin, "rev-parse", "side")
     assert _git(copy, "status", "--porcelain", "--untracked-files=no") == ""
-    assert _git(copy, "show", "side:a.txt") == "1"  # from the pack: the tree has the newer one
-    _git(copy, "fsck", "--no-progress")
+    assert _git(copy, "show", "side:a.txt") == "1"  # from the pack, though found under results/ too
+    listed = _git(copy, "rev-list", "--objects", "--missing=print", "--branches", "HEAD")
+    missing = [line[1:] for line in listed.splitlines() if line.startswith("?")]
+    assert missing == [_git(origin, "rev-parse", "side:results/run.json")]  # old results alone
+    tree = worktree.add(tmp_path / "side", "side", copy)  # the code of a commit of the pack
+    assert (tree / "a.txt").read_text() == "1\n"
 
 
 def test_the_pack_leaves_out_the_blobs_the_tree_holds(tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ asv's ``existing`` environment measures only the code that is checked out, so ``
 ``asv run HEAD^!`` and ``asv continuous BASE HEAD`` refuse it. This environment (asv.conf.json
 lists this module in ``plugins`` and names it as its ``environment_type``; ``-E worktree:<python>``
 names another interpreter) checks
-each commit asv installs out into a detached git worktree, ``<env_dir>/worktrees/<commit>``, and
+the code of each commit asv installs out into a detached git worktree,
+``<env_dir>/worktrees/<commit>``, without its ``results/`` (:mod:`optbench.run.worktree`), and
 runs asv's benchmark processes on the named interpreter (``same``, the default ``X.Y`` of asv's
 own, a name on ``PATH`` or a path) with that worktree first on ``PYTHONPATH``. It creates no
 virtualenv and installs nothing: the interpreter brings the dependencies (torch, asv_runner).
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,8 @@ from asv import util
 from asv.console import log
 from asv.environment import Environment, EnvironmentUnavailable, get_env_name
 from asv.plugins.git import Git
+
+from optbench.run import worktree
 
 # How many worktrees stay on disk: those of ``asv continuous``'s two commits and a few more, so
 # that interleaved rounds and repeated calls reuse them, while ``asv run A..B`` over many commits
@@ -145,19 +149,18 @@ class WorktreeEnvironment(Environment):
         tree = self._worktrees / commit_hash
         if (tree / ".git").exists():
             try:
-                self._git(
-                    ["checkout", "--quiet", "--force", "--detach", commit_hash],
-                    cwd=tree,
-                    quiet=True,
-                )
-            except util.ProcessError:
+                worktree.switch(tree, commit_hash)
+            except subprocess.CalledProcessError:
                 self._remove(tree)
         if not (tree / ".git").exists():
             if tree.exists():
                 util.long_path_rmtree(str(tree))
             self._worktrees.mkdir(parents=True, exist_ok=True)
             self._git(["worktree", "prune"])
-            self._git(["worktree", "add", "--quiet", "--force", "--detach", str(tree), commit_hash])
+            try:
+                worktree.add(tree, commit_hash, self._repo)
+            except subprocess.CalledProcessError as exc:
+                raise util.UserError(f"worktree: {commit_hash}: {exc.stderr.strip()}") from exc
         os.utime(tree)
         return tree
 

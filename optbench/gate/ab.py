@@ -82,6 +82,7 @@ from optbench.gate.ratio import (
 )
 from optbench.measure.lockstep import ENV as LOCKSTEP_ENV
 from optbench.measure.lockstep import Partner
+from optbench.run import worktree
 from optbench.run.runner import measured_commit
 from optbench.store.records import (
     CASE_PEAK,
@@ -177,26 +178,16 @@ def resolve(ref: str, root: Path = REPO_ROOT) -> str:
 
 
 def add_worktree(commit: str, root: Path = REPO_ROOT) -> Path:
-    """A fresh detached worktree of ``commit`` under ``.cache/ab/`` (one left by an earlier job is
-    replaced)."""
+    """A fresh detached worktree of ``commit``'s code under ``.cache/ab/`` (one left by an earlier
+    job is replaced; :mod:`optbench.run.worktree`)."""
     tree = root / ".cache" / "ab" / commit[:12]
     if tree.exists():
         remove_worktree(tree, root)
-    subprocess.run(
-        ["git", "worktree", "add", "--detach", str(tree), commit],
-        cwd=root,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return tree
+    return worktree.add(tree, commit, root)
 
 
 def remove_worktree(tree: Path, root: Path = REPO_ROOT) -> None:
-    subprocess.run(
-        ["git", "worktree", "remove", "--force", str(tree)], cwd=root, capture_output=True
-    )
-    subprocess.run(["git", "worktree", "prune"], cwd=root, capture_output=True)
+    worktree.remove(tree, root)
 
 
 def planned(suite: str, select: str | None) -> dict[str, list[str]]:

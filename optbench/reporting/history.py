@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from optbench.run import worktree
 from optbench.store.store import REPO_ROOT as ROOT
 
 
@@ -35,8 +36,8 @@ def run_commit(commit: str, run_args: list[str]) -> int:
     """Benchmarks ``commit`` from its own worktree; returns the exit code of its run."""
     tree = ROOT / ".cache" / "worktrees" / commit[:12]
     if tree.exists():
-        git("worktree", "remove", "--force", str(tree))
-    git("worktree", "add", "--detach", str(tree), commit)
+        worktree.remove(tree, ROOT)
+    worktree.add(tree, commit, ROOT)
     try:
         if not (tree / "optbench" / "cli.py").exists():
             print(f"history: {commit[:12]} predates `optbench run`; skipped", flush=True)
@@ -60,7 +61,7 @@ def run_commit(commit: str, run_args: list[str]) -> int:
         ]
         return subprocess.run(cmd, cwd=tree, env=env).returncode
     finally:
-        git("worktree", "remove", "--force", str(tree))
+        worktree.remove(tree, ROOT)
 
 
 def main(argv: list[str]) -> int:
