@@ -26,12 +26,18 @@ fi
 git config user.email >/dev/null || git config user.email "runner@optbench.invalid"
 git config user.name >/dev/null || git config user.name "optbench runner"
 
-[ -d .cache/site ] && export PYTHONPATH="$PWD/.cache/site${PYTHONPATH:+:$PYTHONPATH}"  # installed by an earlier call
-if ! python3 -c "import asv, liger_kernel" 2>/dev/null; then
-    [ -d .wheelhouse ] || { echo "asv or liger-kernel missing and no .wheelhouse/: run 'nox -s wheelhouse'" >&2; exit 2; }
-    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target .cache/site .wheelhouse/*.whl
-    export PYTHONPATH="$PWD/.cache/site${PYTHONPATH:+:$PYTHONPATH}"
+# .cache/site holds exactly the wheels of .wheelhouse/: installed afresh whenever their list differs from the one
+# it was installed from (.cache/site/.wheels), so a warm runner given another wheelhouse (one that left bitsandbytes
+# or torchao out, then one with them) never runs with the old one's packages.
+wheels=$(ls .wheelhouse/*.whl 2>/dev/null | sort || true)
+if [ -n "$wheels" ] && [ "$wheels" != "$(cat .cache/site/.wheels 2>/dev/null)" ]; then
+    rm -rf .cache/site
+    python3 -m pip install -q --no-index --no-deps --no-compile --target .cache/site .wheelhouse/*.whl
+    echo "$wheels" >.cache/site/.wheels
 fi
+[ -d .cache/site ] && export PYTHONPATH="$PWD/.cache/site${PYTHONPATH:+:$PYTHONPATH}"
+python3 -c "import asv, liger_kernel" 2>/dev/null \
+    || { echo "asv or liger-kernel missing and not in .wheelhouse/: run 'nox -s wheelhouse'" >&2; exit 2; }
 # The compile caches optbench's asv runs use (optbench.cli.bench_env), also for pytest: restored from a carried
 # .compile-cache/<key>.tar.xz of this GPU, torch, Triton and CUDA where there is one (the run records 'restored <key>',
 # 'cold', or 'local' on a warm machine that kept its own: optbench.run.compile_cache), packed again afterwards.
