@@ -542,31 +542,8 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
         if work.timed:  # a case timed elsewhere only (work.measured) used no memory here
             rec["memory"] = meter.result()
         rec["metrics"].update(work.measured)  # timed elsewhere (after the check passed there)
-    except NotImplementedError as exc:
-        rec.update(status="skipped", reason=str(exc) or type(exc).__name__)
-    except WrongResult as exc:
-        rec.update(status="wrong", reason=str(exc))
-    except CaseTimeout as exc:
-        notes = exception_notes(exc)
-        rec.update(status="timeout", reason="; ".join([f"{exc}, in its {phase}", *notes]))
-        if notes:
-            rec["timeout_notes"] = list(notes)
-    except Exception as exc:  # noqa: BLE001 - every failure is recorded and the grid goes on
-        if _is_oom(exc):
-            # the allocator's whole account (allocated, in private pools, reserved but unused)
-            # stays beside the short reason: what explains an OOM where the case fitted before
-            message = (str(exc).splitlines() or [type(exc).__name__])[0]
-            rec.update(
-                status="oom",
-                reason=f"{message[:300]}, in its {phase}",
-                oom_message=message[:2000],
-            )
-        else:
-            rec.update(
-                status="error",
-                reason=f"{type(exc).__name__}: {exc}"[:2000],
-                traceback=traceback.format_exc()[-4000:],
-            )
+    except (Exception, CaseTimeout) as exc:  # noqa: BLE001 - recorded, the grid goes on
+        rec.update(_failure(exc, phase))
     finally:
         with timed_phase(rec, "free_seconds"):
             del work
@@ -584,6 +561,38 @@ def _build_check_time(case: Case, rec: dict[str, Any], device: str, key: str) ->
                         f"{exc}"
                     )[:1000],
                 )
+
+
+def _failure(exc: BaseException, phase: str) -> dict[str, Any]:
+    """The record fields of a case that raised ``exc`` in its ``phase`` (called where it is
+    caught): its status (skipped, wrong, timeout, oom or error), its reason and what explains
+    it."""
+    if isinstance(exc, NotImplementedError):
+        return {"status": "skipped", "reason": str(exc) or type(exc).__name__}
+    if isinstance(exc, WrongResult):
+        return {"status": "wrong", "reason": str(exc)}
+    if isinstance(exc, CaseTimeout):
+        notes = exception_notes(exc)
+        reason = "; ".join([f"{exc}, in its {phase}", *notes])
+        return {
+            "status": "timeout",
+            "reason": reason,
+            **({"timeout_notes": notes} if notes else {}),
+        }
+    if _is_oom(exc):
+        # the allocator's whole account (allocated, in private pools, reserved but unused) stays
+        # beside the short reason: what explains an OOM where the case fitted before
+        message = (str(exc).splitlines() or [type(exc).__name__])[0]
+        return {
+            "status": "oom",
+            "reason": f"{message[:300]}, in its {phase}",
+            "oom_message": message[:2000],
+        }
+    return {
+        "status": "error",
+        "reason": f"{type(exc).__name__}: {exc}"[:2000],
+        "traceback": traceback.format_exc()[-4000:],
+    }
 
 
 def interrupt_reason(exc: KeyboardInterrupt, key: str | None, seconds: float | None) -> str:
