@@ -26,10 +26,10 @@ fi
 git config user.email >/dev/null || git config user.email "runner@optbench.invalid"
 git config user.name >/dev/null || git config user.name "optbench runner"
 
-# .cache/site holds exactly the wheels of .wheelhouse/: installed afresh whenever their list differs from the one
-# it was installed from (.cache/site/.wheels), so a warm runner given another wheelhouse (one that left bitsandbytes
-# or torchao out, then one with them) never runs with the old one's packages.
-wheels=$(ls .wheelhouse/*.whl 2>/dev/null | sort || true)
+# Where a .wheelhouse/ is carried, .cache/site holds its wheels alone: installed afresh whenever their checksums
+# differ from those it was installed from (.cache/site/.wheels), so a warm runner given another wheelhouse (one that
+# left bitsandbytes or torchao out, or one for another CUDA under the same names) never runs the old one's packages.
+wheels=$(cksum .wheelhouse/*.whl 2>/dev/null | sort -k3 || true)
 if [ -n "$wheels" ] && [ "$wheels" != "$(cat .cache/site/.wheels 2>/dev/null)" ]; then
     rm -rf .cache/site
     python3 -m pip install -q --no-index --no-deps --no-compile --target .cache/site .wheelhouse/*.whl

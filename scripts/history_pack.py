@@ -4,7 +4,7 @@ A lent GPU machine takes a copied work tree of at most 64 MiB, and its ``.git`` 
 commits. A bundle of every branch is most of that limit (29 MB on 2026-11-29, beside 35 MB of
 tracked files), since it repeats every blob of the tree. ``pack`` writes ``.bundle/history.pack``:
 every object reachable from a branch or HEAD but the blobs of HEAD's tree and those found only
-under ``results/`` (2.5 MB, where the old results alone were 6.6 MB), and ``.bundle/refs``: HEAD's
+under ``results/`` (2.6 MB, where the old results alone were 6.6 MB), and ``.bundle/refs``: HEAD's
 commit and each branch. Nothing in a copy reads an old commit's results: optbench's worktrees check
 out code alone (``optbench.run.worktree``). ``restore`` (in the copy, from its root) indexes
 the pack, makes each blob of HEAD's tree that is missing from the files at their paths, checking

@@ -32,15 +32,17 @@ def _repo(path: Path) -> Path:
     (path / "a.txt").write_text("1\n")
     (path / "results").mkdir()
     (path / "results" / "run.json").write_text("run 1\n")
-    (path / "results" / "a-copy.txt").write_text("1\n")  # a.txt's old blob, also under results/
     _git(path, "add", ".")
     _git(path, "commit", "-q", "-m", "one")
     (path / "a.txt").write_text("2\n")
     (path / "results" / "run.json").write_text("run 2\n")
+    (path / "results" / "a-copy.txt").write_text("1\n")  # a.txt's old blob, now under results/
     (path / "b.txt").write_text("b\n")
     (path / "link").symlink_to("b.txt")
     _git(path, "add", ".")
-    _git(path, "commit", "-q", "-m", "two")  # a.txt's first blob is history's alone
+    _git(path, "commit", "-q", "-m", "two")
+    _git(path, "rm", "-q", "results/a-copy.txt")
+    _git(path, "commit", "-q", "-m", "three")  # a.txt's first blob is history's alone
     _git(path, "branch", "side", "HEAD~1")
     pack = [sys.executable, "scripts/history_pack.py", "pack"]
     subprocess.run(pack, cwd=path, check=True, capture_output=True)
@@ -62,11 +64,12 @@ def test_a_copy_without_history_gets_the_bundles(tmp_path: Path) -> None:
     assert _git(copy, "rev-parse", "HEAD") == _git(origin, "rev-parse", "HEAD")
     assert _git(copy, "rev-parse", "side") == _git(origin, "rev-parse", "side")
     assert _git(copy, "status", "--porcelain", "--untracked-files=no") == ""
-    assert _git(copy, "show", "side:a.txt") == "1"  # from the pack, though found under results/ too
+    # from the pack, though a newer commit held it under results/ (where rev-list finds it first)
+    assert _git(copy, "show", "HEAD~2:a.txt") == "1"
     listed = _git(copy, "rev-list", "--objects", "--missing=print", "--branches", "HEAD")
     missing = [line[1:] for line in listed.splitlines() if line.startswith("?")]
-    assert missing == [_git(origin, "rev-parse", "side:results/run.json")]  # old results alone
-    tree = worktree.add(tmp_path / "side", "side", copy)  # the code of a commit of the pack
+    assert missing == [_git(origin, "rev-parse", "HEAD~2:results/run.json")]  # old results alone
+    tree = worktree.add(tmp_path / "one", "HEAD~2", copy)  # the code of a commit of the pack
     assert (tree / "a.txt").read_text() == "1\n"
 
 

@@ -59,3 +59,32 @@ def test_a_full_checkout_of_the_old_commit_fails_there(tmp_path: Path) -> None:
     repo, first, _ = _repo(tmp_path / "repo")
     with pytest.raises(subprocess.CalledProcessError):
         _git(repo, "worktree", "add", "--detach", str(tmp_path / "full"), first)
+
+
+def test_a_relative_ref_is_the_repository_s_and_an_older_worktree_loses_its_results(
+    tmp_path: Path,
+) -> None:
+    repo, first, second = _repo(tmp_path / "repo")
+    tree = worktree.add(tmp_path / "tree", "HEAD~1", repo)  # HEAD~1 of repo, not of the new tree
+    assert _git(tree, "rev-parse", "HEAD") == first
+    worktree.remove(tree, repo)
+    full = tmp_path / "full"  # as an optbench before this module made its worktrees
+    _git(repo, "worktree", "add", "--detach", str(full), second)
+    assert (full / "results" / "run.json").exists()
+    worktree.switch(full, second)
+    assert not (full / "results").exists() and _git(full, "status", "--porcelain") == ""
+
+
+def test_remove_takes_any_folder_and_a_failed_add_leaves_nothing(tmp_path: Path) -> None:
+    repo, first, _ = _repo(tmp_path / "repo")
+    stray = tmp_path / "stray"
+    (stray / "sub").mkdir(parents=True)  # a folder left by a killed job, no worktree git knows
+    worktree.remove(stray, repo)
+    assert not stray.exists()
+    assert worktree.add(stray, first, repo).exists()  # the same path is free again
+    listed = _git(repo, "worktree", "list")
+    code = _git(repo, "rev-parse", f"{first}:code.py")
+    (repo / ".git" / "objects" / code[:2] / code[2:]).unlink()  # the checkout itself fails
+    with pytest.raises(subprocess.CalledProcessError):
+        worktree.add(tmp_path / "bad", first, repo)
+    assert not (tmp_path / "bad").exists() and _git(repo, "worktree", "list") == listed

@@ -151,12 +151,10 @@ class WorktreeEnvironment(Environment):
             try:
                 worktree.switch(tree, commit_hash)
             except subprocess.CalledProcessError:
-                self._remove(tree)
+                worktree.remove(tree, self._repo)
         if not (tree / ".git").exists():
-            if tree.exists():
-                util.long_path_rmtree(str(tree))
+            worktree.remove(tree, self._repo)  # a folder left, and git's record of it
             self._worktrees.mkdir(parents=True, exist_ok=True)
-            self._git(["worktree", "prune"])
             try:
                 worktree.add(tree, commit_hash, self._repo)
             except subprocess.CalledProcessError as exc:
@@ -173,24 +171,7 @@ class WorktreeEnvironment(Environment):
             reverse=True,
         )
         for tree in trees[KEEP_WORKTREES - 1 :]:
-            self._remove(tree)
-
-    def _remove(self, tree: Path) -> None:
-        """Removes the worktree ``tree`` (its folder and git's record of it), whatever its state."""
-        try:
-            self._git(["worktree", "remove", "--force", str(tree)], quiet=True)
-        except util.ProcessError:
-            pass  # not a worktree git knows: the folder goes below
-        if tree.exists():
-            util.long_path_rmtree(str(tree))
-        self._git(["worktree", "prune"])
-
-    def _git(self, args: list[str], cwd: Path | None = None, quiet: bool = False) -> str:
-        """git's output of ``args`` in ``cwd`` (the repository by default); a failure raises
-        :class:`asv.util.ProcessError`, which shows git's output unless ``quiet``."""
-        return util.check_output(
-            ["git", *args], cwd=str(cwd or self._repo), dots=False, display_error=not quiet
-        )
+            worktree.remove(tree, self._repo)
 
     def run(self, args: list[str], **kwargs: Any) -> Any:
         """Runs this environment's interpreter with ``args`` on the worktree of the installed
