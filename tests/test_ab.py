@@ -780,3 +780,23 @@ def test_host_bound_steps_go_to_lockstep_where_every_side_has_it_at_either_path(
     assert (abba, lockstep) == (
         ({"steps": [STEP_1B]}, {"steps": [STEP_100M]}) if paired else (groups, {})
     )
+
+
+def test_a_verdict_reads_in_its_table_as_measured():
+    """Memory from 1 GiB on in GiB (never '3.125e+04 MiB'); a ratio bounded on neither side reads
+    'unbounded', not an estimate that may point the other way from the medians shown beside it."""
+    memory = ab.Series(STEP_1B, CASE_PEAK, "peak memory", "")
+    peak = ab.Verdict(memory, "memory", 0.01, (2**35,) * 3, (2**35,) * 3, Ratio(1, 1, 1, 3, 3))
+    assert ab._fmt(peak)[1:6] == (
+        "case peak",
+        "memory 1%",
+        "32 GiB",
+        "32 GiB",
+        "1.000x [1.000, 1.000]",
+    )
+    compile_ = ab.Series(STEP_1B, "compile", "compile", "")
+    base, head = (3.922, 3.306, 3.989), (3.801, 4.267, 3.72)  # ab 20261129T162342Z-9ea066, 100M
+    loose = ab.Verdict(compile_, "compile", 0.15, base, head, ratio(base, head))
+    assert ab._fmt(loose)[1] == "compile" and ab._fmt(loose)[5] == "unbounded"
+    kernel = ab.Verdict(memory, "memory", 0.01, (2**29,) * 3, (2**29,) * 3, Ratio(1, 1, 1, 3, 3))
+    assert ab._fmt(kernel)[3] == "512 MiB"

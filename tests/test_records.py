@@ -8,7 +8,14 @@ import pytest
 from synthetic_results import record, samples
 
 from benchmarks.common import Grid, StepGrid
-from optbench.store.records import Record, TimingView
+from optbench.store.records import (
+    CASE_PEAK,
+    CASE_RESIDENT,
+    EARLIER_METER,
+    Record,
+    TimingView,
+    metric_label,
+)
 from optbench.store.store import record_key
 
 
@@ -139,3 +146,14 @@ def test_a_steps_compile_seconds_are_an_asv_metric_of_their_own():
     )
     assert math.isnan(grid.track_compile_s(records, "old"))
     assert StepProbe.track_compile_s.unit == "s"
+
+
+def test_each_metric_reads_once_in_a_table():
+    """A table names each metric once: not 'case peak peak memory', nor 'compile compile'."""
+    assert metric_label(CASE_PEAK, "peak memory") == "case peak"
+    assert metric_label(CASE_RESIDENT, "peak memory") == "case resident"
+    assert metric_label(EARLIER_METER[0], "peak memory") == "case peak (earlier meter)"
+    assert metric_label("fwdbwd", "peak memory") == "fwdbwd peak memory"
+    assert metric_label("compile", "compile") == "compile"
+    assert metric_label("step", "time", "device") == "step device"
+    assert metric_label("fwd", "time") == "fwd"

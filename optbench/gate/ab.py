@@ -91,6 +91,7 @@ from optbench.store.records import (
     OK,
     SKIPPED,
     Record,
+    metric_label,
 )
 from optbench.store.settings import VARIABLES, Settings, process_env
 from optbench.store.store import (
@@ -615,18 +616,25 @@ def _finite(x: float) -> float | None:
 
 
 def _fmt(v: Verdict) -> tuple[str, ...]:
-    scale, unit = (2**20, "MiB") if v.series.quantity == "peak memory" else (1.0, "ms")
-    if v.series.quantity == "compile":
-        unit = "s"
-    mid = lambda xs: sorted(xs)[len(xs) // 2] / scale  # noqa: E731
+    """Table cells of a verdict: each side's median (memory in MiB, or GiB from 1 GiB on, that no
+    figure reads in powers of ten), head/base with its interval, or ``unbounded`` where neither
+    end is bounded (too few runs: the estimate alone could even point the other way from the
+    medians), the runs a side and the verdict."""
+    mid = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    if v.series.quantity == "peak memory":
+        gib = mid(v.base) >= 2**30
+        scale, unit = (2**30, "GiB") if gib else (2**20, "MiB")
+    else:
+        scale, unit = 1.0, "s" if v.series.quantity == "compile" else "ms"
     r = v.ratio
+    unbounded = r.low <= 0 and math.isinf(r.high)
     return (
         v.series.key,
-        f"{v.series.metric} {v.series.clock or v.series.quantity}".strip(),
+        metric_label(v.series.metric, v.series.quantity, v.series.clock),
         f"{v.klass} {v.threshold:.0%}",
-        f"{mid(v.base):.4g} {unit}",
-        f"{mid(v.head):.4g} {unit}",
-        f"{r.estimate:.3f}x [{r.low:.3f}, {r.high:.3f}]",
+        f"{mid(v.base) / scale:.4g} {unit}",
+        f"{mid(v.head) / scale:.4g} {unit}",
+        "unbounded" if unbounded else f"{r.estimate:.3f}x [{r.low:.3f}, {r.high:.3f}]",
         f"{r.n_base}/{r.n_head}",
         v.verdict,
     )

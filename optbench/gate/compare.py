@@ -77,7 +77,7 @@ from typing import Any, NamedTuple
 from optbench.gate.changepoints import CPU_UNIT, cpu_unit, gpu_unit
 from optbench.run.compile_cache import COLD
 from optbench.run.runner import measured_commit
-from optbench.store.records import INTERRUPTED, OK, Record, TimingView, ab_design
+from optbench.store.records import INTERRUPTED, OK, Record, TimingView, ab_design, metric_label
 from optbench.store.store import REPO_ROOT, ResultStore, StoredRun
 from optbench.suite.catalog import GATE_THRESHOLDS, gate_threshold, metric_class
 
@@ -722,7 +722,7 @@ def rows(changes: Iterable[Change]) -> list[tuple[str, ...]]:
         (
             c.benchmark,
             " ".join(c.key.split("|")[1:]),
-            c.metric if c.quantity == "time" else f"{c.metric} {c.quantity}".strip(),
+            metric_label(c.metric, c.quantity),
             c.clock or "",
             _format(c, c.base, c.base_status),
             _format(c, c.head, c.head_status),

@@ -56,6 +56,7 @@ from optbench.gate.compare import (
     gpu_of,
     machine_runs,
 )
+from optbench.store.records import metric_label
 from optbench.store.store import ResultStore, StoredRun
 from optbench.suite.catalog import metric_class
 
@@ -126,7 +127,7 @@ def _class(c: Change) -> str | None:
 
 
 def _label(c: Change) -> str:
-    what = c.metric if c.quantity == "time" else f"{c.metric} {c.quantity}".strip()
+    what = metric_label(c.metric, c.quantity)
     ratio = "" if c.ratio is None else f" {c.ratio:.3f}x"
     spread = f", A/A spread {c.noise.aa_spread():.1%}" if c.noise is not None else ""
     detectable = "" if c.detectable is None else f" (detectable {c.detectable:.1%}{spread})"

@@ -90,6 +90,17 @@ CASE_METER = 2
 EARLIER_METER = (f"{CASE_PEAK} (earlier meter)", f"{CASE_RESIDENT} (earlier meter)")
 
 
+def metric_label(metric: str, quantity: str, clock: str = "") -> str:
+    """How a judged metric reads in a table: a time as its metric and clock (``step device``), a
+    case's own memory by its name (``case peak``, ``case resident``), a call's peak memory as
+    ``<call> peak memory``, compile seconds as ``compile``."""
+    if quantity == "peak memory":
+        return metric if metric.startswith("case ") else f"{metric} peak memory"
+    if quantity == "compile":
+        return "compile"
+    return f"{metric} {clock}".strip()
+
+
 def ab_design(data: Mapping[str, Any]) -> bool:
     """Whether a stored record was measured in a design of ``optbench ab``'s own, whose figures are
     not those of the ordinary runs history compares it with: timed in turns with another commit's
