@@ -1183,14 +1183,19 @@ def _verdict(args: Options, rounds: _Rounds, head: Side, started: float) -> int:
     results = args.results
     pairing = results / str(rounds.machine) / "ab" / f"{name}.json"
     write_json_atomic(pairing, record)
-    print(
-        f"optbench ab: {head.label + ': ' if head.label != 'head' else ''}"
-        f"{len(regressions) + len(failed)} regressions, "
-        f"{sum(v.verdict == INCONCLUSIVE for v in verdicts)} "
-        f"inconclusive ({len(required)} of them required: {required_classes(args.require)}) of "
-        f"{len(verdicts)} metrics ({max(0, rounds.pairs - args.warmup)} judged ABBA pairs, "
-        f"{max(0, evidence.rounds - args.warmup)} judged lockstep rounds, "
-        f"{record['seconds']:.0f} s, GPU {', '.join(record['gpu_uuids']) or 'none'}); pairing in "
+    found = len(regressions) + len(failed)
+    outcome = {
+        EXIT_REGRESSION: f"{found} REGRESSION{'S' if found != 1 else ''}",
+        EXIT_INCONCLUSIVE: "INCONCLUSIVE (run again with a larger --time-budget)",
+        EXIT_OK: "no regression",
+    }[code]
+    print(  # the outcome first: the line a CI log is read by
+        f"optbench ab: {head.label + ': ' if head.label != 'head' else ''}{outcome}; "
+        f"{sum(v.verdict == INCONCLUSIVE for v in verdicts)} of {len(verdicts)} metrics "
+        f"inconclusive, {len(required) or 'none'} of them required "
+        f"({required_classes(args.require)}); {max(0, rounds.pairs - args.warmup)} judged ABBA "
+        f"pairs, {max(0, evidence.rounds - args.warmup)} judged lockstep rounds, "
+        f"{record['seconds']:.0f} s on {', '.join(record['gpu_uuids']) or 'no GPU'}; pairing in "
         f"{pairing.relative_to(results.parent) if results.parent in pairing.parents else pairing}"
     )
     return code
