@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -165,49 +166,17 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
     skip_if(kernel_skip_reason(machine_profile(device), op_name, shape, impl))
     dtype = kernel_dtype(machine_profile(device), op_name)  # fp16 where the GPU has no bf16
     if impl.startswith("liger"):
-        try:
-            from kernels.liger import liger
-
-            liger("ops")
-        except ImportError as exc:
-            raise NotImplementedError("liger-kernel is not installed") from exc
+        _require_liger()
     dims = op.shapes[shape]
     gen = torch.Generator(device=device).manual_seed(seed)
     fn = op.impl(impl, dims)
     baseline = op.impl(op.impls[0], dims)
     l2_bytes = l2_cache_bytes(device)
     sets = input_sets(op, dims, dtype, device, gen, fn, l2_bytes)
-    inputs, out_grad = sets[0]
-    leaves = [t for t in inputs if t.requires_grad]
+    leaves = [t for t in sets[0][0] if t.requires_grad]
 
     checked_in = current().checked_in
-
-    def check() -> dict[str, Any]:
-        ref_dtype = torch.float64 if dtype == torch.float32 else torch.float32
-        ref_inputs = tuple(
-            t.detach().to(ref_dtype).requires_grad_(t.requires_grad) if t.is_floating_point() else t
-            for t in inputs
-        )
-        if op.name == "grad_stats":  # parameters carry their own gradients
-            errs = grad_stats_errors(fn, baseline, inputs, ref_inputs)
-        else:
-            ref_grad = None if out_grad is None else tuple(g.to(ref_dtype) for g in out_grad)
-            ref = _grads_and_output(baseline, ref_inputs, ref_grad)
-            got = _grads_and_output(fn, inputs, out_grad)
-            errs = [rel_err(g, r) for g, r in zip(got, ref)]
-        tol = KERNEL_RTOL[dtype] if op.rtol is None else op.rtol
-        result = {
-            "max_rel_err": max(errs),
-            "rel_errs": errs,
-            "tolerance": tol,
-            "reference": str(ref_dtype),
-        }
-        if not max(errs) <= tol:
-            raise WrongResult(
-                f"{op.name}/{impl} at {shape}: rel. errors {errs} over tolerance {tol}"
-            )
-        return result
-
+    check = partial(_check_kernel, op, f"{op.name}/{impl} at {shape}", fn, baseline, sets[0], dtype)
     per_set = [_timed_calls(fn, s) for s in sets]
     rotation = plant_slowdown(
         f"{op.name}/{impl}", {m: tuple(calls[m] for calls in per_set) for m in per_set[0]}
@@ -238,6 +207,52 @@ def kernel_work(op_name: str, shape: str, impl: str, device: str, seed: int = 0)
             "input_sets": len(sets),
         },
     )
+
+
+def _require_liger() -> None:
+    """Raise NotImplementedError (the case skips) where liger-kernel's ops cannot be imported."""
+    try:
+        from kernels.liger import liger
+
+        liger("ops")
+    except ImportError as exc:
+        raise NotImplementedError("liger-kernel is not installed") from exc
+
+
+def _check_kernel(
+    op: Any,
+    case: str,
+    fn: Callable[..., Any],
+    baseline: Callable[..., Any],
+    input_set: InputSet,
+    dtype: torch.dtype,
+) -> dict[str, Any]:
+    """``fn`` against the op's eager ``baseline`` on one input set of ``dtype``: the output's and
+    each gradient's relative error against the baseline run one precision up (fp64 for fp32
+    inputs, else fp32), within the op's tolerance (``op.rtol``, else ``KERNEL_RTOL[dtype]``);
+    raises WrongResult, naming ``case``, over it."""
+    inputs, out_grad = input_set
+    ref_dtype = torch.float64 if dtype == torch.float32 else torch.float32
+    ref_inputs = tuple(
+        t.detach().to(ref_dtype).requires_grad_(t.requires_grad) if t.is_floating_point() else t
+        for t in inputs
+    )
+    if op.name == "grad_stats":  # parameters carry their own gradients
+        errs = grad_stats_errors(fn, baseline, inputs, ref_inputs)
+    else:
+        ref_grad = None if out_grad is None else tuple(g.to(ref_dtype) for g in out_grad)
+        ref = _grads_and_output(baseline, ref_inputs, ref_grad)
+        got = _grads_and_output(fn, inputs, out_grad)
+        errs = [rel_err(g, r) for g, r in zip(got, ref)]
+    tol = KERNEL_RTOL[dtype] if op.rtol is None else op.rtol
+    if not max(errs) <= tol:
+        raise WrongResult(f"{case}: rel. errors {errs} over tolerance {tol}")
+    return {
+        "max_rel_err": max(errs),
+        "rel_errs": errs,
+        "tolerance": tol,
+        "reference": str(ref_dtype),
+    }
 
 
 def plant_slowdown(
