@@ -4,8 +4,9 @@
 Per machine: the training-step table (each variant vs its own reference, from one run; the HF anchor
 and x HF where measured), x HF run by run, each step's memory, the leave-one-out ablation of
 best-kernels per size, the convergence check's verdicts, kernel speedups vs the op's baseline
-(device time, geometric mean over shapes), multi-GPU scaling, and where the 1B best steps' time goes
-(from stored profiles). Each size and kernel comes from the run that measured the most of it
+(device time, geometric mean over shapes), multi-GPU scaling, where the 1B best steps' time goes
+(from stored profiles), and the regression gate's newest calls (their time to a verdict). Each
+size and kernel comes from the run that measured the most of it
 (:func:`optbench.reporting.data.fullest`); the commits and dates used close the section.
 """
 
@@ -41,6 +42,9 @@ from optbench.reporting.data import (
     vs_label,
 )
 from optbench.reporting.floors import floor_markdown, floor_reports
+from optbench.reporting.gate_calls import CAPTION as GATE_CAPTION
+from optbench.reporting.gate_calls import HEADER as GATE_HEADER
+from optbench.reporting.gate_calls import gate_calls, gate_row
 from optbench.reporting.hf_runs import hf_runs, hf_table
 from optbench.reporting.memory import MEMORY_NOTE, memory_columns, memory_rows
 from optbench.run.console import table
@@ -197,10 +201,10 @@ def _convergence_markdown(history: list[Run]) -> tuple[list[str], dict[str, str]
     return [caption, table(header, body, "markdown")], used
 
 
-def _headline(history: list[Run], profiles: list[dict]) -> str:
+def _headline(history: list[Run], profiles: list[dict], gate: list[list[str]]) -> str:
     """The tables of one machine (the module docstring's), each size and kernel from the run
     measuring the most of it; where its 1B best steps' time goes, from its ``profiles`` with
-    floors."""
+    floors; the regression gate's newest calls, ``gate`` (:mod:`gate_calls`' rows)."""
     parts, used = [f"**{history[-1].label}**"], {}
     found = by_size(fullest(history, step_table))
     if found:
@@ -272,6 +276,8 @@ def _headline(history: list[Run], profiles: list[dict]) -> str:
         caption, header, rows = floor_markdown(profiles)
         parts += [caption, table(header, rows, "markdown")]
         used.update((r["meta"]["commit"], r["meta"]["date"]) for r in profiles)
+    if gate:
+        parts += [GATE_CAPTION, table(GATE_HEADER, gate, "markdown")]
     dated = sorted(used.items(), key=lambda commit_date: commit_date[1])
     parts.append("Measured at " + ", ".join(f"`{c[:12]}` ({d})" for c, d in dated) + ".")
     return "\n\n".join(parts)
@@ -288,7 +294,10 @@ def headline_table(store: ResultStore, machine: str | None = None) -> str:
     ]
     if not chosen:
         return "_No GPU results yet._"
-    return "\n\n".join(_headline(h, floor_reports(store, m)) for m, h in chosen)
+    return "\n\n".join(
+        _headline(h, floor_reports(store, m), [gate_row(c) for c in gate_calls(store, m)])
+        for m, h in chosen
+    )
 
 
 def write_headline(path: Path | str, store: ResultStore | None = None) -> None:
