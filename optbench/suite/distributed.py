@@ -890,20 +890,47 @@ def distributed_work(
     this run (filled in here at world size 1): the efficiency at N is tokens/s per GPU at N over
     that, None where this run has no 1-GPU figure. Skips (NotImplementedError) where this machine
     has fewer GPUs than ``world``."""
-    import torch
+    from optbench.run.runner import Work
 
-    from optbench.run.runner import Work, WrongResult
-
-    # gloo ranks on the CPU (tests)
-    if "--device" in extra and extra[extra.index("--device") + 1] == "cpu":
-        gpus = world
-    else:
-        gpus = torch.cuda.device_count() if str(device).startswith("cuda") else 0
+    gpus = _gpus(world, device, extra)
     if gpus < world:
         raise NotImplementedError(f"needs {world} GPU{'s' * (world > 1)}, this machine has {gpus}")
     code, result, tail = launch(
         world, "--size", size, "--variant", variant, *extra, timeout_s=timeout_s
     )
+    _raise_unless_ok(world, code, result, tail)
+    rate = result["tokens_per_s_per_gpu"]
+    one_gpu = {} if one_gpu is None else one_gpu
+    if world == 1:
+        one_gpu[variant] = rate
+    # the timed step's check (DDP) stored beside the eager one
+    checked = {**result["check"], "timed_step": result.get("timed_check")}
+    return Work(
+        timed={},
+        check=lambda: checked,
+        measured={"step": result["step"]},
+        flops={"step": result["flops_per_step_per_gpu"]},
+        graph=False,
+        info=_info(result, one_gpu.get(variant)),
+    )
+
+
+def _gpus(world: int, device: str, extra: tuple[str, ...]) -> int:
+    """The GPUs the ranks can have: this machine's, or ``world`` where ``extra`` puts the ranks on
+    the CPU (gloo, the tests)."""
+    import torch
+
+    if "--device" in extra and extra[extra.index("--device") + 1] == "cpu":
+        return world
+    return torch.cuda.device_count() if str(device).startswith("cuda") else 0
+
+
+def _raise_unless_ok(world: int, code: int | None, result: dict | None, tail: str) -> None:
+    """Raise what torchrun's ``result`` (its exit ``code``, the output's ``tail``) means for the
+    case where it is not ok: NotImplementedError (skipped), WrongResult (the check failed),
+    RuntimeError (no result, or another status or exit)."""
+    from optbench.run.runner import WrongResult
+
     if result is None or "status" not in result:
         raise RuntimeError(
             f"torchrun with {world} ranks exited {code} without a result "
@@ -917,49 +944,44 @@ def distributed_work(
         raise RuntimeError(
             f"torchrun with {world} ranks exited {code}, status {result['status']}: {tail}"
         )
-    rate = result["tokens_per_s_per_gpu"]
-    one_gpu = {} if one_gpu is None else one_gpu
-    if world == 1:
-        one_gpu[variant] = rate
-    base = one_gpu.get(variant)
-    info = {
-        key: result[key]
-        for key in (
-            "world_size",
-            "backend",
-            "wrapper",
-            "step_variant",
-            "options",
-            "global_batch",
-            "params",
-            "slowest_rank",
-            "wall_median_ms",
-            "device_median_ms",
-            "ranks",
-            "tokens_per_s_per_gpu",
-            "communication",
-            "phases",
-        )
+
+
+INFO_KEYS = (  # what a case's info keeps of its ranks' result as they reported it
+    "world_size",
+    "backend",
+    "wrapper",
+    "step_variant",
+    "options",
+    "global_batch",
+    "params",
+    "slowest_rank",
+    "wall_median_ms",
+    "device_median_ms",
+    "ranks",
+    "tokens_per_s_per_gpu",
+    "communication",
+    "phases",
+)
+
+
+def _info(result: dict[str, Any], one_gpu_rate: float | None) -> dict[str, Any]:
+    """A case's ``info`` from its ranks' ``result``, with its scaling efficiency against
+    ``one_gpu_rate`` (this run's 1-GPU tokens/s of the variant; None where there is none)."""
+    options = result["options"]
+    return {
+        **{key: result[key] for key in INFO_KEYS},
+        "tokens": result["tokens_per_step_per_gpu"],
+        "primary_clock": "wall",
+        "precision": options["precision"],
+        "batch_size": options["batch_size"],
+        "seq_len": options["seq_len"],
+        "scaling_efficiency": (
+            None if one_gpu_rate is None else result["tokens_per_s_per_gpu"] / one_gpu_rate
+        ),
+        "scaling_note": (
+            None if one_gpu_rate is not None else "no 1-GPU figure of this variant in this run"
+        ),
     }
-    info.update(
-        tokens=result["tokens_per_step_per_gpu"],
-        primary_clock="wall",
-        precision=result["options"]["precision"],
-        batch_size=result["options"]["batch_size"],
-        seq_len=result["options"]["seq_len"],
-        scaling_efficiency=None if base is None else rate / base,
-        scaling_note=None if base is not None else "no 1-GPU figure of this variant in this run",
-    )
-    # the timed step's check (DDP) stored beside the eager one
-    checked = {**result["check"], "timed_step": result.get("timed_check")}
-    return Work(
-        timed={},
-        check=lambda: checked,
-        measured={"step": result["step"]},
-        flops={"step": result["flops_per_step_per_gpu"]},
-        graph=False,
-        info=info,
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
