@@ -47,7 +47,7 @@ def test_the_newest_calls_read_as_rows(tmp_path):
     ]
     assert rows[0] == [
         "20261129T100000Z-two",
-        "main `aaaaaaaa` -> `bbbbbbbb`",  # a ref that is the hash's start reads once
+        "main aaaaaaaa -> bbbbbbbb",  # a ref that is the hash's start reads once
         "2",
         "4",
         "0",

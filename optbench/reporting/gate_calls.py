@@ -1,5 +1,6 @@
-"""The regression gate's calls on one machine, for the headline page: each ``optbench ab`` pairing
-record (``results/<machine>/ab/*.json``, one per head) as a table row, newest first.
+"""The regression gate's calls on one machine, for the headline page and the HTML index: each
+``optbench ab`` pairing record (``results/<machine>/ab/*.json``, one per head) as a table row,
+newest first.
 
 A row says what the call compared (base and head, as named and by commit), how much it measured
 (the cases judged, the ABBA rounds each side ran, the lockstep rounds), how long it took to its
@@ -24,8 +25,8 @@ OUTCOMES = {
 }
 NEWEST = 8  # rows shown: the recent calls, whose time and outcome say what the gate costs now
 CAPTION = (
-    "The regression gate's newest calls (`optbench ab BASE HEAD`, both commits measured on one GPU "
-    "in one job; pairing records in `results/<machine>/ab/`), newest first: the cases it judged, "
+    "The regression gate's newest calls (optbench ab BASE HEAD, both commits measured on one GPU "
+    "in one job; pairing records in results/<machine>/ab/), newest first: the cases it judged, "
     "the ABBA rounds each side ran, its lockstep rounds, its seconds to a verdict (setup and "
     "worktrees included) and its outcome (inconclusive: a required metric undecided when the time "
     "budget ended):"
@@ -47,7 +48,7 @@ def _side(side: dict[str, Any]) -> str:
     """A side as the call named it (a branch, ``HEAD``), then its commit; the commit alone where it
     was named by its hash."""
     ref, commit = side.get("ref") or "", side["commit"]
-    return f"`{commit[:8]}`" if commit.startswith(ref) else f"{ref} `{commit[:8]}`"
+    return commit[:8] if commit.startswith(ref) else f"{ref} {commit[:8]}"
 
 
 def gate_row(call: dict[str, Any]) -> list[str]:

@@ -99,6 +99,9 @@ from optbench.reporting.data import (
     time_histories,
     tokens_per_s,
 )
+from optbench.reporting.gate_calls import CAPTION as GATE_CAPTION
+from optbench.reporting.gate_calls import HEADER as GATE_HEADER
+from optbench.reporting.gate_calls import gate_calls, gate_row
 from optbench.reporting.headline import HEADLINE_PAGE, write_headline
 from optbench.reporting.hf_runs import hf_runs, hf_table, newest_per_size
 from optbench.reporting.memory import MEMORY_NOTE, TRADES, memory_columns, memory_rows
@@ -700,12 +703,20 @@ def newest_run_link(found: dict[str, list[Run]]) -> list[str]:
     ]
 
 
+INDEX_GATE_CALLS = 3  # the index shows the gate's newest calls; docs/results.md shows more
+
+
 def write_index(
-    out: Output, found: dict[str, list[Run]], histories: Histories, images: Images
+    out: Output,
+    found: dict[str, list[Run]],
+    histories: Histories,
+    images: Images,
+    gate: dict[str, list[list[str]]],
 ) -> None:
     """The index: per machine its headline (:func:`optbench.reporting.dashboard.headline_rows`),
-    x HF of the newest run of each size, the convergence check's verdicts, its newest change
-    points and a thumbnail of each page's first chart for it; then every machine's commits."""
+    x HF of the newest run of each size, the convergence check's verdicts, the regression gate's
+    newest calls (``gate``: :mod:`optbench.reporting.gate_calls`' rows), its newest change points
+    and a thumbnail of each page's first chart for it; then every machine's commits."""
     links = " · ".join(
         f'<a href="{name}.html">{escape(title)}</a>' for name, (title, _, _) in PAGES.items()
     )
@@ -727,6 +738,8 @@ def write_index(
         if verdicts := convergence_rows(history):
             caption, header, rows = convergence_table(verdicts)
             body += [note(caption), table(header, rows, "html")]
+        if gate.get(m):
+            body += [note(GATE_CAPTION), table(GATE_HEADER, gate[m], "html")]
         points = change_points_newest_first(histories.found[m], histories.order[m])
         summary = change_point_summary(histories.found[m], len(points))
         body.append(
@@ -938,7 +951,8 @@ def _write_pages(
     images: Images = {}
     for name in PAGES:
         write_page(out, name, found, parts[name], images)
-    write_index(out, found, histories, images)
+    gate = {m: [gate_row(c) for c in gate_calls(store, m, INDEX_GATE_CALLS)] for m in found}
+    write_index(out, found, histories, images, gate)
 
 
 def main(argv: list[str] | None = None) -> int:
