@@ -1,5 +1,5 @@
-"""optbench.reporting.gate_calls: the regression gate's calls on the headline page, newest first,
-a call's heads in order, records from before lockstep read too."""
+"""optbench.reporting.gate_calls: the regression gate's calls on the headline page and the HTML
+index, newest first, a call's heads in order, records from before lockstep read too."""
 
 from __future__ import annotations
 
@@ -66,3 +66,19 @@ def test_the_headline_shows_the_gate_s_calls_where_there_are_some(tmp_path):
     _call(store.root / "h100-sxm" / "ab", "20261129T100000Z-one", "20261129T100000Z-one", 0)
     text = headline.headline_table(store)
     assert gate_calls.CAPTION in text and "| 20261129T100000Z-one |" in text
+
+
+def test_the_index_shows_the_newest_calls_of_each_machine(tmp_path, monkeypatch):
+    from optbench.reporting import site
+
+    store = report_store(tmp_path / "results")
+    ab = store.root / "h100-sxm" / "ab"
+    for i in range(site.INDEX_GATE_CALLS + 1):
+        _call(ab, f"2026112{i}T100000Z-run{i}", f"2026112{i}T100000Z-run{i}", 0)
+    monkeypatch.setattr(site, "asv_publish", lambda results, html: None)
+    index = site.publish(store.root, tmp_path / "html").read_text()
+    assert (
+        "regression gate&#x27;s newest calls" in index or "regression gate's newest calls" in index
+    )
+    shown = [i for i in range(site.INDEX_GATE_CALLS + 1) if f"2026112{i}T100000Z-run{i}" in index]
+    assert shown == [1, 2, 3]  # the newest three, not the oldest
