@@ -34,7 +34,8 @@ def test_the_newest_calls_read_as_rows(tmp_path):
     lockstep_only = {"order": [], "lockstep_rounds": [{}] * 6}  # each round a run of each side
     base = {"commit": "a" * 40, "runs": ["20261128T100000Z-old", *"23456"]}
     _call(ab, "20261128T100000Z-old", "20261128T100000Z-old", 3, base=base, **lockstep_only)
-    _call(ab, "20261129T100000Z-two-head2", "20261129T100000Z-two", 0)
+    # a lockstep call's later head has base runs of its own, started after the first head's
+    _call(ab, "20261129T100000Z-two-head2", "20261129T100500Z-later", 0)
     _call(ab, "20261129T100000Z-two-head1", "20261129T100000Z-two", 1)
     _call(ab, "20261127T100000Z-pre", "20261127T100000Z-pre", 0)
     before = json.loads((ab / "20261127T100000Z-pre.json").read_text())
@@ -57,7 +58,7 @@ def test_the_newest_calls_read_as_rows(tmp_path):
     ]
     assert rows[1][6] == "no regression"
     assert rows[2][3:5] == ["0", "6"] and rows[2][6] == "inconclusive" and rows[3][4] == "0"
-    assert len(gate_calls.gate_calls(store, "h200", newest=2)) == 2
+    assert len(gate_calls.gate_calls(store, "h200", newest=2)) == 3  # two calls, one of two heads
 
 
 def test_the_headline_shows_the_gate_s_calls_where_there_are_some(tmp_path):
@@ -76,9 +77,12 @@ def test_the_index_shows_the_newest_calls_of_each_machine(tmp_path, monkeypatch)
     for i in range(site.INDEX_GATE_CALLS + 1):
         _call(ab, f"2026112{i}T100000Z-run{i}", f"2026112{i}T100000Z-run{i}", 0)
     monkeypatch.setattr(site, "asv_publish", lambda results, html: None)
+    site.publish(store.root, tmp_path / "html")
+    newest = site.INDEX_GATE_CALLS + 1  # a call whose records alone are new: the index is redrawn
+    _call(ab, f"2026112{newest}T100000Z-run{newest}", f"2026112{newest}T100000Z-run{newest}", 0)
     index = site.publish(store.root, tmp_path / "html").read_text()
     assert (
         "regression gate&#x27;s newest calls" in index or "regression gate's newest calls" in index
     )
-    shown = [i for i in range(site.INDEX_GATE_CALLS + 1) if f"2026112{i}T100000Z-run{i}" in index]
-    assert shown == [1, 2, 3]  # the newest three, not the oldest
+    shown = [i for i in range(newest + 1) if f"2026112{i}T100000Z-run{i}" in index]
+    assert shown == [2, 3, 4]  # the newest three, not the older ones

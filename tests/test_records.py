@@ -157,3 +157,4 @@ def test_each_metric_reads_once_in_a_table():
     assert metric_label("compile", "compile") == "compile"
     assert metric_label("step", "time", "device") == "step device"
     assert metric_label("fwd", "time") == "fwd"
+    assert metric_label("", "status") == "status"  # a change of status (compare, noisecheck)

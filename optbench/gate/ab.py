@@ -107,6 +107,7 @@ from optbench.suite.grids import PROCESSES
 from optbench.suite.shard import pattern
 
 EXIT_OK, EXIT_REGRESSION, EXIT_NOTHING, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+PAIRING_DIR = "ab"  # results/<machine>/ab/: each call's pairing record, one per head
 # A peak memory whose runs on each side agree within this share of its class's threshold is judged
 # by its extreme ratios, not a rank test (which bounds nothing from 2 runs against 2)
 REPLICATED_SHARE = 0.1
@@ -1181,12 +1182,12 @@ def _verdict(args: Options, rounds: _Rounds, head: Side, started: float) -> int:
     name = base.runs[0] if head.label == "head" else f"{base.runs[0]}-{head.label.replace(' ', '')}"
     assert args.results is not None
     results = args.results
-    pairing = results / str(rounds.machine) / "ab" / f"{name}.json"
+    pairing = results / str(rounds.machine) / PAIRING_DIR / f"{name}.json"
     write_json_atomic(pairing, record)
     found = len(regressions) + len(failed)
     outcome = {
         EXIT_REGRESSION: f"{found} REGRESSION{'S' if found != 1 else ''}",
-        EXIT_INCONCLUSIVE: "INCONCLUSIVE (run again with a larger --time-budget)",
+        EXIT_INCONCLUSIVE: "INCONCLUSIVE (run again with a larger --time-budget or --max-rounds)",
         EXIT_OK: "no regression",
     }[code]
     print(  # the outcome first: the line a CI log is read by

@@ -55,6 +55,7 @@ from pathlib import Path
 from string import Template
 
 from models.variants import ABLATED
+from optbench.gate.ab import PAIRING_DIR
 from optbench.gate.changepoints import MIN_COMMITS, MIN_MAGNITUDE
 from optbench.gate.compare import (
     COLUMNS,
@@ -914,7 +915,10 @@ def _write_trees(
     out = Output(html / "optbench", cache)
     out.folder.mkdir()
     store = ResultStore(results)
-    records = [(m, files_digest(store.root / m / RECORDS_DIR)) for m in store.machines()]
+    records = [  # the pages read the records and the gate's pairing records
+        (m, files_digest(store.root / m / RECORDS_DIR), files_digest(store.root / m / PAIRING_DIR))
+        for m in store.machines()
+    ]
     site = ReportCache.key("site", records)
     manifest = None if pair else cache.get(site)
     if manifest is not None and out.restore(manifest):

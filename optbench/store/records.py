@@ -93,12 +93,12 @@ EARLIER_METER = (f"{CASE_PEAK} (earlier meter)", f"{CASE_RESIDENT} (earlier mete
 def metric_label(metric: str, quantity: str, clock: str = "") -> str:
     """How a judged metric reads in a table: a time as its metric and clock (``step device``), a
     case's own memory by its name (``case peak``, ``case resident``), a call's peak memory as
-    ``<call> peak memory``, compile seconds as ``compile``."""
+    ``<call> peak memory``, compile seconds as ``compile``, a change of status as ``status``."""
     if quantity == "peak memory":
         return metric if metric.startswith("case ") else f"{metric} peak memory"
     if quantity == "compile":
         return "compile"
-    return f"{metric} {clock}".strip()
+    return f"{metric} {clock}".strip() or quantity  # a change of status has no metric
 
 
 def ab_design(data: Mapping[str, Any]) -> bool:
