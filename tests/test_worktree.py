@@ -88,3 +88,18 @@ def test_remove_takes_any_folder_and_a_failed_add_leaves_nothing(tmp_path: Path)
     with pytest.raises(subprocess.CalledProcessError):
         worktree.add(tmp_path / "bad", first, repo)
     assert not (tmp_path / "bad").exists() and _git(repo, "worktree", "list") == listed
+
+
+def test_worktrees_leave_out_what_the_history_pack_leaves_out():
+    """scripts/history_pack.py's pack lacks old blobs under results/ exactly where no worktree
+    checks them out: both name the same sparse-checkout patterns."""
+    import importlib.util
+
+    from optbench.store.store import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location(
+        "history_pack", REPO_ROOT / "scripts" / "history_pack.py"
+    )
+    history_pack = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(history_pack)
+    assert history_pack.CODE_ONLY == worktree.SPARSE_PATTERNS

@@ -153,7 +153,6 @@ class WorktreeEnvironment(Environment):
             except subprocess.CalledProcessError:
                 worktree.remove(tree, self._repo)
         if not (tree / ".git").exists():
-            worktree.remove(tree, self._repo)  # a folder left, and git's record of it
             self._worktrees.mkdir(parents=True, exist_ok=True)
             try:
                 worktree.add(tree, commit_hash, self._repo)

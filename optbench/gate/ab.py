@@ -6,10 +6,10 @@ where both resolve to one commit, the code is the same and nothing is measured. 
 checked before it is timed: a kernel or step case in the rounds until every side has passed the
 checks of its grid process's cases in one run, and later rounds reuse those checks (their records
 name that run, ``checked_in``; where a side's code predates this, every side checks in every round);
-every other case in every round. A process that checked does not hold what one that reused a check
-holds after timing (on an H200 a checked 100M best-kernels step held 30 MiB less, the same in every
-round: NOTES.md), so a case's memory is judged from the rounds that reused its check where both
-sides have such rounds, else from all. The selected cases are measured in one of two designs:
+every other case in every round. A process that checked need not hold what one that reused a check
+holds after timing (NOTES.md), so a case's memory is judged from the rounds that reused its check
+where both sides have such rounds, else from all. The selected cases are measured in one of two
+designs:
 
 - **ABBA rounds** (kernels, device-bound steps): a round runs one commit's cases in fresh processes
   (the steps in one, the other grids in another, as ``optbench run`` does), one side after the other
@@ -182,10 +182,7 @@ def resolve(ref: str, root: Path = REPO_ROOT) -> str:
 def add_worktree(commit: str, root: Path = REPO_ROOT) -> Path:
     """A fresh detached worktree of ``commit``'s code under ``.cache/ab/`` (one left by an earlier
     job is replaced; :mod:`optbench.run.worktree`)."""
-    tree = root / ".cache" / "ab" / commit[:12]
-    if tree.exists():
-        remove_worktree(tree, root)
-    return worktree.add(tree, commit, root)
+    return worktree.add(root / ".cache" / "ab" / commit[:12], commit, root)
 
 
 def remove_worktree(tree: Path, root: Path = REPO_ROOT) -> None:

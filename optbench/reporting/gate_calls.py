@@ -51,12 +51,10 @@ def call_id(path: Path) -> tuple[str, int]:
 def gate_calls(store: ResultStore, machine: str, newest: int = NEWEST) -> list[dict[str, Any]]:
     """The pairing records of the ``newest`` calls on ``machine``, newest first (a call's id
     starts with its UTC time), a call's heads in order; each with ``path``, its file."""
-    paths = (store.root / machine / PAIRING_DIR).glob("*.json")
-    found = [{**json.loads(p.read_text()), "path": p} for p in paths]
-    found.sort(key=lambda r: call_id(r["path"])[1])
-    found.sort(key=lambda r: call_id(r["path"])[0], reverse=True)
-    calls = list(dict.fromkeys(call_id(r["path"])[0] for r in found))[:newest]
-    return [r for r in found if call_id(r["path"])[0] in calls]
+    ids = {p: call_id(p) for p in (store.root / machine / PAIRING_DIR).glob("*.json")}
+    paths = sorted(ids, key=lambda p: (ids[p][0], -ids[p][1]), reverse=True)
+    calls = set(list(dict.fromkeys(ids[p][0] for p in paths))[:newest])
+    return [{**json.loads(p.read_text()), "path": p} for p in paths if ids[p][0] in calls]
 
 
 def _side(side: dict[str, Any]) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,16 +33,12 @@ def commits_in(rev_range: str) -> list[str]:
 
 def run_commit(commit: str, run_args: list[str]) -> int:
     """Benchmarks ``commit`` from its own worktree; returns the exit code of its run."""
-    tree = ROOT / ".cache" / "worktrees" / commit[:12]
-    if tree.exists():
-        worktree.remove(tree, ROOT)
-    worktree.add(tree, commit, ROOT)
+    tree = worktree.add(ROOT / ".cache" / "worktrees" / commit[:12], commit, ROOT)
     try:
         if not (tree / "optbench" / "cli.py").exists():
             print(f"history: {commit[:12]} predates `optbench run`; skipped", flush=True)
             return 0
-        for shared in ("results", ".cache"):
-            shutil.rmtree(tree / shared, ignore_errors=True)
+        for shared in ("results", ".cache"):  # neither is in a fresh worktree of the code
             (tree / shared).symlink_to(ROOT / shared, target_is_directory=True)
         env = dict(
             os.environ,

@@ -42,9 +42,11 @@ def switch(tree: Path, commit: str) -> None:
 
 def add(tree: Path, commit: str, root: Path) -> Path:
     """A new detached worktree of ``commit``'s code at ``tree``, of the repository at ``root``
-    (``commit`` is resolved there: ``HEAD~1`` is ``root``'s); returns ``tree``. Where the checkout
-    fails, the worktree is removed before the error is raised."""
+    (``commit`` is resolved there: ``HEAD~1`` is ``root``'s), in place of whatever was at ``tree``
+    (an earlier job's worktree, a stray folder); returns ``tree``. Where the checkout fails, the
+    worktree is removed before the error is raised."""
     resolved = _git("rev-parse", "--verify", f"{commit}^{{commit}}", cwd=root)
+    remove(tree, root)
     _git("worktree", "add", "--no-checkout", "--detach", str(tree), resolved, cwd=root)
     try:
         switch(tree, resolved)
