@@ -184,6 +184,13 @@ def run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-html", action="store_true", help="skip asv publish and optbench's charts")
     p.add_argument(
+        "--no-prewarm",
+        action="store_true",
+        help="no compile warm-up: where the compile caches start empty on a GPU, the run first "
+        "builds its compiled cases once each, in parallel, and its records' compile seconds are "
+        "then warm ones; with this, each case compiles cold, in turn",
+    )
+    p.add_argument(
         "--verbose",
         action="store_true",
         help="show asv's output as it runs (always in its log file, "
@@ -300,6 +307,8 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
     )
     date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     started, started_at = time.perf_counter(), time.time()
+    if not args.no_prewarm:
+        plan = _prewarm(args, plan, planned)
     code = _run_asv(args, plan, store, follower)
     wall = time.perf_counter() - started
     timed = asv_timed.outcomes(
@@ -386,6 +395,54 @@ def _plan(p: argparse.ArgumentParser, args: argparse.Namespace, results: Path) -
     if args.skip_existing:
         settings = dataclasses.replace(settings, skip_existing="true")
     return _Plan(suite, machine, commit, run_id, progress_file, asv_log, bench_env(settings))
+
+
+def _prewarm(args: argparse.Namespace, plan: _Plan, planned: list[str]) -> _Plan:
+    """The compile warm-up of a run whose caches start empty (``optbench.suite.prewarm``): its
+    compiled cases each built once, in parallel, before asv starts; its line said, its seconds
+    appended to the run's progress file (the breakdown's phase), and the plan returned with
+    ``compile_cache`` 'prewarmed' (its records' compile seconds are warm ones). The plan as it
+    was where nothing is warmed."""
+    import torch
+
+    from optbench.run.compile_cache import holds_caches
+    from optbench.store.settings import VARIABLES
+    from optbench.suite import prewarm
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    keys = prewarm.wanted(current().compile_cache, not holds_caches(), device, planned)
+    if not keys:
+        return plan
+    from optbench.measure.hardware import lookup
+    from optbench.suite.memory_estimate import usable_bytes
+    from optbench.suite.workloads import machine_profile
+
+    profile = lookup(args.emulate) if args.emulate else machine_profile(device)
+    processes = prewarm.slots(runs_at_once=int(current().runs_at_once or 1))
+    print(
+        f"optbench: compile warm-up: {len(keys)} compiled cases, each built once, {processes} at "
+        "a time, before the run (--no-prewarm: none)",
+        flush=True,
+    )
+    deadline = float(plan.env[VARIABLES["deadline"]]) if VARIABLES["deadline"] in plan.env else None
+    warmed = prewarm.warm(
+        keys,
+        plan.env,
+        need={key: prewarm.device_bytes(key, device) for key in keys},
+        usable=usable_bytes(profile) or 0.0,
+        processes=processes,
+        deadline=deadline,
+    )
+    print(warmed.line(processes), flush=True)
+    progress.append_event(
+        plan.progress_file,
+        "prewarm",
+        seconds=round(warmed.seconds, 3),
+        warmed=len(warmed.warmed),
+        failed=len(warmed.failed),
+    )
+    env = {**plan.env, VARIABLES["compile_cache"]: prewarm.PREWARMED}
+    return dataclasses.replace(plan, env=env)
 
 
 def _run_asv(

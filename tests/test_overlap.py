@@ -19,6 +19,7 @@ def test_a_collective_under_a_gemm_is_hidden_and_one_alone_is_exposed():
     o = Overlap.of(activities, steps=2)
     assert o.communication_ms == pytest.approx(0.1)
     assert o.overlapped_ms == pytest.approx(0.05) and o.exposed_ms == pytest.approx(0.05)
+    assert o.busy_ms == pytest.approx(0.2)  # 400 us of 2 steps: the GEMM, the lone all-reduce
 
 
 def test_partial_overlap_and_concurrent_collectives_count_once():
@@ -31,11 +32,13 @@ def test_partial_overlap_and_concurrent_collectives_count_once():
     o = Overlap.of(activities, steps=1)
     assert o.communication_ms == pytest.approx(0.15)
     assert o.overlapped_ms == pytest.approx(0.03) and o.exposed_ms == pytest.approx(0.12)
+    assert o.busy_ms == pytest.approx(0.4)
 
 
 def test_without_collectives_nothing_is_communication():
     o = Overlap.of([("triton_poi_fused_add", 0.0, 10.0)], steps=1)
     assert (o.communication_ms, o.overlapped_ms, o.exposed_ms) == (0.0, 0.0, 0.0)
+    assert o.busy_ms == pytest.approx(0.01)
 
 
 @pytest.mark.parametrize(

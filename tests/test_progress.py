@@ -405,11 +405,14 @@ def _events() -> list[dict]:
 
 
 def test_the_breakdown_sums_each_phase_over_the_run_and_leaves_the_rest_to_asv():
-    split = breakdown.phases(_events(), wall_s=100.0)
+    # the run's compile warm-up, before its cases (optbench.suite.prewarm)
+    prewarmed = [{"event": "prewarm", "seconds": 10.0, "warmed": 2, "failed": 0}, *_events()]
+    split = breakdown.phases(prewarmed, wall_s=100.0)
     assert list(split) == list(breakdown.PHASES)
     # a's compile: 3 s in its build (a captured step's warm-up), 12 s in its check
     assert split == pytest.approx(
         {
+            "prewarm": 10.0,
             "startup": 8.0,
             "build": 4.5 + 3.0,
             "compile": 15.0 + 6.0,
@@ -419,12 +422,12 @@ def test_the_breakdown_sums_each_phase_over_the_run_and_leaves_the_rest_to_asv()
             "memory": 0.5,
             "free": 0.25,
             "case_other": 0.25 + 0.5 + 1.0 + 1.0,
-            "overhead": 100.0 - 62.0,
+            "overhead": 100.0 - 72.0,
         }
     )
     assert sum(split.values()) == pytest.approx(100.0)
     rows = breakdown.rows(split, 100.0)
-    assert rows[0] == (breakdown.PHASES["startup"], "8.0", "8.0%")
+    assert rows[0] == (breakdown.PHASES["prewarm"], "10.0", "10.0%")
     assert (
         rows[-1] == ("total (wall time)", "100.0", "100.0%")
         and len(rows) == len(breakdown.PHASES) + 1

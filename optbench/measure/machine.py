@@ -33,9 +33,10 @@ def machine_info() -> dict[str, Any]:
     torch, triton, python, cpu, num_cpu, ram_gb (GB, 1e9 bytes), os, hostname, profile (hardware
     profile key), sm_clock_mhz and mem_clock_mhz (GPU 0's clocks now, from nvidia-smi; None without
     it), date (ISO 8601, UTC), compile_cache (what the run's compile caches started from: 'cold',
-    'restored <key>', or 'local' where nothing says), runs_at_once (runs measuring on this host at
-    the same time, this one among them: one per GPU under ``run --gpus``, sharing the host's CPUs,
-    which host-bound figures feel), interconnect (how the GPUs reach one another,
+    'restored <key>', 'prewarmed' (cold, then filled by the run's compile warm-up:
+    ``optbench.suite.prewarm``), or 'local' where nothing says), runs_at_once (runs measuring on
+    this host at the same time, this one among them: one per GPU under ``run --gpus``, sharing the
+    host's CPUs, which host-bound figures feel), interconnect (how the GPUs reach one another,
     :func:`interconnect`: e.g. 'NV18'; None with one GPU or none). Multi-GPU figures are per world
     size (a parameter of their records), so gpu_count and interconnect say what they ran on; they
     are never compared with 1-GPU figures.

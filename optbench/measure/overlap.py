@@ -10,7 +10,9 @@ the communication intervals and K that of the computation ones:
 
 - communication = |C|, the time some collective ran;
 - overlapped = |C ∩ K|, the part of it during which computation ran too (hidden);
-- exposed = |C| - |C ∩ K|, the part during which only collectives ran: what the step waited.
+- exposed = |C| - |C ∩ K|, the part during which only collectives ran: what the step waited;
+- busy = |C ∪ K|, the time the device ran anything: a step whose wall time is well above it waits
+  on its host (launches, Python), not on the device.
 
 A collective's kernel spans its whole protocol, waits on its peers included, so a rank that reaches
 an all-reduce early shows the wait as communication: the exposed time of the slowest rank is the
@@ -66,12 +68,14 @@ def intersection(
 
 @dataclass(frozen=True)
 class Overlap:
-    """Per step, in ms: collectives' time, the part computation hid, the part it did not."""
+    """Per step, in ms: collectives' time, the part computation hid, the part it did not; the
+    time the device ran anything."""
 
     communication_ms: float
     overlapped_ms: float
     exposed_ms: float
     steps: int
+    busy_ms: float
 
     @classmethod
     def of(cls, activities: Iterable[tuple[str, float, float]], steps: int) -> Overlap:
@@ -79,11 +83,17 @@ class Overlap:
         comm, compute = [], []
         for name, start, end in activities:
             (comm if COMMUNICATION.match(name) else compute).append((start, end))
-        c = merged(comm)
-        hidden = length(intersection(c, merged(compute)))
-        total = length(c)
+        c, k = merged(comm), merged(compute)
+        hidden = length(intersection(c, k))
+        total, busy = length(c), length(merged(c + k))
         per_step_ms = 1e-3 / steps
-        return cls(total * per_step_ms, hidden * per_step_ms, (total - hidden) * per_step_ms, steps)
+        return cls(
+            total * per_step_ms,
+            hidden * per_step_ms,
+            (total - hidden) * per_step_ms,
+            steps,
+            busy * per_step_ms,
+        )
 
     def to_dict(self) -> dict[str, float | int]:
         return asdict(self)

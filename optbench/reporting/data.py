@@ -237,9 +237,11 @@ def distributed_steps(run: Run) -> dict[str, dict[str, Record]]:
 
 def scaling_rows(by_variant: dict[str, tuple[Run, dict[str, Record]]]) -> list[list[str]]:
     """Rows of the scaling table: per variant and world size, ms per step (the slowest rank's
-    median), tokens/s per GPU, the scaling efficiency the run recorded (tokens/s per GPU over the
-    variant's 1-GPU figure of the same run; n/a without one), the slowest rank's collectives per
-    step, exposed / all (``optbench.measure.overlap``; n/a where not profiled) and the commit."""
+    median), the slowest rank's device busy ms per step, tokens/s per GPU, the scaling
+    efficiency the run recorded (tokens/s per GPU over the variant's 1-GPU figure of the same run;
+    n/a without one), the slowest rank's collectives per step, exposed / all
+    (``optbench.measure.overlap``; n/a where not profiled, busy also where recorded before it was)
+    and the commit."""
     rows = []
     for variant in sorted(by_variant, key=catalog.DISTRIBUTED.index):
         run, by_world = by_variant[variant]
@@ -252,6 +254,7 @@ def scaling_rows(by_variant: dict[str, tuple[Run, dict[str, Record]]]) -> list[l
                     variant,
                     world,
                     f"{step_ms(rec):.1f}",
+                    f"{comm['busy_ms']:.1f}" if comm and "busy_ms" in comm else "n/a",
                     f"{tokens_per_s(rec):,.0f}",
                     "n/a" if efficiency is None else f"{efficiency:.1%}",
                     f"{comm['exposed_ms']:.1f} / {comm['communication_ms']:.1f}" if comm else "n/a",

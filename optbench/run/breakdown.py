@@ -4,6 +4,8 @@ progress events (:mod:`optbench.run.progress`), printed at its end and stored as
 
 Phases (each case's from its record's fields, :func:`optbench.run.runner.measure_case`):
 
+- compile warm-up: a run that starts with empty compile caches builds its compiled cases once, in
+  parallel, before asv starts (``optbench.suite.prewarm``; its ``prewarm`` event);
 - process start-up: per grid process, from its start to its first case (``startup_seconds``: the
   interpreter, asv's runner, imports of the benchmark modules and torch, the grid's cases, machine
   info);
@@ -34,6 +36,7 @@ from typing import Any
 KEY = "__breakdown__"
 
 PHASES = {
+    "prewarm": "compile warm-up (compiled cases built in parallel, before asv)",
     "startup": "process start-up (imports, torch, machine info)",
     "build": "build (inputs, models, eager references)",
     "compile": "torch.compile in build and check (dynamo, inductor, autotuning)",
@@ -57,7 +60,9 @@ def phases(events: Iterable[Mapping[str, Any]], wall_s: float) -> dict[str, floa
     ``wall_s`` minus the rest."""
     out = dict.fromkeys(PHASES, 0.0)
     for e in events:
-        if e.get("event") == "process":
+        if e.get("event") == "prewarm":
+            out["prewarm"] += _f(e, "seconds")
+        elif e.get("event") == "process":
             out["startup"] += _f(e, "startup_seconds")
         elif e.get("event") == "end":
             build, built = _f(e, "build_seconds"), _f(e, "build_compile_seconds")

@@ -49,11 +49,16 @@ def cache_key() -> str:
 COLD = "cold"  # info.compile_cache of a run that started without any compile cache
 
 
+def holds_caches(root: Path = CACHE_ROOT) -> bool:
+    """Whether ``root`` holds any compile cache (a file or folder in one of :data:`FOLDERS`)."""
+    return any((root / f).is_dir() and any((root / f).iterdir()) for f in FOLDERS)
+
+
 def restore(key: str, carried: Path = CARRIED, root: Path = CACHE_ROOT) -> str:
     """Unpack ``<carried>/<key>.tar.xz`` into ``root``; 'restored <key>', or 'cold' where there is
     none (or ``root`` already holds caches: a warm machine keeps its own, and the run says so:
     'local')."""
-    if any((root / f).exists() and any((root / f).iterdir()) for f in FOLDERS):
+    if holds_caches(root):
         return "local"
     packed = carried / f"{key}{SUFFIX}"
     if not packed.is_file():

@@ -71,10 +71,15 @@ _warned = False
 def emit(event: str, **fields: Any) -> None:
     """Append one event to the run's progress file (no-op where the run has none). A failing write
     warns once on stderr and never stops a measurement."""
-    global _warned
     path = settings.current().progress
-    if path is None:
-        return
+    if path is not None:
+        append_event(path, event, **fields)
+
+
+def append_event(path: Path, event: str, **fields: Any) -> None:
+    """Append one event to the progress file ``path`` (:func:`emit`, for a process that is not
+    one of the run's: the run's own, before its cases)."""
+    global _warned
     line = json.dumps(
         {"event": event, "t": round(time.time(), 3), "pid": os.getpid(), **fields}, default=str
     )

@@ -48,7 +48,7 @@ METRICS: dict[str, str] = {
     "mm": "one N^3 matrix product, device ms",
     "compile": "a training step's compile: torch.compile's seconds in its case's build and check "
     "(dynamo, AOTAutograd, inductor, autotuning), with the compile caches its run "
-    "started from (the machine record's info.compile_cache: cold, restored or local); "
+    "started from (the machine record's info.compile_cache: cold, restored, local or prewarmed); "
     "0 for a step that compiles nothing",
     "cpu": "one call on the CPU, s (asv's own timer)",
     "loss": "convergence: training loss over the last tenth of the steps, nats; the curve's "

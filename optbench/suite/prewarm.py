@@ -1,0 +1,248 @@
+"""Compile warm-up: before a run that starts with empty compile caches, the run's cases that
+torch.compile builds are each built once in parallel processes, so that inductor's and Triton's
+on-disk caches (``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``: one pair for every process of a
+run, ``optbench.store.settings.process_env``) hold their generated code when the run's serial grid
+processes reach them. A case then still traces its model with dynamo, and loads inductor's output
+instead of generating and compiling it.
+
+A warm-up process builds its case the way a round of ``optbench ab`` that reuses a check does
+(``Settings.checked_in``: no check and no reference; the run checks every case itself), calls
+each of its timed callables once (forward and backward, a graphed step's capture: every compile
+its check or timing would make), synchronizes and leaves. It stores nothing and reports nothing
+but its exit status: one that fails costs the run only its speed-up, since the serial run
+compiles that case itself and reports whatever went wrong there.
+
+Compile seconds in a warmed run's records are those of warm caches: its machine record says
+``prewarmed`` (:data:`PREWARMED`), not ``cold``, so ``optbench compare`` does not judge them
+(``optbench run --no-prewarm`` measures cold compiles).
+
+Processes run at once up to :data:`THREADS_PER_PROCESS` CPUs each (inductor's compile workers
+take that many) and as the cases' device-memory estimates (``optbench.suite.memory_estimate``)
+fit in the usable memory, largest first; a process that outlasts :data:`CASE_LIMIT_S` or the run's
+deadline is ended.
+
+    python -m optbench.suite.prewarm KEY     (one warm-up process: what :func:`warm` starts)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import IO
+
+from optbench.store.settings import VARIABLES
+from optbench.store.store import split_key
+from optbench.suite import catalog
+
+#: info.compile_cache of a run whose caches started empty and were filled by its warm-up
+PREWARMED = "prewarmed"
+#: CPUs per warm-up process: its own work, and inductor's compile workers
+THREADS_PER_PROCESS = 2
+#: device bytes a warm-up process holds beside its case's estimate: CUDA's context, inductor's
+#: autotuning buffers
+PROCESS_BYTES = 2e9
+#: the longest a warm-up process may take (a cold 1B compile takes 20-30 s on an H200)
+CASE_LIMIT_S = 240.0
+#: a warm-up process's checked_in setting: the run itself checks every case
+RUN_CHECKS = "the run itself"
+POLL_S = 0.2
+
+
+def compiles(key: str, device: str) -> bool:
+    """Whether the grid case ``key`` builds anything with torch.compile on ``device``: a kernel
+    case of impl 'compile', a training step whose options compile (those a variant adds to its
+    baseline included)."""
+    name, params = split_key(key)
+    entry = catalog.benchmark(name)
+    if entry.kind == "kernel":
+        return params.get("impl") == "compile"
+    if entry.kind != "step":
+        return False
+    from models.step import UnsupportedOptions
+    from optbench.suite.workloads import step_options
+
+    try:
+        return step_options(entry.size, params["variant"], device)[1].compile is not None
+    except (UnsupportedOptions, ValueError, KeyError):
+        return False
+
+
+def device_bytes(key: str, device: str) -> float:
+    """Estimated device bytes of a warm-up process of ``key``: its case's estimate and
+    :data:`PROCESS_BYTES`."""
+    from models.config import CONFIGS
+    from optbench.suite.memory_estimate import kernel_bytes, step_memory_bytes
+    from optbench.suite.workloads import step_options
+
+    name, params = split_key(key)
+    entry = catalog.benchmark(name)
+    if entry.kind == "kernel":
+        need = kernel_bytes(entry.op, params["shape"], params["impl"])
+    else:
+        options = step_options(entry.size, params["variant"], device)[1]
+        need = step_memory_bytes(CONFIGS[entry.size], options)
+    return need + PROCESS_BYTES
+
+
+def wanted(cache_label: str | None, cache_empty: bool, device: str, keys: list[str]) -> list[str]:
+    """The cases of ``keys`` a run should warm up: those that compile, where the run is on a GPU,
+    its caches start empty (its ``Settings.compile_cache`` 'cold', or unset with ``cache_empty``)
+    and two or more of its cases compile (one gains nothing from running alone first)."""
+    from optbench.run.compile_cache import COLD
+
+    cold = cache_label == COLD or (cache_label is None and cache_empty)
+    if not cold or not device.startswith("cuda"):
+        return []
+    chosen = [key for key in keys if compiles(key, device)]
+    return chosen if len(chosen) > 1 else []
+
+
+@dataclass
+class Warmup:
+    """What a warm-up did: its seconds, the cases whose process ended well, and those that did not
+    (key -> why: the exit status or the limit, and the last line of its output)."""
+
+    seconds: float = 0.0
+    warmed: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def line(self, processes: int) -> str:
+        """The console's line of this warm-up, ``processes`` at a time."""
+        text = (
+            f"optbench: compile warm-up: {len(self.warmed)} of "
+            f"{len(self.warmed) + len(self.failed)} compiled cases built, {processes} at a time, "
+            f"in {self.seconds:.1f} s"
+        )
+        if self.failed:
+            first = next(iter(self.failed.items()))
+            text += (
+                f"; not warmed (each compiles in the run instead): {len(self.failed)}, first "
+                f"{first[0]}: {first[1]}"
+            )
+        return text
+
+
+def slots(cpus: int | None = None, runs_at_once: int = 1) -> int:
+    """How many warm-up processes a run starts at once on ``cpus`` CPUs (default this machine's)
+    that it shares with ``runs_at_once`` runs, itself among them (``run --gpus``)."""
+    return max(1, (cpus or os.cpu_count() or 1) // (THREADS_PER_PROCESS * max(runs_at_once, 1)))
+
+
+def worker_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a warm-up process: the run's (its caches, code and settings), its check
+    left to the run (:data:`RUN_CHECKS`), no progress file (it is not one of the run's cases) and
+    :data:`THREADS_PER_PROCESS` compile workers (inductor leaves their count out of its cache
+    keys)."""
+    out = dict(env)
+    out.pop(VARIABLES["progress"], None)
+    out[VARIABLES["checked_in"]] = RUN_CHECKS
+    out["TORCHINDUCTOR_COMPILE_THREADS"] = str(THREADS_PER_PROCESS)
+    return out
+
+
+def _tail(output: IO[bytes]) -> str:
+    """The last non-empty line of a warm-up process's output, cut to 200 characters."""
+    output.seek(0)
+    lines = [line for line in output.read().decode(errors="replace").splitlines() if line.strip()]
+    return lines[-1].strip()[:200] if lines else "no output"
+
+
+def warm(
+    keys: Iterable[str],
+    env: Mapping[str, str],
+    *,
+    need: Mapping[str, float],
+    usable: float,
+    processes: int,
+    deadline: float | None = None,
+    command: Callable[[str], list[str]] | None = None,
+) -> Warmup:
+    """Run a warm-up process for each of ``keys`` (``command(key)``, default ``python -m
+    optbench.suite.prewarm KEY``) in ``env`` (:func:`worker_env` of it), at most ``processes`` at
+    once and, but for the first, as long as their ``need`` (device bytes) adds up to ``usable`` at
+    most, the largest first; each is ended after :data:`CASE_LIMIT_S` or at ``deadline`` (time.time
+    seconds), and none starts after it."""
+    command = command or (lambda key: [sys.executable, "-m", "optbench.suite.prewarm", key])
+    pending = sorted(keys, key=lambda k: -need.get(k, 0.0))
+    running: dict[str, tuple[subprocess.Popen, float, IO[bytes]]] = {}
+    result, started, environ = Warmup(), time.time(), worker_env(env)
+    end = float("inf") if deadline is None else deadline
+    while pending or running:
+        in_use = sum(need.get(k, 0.0) for k in running)
+        for key in list(pending):
+            if time.time() >= end or len(running) >= processes:
+                break
+            if running and in_use + need.get(key, 0.0) > usable:
+                continue
+            output = tempfile.TemporaryFile()
+            proc = subprocess.Popen(command(key), env=environ, stdout=output, stderr=output)
+            running[key] = (proc, time.time(), output)
+            in_use += need.get(key, 0.0)
+            pending.remove(key)
+        if time.time() >= end:
+            result.failed.update(dict.fromkeys(pending, "not started: the run's time budget ended"))
+            pending.clear()
+        time.sleep(POLL_S)
+        for key, (proc, began, output) in list(running.items()):
+            code = proc.poll()
+            if code is None and time.time() < min(began + CASE_LIMIT_S, end):
+                continue
+            if code is None:
+                proc.kill()
+                proc.wait()
+                result.failed[key] = f"ended after {time.time() - began:.0f} s"
+            elif code == 0:
+                result.warmed.append(key)
+            else:
+                result.failed[key] = f"exit {code}: {_tail(output)}"
+            output.close()
+            del running[key]
+    result.seconds = time.time() - started
+    return result
+
+
+def warm_case(key: str) -> None:
+    """Build grid case ``key`` here without its check (:data:`RUN_CHECKS` in this process's
+    settings) and call each of its timed callables once; then wait for the device."""
+    import torch
+
+    from optbench.measure.emulate import apply_emulation
+    from optbench.measure.signals import die_with_parent
+    from optbench.run.runner import default_device
+    from optbench.suite.grids import cases
+
+    die_with_parent()
+    device = default_device()
+    if device.startswith("cuda"):
+        apply_emulation()
+    name, params = split_key(key)
+    entry = catalog.benchmark(name)
+    (case,) = cases(name, [[params[p]] for p in entry.param_names], device)
+    work = case.build()
+    for fn in work.timed.values():
+        fn()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One warm-up process: ``python -m optbench.suite.prewarm KEY``. Leaves without the
+    interpreter's teardown (inductor's compile workers, the CUDA context) once its case is
+    warmed."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m optbench.suite.prewarm KEY", file=sys.stderr)
+        return 2
+    warm_case(args[0])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
