@@ -289,7 +289,7 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
     ``--no-html``. asv's exit code; 0, with one line, where nothing is selected."""
     plan = _plan(p, args, results)
     store = ResultStore(results)
-    planned, expected, by_asv = _announce(
+    planned, expected, by_asv, warm = _announce(
         args, store, plan.suite, plan.machine, plan.commit, plan.run_id, plan.asv_log
     )
     if not planned and not by_asv:
@@ -307,8 +307,8 @@ def _run_suite(p: argparse.ArgumentParser, args: argparse.Namespace, results: Pa
     )
     date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     started, started_at = time.perf_counter(), time.time()
-    if not args.no_prewarm:
-        plan = _prewarm(args, plan, planned)
+    if warm:
+        plan = _prewarm(args, plan, warm, store)
     code = _run_asv(args, plan, store, follower)
     wall = time.perf_counter() - started
     timed = asv_timed.outcomes(
@@ -397,41 +397,48 @@ def _plan(p: argparse.ArgumentParser, args: argparse.Namespace, results: Path) -
     return _Plan(suite, machine, commit, run_id, progress_file, asv_log, bench_env(settings))
 
 
-def _prewarm(args: argparse.Namespace, plan: _Plan, planned: list[str]) -> _Plan:
-    """The compile warm-up of a run whose caches start empty (``optbench.suite.prewarm``): its
-    compiled cases each built once, in parallel, before asv starts; its line said, its seconds
-    appended to the run's progress file (the breakdown's phase), and the plan returned with
-    ``compile_cache`` 'prewarmed' (its records' compile seconds are warm ones). The plan as it
-    was where nothing is warmed."""
+def _warm_keys(args: argparse.Namespace, planned: list[str]) -> list[str]:
+    """The planned cases a run warms up first (``optbench.suite.prewarm.wanted``; none with
+    ``--no-prewarm``)."""
+    if args.no_prewarm:
+        return []
     import torch
 
     from optbench.run.compile_cache import holds_caches
-    from optbench.store.settings import VARIABLES
     from optbench.suite import prewarm
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    keys = prewarm.wanted(current().compile_cache, not holds_caches(), device, planned)
-    if not keys:
-        return plan
+    return prewarm.wanted(current().compile_cache, not holds_caches(), device, planned)
+
+
+def _prewarm(args: argparse.Namespace, plan: _Plan, keys: list[str], store: ResultStore) -> _Plan:
+    """The compile warm-up of ``keys`` (``optbench.suite.prewarm``): each built once, in parallel,
+    before asv starts, those whose earlier cold runs here took longest first; its line said, its
+    seconds appended to the run's progress file (the breakdown's phase); the plan returned with
+    ``compile_cache`` 'prewarmed' (its records' compile seconds are warm ones)."""
     from optbench.measure.hardware import lookup
+    from optbench.store.settings import VARIABLES
+    from optbench.suite import prewarm
     from optbench.suite.memory_estimate import usable_bytes
     from optbench.suite.workloads import machine_profile
 
-    profile = lookup(args.emulate) if args.emulate else machine_profile(device)
+    profile = lookup(args.emulate) if args.emulate else machine_profile("cuda")
     processes = prewarm.slots(runs_at_once=int(current().runs_at_once or 1))
     print(
         f"optbench: compile warm-up: {len(keys)} compiled cases, each built once, {processes} at "
         "a time, before the run (--no-prewarm: none)",
         flush=True,
     )
+    runs = (run for c in store.commits(plan.machine) for run in store.runs(plan.machine, c))
     deadline = float(plan.env[VARIABLES["deadline"]]) if VARIABLES["deadline"] in plan.env else None
     warmed = prewarm.warm(
         keys,
         plan.env,
-        need={key: prewarm.device_bytes(key, device) for key in keys},
+        need={key: prewarm.device_bytes(key, "cuda") for key in keys},
         usable=usable_bytes(profile) or 0.0,
         processes=processes,
         deadline=deadline,
+        first=progress.expected_seconds(runs, keys, cold=True),
     )
     print(warmed.line(processes), flush=True)
     progress.append_event(
@@ -557,11 +564,13 @@ def _announce(
     commit: str,
     run_id: str,
     asv_log: Path,
-) -> tuple[list[str], dict[str, float], list[str]]:
+) -> tuple[list[str], dict[str, float], list[str], list[str]]:
     """The grid cases the run will measure (less, with ``--skip-existing``, those this commit has
     here, but for the references of the rest), their expected seconds from this machine's stored
-    runs and the selected benchmarks that asv times itself, said in a header: what runs where, the
-    estimate, where asv's output goes (where nothing is to be measured, a line saying so alone)."""
+    runs (of warm caches where the run warms its compiled cases up first), the selected benchmarks
+    that asv times itself and the cases the run warms up (:func:`_warm_keys`), said in a header:
+    what runs where, the estimate, where asv's output goes (where nothing is to be measured, a
+    line saying so alone)."""
     entries = BENCHMARKS.values()
     planned, by_asv = (
         progress.planned_cases(entries, suite, args.select),
@@ -579,7 +588,7 @@ def _announce(
         planned = kept
     if not planned and not by_asv:
         print(f"optbench: nothing to measure in suite {suite!r}", flush=True)
-        return planned, {}, by_asv
+        return planned, {}, by_asv, []
     print(
         f"optbench run: suite {suite!r} on {machine}, commit {commit[:12]}, run {run_id}: "
         f"{len(planned)} grid case{'' if len(planned) == 1 else 's'}"
@@ -588,10 +597,11 @@ def _announce(
         ),
         flush=True,
     )
+    warm = _warm_keys(args, planned)
     expected = progress.expected_seconds(
         (run for c in store.commits(machine) for run in store.runs(machine, c)),
         planned,
-        cold=current().compile_cache == COLD,
+        cold=current().compile_cache == COLD and not warm,
     )
     reserved = ASV_START_S + ASV_WRAP_UP_S
     print(progress.estimate_note(planned, expected, args.time_budget, reserved, by_asv), flush=True)
@@ -600,7 +610,7 @@ def _announce(
         + ("" if args.verbose else " (--verbose: here too)"),
         flush=True,
     )
-    return planned, expected, by_asv
+    return planned, expected, by_asv, warm
 
 
 def machine(argv: list[str]) -> int:

@@ -115,6 +115,22 @@ def test_warm_runs_its_processes_at_once_within_the_memory_they_fit(tmp_path):
     assert {key for key, _ in _events(log)[:2]} == {"big1", "s1"}
 
 
+def test_warm_starts_the_longest_earlier_cold_case_first(tmp_path):
+    log = tmp_path / "log.jsonl"
+    need = {"big": 60.0, "small": 10.0, "slow": 10.0, "unknown": 30.0}
+    first = {"slow": 25.0, "big": 20.0, "small": 1.0}  # seconds in an earlier cold run
+    out = prewarm.warm(
+        need, {}, need=need, usable=100.0, processes=1, first=first, command=_logging_worker(log)
+    )
+    assert [key for key, what in _events(log) if what == "start"] == [
+        "slow",
+        "big",
+        "small",
+        "unknown",
+    ]
+    assert set(out.took) == set(need) and "the longest: " in out.line(1)
+
+
 def test_warm_says_why_a_process_failed(tmp_path):
     command = _logging_worker(tmp_path / "log.jsonl", exits={"bad": 3})
     out = prewarm.warm(["ok", "bad"], {}, need={}, usable=1.0, processes=2, command=command)

@@ -162,7 +162,11 @@ def test_the_run_command_estimates_from_runs_with_its_compile_cache_state(monkey
     )
     monkeypatch.setenv("OPTBENCH_COMPILE_CACHE", "cold")
     args = argparse.Namespace(
-        select="StepTiny|MLP", skip_existing=False, time_budget=None, verbose=False
+        select="StepTiny|MLP",
+        skip_existing=False,
+        time_budget=None,
+        verbose=False,
+        no_prewarm=False,
     )
     store = ResultStore(tmp_path / "results")
     log = REPO_ROOT / "results" / "x.asv.log"

@@ -105,11 +105,13 @@ def wanted(cache_label: str | None, cache_empty: bool, device: str, keys: list[s
 @dataclass
 class Warmup:
     """What a warm-up did: its seconds, the cases whose process ended well, and those that did not
-    (key -> why: the exit status or the limit, and the last line of its output)."""
+    (key -> why: the exit status or the limit, and the last line of its output); each process's
+    seconds."""
 
     seconds: float = 0.0
     warmed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    took: dict[str, float] = field(default_factory=dict)
 
     def line(self, processes: int) -> str:
         """The console's line of this warm-up, ``processes`` at a time."""
@@ -118,6 +120,9 @@ class Warmup:
             f"{len(self.warmed) + len(self.failed)} compiled cases built, {processes} at a time, "
             f"in {self.seconds:.1f} s"
         )
+        if self.took:
+            longest = max(self.took, key=self.took.__getitem__)
+            text += f" (the longest: {longest}, {self.took[longest]:.1f} s)"
         if self.failed:
             first = next(iter(self.failed.items()))
             text += (
@@ -160,15 +165,18 @@ def warm(
     usable: float,
     processes: int,
     deadline: float | None = None,
+    first: Mapping[str, float] | None = None,
     command: Callable[[str], list[str]] | None = None,
 ) -> Warmup:
     """Run a warm-up process for each of ``keys`` (``command(key)``, default ``python -m
     optbench.suite.prewarm KEY``) in ``env`` (:func:`worker_env` of it), at most ``processes`` at
     once and, but for the first, as long as their ``need`` (device bytes) adds up to ``usable`` at
-    most, the largest first; each is ended after :data:`CASE_LIMIT_S` or at ``deadline`` (time.time
-    seconds), and none starts after it."""
+    most; in the order of ``first`` (the longest first: seconds a case took in an earlier cold run),
+    then of ``need`` (the largest first); each is ended after :data:`CASE_LIMIT_S` or at
+    ``deadline`` (time.time seconds), and none starts after it."""
     command = command or (lambda key: [sys.executable, "-m", "optbench.suite.prewarm", key])
-    pending = sorted(keys, key=lambda k: -need.get(k, 0.0))
+    first = first or {}
+    pending = sorted(keys, key=lambda k: (-first.get(k, 0.0), -need.get(k, 0.0)))
     running: dict[str, tuple[subprocess.Popen, float, IO[bytes]]] = {}
     result, started, environ = Warmup(), time.time(), worker_env(env)
     end = float("inf") if deadline is None else deadline
@@ -192,6 +200,7 @@ def warm(
             code = proc.poll()
             if code is None and time.time() < min(began + CASE_LIMIT_S, end):
                 continue
+            result.took[key] = time.time() - began
             if code is None:
                 proc.kill()
                 proc.wait()
