@@ -47,9 +47,12 @@ from optbench.reporting.gate_calls import HEADER as GATE_HEADER
 from optbench.reporting.gate_calls import gate_calls, gate_row
 from optbench.reporting.hf_runs import hf_runs, hf_table
 from optbench.reporting.memory import MEMORY_NOTE, memory_columns, memory_rows
+from optbench.reporting.suite_runs import CAPTION as SUITE_CAPTION
+from optbench.reporting.suite_runs import HEADER as SUITE_HEADER
+from optbench.reporting.suite_runs import suite_row, suite_runs
 from optbench.run.console import table
 from optbench.store.records import Record
-from optbench.store.store import ResultStore, write_text_atomic
+from optbench.store.store import ResultStore, StoredRun, write_text_atomic
 from optbench.suite.catalog import ANCHOR_BENCHMARK
 
 HEADLINE_PAGE = "docs/results.md"
@@ -201,10 +204,16 @@ def _convergence_markdown(history: list[Run]) -> tuple[list[str], dict[str, str]
     return [caption, table(header, body, "markdown")], used
 
 
-def _headline(history: list[Run], profiles: list[dict], gate: list[list[str]]) -> str:
+def _headline(
+    history: list[Run],
+    profiles: list[dict],
+    gate: list[list[str]],
+    suites: list[StoredRun] | None = None,
+) -> str:
     """The tables of one machine (the module docstring's), each size and kernel from the run
     measuring the most of it; where its 1B best steps' time goes, from its ``profiles`` with
-    floors; the regression gate's newest calls, ``gate`` (:mod:`gate_calls`' rows)."""
+    floors; how long its newest suite runs took, ``suites`` (:mod:`suite_runs`); the regression
+    gate's newest calls, ``gate`` (:mod:`gate_calls`' rows)."""
     parts, used = [f"**{history[-1].label}**"], {}
     found = by_size(fullest(history, step_table))
     if found:
@@ -278,6 +287,9 @@ def _headline(history: list[Run], profiles: list[dict], gate: list[list[str]]) -
         caption, header, rows = floor_markdown(profiles)
         parts += [caption, table(header, rows, "markdown")]
         used.update((r["meta"]["commit"], r["meta"]["date"]) for r in profiles)
+    if suites:
+        parts += [SUITE_CAPTION, table(SUITE_HEADER, [suite_row(r) for r in suites], "markdown")]
+        used.update((run.commit, run.date) for run in suites)
     if gate:
         parts += [GATE_CAPTION, table(GATE_HEADER, gate, "markdown")]
     dated = sorted(used.items(), key=lambda commit_date: commit_date[1])
@@ -297,7 +309,12 @@ def headline_table(store: ResultStore, machine: str | None = None) -> str:
     if not chosen:
         return "_No GPU results yet._"
     return "\n\n".join(
-        _headline(h, floor_reports(store, m), [gate_row(c) for c in gate_calls(store, m)])
+        _headline(
+            h,
+            floor_reports(store, m),
+            [gate_row(c) for c in gate_calls(store, m)],
+            suite_runs(store, m),
+        )
         for m, h in chosen
     )
 
