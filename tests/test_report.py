@@ -1191,3 +1191,29 @@ def test_each_convergence_variant_shows_its_newest_verdict_and_how_many_passed(t
     assert f"| {fp8} | ok | 0.0075 | 0.0308 |" in page
     index = (site.publish(store.root, tmp_path / "html").parent / "index.html").read_text()
     assert f"<td>{fp8}</td><td>ok</td><td>0.0075</td>" in index
+
+
+def test_the_scaling_table_takes_each_variant_from_one_run(tmp_path):
+    """A later run of one world size of a commit (a probe, a gate's round, on another GPU) never
+    stands beside the run that measured the variant at every world size: its efficiencies are
+    against its own 1-GPU figure."""
+    from synthetic_results import commit, record, samples, save
+
+    from optbench.reporting.data import distributed_steps, fullest, runs, scaling_rows
+
+    def step(world: int, ms: float, seed: int) -> dict:
+        return record(
+            "bench_distributed.DistributedStep1B",
+            {"variant": "fsdp2-best", "world_size": str(world)},
+            times={"step": (None, samples(ms, seed))},
+            info={"scaling_efficiency": 1.0 if world == 1 else 0.8, "tokens": 8192},
+        )
+
+    store = ResultStore(tmp_path / "results")
+    full = [step(1, 139.0, 1), step(2, 181.0, 2), step(4, 169.0, 3)]
+    save(store, "h200", commit(1), "2026-11-28T12:00:00+00:00", full, run_id="20261128T1200Z-a")
+    later = [step(1, 185.0, 4)]
+    save(store, "h200", commit(1), "2026-11-29T18:00:00+00:00", later, run_id="20261129T1800Z-b")
+    rows = scaling_rows(fullest(runs(store)["h200"], distributed_steps))
+    assert [r[1] for r in rows] == ["1", "2", "4"]
+    assert [float(r[2]) for r in rows] == pytest.approx([139.0, 181.0, 169.0], rel=0.02)

@@ -223,16 +223,21 @@ def ablations(run: Run) -> dict[str, dict[str, Record]]:
 
 def distributed_steps(run: Run) -> dict[str, dict[str, Record]]:
     """ok multi-GPU step records (``optbench.suite.distributed``) with a wall time, by variant,
-    then world size (ascending)."""
-    found: dict[str, dict[str, Record]] = defaultdict(dict)
-    for rec in run.records.values():
-        entry = catalog.BENCHMARKS.get(rec.benchmark)
-        if entry and entry.kind == "distributed" and rec.ok and rec.timing("step", "wall"):
-            found[rec.params["variant"]][rec.params["world_size"]] = rec
-    return {
-        v: dict(sorted(by_world.items(), key=lambda kv: int(kv[0])))
-        for v, by_world in found.items()
-    }
+    then world size (ascending); each variant's from one optbench run of the commit, the one that
+    measured it at the most world sizes (the newest of those), whose efficiencies are against its
+    own 1-GPU figure: a later run of one world size (a probe, a gate's round) on another machine
+    never stands beside them."""
+    found: dict[str, dict[str, Record]] = {}
+    for run_id in sorted(run.by_run):  # a run id starts with its UTC time
+        measured: dict[str, dict[str, Record]] = defaultdict(dict)
+        for rec in run.by_run[run_id].values():
+            entry = catalog.BENCHMARKS.get(rec.benchmark)
+            if entry and entry.kind == "distributed" and rec.ok and rec.timing("step", "wall"):
+                measured[rec.params["variant"]][rec.params["world_size"]] = rec
+        for variant, by_world in measured.items():
+            if len(by_world) >= len(found.get(variant, {})):
+                found[variant] = dict(sorted(by_world.items(), key=lambda kv: int(kv[0])))
+    return found
 
 
 def scaling_rows(by_variant: dict[str, tuple[Run, dict[str, Record]]]) -> list[list[str]]:
