@@ -407,22 +407,33 @@ def _warm_keys(args: argparse.Namespace, planned: list[str]) -> list[str]:
     from optbench.run.compile_cache import holds_caches
     from optbench.suite import prewarm
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    return prewarm.wanted(current().compile_cache, not holds_caches(), device, planned)
+    if not torch.cuda.is_available():
+        return []
+    return prewarm.wanted(
+        current().compile_cache, not holds_caches(), "cuda", planned, _profile(args)
+    )
+
+
+def _profile(args: argparse.Namespace):
+    """The hardware profile the run's cases must fit: ``--emulate``'s, else this GPU's."""
+    from optbench.measure.hardware import lookup
+    from optbench.suite.workloads import machine_profile
+
+    return lookup(args.emulate) if args.emulate else machine_profile("cuda")
 
 
 def _prewarm(args: argparse.Namespace, plan: _Plan, keys: list[str], store: ResultStore) -> _Plan:
     """The compile warm-up of ``keys`` (``optbench.suite.prewarm``): each built once, in parallel,
-    before asv starts, those whose earlier cold runs here took longest first; its line said, its
-    seconds appended to the run's progress file (the breakdown's phase); the plan returned with
-    ``compile_cache`` 'prewarmed' (its records' compile seconds are warm ones)."""
-    from optbench.measure.hardware import lookup
+    before asv starts, those whose earlier cold runs here took longest first, within
+    ``prewarm.BUDGET_SHARE`` of what is left of the run's time budget; its line said, its seconds
+    appended to the run's progress file (the breakdown's phase); the plan returned with
+    ``compile_cache`` 'prewarmed' where it warmed any (its records' compile seconds are then warm
+    ones)."""
     from optbench.store.settings import VARIABLES
     from optbench.suite import prewarm
     from optbench.suite.memory_estimate import usable_bytes
-    from optbench.suite.workloads import machine_profile
 
-    profile = lookup(args.emulate) if args.emulate else machine_profile("cuda")
+    profile = _profile(args)
     processes = prewarm.slots(runs_at_once=int(current().runs_at_once or 1))
     print(
         f"optbench: compile warm-up: {len(keys)} compiled cases, each built once, {processes} at "
@@ -430,7 +441,10 @@ def _prewarm(args: argparse.Namespace, plan: _Plan, keys: list[str], store: Resu
         flush=True,
     )
     runs = (run for c in store.commits(plan.machine) for run in store.runs(plan.machine, c))
-    deadline = float(plan.env[VARIABLES["deadline"]]) if VARIABLES["deadline"] in plan.env else None
+    deadline = None
+    if VARIABLES["deadline"] in plan.env:
+        left = float(plan.env[VARIABLES["deadline"]]) - time.time()
+        deadline = time.time() + prewarm.BUDGET_SHARE * max(left, 0.0)
     warmed = prewarm.warm(
         keys,
         plan.env,
@@ -448,6 +462,8 @@ def _prewarm(args: argparse.Namespace, plan: _Plan, keys: list[str], store: Resu
         warmed=len(warmed.warmed),
         failed=len(warmed.failed),
     )
+    if not warmed.warmed:
+        return plan
     env = {**plan.env, VARIABLES["compile_cache"]: prewarm.PREWARMED}
     return dataclasses.replace(plan, env=env)
 

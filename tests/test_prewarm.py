@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from optbench.measure.hardware import lookup
 from optbench.run import breakdown
 from optbench.run.compile_cache import COLD
 from optbench.store.settings import VARIABLES
@@ -38,17 +39,23 @@ def test_compiles_names_the_full_suites_compiled_cases():
     for variant in ("eager", "triton-norm", "cuda-graph", "fused-ce"):
         assert f"bench_step.Step100M|variant={variant}" not in chosen
     assert "bench_step.Step1B|variant=best-kernels" in chosen
+    # max-autotune's matmul templates, chosen by timing them, are part of the code it caches
+    assert not prewarm.compiles("bench_step.Step100M|variant=compile-max-autotune", "cpu")
 
 
 def test_wanted_only_where_a_gpu_run_starts_with_empty_caches():
-    keys = suite_keys("full")
+    keys, h200, t4 = suite_keys("full"), lookup("h200"), lookup("t4")
     compiled = [key for key in keys if prewarm.compiles(key, "cpu")]
-    assert prewarm.wanted(COLD, False, "cuda", keys) == compiled
-    assert prewarm.wanted(None, True, "cuda", keys) == compiled
-    assert prewarm.wanted(None, False, "cuda", keys) == []  # caches this machine kept
-    assert prewarm.wanted("restored nvidia-h200-x", True, "cuda", keys) == []
-    assert prewarm.wanted(COLD, True, "cpu", keys) == []
-    assert prewarm.wanted(COLD, True, "cuda", compiled[:1]) == []  # alone it gains nothing
+    assert prewarm.wanted(COLD, False, "cuda", keys, h200) == compiled
+    assert prewarm.wanted(None, True, "cuda", keys, h200) == compiled
+    assert prewarm.wanted(None, False, "cuda", keys, h200) == []  # caches this machine kept
+    assert prewarm.wanted("restored nvidia-h200-x", True, "cuda", keys, h200) == []
+    assert prewarm.wanted(COLD, True, "cpu", keys, h200) == []
+    assert prewarm.wanted(COLD, True, "cuda", compiled[:1], h200) == []  # alone it gains nothing
+    # a case the run skips on the GPU it runs on (or emulates) is not warmed either
+    on_t4 = prewarm.wanted(COLD, True, "cuda", keys, t4)
+    assert on_t4 == [k for k in compiled if prewarm.skip_reason(k, t4) is None]
+    assert 1 < len(on_t4) < len(compiled)
 
 
 def test_slots_share_the_cpus_among_runs():
@@ -129,6 +136,49 @@ def test_warm_starts_the_longest_earlier_cold_case_first(tmp_path):
         "unknown",
     ]
     assert set(out.took) == set(need) and "the longest: " in out.line(1)
+
+
+def test_warm_forgets_the_autotuning_its_processes_did(tmp_path):
+    """A launch config chosen while other warm-up processes shared the GPU is removed; the
+    compiled code stays."""
+    cache = tmp_path / "inductor"
+    script = (
+        "import pathlib, sys\n"
+        f"folder = pathlib.Path({str(cache)!r}) / 'ab'; folder.mkdir(parents=True, exist_ok=True)\n"
+        "(folder / (sys.argv[1] + '.py')).write_text('code')\n"
+        "(folder / (sys.argv[1] + '.best_config')).write_text('{}')\n"
+    )
+    out = prewarm.warm(
+        ["k1", "k2"],
+        {"TORCHINDUCTOR_CACHE_DIR": str(cache)},
+        need={},
+        usable=1.0,
+        processes=2,
+        command=lambda key: [sys.executable, "-c", script, key],
+    )
+    assert sorted(out.warmed) == ["k1", "k2"]
+    assert sorted(p.name for p in (cache / "ab").iterdir()) == ["k1.py", "k2.py"]
+
+
+def test_warm_ends_its_processes_where_it_raises(tmp_path, monkeypatch):
+    started: list[subprocess.Popen] = []
+    real = subprocess.Popen
+
+    def popen(*args, **kwargs) -> subprocess.Popen:
+        started.append(real(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(prewarm.subprocess, "Popen", popen)
+    sleeper = _logging_worker(tmp_path / "log.jsonl", sleep_s=600.0)
+
+    def command(key: str) -> list[str]:
+        if key == "second":
+            raise KeyboardInterrupt  # as an interrupt would, with one process running
+        return sleeper(key)
+
+    with pytest.raises(KeyboardInterrupt):
+        prewarm.warm(["first", "second"], {}, need={}, usable=1.0, processes=2, command=command)
+    assert len(started) == 1 and started[0].returncode is not None  # ended, and waited for
 
 
 def test_warm_says_why_a_process_failed(tmp_path):

@@ -263,10 +263,11 @@ def _headline(
         parts += [
             "Multi-GPU training steps at 1B (`--suite multigpu`, torchrun, one process per GPU; "
             "per-GPU batch as on one GPU): ms per optimizer step of the slowest rank (wall clock), "
-            "the ms of it its device ran anything (torch.profiler; well under the step: the host "
-            "holds it up), tokens/s per GPU, scaling efficiency: tokens/s per GPU over the same "
-            "variant's 1-GPU figure from the same run, and the slowest rank's collectives per step "
-            "(torch.profiler): ms exposed (no other kernel running) / ms in all:",
+            "the ms of it its device ran anything (torch.profiler; where this is well under the "
+            "step, the host holds the step up), tokens/s per GPU, scaling efficiency: tokens/s per "
+            "GPU over the same variant's 1-GPU figure from the same run, and the slowest rank's "
+            "collectives per step (torch.profiler): ms exposed (no other kernel running) / ms in "
+            "all:",
             table(
                 [
                     "variant",

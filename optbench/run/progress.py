@@ -19,6 +19,9 @@ id>.jsonl``), opened in append mode and flushed per line:
   ``"not_started": true`` and no seconds. ``figure`` (an ok case only, :func:`figure`): the median
   ms of each of its metrics by its record's primary clock.
 
+The run's own process appends ``{"event": "prewarm", "seconds", "warmed", "failed"}`` once its
+compile warm-up (``optbench.suite.prewarm``) has ended, before any case.
+
 Every event carries ``t`` (Unix time) and ``pid``. The ``optbench run`` process follows the file
 while asv runs (:class:`Follower`): on a terminal, a rich progress bar with the running case,
 done/total, elapsed time and ETA, and one line per finished case above it; elsewhere (CI logs) the

@@ -5,6 +5,13 @@ run, ``optbench.store.settings.process_env``) hold their generated code when the
 processes reach them. A case then still traces its model with dynamo, and loads inductor's output
 instead of generating and compiling it.
 
+What the warm-up leaves is the code alone, never a choice measured on a shared GPU: inductor's
+autotuning of a kernel's launch configs at its first call (``*.best_config`` files in its cache)
+timed each config beside the other warm-up processes, so those files are removed once the warm-up
+ends (:func:`forget_autotuning`) and the run's first call of each kernel tunes it alone, as in a
+cold run; a max-autotune compile, whose choice of matmul template is part of the code it caches, is
+not warmed at all.
+
 A warm-up process builds its case the way a round of ``optbench ab`` that reuses a check does
 (``Settings.checked_in``: no check and no reference; the run checks every case itself), calls
 each of its timed callables once (forward and backward, a graphed step's capture: every compile
@@ -18,8 +25,9 @@ Compile seconds in a warmed run's records are those of warm caches: its machine 
 
 Processes run at once up to :data:`THREADS_PER_PROCESS` CPUs each (inductor's compile workers
 take that many) and as the cases' device-memory estimates (``optbench.suite.memory_estimate``)
-fit in the usable memory, largest first; a process that outlasts :data:`CASE_LIMIT_S` or the run's
-deadline is ended.
+fit in the usable memory, those that took longest in earlier cold runs first; a process that
+outlasts :data:`CASE_LIMIT_S` or the warm-up's share of the run's time budget
+(:data:`BUDGET_SHARE`) is ended.
 
     python -m optbench.suite.prewarm KEY     (one warm-up process: what :func:`warm` starts)
 """
@@ -33,6 +41,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO
 
 from optbench.store.settings import VARIABLES
@@ -48,15 +57,20 @@ THREADS_PER_PROCESS = 2
 PROCESS_BYTES = 2e9
 #: the longest a warm-up process may take (a cold 1B compile takes 20-30 s on an H200)
 CASE_LIMIT_S = 240.0
+#: the most of a run's time budget (what is left of it when the warm-up starts) the warm-up takes
+BUDGET_SHARE = 0.25
 #: a warm-up process's checked_in setting: the run itself checks every case
 RUN_CHECKS = "the run itself"
+#: the variable that names the run's process to a warm-up process (it ends when that one does)
+PARENT_VARIABLE = "OPTBENCH_PREWARM_PARENT"
 POLL_S = 0.2
 
 
 def compiles(key: str, device: str) -> bool:
-    """Whether the grid case ``key`` builds anything with torch.compile on ``device``: a kernel
-    case of impl 'compile', a training step whose options compile (those a variant adds to its
-    baseline included)."""
+    """Whether the grid case ``key`` builds anything with torch.compile on ``device`` that a
+    warm-up may compile first: a kernel case of impl 'compile', a training step whose options
+    compile (those a variant adds to its baseline included) in a mode that autotunes no matmul
+    templates (not max-autotune)."""
     name, params = split_key(key)
     entry = catalog.benchmark(name)
     if entry.kind == "kernel":
@@ -67,9 +81,22 @@ def compiles(key: str, device: str) -> bool:
     from optbench.suite.workloads import step_options
 
     try:
-        return step_options(entry.size, params["variant"], device)[1].compile is not None
+        mode = step_options(entry.size, params["variant"], device)[1].compile
     except (UnsupportedOptions, ValueError, KeyError):
         return False
+    return mode is not None and "max-autotune" not in mode
+
+
+def skip_reason(key: str, profile) -> str | None:
+    """Why the run will skip grid case ``key`` on hardware ``profile`` (``optbench.suite.plan``),
+    without building it; None where it runs."""
+    from optbench.suite.plan import kernel_skip_reason, step_skip_reason
+
+    name, params = split_key(key)
+    entry = catalog.benchmark(name)
+    if entry.kind == "kernel":
+        return kernel_skip_reason(profile, entry.op, params["shape"], params["impl"])
+    return step_skip_reason(profile, entry.size, params["variant"])
 
 
 def device_bytes(key: str, device: str) -> float:
@@ -89,16 +116,19 @@ def device_bytes(key: str, device: str) -> float:
     return need + PROCESS_BYTES
 
 
-def wanted(cache_label: str | None, cache_empty: bool, device: str, keys: list[str]) -> list[str]:
-    """The cases of ``keys`` a run should warm up: those that compile, where the run is on a GPU,
-    its caches start empty (its ``Settings.compile_cache`` 'cold', or unset with ``cache_empty``)
-    and two or more of its cases compile (one gains nothing from running alone first)."""
+def wanted(
+    cache_label: str | None, cache_empty: bool, device: str, keys: list[str], profile
+) -> list[str]:
+    """The cases of ``keys`` a run should warm up: those that compile (:func:`compiles`) and that
+    it does not skip on ``profile`` (:func:`skip_reason`), where the run is on a GPU, its caches
+    start empty (its ``Settings.compile_cache`` 'cold', or unset with ``cache_empty``) and two or
+    more of its cases are such (one gains nothing from running alone first)."""
     from optbench.run.compile_cache import COLD
 
     cold = cache_label == COLD or (cache_label is None and cache_empty)
     if not cold or not device.startswith("cuda"):
         return []
-    chosen = [key for key in keys if compiles(key, device)]
+    chosen = [key for key in keys if compiles(key, device) and skip_reason(key, profile) is None]
     return chosen if len(chosen) > 1 else []
 
 
@@ -147,7 +177,17 @@ def worker_env(env: Mapping[str, str]) -> dict[str, str]:
     out.pop(VARIABLES["progress"], None)
     out[VARIABLES["checked_in"]] = RUN_CHECKS
     out["TORCHINDUCTOR_COMPILE_THREADS"] = str(THREADS_PER_PROCESS)
+    out[PARENT_VARIABLE] = str(os.getpid())
     return out
+
+
+def forget_autotuning(inductor_cache: Path) -> int:
+    """Remove the launch configs inductor's autotuning chose and kept in ``inductor_cache``
+    (``*.best_config``); how many. After a warm-up they were all timed beside other processes."""
+    found = list(inductor_cache.rglob("*.best_config")) if inductor_cache.is_dir() else []
+    for path in found:
+        path.unlink(missing_ok=True)
+    return len(found)
 
 
 def _tail(output: IO[bytes]) -> str:
@@ -173,12 +213,51 @@ def warm(
     once and, but for the first, as long as their ``need`` (device bytes) adds up to ``usable`` at
     most; in the order of ``first`` (the longest first: seconds a case took in an earlier cold run),
     then of ``need`` (the largest first); each is ended after :data:`CASE_LIMIT_S` or at
-    ``deadline`` (time.time seconds), and none starts after it."""
+    ``deadline`` (time.time seconds), and none starts after it; every one still running is ended
+    where this raises. Then the autotuning they did is forgotten (:func:`forget_autotuning` of
+    the environment's ``TORCHINDUCTOR_CACHE_DIR``)."""
     command = command or (lambda key: [sys.executable, "-m", "optbench.suite.prewarm", key])
-    first = first or {}
-    pending = sorted(keys, key=lambda k: (-first.get(k, 0.0), -need.get(k, 0.0)))
     running: dict[str, tuple[subprocess.Popen, float, IO[bytes]]] = {}
-    result, started, environ = Warmup(), time.time(), worker_env(env)
+    result = Warmup()
+    try:
+        _schedule(
+            keys,
+            worker_env(env),
+            need,
+            usable,
+            processes,
+            deadline,
+            first or {},
+            command,
+            running,
+            result,
+        )
+    finally:
+        for proc, _, output in running.values():
+            proc.kill()
+            proc.wait()
+            output.close()
+        if env.get("TORCHINDUCTOR_CACHE_DIR"):
+            forget_autotuning(Path(env["TORCHINDUCTOR_CACHE_DIR"]))
+    return result
+
+
+def _schedule(
+    keys: Iterable[str],
+    environ: dict[str, str],
+    need: Mapping[str, float],
+    usable: float,
+    processes: int,
+    deadline: float | None,
+    first: Mapping[str, float],
+    command: Callable[[str], list[str]],
+    running: dict[str, tuple[subprocess.Popen, float, IO[bytes]]],
+    result: Warmup,
+) -> None:
+    """:func:`warm`'s loop: its processes started as they fit, each one's end recorded in
+    ``result`` (``running``: those started and not yet ended)."""
+    pending = sorted(keys, key=lambda k: (-first.get(k, 0.0), -need.get(k, 0.0)))
+    started = time.time()
     end = float("inf") if deadline is None else deadline
     while pending or running:
         in_use = sum(need.get(k, 0.0) for k in running)
@@ -212,7 +291,6 @@ def warm(
             output.close()
             del running[key]
     result.seconds = time.time() - started
-    return result
 
 
 def warm_case(key: str) -> None:
@@ -221,11 +299,9 @@ def warm_case(key: str) -> None:
     import torch
 
     from optbench.measure.emulate import apply_emulation
-    from optbench.measure.signals import die_with_parent
     from optbench.run.runner import default_device
     from optbench.suite.grids import cases
 
-    die_with_parent()
     device = default_device()
     if device.startswith("cuda"):
         apply_emulation()
@@ -247,6 +323,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m optbench.suite.prewarm KEY", file=sys.stderr)
         return 2
+    from optbench.measure.signals import die_with_parent
+
+    parent = os.environ.get(PARENT_VARIABLE)
+    die_with_parent(parent=int(parent) if parent else None)  # before torch's imports
     warm_case(args[0])
     sys.stdout.flush()
     sys.stderr.flush()
