@@ -10,6 +10,7 @@ writes HTML under ``html/``. The other commands are those of their modules (``op
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as dt
 import importlib
@@ -445,15 +446,29 @@ def _prewarm(args: argparse.Namespace, plan: _Plan, keys: list[str], store: Resu
     if VARIABLES["deadline"] in plan.env:
         left = float(plan.env[VARIABLES["deadline"]]) - time.time()
         deadline = time.time() + prewarm.BUDGET_SHARE * max(left, 0.0)
-    warmed = prewarm.warm(
-        keys,
-        plan.env,
-        need={key: prewarm.device_bytes(key, "cuda") for key in keys},
-        usable=usable_bytes(profile) or 0.0,
-        processes=processes,
-        deadline=deadline,
-        first=progress.expected_seconds(runs, keys, cold=True),
-    )
+    out = console()
+    # on a terminal, a line that follows it: how many built, which are building
+    status = out.status("optbench: compile warm-up: starting") if out.is_terminal else None
+
+    def report(so_far: prewarm.Warmup, running: list[str]) -> None:
+        if status is not None:
+            done = len(so_far.warmed) + len(so_far.failed)
+            status.update(
+                f"optbench: compile warm-up: {done} of {len(keys)} built; building "
+                + (", ".join(running) if running else "nothing")
+            )
+
+    with status or contextlib.nullcontext():
+        warmed = prewarm.warm(
+            keys,
+            plan.env,
+            need={key: prewarm.device_bytes(key, "cuda") for key in keys},
+            usable=usable_bytes(profile) or 0.0,
+            processes=processes,
+            deadline=deadline,
+            first=progress.expected_seconds(runs, keys, cold=True),
+            report=report,
+        )
     print(warmed.line(processes), flush=True)
     progress.append_event(
         plan.progress_file,

@@ -70,6 +70,7 @@ def test_worker_env_leaves_the_check_and_the_progress_file_to_the_run():
     assert env[VARIABLES["checked_in"]] == prewarm.RUN_CHECKS
     assert env["TORCHINDUCTOR_CACHE_DIR"] == "/c"
     assert env["TORCHINDUCTOR_COMPILE_THREADS"] == str(prewarm.THREADS_PER_PROCESS)
+    assert env[VARIABLES["prewarm_parent"]] == str(os.getpid())  # it ends when the run does
 
 
 def _logging_worker(
@@ -136,6 +137,22 @@ def test_warm_starts_the_longest_earlier_cold_case_first(tmp_path):
         "unknown",
     ]
     assert set(out.took) == set(need) and "the longest: " in out.line(1)
+
+
+def test_warm_reports_each_start_and_end(tmp_path):
+    seen: list[tuple[int, list[str]]] = []
+    out = prewarm.warm(
+        ["a", "b"],
+        {},
+        need={},
+        usable=1.0,
+        processes=1,
+        command=_logging_worker(tmp_path / "log.jsonl", sleep_s=1.0),  # past the first poll
+        report=lambda so_far, running: seen.append((len(so_far.warmed), running)),
+    )
+    assert sorted(out.warmed) == ["a", "b"]
+    assert seen[0] == (0, ["a"]) and seen[-1] == (2, [])
+    assert [done for done, _ in seen] == sorted(done for done, _ in seen)
 
 
 def test_warm_forgets_the_autotuning_its_processes_did(tmp_path):

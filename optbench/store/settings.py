@@ -33,6 +33,7 @@ VARIABLES = {
     "compile_cache": "OPTBENCH_COMPILE_CACHE",
     "runs_at_once": "OPTBENCH_RUNS_AT_ONCE",
     "checked_in": "OPTBENCH_CHECKED_IN",
+    "prewarm_parent": "OPTBENCH_PREWARM_PARENT",
 }
 
 
@@ -66,6 +67,9 @@ class Settings:
     # an earlier run of this commit in which every case this process measures passed its check
     # (optbench ab's later rounds): kernel and step cases skip the check and the reference it needs
     checked_in: str | None = None
+    # the pid of the run whose compile warm-up this process is (optbench.suite.prewarm): it ends
+    # when that one does
+    prewarm_parent: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

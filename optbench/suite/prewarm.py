@@ -61,8 +61,6 @@ CASE_LIMIT_S = 240.0
 BUDGET_SHARE = 0.25
 #: a warm-up process's checked_in setting: the run itself checks every case
 RUN_CHECKS = "the run itself"
-#: the variable that names the run's process to a warm-up process (it ends when that one does)
-PARENT_VARIABLE = "OPTBENCH_PREWARM_PARENT"
 POLL_S = 0.2
 
 
@@ -177,7 +175,7 @@ def worker_env(env: Mapping[str, str]) -> dict[str, str]:
     out.pop(VARIABLES["progress"], None)
     out[VARIABLES["checked_in"]] = RUN_CHECKS
     out["TORCHINDUCTOR_COMPILE_THREADS"] = str(THREADS_PER_PROCESS)
-    out[PARENT_VARIABLE] = str(os.getpid())
+    out[VARIABLES["prewarm_parent"]] = str(os.getpid())
     return out
 
 
@@ -207,6 +205,7 @@ def warm(
     deadline: float | None = None,
     first: Mapping[str, float] | None = None,
     command: Callable[[str], list[str]] | None = None,
+    report: Callable[[Warmup, list[str]], None] | None = None,
 ) -> Warmup:
     """Run a warm-up process for each of ``keys`` (``command(key)``, default ``python -m
     optbench.suite.prewarm KEY``) in ``env`` (:func:`worker_env` of it), at most ``processes`` at
@@ -214,83 +213,96 @@ def warm(
     most; in the order of ``first`` (the longest first: seconds a case took in an earlier cold run),
     then of ``need`` (the largest first); each is ended after :data:`CASE_LIMIT_S` or at
     ``deadline`` (time.time seconds), and none starts after it; every one still running is ended
-    where this raises. Then the autotuning they did is forgotten (:func:`forget_autotuning` of
-    the environment's ``TORCHINDUCTOR_CACHE_DIR``)."""
-    command = command or (lambda key: [sys.executable, "-m", "optbench.suite.prewarm", key])
-    running: dict[str, tuple[subprocess.Popen, float, IO[bytes]]] = {}
-    result = Warmup()
-    try:
-        _schedule(
-            keys,
-            worker_env(env),
-            need,
-            usable,
-            processes,
-            deadline,
-            first or {},
-            command,
-            running,
-            result,
-        )
-    finally:
-        for proc, _, output in running.values():
-            proc.kill()
-            proc.wait()
-            output.close()
-        if env.get("TORCHINDUCTOR_CACHE_DIR"):
-            forget_autotuning(Path(env["TORCHINDUCTOR_CACHE_DIR"]))
-    return result
-
-
-def _schedule(
-    keys: Iterable[str],
-    environ: dict[str, str],
-    need: Mapping[str, float],
-    usable: float,
-    processes: int,
-    deadline: float | None,
-    first: Mapping[str, float],
-    command: Callable[[str], list[str]],
-    running: dict[str, tuple[subprocess.Popen, float, IO[bytes]]],
-    result: Warmup,
-) -> None:
-    """:func:`warm`'s loop: its processes started as they fit, each one's end recorded in
-    ``result`` (``running``: those started and not yet ended)."""
+    where this raises. ``report(result so far, the keys running)`` follows each start and end.
+    Then the autotuning they did is forgotten (:func:`forget_autotuning` of the environment's
+    ``TORCHINDUCTOR_CACHE_DIR``)."""
+    first = first or {}
+    pool = _Pool(
+        worker_env(env),
+        command or (lambda key: [sys.executable, "-m", "optbench.suite.prewarm", key]),
+        float("inf") if deadline is None else deadline,
+    )
     pending = sorted(keys, key=lambda k: (-first.get(k, 0.0), -need.get(k, 0.0)))
     started = time.time()
-    end = float("inf") if deadline is None else deadline
-    while pending or running:
-        in_use = sum(need.get(k, 0.0) for k in running)
+    try:
+        while pending or pool.running:
+            changed = pool.start(pending, need, usable, processes)
+            if time.time() >= pool.end:
+                pool.result.failed.update(dict.fromkeys(pending, "not started: its time ended"))
+                pending.clear()
+            time.sleep(POLL_S)
+            if (pool.reap() or changed) and report:
+                report(pool.result, list(pool.running))
+    finally:
+        pool.stop()
+        if env.get("TORCHINDUCTOR_CACHE_DIR"):
+            forget_autotuning(Path(env["TORCHINDUCTOR_CACHE_DIR"]))
+    pool.result.seconds = time.time() - started
+    return pool.result
+
+
+@dataclass
+class _Pool:
+    """:func:`warm`'s processes: those running (key -> process, its start, its output) and what
+    the ended ones did."""
+
+    environ: dict[str, str]
+    command: Callable[[str], list[str]]
+    end: float  # time.time seconds: none starts after it, each still running is ended at it
+    running: dict[str, tuple[subprocess.Popen, float, IO[bytes]]] = field(default_factory=dict)
+    result: Warmup = field(default_factory=Warmup)
+
+    def start(
+        self, pending: list[str], need: Mapping[str, float], usable: float, processes: int
+    ) -> bool:
+        """Start the processes of ``pending`` (removed from it) that fit, in its order; whether
+        any started."""
+        in_use = sum(need.get(k, 0.0) for k in self.running)
+        began = False
         for key in list(pending):
-            if time.time() >= end or len(running) >= processes:
+            if time.time() >= self.end or len(self.running) >= processes:
                 break
-            if running and in_use + need.get(key, 0.0) > usable:
+            if self.running and in_use + need.get(key, 0.0) > usable:
                 continue
             output = tempfile.TemporaryFile()
-            proc = subprocess.Popen(command(key), env=environ, stdout=output, stderr=output)
-            running[key] = (proc, time.time(), output)
+            proc = subprocess.Popen(
+                self.command(key), env=self.environ, stdout=output, stderr=output
+            )
+            self.running[key] = (proc, time.time(), output)
             in_use += need.get(key, 0.0)
             pending.remove(key)
-        if time.time() >= end:
-            result.failed.update(dict.fromkeys(pending, "not started: the run's time budget ended"))
-            pending.clear()
-        time.sleep(POLL_S)
-        for key, (proc, began, output) in list(running.items()):
+            began = True
+        return began
+
+    def reap(self) -> bool:
+        """Record each process that ended, or end it past :data:`CASE_LIMIT_S` or the end; whether
+        any did."""
+        ended = False
+        for key, (proc, began, output) in list(self.running.items()):
             code = proc.poll()
-            if code is None and time.time() < min(began + CASE_LIMIT_S, end):
+            if code is None and time.time() < min(began + CASE_LIMIT_S, self.end):
                 continue
-            result.took[key] = time.time() - began
+            self.result.took[key] = time.time() - began
             if code is None:
                 proc.kill()
                 proc.wait()
-                result.failed[key] = f"ended after {time.time() - began:.0f} s"
+                self.result.failed[key] = f"ended after {time.time() - began:.0f} s"
             elif code == 0:
-                result.warmed.append(key)
+                self.result.warmed.append(key)
             else:
-                result.failed[key] = f"exit {code}: {_tail(output)}"
+                self.result.failed[key] = f"exit {code}: {_tail(output)}"
             output.close()
-            del running[key]
-    result.seconds = time.time() - started
+            del self.running[key]
+            ended = True
+        return ended
+
+    def stop(self) -> None:
+        """End every process still running."""
+        for proc, _, output in self.running.values():
+            proc.kill()
+            proc.wait()
+            output.close()
+        self.running.clear()
 
 
 def warm_case(key: str) -> None:
@@ -324,8 +336,9 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m optbench.suite.prewarm KEY", file=sys.stderr)
         return 2
     from optbench.measure.signals import die_with_parent
+    from optbench.store.settings import current
 
-    parent = os.environ.get(PARENT_VARIABLE)
+    parent = current().prewarm_parent
     die_with_parent(parent=int(parent) if parent else None)  # before torch's imports
     warm_case(args[0])
     sys.stdout.flush()
