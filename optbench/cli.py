@@ -447,15 +447,14 @@ def _prewarm(args: argparse.Namespace, plan: _Plan, keys: list[str], store: Resu
         left = float(plan.env[VARIABLES["deadline"]]) - time.time()
         deadline = time.time() + prewarm.BUDGET_SHARE * max(left, 0.0)
     out = console()
-    # on a terminal, a line that follows it: how many built, which are building
+    # on a terminal, a line that follows it: how many are built, how many building
     status = out.status("optbench: compile warm-up: starting") if out.is_terminal else None
 
     def report(so_far: prewarm.Warmup, running: list[str]) -> None:
         if status is not None:
             done = len(so_far.warmed) + len(so_far.failed)
             status.update(
-                f"optbench: compile warm-up: {done} of {len(keys)} built; building "
-                + (", ".join(running) if running else "nothing")
+                f"optbench: compile warm-up: {done} of {len(keys)} built, {len(running)} building"
             )
 
     with status or contextlib.nullcontext():
