@@ -428,8 +428,8 @@ def _prewarm(args: argparse.Namespace, plan: _Plan, keys: list[str], store: Resu
     before asv starts, those whose earlier cold runs here took longest first, within
     ``prewarm.BUDGET_SHARE`` of what is left of the run's time budget; its line said, its seconds
     appended to the run's progress file (the breakdown's phase); the plan returned with
-    ``compile_cache`` 'prewarmed' where it warmed any (its records' compile seconds are then warm
-    ones)."""
+    ``compile_cache`` 'prewarmed' where any of its processes started (one ended or failed midway
+    may have filled the caches in part: its records' compile seconds are then not cold ones)."""
     from optbench.store.settings import VARIABLES
     from optbench.suite import prewarm
     from optbench.suite.memory_estimate import usable_bytes
@@ -476,7 +476,7 @@ def _prewarm(args: argparse.Namespace, plan: _Plan, keys: list[str], store: Resu
         warmed=len(warmed.warmed),
         failed=len(warmed.failed),
     )
-    if not warmed.warmed:
+    if not warmed.took:  # none started: the caches are as empty as they were
         return plan
     env = {**plan.env, VARIABLES["compile_cache"]: prewarm.PREWARMED}
     return dataclasses.replace(plan, env=env)

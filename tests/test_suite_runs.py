@@ -18,9 +18,15 @@ def _run(
     ok: int,
     machine: str = "h200",
     at: str = "c" * 40,
+    at_once: int = 1,
 ) -> None:
-    """A stored run of ``cases`` cases, ``ok`` of them ok, with its breakdown."""
-    info = {"compile_cache": caches, "gpu_uuid": "GPU-2b744a59-1ae9", "gpu_name": "NVIDIA H100"}
+    """A stored run of ``cases`` cases, ``ok`` of them ok, the rest skipped, with its breakdown."""
+    info = {
+        "compile_cache": caches,
+        "gpu_uuid": "GPU-2b744a59-1ae9",
+        "gpu_name": "NVIDIA H100",
+        "runs_at_once": at_once,
+    }
     records = [
         {"key": "__machine__", "info": info},
         {"key": "__breakdown__", "wall_seconds": 278.321, "cases": cases, "phases": phases},
@@ -43,7 +49,7 @@ def test_the_newest_suite_runs_read_as_rows(tmp_path):
         [
             "843328",
             "cccccccc",
-            "68 / 68",
+            "68 / 0 / 0",
             "prewarmed",
             "1",
             "278.3",
@@ -52,9 +58,24 @@ def test_the_newest_suite_runs_read_as_rows(tmp_path):
             "137.9",
             "2b744a59",
         ],
-        ["95bf99", "cccccccc", "65 / 68", "restored", "1", "278.3", "–", "9.0", "0.0", "2b744a59"],
+        [
+            "95bf99",
+            "cccccccc",
+            "65 / 3 / 0",
+            "restored",
+            "1",
+            "278.3",
+            "–",
+            "9.0",
+            "0.0",
+            "2b744a59",
+        ],
     ]
     assert len(suite_runs.suite_runs(store, "h200", newest=1)) == 1
+    # a shard of `run --gpus 4` over the full suite: 17 cases, each of its siblings as many
+    _run(store, "20261129T200000Z-shard1", 17, "cold", {}, ok=17, at_once=4)
+    shard = suite_runs.suite_row(suite_runs.suite_runs(store, "h200")[0])
+    assert shard[:5] == ["shard1", "cccccccc", "17 / 0 / 0", "cold", "4"]
 
 
 def test_the_headline_shows_suite_runs_where_there_are_some(tmp_path):

@@ -290,7 +290,8 @@ def _headline(
         used.update((r["meta"]["commit"], r["meta"]["date"]) for r in profiles)
     if suites:
         parts += [SUITE_CAPTION, table(SUITE_HEADER, [suite_row(r) for r in suites], "markdown")]
-        used.update((run.commit, run.date) for run in suites)
+        for run in suites:  # a commit another table dated keeps that date
+            used.setdefault(run.commit, run.date)
     if gate:
         parts += [GATE_CAPTION, table(GATE_HEADER, gate, "markdown")]
     dated = sorted(used.items(), key=lambda commit_date: commit_date[1])

@@ -86,32 +86,11 @@ def compiles(key: str, device: str) -> bool:
 
 
 def skip_reason(key: str, profile) -> str | None:
-    """Why the run will skip grid case ``key`` on hardware ``profile`` (``optbench.suite.plan``),
-    without building it; None where it runs."""
-    from optbench.suite.plan import kernel_skip_reason, step_skip_reason
+    """Why the run will skip grid case ``key`` on hardware ``profile``
+    (``optbench.suite.plan.skip_reason``), without building it; None where it runs."""
+    from optbench.suite.plan import skip_reason as plan_skip_reason
 
-    name, params = split_key(key)
-    entry = catalog.benchmark(name)
-    if entry.kind == "kernel":
-        return kernel_skip_reason(profile, entry.op, params["shape"], params["impl"])
-    return step_skip_reason(profile, entry.size, params["variant"])
-
-
-def device_bytes(key: str, device: str) -> float:
-    """Estimated device bytes of a warm-up process of ``key``: its case's estimate and
-    :data:`PROCESS_BYTES`."""
-    from models.config import CONFIGS
-    from optbench.suite.memory_estimate import kernel_bytes, step_memory_bytes
-    from optbench.suite.workloads import step_options
-
-    name, params = split_key(key)
-    entry = catalog.benchmark(name)
-    if entry.kind == "kernel":
-        need = kernel_bytes(entry.op, params["shape"], params["impl"])
-    else:
-        options = step_options(entry.size, params["variant"], device)[1]
-        need = step_memory_bytes(CONFIGS[entry.size], options)
-    return need + PROCESS_BYTES
+    return plan_skip_reason(profile, *split_key(key))
 
 
 def wanted(
