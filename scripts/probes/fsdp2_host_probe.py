@@ -1,10 +1,10 @@
-"""Where a 1-GPU multi-GPU variant's host time goes (fsdp2-best's: 184.7 ms a step of which the
-device ran 115.7 on an H200): one process of world size 1, without torchrun (the probe names itself
+"""Where a 1-GPU multi-GPU variant's host time goes (a step whose wall time is well above its
+device's busy time, NOTES.md): one process of world size 1, without torchrun (the probe names itself
 rank 0 of 1 on a free loopback port), the variant's step built and wrapped as a rank of the
 multigpu suite builds it (``optbench.suite.distributed``), warmed up, then PROFILE_STEPS steps under
 torch.profiler with CPU and CUDA activity. One JSON line: wall ms per step, device busy ms per step
-(``optbench.measure.overlap``), and the ops with the most self CPU time per step. Output goes to
-``results/h200/probes-<date>/``. On a GPU::
+(``optbench.measure.overlap``), and the ops with the most self CPU time per step; kept beside the
+session's consoles, as those of ``results/h200/probes-2026-11-29i/``. On a GPU::
 
     python3 scripts/probes/fsdp2_host_probe.py [VARIANT [distributed.py options]]
 
