@@ -441,7 +441,6 @@ def _prewarm(args: argparse.Namespace, plan: _Plan, keys: list[str], store: Resu
         "a time, before the run (--no-prewarm: none)",
         flush=True,
     )
-    runs = (run for c in store.commits(plan.machine) for run in store.runs(plan.machine, c))
     deadline = None
     if VARIABLES["deadline"] in plan.env:
         left = float(plan.env[VARIABLES["deadline"]]) - time.time()
@@ -465,7 +464,7 @@ def _prewarm(args: argparse.Namespace, plan: _Plan, keys: list[str], store: Resu
             usable=usable_bytes(profile) or 0.0,
             processes=processes,
             deadline=deadline,
-            first=progress.expected_seconds(runs, keys, cold=True),
+            first=progress.expected_seconds(store.machine_runs(plan.machine), keys, cold=True),
             report=report,
         )
     print(warmed.line(processes), flush=True)
@@ -629,7 +628,7 @@ def _announce(
     )
     warm = _warm_keys(args, planned)
     expected = progress.expected_seconds(
-        (run for c in store.commits(machine) for run in store.runs(machine, c)),
+        store.machine_runs(machine),
         planned,
         cold=current().compile_cache == COLD and not warm,
     )

@@ -175,10 +175,10 @@ def test_noise_needs_degrees_of_freedom_of_one_commit_on_one_gpu(store):
     save(store, "h100-sxm", commit(10), "2024-12-01T00:00:00+00:00", kernels(1), gpu_uuid=GPU)
     save(store, "h100-sxm", commit(10), "2024-12-01T01:00:00+00:00", kernels(2), gpu_uuid=OTHER_GPU)
     save(store, "h100-sxm", commit(11), "2024-12-02T00:00:00+00:00", kernels(3), gpu_uuid=GPU)
-    assert cmp.NoiseModel.of(cmp.machine_runs(store, "h100-sxm")).fitted == {}
+    assert cmp.NoiseModel.of(store.machine_runs("h100-sxm")).fitted == {}
     for r, n in enumerate((10, 10, 11, 11)):
         save(store, "h100-sxm", commit(n), f"2024-12-03T0{r}:00:00+00:00", kernels(10 + r))
-    model = cmp.NoiseModel.of(cmp.machine_runs(store, "h100-sxm"))
+    model = cmp.NoiseModel.of(store.machine_runs("h100-sxm"))
     assert model.fitted[(GPU, series)][1] == 4  # commits 10 and 11: 3 runs each on GPU
     assert model.noise(GPU, series).df == 4 and model.noise(OTHER_GPU, series) is None
     assert cmp.NoiseModel({(GPU, series): (0.01, 2)}).noise(GPU, series) is None  # under MIN_DF
@@ -321,7 +321,7 @@ def test_a_real_change_in_history_is_not_counted_as_noise(store):
     history(store, commits=8, level=lambda n: 1.3 if n < 14 else 1.0)
     write(store, kernels(0), kernels(1000, slower=SLOW))
     assert {c.key for c in cmp.compare(store, BASE, HEAD) if c.regression} == {SLOW_KEY}
-    fitted = cmp.NoiseModel.of(cmp.machine_runs(store, "h100-sxm")).noise(
+    fitted = cmp.NoiseModel.of(store.machine_runs("h100-sxm")).noise(
         GPU, ("bench_kernels.RMSNorm|shape=8192x768|impl=eager", "fwd", "device")
     )
     assert fitted.sigma < 0.03
@@ -334,7 +334,7 @@ def test_runs_add_up_and_an_aa_comparison_of_one_commit(store, capsys):
     one = cmp.compare(store, HEAD, HEAD, head_runs=["run-2025-01-02T00"])
     assert one and {c.runs for c in one if c.quantity == "time"} == {(2, 1)}
     assert not [c for c in one if c.significant]
-    noise = cmp.NoiseModel.of(cmp.machine_runs(store, "h100-sxm")).noise(
+    noise = cmp.NoiseModel.of(store.machine_runs("h100-sxm")).noise(
         GPU, ("bench_kernels.RMSNorm|shape=8192x768|impl=eager", "fwd", "device")
     )
     assert noise.detectable(3, 3, 0.0) < noise.detectable(1, 1, 0.0)

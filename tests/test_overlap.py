@@ -60,3 +60,27 @@ def test_merged_joins_overlapping_and_touching_intervals():
 def test_a_reversed_interval_adds_nothing():
     """An event that ended before the window it is clipped to (start > end) counts 0, not less."""
     assert merged([(10, 4), (0, 2)]) == [(0, 2)]
+
+
+def test_of_profile_counts_only_the_device_s_work():
+    """torch.profiler's events: host ops, a user annotation's device-side range and the launch
+    back-pressure span are not device work."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    def event(name, device_type, start, end, annotation=False):
+        span = SimpleNamespace(start=start, end=end)
+        return SimpleNamespace(
+            name=name, device_type=device_type, time_range=span, is_user_annotation=annotation
+        )
+
+    events = [
+        event("aten::mm", DeviceType.CPU, 0.0, 1000.0),
+        event("sm90_xmma_gemm_bf16", DeviceType.CUDA, 0.0, 300.0),
+        event(ALLREDUCE, DeviceType.CUDA, 400.0, 500.0),
+        event("step", DeviceType.CUDA, 0.0, 1000.0, annotation=True),
+        event("Command Buffer Full", DeviceType.CUDA, 500.0, 900.0),
+    ]
+    o = Overlap.of_profile(events, steps=1)
+    assert o.busy_ms == pytest.approx(0.4) and o.exposed_ms == pytest.approx(0.1)

@@ -621,11 +621,6 @@ def _median_changes(
     return changes
 
 
-def machine_runs(store: ResultStore, machine: str) -> list[StoredRun]:
-    """Every stored run of ``machine``."""
-    return [r for c in store.commits(machine) for r in store.runs(machine, c)]
-
-
 def select_runs(runs: Sequence[StoredRun], wanted: Sequence[str] | None) -> list[StoredRun]:
     """The runs whose id starts with one of ``wanted`` (all runs when None)."""
     if not wanted:
@@ -664,7 +659,7 @@ def compare(
             old = [r for r in old if r.run_id not in {n.run_id for n in new}]
         if not old or not new:
             continue
-        found = compare_runs(old, new, NoiseModel.of(machine_runs(store, machine)), threshold)
+        found = compare_runs(old, new, NoiseModel.of(store.machine_runs(machine)), threshold)
         changes += found if source == machine else [cross_machine(c, source) for c in found]
     return changes
 

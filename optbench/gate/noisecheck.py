@@ -54,7 +54,6 @@ from optbench.gate.compare import (
     compare_runs,
     compared,
     gpu_of,
-    machine_runs,
 )
 from optbench.store.records import metric_label
 from optbench.store.store import ResultStore, StoredRun
@@ -168,7 +167,7 @@ def audit(store: ResultStore, machine: str) -> Audit:
     result = Audit(
         machine, planted={f: Counter() for f in PLANTS}, caught={f: Counter() for f in PLANTS}
     )
-    everything = machine_runs(store, machine)
+    everything = store.machine_runs(machine)
     for base, head in aa_pairs(everything):
         held = {base.run_id, head.run_id}
         noise = NoiseModel.of(r for r in everything if r.run_id not in held)

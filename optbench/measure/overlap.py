@@ -24,11 +24,26 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 COMMUNICATION = re.compile(r"^nccl", re.IGNORECASE)
 # CUPTI records the time a launch waited for a full command buffer as a device-side span: it is host
 # back-pressure, not device work (counted, a 1B step showed 113 ms of "device time" in it).
 NOT_DEVICE_WORK = ("Command Buffer Full",)
+
+
+def device_work(events: Iterable[Any]) -> list[Any]:
+    """The device's work among torch.profiler's ``events`` (a profile's ``events()``): those off
+    the host, less the device-side ranges of user annotations and :data:`NOT_DEVICE_WORK`."""
+    from torch.autograd import DeviceType
+
+    return [
+        e
+        for e in events
+        if e.device_type != DeviceType.CPU
+        and not e.is_user_annotation
+        and e.name not in NOT_DEVICE_WORK
+    ]
 
 
 def merged(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -94,6 +109,12 @@ class Overlap:
             steps,
             busy * per_step_ms,
         )
+
+    @classmethod
+    def of_profile(cls, events: Iterable[Any], steps: int) -> Overlap:
+        """From torch.profiler's ``events`` of ``steps`` steps (their :func:`device_work`)."""
+        work = device_work(events)
+        return cls.of(((e.name, e.time_range.start, e.time_range.end) for e in work), steps)
 
     def to_dict(self) -> dict[str, float | int]:
         return asdict(self)

@@ -22,12 +22,12 @@ from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import profile
 
 from models.step import TrainStep
-from optbench.measure.overlap import length, merged
+from optbench.measure.overlap import NOT_DEVICE_WORK, length, merged
 from optbench.measure.roofline import Ceilings
 from optbench.profiling.capture import Capture, step_tensors
 from optbench.profiling.floors import class_floors
 from optbench.profiling.kernel_classes import kernel_class_figures
-from optbench.profiling.timeline import HOST_PHASES, NOT_DEVICE_WORK, PHASES, Parsed
+from optbench.profiling.timeline import HOST_PHASES, PHASES, Parsed
 
 # CUDA runtime and driver calls as kineto names them (some with suffixes such as _ptsz or _v11060).
 LAUNCH_CALL = re.compile(r"^cu(da)?(LaunchKernel|LaunchCooperativeKernel|GraphLaunch)")

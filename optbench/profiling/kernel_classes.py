@@ -20,7 +20,8 @@ import torch
 from torch.autograd.profiler_util import FunctionEvent
 
 from models.step import TrainStep
-from optbench.profiling.timeline import NOT_DEVICE_WORK, Parsed
+from optbench.measure.overlap import NOT_DEVICE_WORK
+from optbench.profiling.timeline import Parsed
 
 # Kernel classes: each device activity of the steps goes to one (memcpys and memsets too, mostly to
 # other). The finer classes after attention are what a step's floor is counted by

@@ -23,7 +23,7 @@ from torch.autograd import DeviceType
 from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import profile
 
-from optbench.measure.overlap import NOT_DEVICE_WORK
+from optbench.measure.overlap import device_work
 from optbench.profiling.capture import Capture
 
 PHASES = ("forward", "backward", "optimizer", "data_movement", "other")
@@ -174,13 +174,7 @@ class Parsed:
         line = Timeline.of(host)
         return cls(
             [e for e in host if line.phase_at(e.time_range.start)],
-            [
-                e
-                for e in events
-                if e.device_type != DeviceType.CPU
-                and not e.is_user_annotation
-                and e.name not in NOT_DEVICE_WORK
-            ],
+            device_work(events),
             line,
             MemoryCurve.of(cap.prof, device, cap.end_bytes),
         )

@@ -37,7 +37,6 @@ from optbench.gate.compare import (
     CROSS_GPU,
     NoiseModel,
     compare_runs,
-    machine_runs,
     series_clock,
     verdict,
 )
@@ -715,7 +714,7 @@ def time_histories(
     }
     if not kept:
         return []
-    noise = NoiseModel.of(machine_runs(store, machine))
+    noise = NoiseModel.of(store.machine_runs(machine))
     verdicts: dict[tuple[str, str, str, str], tuple[str, float | None, bool]] = {}
     for base, head in zip(commits, commits[1:]):
         for c in compare_runs(

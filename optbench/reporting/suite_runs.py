@@ -51,8 +51,7 @@ def suite_runs(store: ResultStore, machine: str, newest: int = NEWEST) -> list[S
     time)."""
     found = [
         run
-        for commit in store.commits(machine)
-        for run in store.runs(machine, commit)
+        for run in store.machine_runs(machine)
         if (run.records.get(BREAKDOWN) or {}).get("cases", 0)
         * int(run.info.get("runs_at_once") or 1)
         >= LEAST_CASES

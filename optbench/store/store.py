@@ -315,6 +315,11 @@ class ResultStore:
             self._runs[(machine, commit)] = self._read_runs(machine, commit)
         return self._runs[(machine, commit)]
 
+    def machine_runs(self, machine: str) -> list[StoredRun]:
+        """Every stored run of ``machine``, commit by commit (:meth:`commits`' order), each
+        commit's oldest first."""
+        return [run for commit in self.commits(machine) for run in self.runs(machine, commit)]
+
     def _read_runs(self, machine: str, commit: str) -> list[StoredRun]:
         found = [
             StoredRun(machine, commit, records_stem(p), records)

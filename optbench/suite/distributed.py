@@ -371,24 +371,16 @@ def communication(step: Any, device: Any) -> dict[str, Any] | None:
     collectives pair up)."""
     if device.type != "cuda":
         return None
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from optbench.measure.overlap import NOT_DEVICE_WORK, Overlap
+    from optbench.measure.overlap import Overlap
 
     _sync(device)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(PROFILE_STEPS):
             step()
         _sync(device)
-    activities = [
-        (e.name, e.time_range.start, e.time_range.end)
-        for e in prof.events()
-        if e.device_type == DeviceType.CUDA
-        and not e.is_user_annotation
-        and e.name not in NOT_DEVICE_WORK
-    ]
-    return Overlap.of(activities, PROFILE_STEPS).to_dict()
+    return Overlap.of_profile(prof.events(), PROFILE_STEPS).to_dict()
 
 
 def _sync(device: Any) -> None:

@@ -198,8 +198,7 @@ def _ended_its_process_here() -> set[str]:
     store, machine = ResultStore(current().results), current_machine()
     return {
         key
-        for commit in store.commits(machine)
-        for run in store.runs(machine, commit)
+        for run in store.machine_runs(machine)
         for key, rec in run.results().items()
         if rec.get("status") == "timeout" and PROCESS_ENDED in (rec.get("reason") or "")
     }

@@ -33,10 +33,9 @@ def _free_port() -> int:
 
 def main() -> None:
     import torch
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from optbench.measure.overlap import NOT_DEVICE_WORK, Overlap
+    from optbench.measure.overlap import Overlap
     from optbench.suite import distributed
 
     argv = sys.argv[1:] or ["fsdp2-best"]
@@ -60,14 +59,7 @@ def main() -> None:
         if cuda:
             torch.cuda.synchronize(device)
         wall_ms = (time.perf_counter() - started) * 1e3 / PROFILE_STEPS
-    device_work = [
-        (e.name, e.time_range.start, e.time_range.end)
-        for e in prof.events()
-        if e.device_type == DeviceType.CUDA
-        and not e.is_user_annotation
-        and e.name not in NOT_DEVICE_WORK
-    ]
-    busy = Overlap.of(device_work, PROFILE_STEPS).busy_ms if device_work else None
+    busy = Overlap.of_profile(prof.events(), PROFILE_STEPS).busy_ms if cuda else None
     ops = sorted(prof.key_averages(), key=lambda a: a.self_cpu_time_total, reverse=True)
     print(
         json.dumps(
